@@ -1,0 +1,345 @@
+/* ferry: stream data through NVIDIA GPUs (or the simulated H200) with host-to-device copies,
+ * kernels and device-to-host copies overlapped on streams. This header is the specification of
+ * the public API; no CUDA type appears in it. Link with ferry::ferry (CMake) or `pkg-config
+ * ferry`. */
+#ifndef FERRY_H
+#define FERRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry/error.h"
+#include "ferry/options.h"
+#include "ferry/version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Errors and logging
+ * ------------------------------------------------------------------------------------------- */
+
+/** Detail of the last error reported by a ferry call in the calling thread (what was wrong,
+ *  the native error name, the accepted range). Empty string when none. Thread-local storage,
+ *  valid until the thread's next failing ferry call. */
+FERRY_EXTERN const char *ferry_last_error(void);
+
+typedef enum ferry_log_level {
+    FERRY_LOG_ERROR = 0,
+    FERRY_LOG_WARN = 1,
+    FERRY_LOG_INFO = 2,
+    FERRY_LOG_DEBUG = 3
+} ferry_log_level_t;
+
+/** Log sink: @p line is one complete message without a newline, "ferry <level> <subsystem>:
+ *  <text>". Called from any ferry thread; must be thread-safe. */
+typedef void (*ferry_log_fn)(ferry_log_level_t level, const char *subsystem, const char *line,
+                             void *arg);
+
+/** Replace the process-wide log sink (NULL restores the default, stderr). Thread-safe. */
+FERRY_EXTERN void ferry_set_log_handler(ferry_log_fn fn, void *arg);
+/** Messages above @p level are dropped before their arguments are formatted. Thread-safe. The
+ *  initial level is FERRY_LOG_WARN, or FERRY_LOG_LEVEL (error|warn|info|debug) when valid. */
+FERRY_EXTERN void ferry_set_log_level(ferry_log_level_t level);
+FERRY_EXTERN ferry_log_level_t ferry_get_log_level(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Runtime and devices
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct ferry_runtime ferry_runtime_t;
+typedef struct ferry_device ferry_device_t;
+
+typedef struct ferry_runtime_config {
+    size_t size;             /* sizeof(ferry_runtime_config_t), set by the INIT macro */
+    const char *backend;     /* "auto", "sim" or "cuda"; NULL: the `backend` option */
+    const char *profile;     /* simulator device profile (JSON path); NULL: the `profile` option */
+    const ferry_options_t *options; /* NULL: defaults plus FERRY_* environment; copied */
+} ferry_runtime_config_t;
+#define FERRY_RUNTIME_CONFIG_INIT {.size = sizeof(ferry_runtime_config_t)}
+
+/** Create a runtime on one backend. "auto" picks cuda when a GPU answers, else sim (the reason
+ *  cuda was not taken is logged at info level and kept in ferry_runtime_fallback_reason()).
+ *  @p cfg is read during the call only; NULL means defaults. On error *out is untouched.
+ *  Returns 0, FERRY_EINVAL, FERRY_ENOMEM, FERRY_ENODEV (backend unknown or unavailable),
+ *  FERRY_EPARSE (profile or environment), FERRY_EBACKEND. Thread-safe. */
+FERRY_EXTERN int ferry_runtime_create(const ferry_runtime_config_t *cfg, ferry_runtime_t **out);
+/** Destroy @p rt. Every pipeline and pool created on it must be destroyed first. NULL: no-op. */
+FERRY_EXTERN void ferry_runtime_destroy(ferry_runtime_t *rt);
+/** Names of the backends built into this library, in "auto" order ("cuda" first when built
+ *  with CUDA, then "sim"), NULL-terminated. Static storage. */
+FERRY_EXTERN const char *const *ferry_backend_names(void);
+/** Whether backend @p name has a device here, without creating a runtime. Returns the device
+ *  count (>= 1), or a negative code with the reason (the CUDA error, for instance) written to
+ *  @p why (may be NULL). */
+FERRY_EXTERN int ferry_backend_probe(const char *name, char *why, size_t why_len);
+/** Name of the backend in use ("sim" or "cuda"). Static storage. */
+FERRY_EXTERN const char *ferry_runtime_backend(const ferry_runtime_t *rt);
+/** Why "auto" did not pick cuda (empty when it did or was not asked). Owned by @p rt. */
+FERRY_EXTERN const char *ferry_runtime_fallback_reason(const ferry_runtime_t *rt);
+/** The last error reported by any call on @p rt or its objects. Owned by @p rt; copy it. */
+FERRY_EXTERN const char *ferry_runtime_last_error(const ferry_runtime_t *rt);
+/** The options in force for @p rt (borrowed, read-only, valid for the runtime's lifetime). */
+FERRY_EXTERN const ferry_options_t *ferry_runtime_options(const ferry_runtime_t *rt);
+
+/** Number of devices the backend offers (>= 1 on a created runtime), or a negative code. */
+FERRY_EXTERN int ferry_device_count(ferry_runtime_t *rt);
+/** Borrow device @p index of @p rt (owned by the runtime). Returns 0, FERRY_EINVAL or
+ *  FERRY_ENODEV; the first call for an index opens the device. Thread-safe. */
+FERRY_EXTERN int ferry_device_get(ferry_runtime_t *rt, int index, ferry_device_t **out);
+
+typedef struct ferry_device_props {
+    size_t size;             /* sizeof(ferry_device_props_t), set by the caller (INIT macro) */
+    char name[128];          /* "NVIDIA H200" */
+    char backend[16];        /* "sim" or "cuda" */
+    int index;               /* device index within the backend */
+    bool simulated;          /* true on the sim backend: times are virtual */
+    int cc_major, cc_minor;  /* compute capability */
+    int sms;                 /* multiprocessors */
+    int copy_engines;        /* asyncEngineCount */
+    bool concurrent_kernels; /* a yes/no flag, not a count */
+    int max_resident_grids;  /* 128 on Hopper */
+    int priority_least;      /* numerically largest priority value (0 on the H200) */
+    int priority_greatest;   /* numerically smallest, the highest priority (-5 on the H200) */
+    uint64_t memory_bytes;   /* device memory */
+    uint64_t l2_bytes;       /* L2 cache */
+    int pcie_gen, pcie_width;     /* current link; 0 when unknown */
+    int pcie_gen_max, pcie_width_max; /* what the link can do; 0 when unknown */
+    double link_gbps;        /* theoretical GB/s per direction of the link; 0 when unknown */
+    int numa_node;           /* -1 when unknown */
+    char driver_version[32]; /* "580.159.04", or "simulated" */
+    char runtime_version[32];/* "13.0" */
+    char profile[256];       /* sim: profile file in use; cuda: empty */
+    char pci_bus_id[32];     /* "0000:17:00.0", empty when unknown */
+    uint64_t default_chunk_bytes; /* chunk size the pipeline uses when none is set */
+} ferry_device_props_t;
+#define FERRY_DEVICE_PROPS_INIT {.size = sizeof(ferry_device_props_t)}
+
+/** Fill @p out (whose size field the caller sets). Returns 0 or FERRY_EINVAL. Thread-safe. */
+FERRY_EXTERN int ferry_device_props(ferry_device_t *dev, ferry_device_props_t *out);
+/** True when @p dev's clock is virtual (the simulator). */
+FERRY_EXTERN bool ferry_device_is_simulated(const ferry_device_t *dev);
+/** The device's clock in nanoseconds: virtual on sim, CLOCK_MONOTONIC on cuda. */
+FERRY_EXTERN uint64_t ferry_device_now_ns(ferry_device_t *dev);
+
+/* ---------------------------------------------------------------------------------------------
+ * Pinned host memory pool: pinned once at creation, sub-allocated in fixed slots, O(1).
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct ferry_pool ferry_pool_t;
+
+typedef struct ferry_pool_config {
+    size_t size;       /* sizeof(ferry_pool_config_t), set by the INIT macro */
+    size_t bytes;      /* total pinned bytes; 0: slots x slot_bytes */
+    size_t slot_bytes; /* bytes per slot (rounded up to align); 0: the chunk_bytes option */
+    size_t slots;      /* used when bytes is 0; 0: 2 x the depth option */
+    size_t align;      /* slot alignment, a power of two; 0: 4096 */
+} ferry_pool_config_t;
+#define FERRY_POOL_CONFIG_INIT {.size = sizeof(ferry_pool_config_t)}
+
+typedef struct ferry_pool_stats {
+    size_t size;          /* sizeof(ferry_pool_stats_t), set by the caller */
+    size_t bytes;         /* pinned bytes held */
+    size_t slot_bytes;    /* bytes per slot */
+    size_t slots;         /* slots in all */
+    size_t in_use;        /* slots handed out now */
+    size_t peak_in_use;   /* most slots ever handed out at once */
+    uint64_t allocs;      /* successful allocations */
+    uint64_t waits;       /* allocations that had to wait for a free slot */
+    uint64_t eagain;      /* non-blocking allocations refused because the pool was empty */
+} ferry_pool_stats_t;
+#define FERRY_POOL_STATS_INIT {.size = sizeof(ferry_pool_stats_t)}
+
+/** Pool bytes for the sizing rule: stages x largest chunk x 2 (double buffering). Returns 0,
+ *  FERRY_EINVAL (zero argument, NULL) or FERRY_ERANGE (overflow). */
+FERRY_EXTERN int ferry_pool_bytes_for(size_t stages, size_t largest_chunk, size_t *out);
+
+/** Create a pinned host pool for @p dev: host memory allocated and registered (pinned) once,
+ *  here, and never again. @p cfg is read during the call only; NULL means defaults. On error
+ *  *out is untouched. Returns 0, FERRY_EINVAL, FERRY_ERANGE, FERRY_ENOMEM or FERRY_EBACKEND
+ *  (pinning refused). Thread-safe. */
+FERRY_EXTERN int ferry_pool_create(ferry_device_t *dev, const ferry_pool_config_t *cfg,
+                                   ferry_pool_t **out);
+/** Destroy @p pool. Slots still handed out become invalid. NULL is a no-op. */
+FERRY_EXTERN void ferry_pool_destroy(ferry_pool_t *pool);
+/** Take one slot of at least @p bytes (<= slot_bytes). With @p wait, block until a slot is
+ *  free; without, return FERRY_EAGAIN when none is. Returns 0, FERRY_EINVAL (bytes 0 or
+ *  larger than a slot), FERRY_EAGAIN. The slot is owned by the caller until ferry_pool_free.
+ *  Thread-safe. O(1). */
+FERRY_EXTERN int ferry_pool_alloc(ferry_pool_t *pool, size_t bytes, bool wait, void **out);
+/** Return slot @p p to @p pool. Returns 0 or FERRY_EINVAL (not a slot start of this pool,
+ *  or already free). Thread-safe. O(1). */
+FERRY_EXTERN int ferry_pool_free(ferry_pool_t *pool, void *p);
+/** True when [p, p + bytes) lies inside the pool's pinned memory. */
+FERRY_EXTERN bool ferry_pool_owns(const ferry_pool_t *pool, const void *p, size_t bytes);
+/** Fill @p out (caller sets size). Returns 0 or FERRY_EINVAL. Thread-safe. */
+FERRY_EXTERN int ferry_pool_stats(ferry_pool_t *pool, ferry_pool_stats_t *out);
+
+/** Pin caller memory [p, p + bytes) for @p dev so that copies from it skip staging. Returns 0,
+ *  FERRY_EINVAL or FERRY_EBACKEND (pinning refused, e.g. the memlock limit). Thread-safe. */
+FERRY_EXTERN int ferry_host_register(ferry_device_t *dev, void *p, size_t bytes);
+/** Undo ferry_host_register. Returns 0 or FERRY_EINVAL (not registered). */
+FERRY_EXTERN int ferry_host_unregister(ferry_device_t *dev, void *p);
+
+/* ---------------------------------------------------------------------------------------------
+ * Stages: what runs on each chunk
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct ferry_kernel_args {
+    size_t size;       /* sizeof(ferry_kernel_args_t) */
+    const void *in;    /* input of this chunk (device memory for gpu, host memory for cpu) */
+    void *out;         /* output of this chunk, same length as the input */
+    size_t bytes;      /* length of this chunk */
+    size_t offset;     /* byte offset of this chunk within its batch */
+    uint64_t batch_id; /* the batch's id as returned by submit */
+    uint32_t chunk;    /* chunk index within the batch */
+    uint32_t attempt;  /* 0 for the first attempt */
+} ferry_kernel_args_t;
+
+/** Launch the stage's kernel(s) on @p stream (a cudaStream_t on the cuda backend). Must only
+ *  enqueue work on that stream and return; returns 0 or a negative FERRY_* code. */
+typedef int (*ferry_gpu_fn)(const ferry_kernel_args_t *args, void *stream, void *user);
+/** The same transform on the CPU, synchronously. The simulator runs it as the kernel; the
+ *  fallback path runs it when the GPU path fails. Returns 0 or a negative FERRY_* code. */
+typedef int (*ferry_cpu_fn)(const ferry_kernel_args_t *args, void *user);
+
+typedef struct ferry_stage {
+    size_t size;          /* sizeof(ferry_stage_t), set by the INIT macro */
+    const char *name;     /* for logs, traces and failure records; copied */
+    ferry_gpu_fn gpu;     /* required on the cuda backend */
+    ferry_cpu_fn cpu;     /* required on the sim backend; optional fallback on cuda */
+    void *user;           /* passed to both; borrowed for the pipeline's lifetime */
+    double ns_per_byte;   /* cost hint: kernel time per byte with the whole GPU; 0: the
+                             profile's device-to-device rate (a memory-bound pass) */
+} ferry_stage_t;
+#define FERRY_STAGE_INIT {.size = sizeof(ferry_stage_t)}
+
+/* ---------------------------------------------------------------------------------------------
+ * Pipelines
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct ferry_pipeline ferry_pipeline_t;
+
+typedef struct ferry_pipeline_config {
+    size_t size;              /* sizeof(ferry_pipeline_config_t), set by the INIT macro */
+    ferry_device_t *device;   /* required; borrowed for the pipeline's lifetime */
+    const ferry_stage_t *stage; /* required; copied */
+    size_t chunk_bytes;       /* 0: the chunk_bytes option (profile default when that is 0) */
+    unsigned depth;           /* chunks in flight (pinned and device slots); 0: option */
+    unsigned copy_streams;    /* streams per copy direction (H2D and D2H each); 0: option */
+    unsigned compute_streams; /* 0: option */
+    int copy_priority;        /* stream priority of copy streams; FERRY_PRIORITY_DEFAULT: option */
+    int compute_priority;     /* likewise for compute streams */
+    unsigned queue_depth;     /* bounded submission queue; 0: (2 x copy + compute) x 2 */
+    int nonblocking;          /* 1: submit returns FERRY_EAGAIN when full; 0: it blocks;
+                                 -1: the nonblocking option */
+    unsigned workers;         /* host worker threads; 0: option */
+    bool single_stream;       /* every op of every chunk on one stream: no overlap (the
+                                 baseline, and the last step before giving up on the GPU) */
+} ferry_pipeline_config_t;
+#define FERRY_PRIORITY_DEFAULT (-1000)
+#define FERRY_PIPELINE_CONFIG_INIT                                                                 \
+    {.size = sizeof(ferry_pipeline_config_t), .copy_priority = FERRY_PRIORITY_DEFAULT,           \
+     .compute_priority = FERRY_PRIORITY_DEFAULT, .nonblocking = -1}
+
+/** Fill one chunk's pinned input directly (decode, generate) instead of copying from
+ *  batch->in. @p slot holds @p bytes; @p offset is the chunk's offset within the batch.
+ *  Called on a ferry thread; returns 0 or a negative code (the batch then fails). */
+typedef int (*ferry_prepare_fn)(void *slot, size_t bytes, size_t offset, void *arg);
+
+typedef struct ferry_batch {
+    size_t size;              /* sizeof(ferry_batch_t), set by the INIT macro */
+    const void *in;           /* input bytes; borrowed until the callback. NULL iff prepare */
+    void *out;                /* output bytes (same length); borrowed until the callback.
+                                 NULL: output is discarded after the stage ran */
+    size_t bytes;             /* 0 is a valid, empty batch */
+    ferry_prepare_fn prepare; /* optional: fill each chunk's input in place of in */
+    void *prepare_arg;
+} ferry_batch_t;
+#define FERRY_BATCH_INIT {.size = sizeof(ferry_batch_t)}
+
+typedef enum ferry_batch_where {
+    FERRY_DONE_GPU = 0,  /* the stage ran on the device (or the simulated device) */
+    FERRY_DONE_CPU = 1,  /* the stage's CPU function produced the output */
+    FERRY_DONE_FAILED = 2 /* no output; status says why */
+} ferry_batch_where_t;
+
+typedef struct ferry_batch_result {
+    uint64_t id;          /* as returned by submit */
+    int status;           /* 0, or the FERRY_* code that failed the batch */
+    ferry_batch_where_t where;
+    const void *in;       /* the batch's buffers, handed back */
+    void *out;
+    size_t bytes;
+    uint32_t chunks;      /* chunks the batch was cut into */
+    uint64_t submit_ns;   /* device clock at submit and at completion */
+    uint64_t done_ns;
+} ferry_batch_result_t;
+
+/** Called exactly once per accepted batch, from a ferry thread, after its output is complete
+ *  (or it failed). @p r is valid during the call only. Must not call drain or close. */
+typedef void (*ferry_done_fn)(const ferry_batch_result_t *r, void *arg);
+
+/** Create a pipeline: streams, events, device buffers, pinned slots and threads, all once,
+ *  here. @p cfg is read during the call; the stage is copied. On error *out is untouched.
+ *  Returns 0, FERRY_EINVAL (NULL, missing stage function, value out of range with the
+ *  option named in the last-error text), FERRY_ENOMEM, FERRY_EDEVMEM, FERRY_EBACKEND. */
+FERRY_EXTERN int ferry_pipeline_create(const ferry_pipeline_config_t *cfg,
+                                       ferry_pipeline_t **out);
+
+/** Queue @p batch (copied; its buffers are borrowed until the callback). The bounded
+ *  submission queue applies backpressure: a full queue blocks, or returns FERRY_EAGAIN in
+ *  non-blocking mode. Never drops. If this returns an error, @p cb is never called. @p id may
+ *  be NULL. Returns 0, FERRY_EINVAL (NULL cb, in and prepare both or neither for bytes > 0),
+ *  FERRY_EAGAIN, FERRY_ECLOSED. Thread-safe. */
+FERRY_EXTERN int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch,
+                                       ferry_done_fn cb, void *arg, uint64_t *id);
+
+/** Block until every batch submitted before the call has completed and its callback has
+ *  returned. Returns 0 or FERRY_EINVAL. Must not be called from a callback. */
+FERRY_EXTERN int ferry_pipeline_drain(ferry_pipeline_t *p);
+
+/** Destroy @p p if nothing is in flight: returns FERRY_EBUSY (and does nothing) while batches
+ *  are queued or running; drain first. NULL is a no-op returning 0. */
+FERRY_EXTERN int ferry_pipeline_close(ferry_pipeline_t *p);
+
+#define FERRY_STATS_MAX_STREAMS 32
+
+typedef struct ferry_pipeline_stats {
+    size_t size;               /* sizeof(ferry_pipeline_stats_t), set by the caller */
+    uint64_t batches_submitted, batches_done_gpu, batches_done_cpu, batches_failed;
+    uint64_t chunks;
+    uint64_t bytes_h2d, bytes_d2h;
+    uint64_t elapsed_ns;       /* device clock from the first copy's start to the last's end */
+    uint64_t busy_h2d_ns, busy_compute_ns, busy_d2h_ns; /* time each engine class was busy */
+    double gbps_h2d, gbps_d2h; /* bytes / elapsed, GB/s (1e9 bytes per second) */
+    double overlap;            /* (busy_h2d + busy_compute + busy_d2h) / elapsed: 1 means
+                                  serial, up to 3 when every engine is always busy */
+    unsigned streams;          /* streams in the plan (all kinds), <= FERRY_STATS_MAX_STREAMS */
+    char stream_kind[FERRY_STATS_MAX_STREAMS]; /* 'h' H2D, 'c' compute, 'd' D2H, 'a' all */
+    uint64_t stream_busy_ns[FERRY_STATS_MAX_STREAMS];
+    uint64_t queue_full_waits; /* submits that waited (blocking) on a full queue */
+    uint64_t queue_full_eagain;/* submits refused with FERRY_EAGAIN */
+    uint64_t staged_bytes;     /* input bytes copied into pinned slots by host workers */
+    uint64_t copied_out_bytes; /* output bytes copied out of pinned slots */
+    uint64_t chunk_bytes;      /* the plan in force: chunk size, slots, streams */
+    unsigned depth, copy_streams, compute_streams, queue_depth;
+    unsigned slots_in_use;     /* slots bound to chunks in flight now (0 once drained) */
+} ferry_pipeline_stats_t;
+#define FERRY_PIPELINE_STATS_INIT {.size = sizeof(ferry_pipeline_stats_t)}
+
+/** Fill @p out (caller sets size). Consistent once drained. Returns 0 or FERRY_EINVAL. */
+FERRY_EXTERN int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out);
+
+/** Write a Chrome trace (JSON, opens in ui.perfetto.dev) of every op the pipeline ran so far,
+ *  one track per stream and per engine class. Pipelines record their ops only when created
+ *  with the `trace` option on. Returns 0, FERRY_EINVAL, FERRY_ESTATE (tracing off), FERRY_EIO.
+ */
+FERRY_EXTERN int ferry_pipeline_write_trace(ferry_pipeline_t *p, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

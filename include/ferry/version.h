@@ -1,0 +1,33 @@
+/* ferry version macros and the visibility macro used on every public symbol. */
+#ifndef FERRY_VERSION_H
+#define FERRY_VERSION_H
+
+#define FERRY_VERSION_MAJOR 0
+#define FERRY_VERSION_MINOR 1
+#define FERRY_VERSION_PATCH 0
+#define FERRY_VERSION_STRING "0.1.0"
+/* Monotonic number for compile-time checks: major * 10000 + minor * 100 + patch. */
+#define FERRY_VERSION_NUMBER                                                                       \
+    (FERRY_VERSION_MAJOR * 10000 + FERRY_VERSION_MINOR * 100 + FERRY_VERSION_PATCH)
+
+#if defined(FERRY_STATIC)
+#define FERRY_EXTERN
+#elif defined(__GNUC__)
+#define FERRY_EXTERN __attribute__((visibility("default")))
+#else
+#define FERRY_EXTERN
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The library's version as FERRY_VERSION_NUMBER computed when it was built. */
+FERRY_EXTERN unsigned ferry_version(void);
+/** The library's version string ("0.1.0"); static storage. */
+FERRY_EXTERN const char *ferry_version_string(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

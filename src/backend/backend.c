@@ -1,0 +1,164 @@
+/* The backend registry (in `auto` priority order) and the ferry__be_* wrappers: the one place
+ * where a NULL operation becomes FERRY_ENOTSUP. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/runtime.h"
+
+const ferry_backend_ops_t *const ferry__backends[] = {
+#ifdef FERRY_WITH_CUDA
+    &ferry__cuda_backend,
+#endif
+    &ferry__sim_backend,
+    NULL,
+};
+
+const ferry_backend_ops_t *ferry__backend_find(const char *name)
+{
+    if (name == NULL)
+        return NULL;
+    for (size_t i = 0; ferry__backends[i] != NULL; i++)
+        if (strcmp(ferry__backends[i]->name, name) == 0)
+            return ferry__backends[i];
+    return NULL;
+}
+
+static int notsup(const ferry_device_t *d, const char *op)
+{
+    return ferry__error(FERRY_ENOTSUP, "backend %s does not support %s", d->ops->name, op);
+}
+
+int ferry__be_host_register(ferry_device_t *d, void *p, size_t n)
+{
+    return d->ops->host_register ? d->ops->host_register(d->be, p, n) : notsup(d, "host_register");
+}
+
+int ferry__be_host_unregister(ferry_device_t *d, void *p)
+{
+    return d->ops->host_unregister ? d->ops->host_unregister(d->be, p)
+                                   : notsup(d, "host_unregister");
+}
+
+int ferry__be_mem_alloc(ferry_device_t *d, size_t n, void **out)
+{
+    return d->ops->mem_alloc ? d->ops->mem_alloc(d->be, n, out) : notsup(d, "mem_alloc");
+}
+
+void ferry__be_mem_free(ferry_device_t *d, void *p)
+{
+    if (p != NULL && d->ops->mem_free)
+        d->ops->mem_free(d->be, p);
+}
+
+int ferry__be_stream_create(ferry_device_t *d, int priority, ferry_be_stream_t **out)
+{
+    return d->ops->stream_create ? d->ops->stream_create(d->be, priority, out)
+                                 : notsup(d, "stream_create");
+}
+
+void ferry__be_stream_destroy(ferry_device_t *d, ferry_be_stream_t *s)
+{
+    if (s != NULL && d->ops->stream_destroy)
+        d->ops->stream_destroy(s);
+}
+
+void *ferry__be_stream_native(ferry_device_t *d, ferry_be_stream_t *s)
+{
+    return d->ops->stream_native ? d->ops->stream_native(s) : NULL;
+}
+
+int ferry__be_stream_sync(ferry_device_t *d, ferry_be_stream_t *s)
+{
+    return d->ops->stream_sync ? d->ops->stream_sync(s) : notsup(d, "stream_sync");
+}
+
+int ferry__be_event_create(ferry_device_t *d, ferry_be_event_t **out)
+{
+    return d->ops->event_create ? d->ops->event_create(d->be, out) : notsup(d, "event_create");
+}
+
+void ferry__be_event_destroy(ferry_device_t *d, ferry_be_event_t *e)
+{
+    if (e != NULL && d->ops->event_destroy)
+        d->ops->event_destroy(e);
+}
+
+int ferry__be_event_record(ferry_device_t *d, ferry_be_event_t *e, ferry_be_stream_t *s)
+{
+    return d->ops->event_record ? d->ops->event_record(e, s) : notsup(d, "event_record");
+}
+
+int ferry__be_stream_wait_event(ferry_device_t *d, ferry_be_stream_t *s, ferry_be_event_t *e)
+{
+    return d->ops->stream_wait_event ? d->ops->stream_wait_event(s, e)
+                                     : notsup(d, "stream_wait_event");
+}
+
+int ferry__be_event_query(ferry_device_t *d, ferry_be_event_t *e)
+{
+    return d->ops->event_query ? d->ops->event_query(e) : notsup(d, "event_query");
+}
+
+int ferry__be_event_wait_any(ferry_device_t *d, ferry_be_event_t *const *evs, size_t n,
+                             uint64_t timeout_ns, size_t *which)
+{
+    return d->ops->event_wait_any ? d->ops->event_wait_any(evs, n, timeout_ns, which)
+                                  : notsup(d, "event_wait_any");
+}
+
+int ferry__be_event_time_ns(ferry_device_t *d, ferry_be_event_t *e, uint64_t *out)
+{
+    return d->ops->event_time_ns ? d->ops->event_time_ns(e, out) : notsup(d, "event_time_ns");
+}
+
+int ferry__be_memcpy_h2d(ferry_device_t *d, ferry_be_stream_t *s, void *dst, const void *src,
+                         size_t n)
+{
+    return d->ops->memcpy_h2d ? d->ops->memcpy_h2d(s, dst, src, n) : notsup(d, "memcpy_h2d");
+}
+
+int ferry__be_memcpy_d2h(ferry_device_t *d, ferry_be_stream_t *s, void *dst, const void *src,
+                         size_t n)
+{
+    return d->ops->memcpy_d2h ? d->ops->memcpy_d2h(s, dst, src, n) : notsup(d, "memcpy_d2h");
+}
+
+int ferry__be_launch(ferry_device_t *d, ferry_be_stream_t *s, const ferry_be_launch_t *l)
+{
+    return d->ops->launch ? d->ops->launch(s, l) : notsup(d, "launch");
+}
+
+const char *const *ferry_backend_names(void)
+{
+    static const char *names[8];
+    static int ready;
+    if (!__atomic_load_n(&ready, __ATOMIC_ACQUIRE)) {
+        size_t i = 0;
+        for (; ferry__backends[i] != NULL && i < 7; i++)
+            names[i] = ferry__backends[i]->name;
+        names[i] = NULL;
+        __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
+    }
+    return names;
+}
+
+int ferry_backend_probe(const char *name, char *why, size_t why_len)
+{
+    char buf[256] = "";
+    const ferry_backend_ops_t *ops = ferry__backend_find(name);
+    if (ops == NULL) {
+        if (why && why_len)
+            snprintf(why, why_len, "%s",
+                     name && strcmp(name, "cuda") == 0 ? "built without CUDA" : "unknown backend");
+        return ferry__error(FERRY_ENODEV, "unknown backend '%s'", name ? name : "(null)");
+    }
+    int count = 0;
+    int rc = ops->device_count(&count, buf, sizeof(buf));
+    if (rc == 0 && count <= 0) {
+        rc = FERRY_ENODEV;
+        snprintf(buf, sizeof(buf), "no device found");
+    }
+    if (why && why_len)
+        snprintf(why, why_len, "%s", rc == 0 ? "" : buf);
+    return rc == 0 ? count : ferry__error(rc, "backend %s: %s", name, buf);
+}

@@ -1,0 +1,111 @@
+/* The backend contract: one const ops table per backend (cuda, sim), reached only through the
+ * ferry__be_* wrappers in backend.c, which return FERRY_ENOTSUP where an operation is NULL.
+ * A backend knows nothing of pipelines; native errors are translated here, at the edge, into
+ * FERRY_E* codes with the native name in the last-error text. */
+#ifndef FERRY_BACKEND_H
+#define FERRY_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry.h"
+
+#define FERRY_BACKEND_ABI 1
+
+/* Capability bits. */
+#define FERRY_BE_CAP_VIRTUAL_CLOCK 0x1u /* time is modelled, not measured */
+#define FERRY_BE_CAP_NATIVE_STREAM 0x2u /* launches receive a native stream handle */
+#define FERRY_BE_CAP_HOST_COST 0x4u     /* host call costs are charged to a virtual host clock */
+
+/* Opaque per-backend objects. Each backend defines these structs in its own folder. */
+typedef struct ferry_be_device ferry_be_device_t;
+typedef struct ferry_be_stream ferry_be_stream_t;
+typedef struct ferry_be_event ferry_be_event_t;
+
+/* What the backend needs to open a device. */
+typedef struct ferry_be_open_params {
+    const char *profile_path;       /* sim: device profile JSON; NULL: built-in search */
+    const ferry_options_t *options; /* borrowed for the device's lifetime */
+    uint64_t seed;                  /* sim: fault schedule and anything random */
+} ferry_be_open_params_t;
+
+/* One kernel launch. Copied by value by the backend at launch time. */
+typedef struct ferry_be_launch {
+    ferry_gpu_fn gpu;         /* cuda: called with the native stream */
+    ferry_cpu_fn cpu;         /* sim: run as the kernel, at the kernel's modelled end */
+    void *user;
+    ferry_kernel_args_t args; /* device pointers */
+    /* Timing hints for the simulator (cuda ignores them): the kernel runs @blocks blocks of
+     * @block_ns each on the SM pool. When args.bytes > 0 the simulator raises block_ns so that
+     * the kernel takes at least one pass over args.bytes at the device-to-device rate. */
+    uint32_t blocks;
+    uint64_t block_ns;
+} ferry_be_launch_t;
+
+typedef struct ferry_backend_ops {
+    const char *name; /* "cuda", "sim" */
+    int abi;          /* FERRY_BACKEND_ABI */
+    unsigned caps;    /* FERRY_BE_CAP_* */
+
+    /* Number of devices without opening one; on failure a negative code and the reason in
+     * @why (e.g. "cudaGetDeviceCount: cudaErrorInsufficientDriver (35)"). */
+    int (*device_count)(int *count, char *why, size_t why_len);
+
+    int (*device_open)(int index, const ferry_be_open_params_t *params, ferry_be_device_t **out);
+    void (*device_close)(ferry_be_device_t *dev);
+    int (*device_props)(ferry_be_device_t *dev, ferry_device_props_t *out);
+    /* Device clock in ns: virtual on sim. */
+    uint64_t (*now_ns)(ferry_be_device_t *dev);
+
+    /* Pin / unpin host memory the caller allocated (cudaHostRegister). */
+    int (*host_register)(ferry_be_device_t *dev, void *p, size_t bytes);
+    int (*host_unregister)(ferry_be_device_t *dev, void *p);
+
+    /* Device memory. */
+    int (*mem_alloc)(ferry_be_device_t *dev, size_t bytes, void **out);
+    void (*mem_free)(ferry_be_device_t *dev, void *p);
+
+    /* Streams are non-blocking (never the legacy default stream). @priority is a CUDA
+     * priority within the device's range (least .. greatest). */
+    int (*stream_create)(ferry_be_device_t *dev, int priority, ferry_be_stream_t **out);
+    void (*stream_destroy)(ferry_be_stream_t *s);
+    /* The native handle (cudaStream_t) passed to stage launchers; NULL on sim. */
+    void *(*stream_native)(ferry_be_stream_t *s);
+    /* Block the host until all work on @s is done. */
+    int (*stream_sync)(ferry_be_stream_t *s);
+
+    /* Events with timing. */
+    int (*event_create)(ferry_be_device_t *dev, ferry_be_event_t **out);
+    void (*event_destroy)(ferry_be_event_t *e);
+    int (*event_record)(ferry_be_event_t *e, ferry_be_stream_t *s);
+    int (*stream_wait_event)(ferry_be_stream_t *s, ferry_be_event_t *e);
+    /* 0 when complete, FERRY_EAGAIN when not yet, or the error the work ran into. Costs no
+     * virtual time on sim. */
+    int (*event_query)(ferry_be_event_t *e);
+    /* Block until one of @evs completes or @timeout_ns passes (virtual time on sim, where the
+     * clock advances to the earliest completion). Returns 0 and the index in *which, or
+     * FERRY_ETIMEDOUT, or an error. */
+    int (*event_wait_any)(ferry_be_event_t *const *evs, size_t n, uint64_t timeout_ns,
+                          size_t *which);
+    /* Device-clock time at which a completed event was reached, in ns. */
+    int (*event_time_ns)(ferry_be_event_t *e, uint64_t *out);
+
+    /* Asynchronous copies. Pinned host memory (registered) is asynchronous; pageable memory
+     * is slower and the call returns only when the copy is done (as cudaMemcpyAsync does). */
+    int (*memcpy_h2d)(ferry_be_stream_t *s, void *dst_dev, const void *src_host, size_t bytes);
+    int (*memcpy_d2h)(ferry_be_stream_t *s, void *dst_host, const void *src_dev, size_t bytes);
+
+    int (*launch)(ferry_be_stream_t *s, const ferry_be_launch_t *l);
+} ferry_backend_ops_t;
+
+/* The registered backends, in `auto` priority order, NULL-terminated. */
+extern const ferry_backend_ops_t *const ferry__backends[];
+/* The backend called @name, or NULL. */
+const ferry_backend_ops_t *ferry__backend_find(const char *name);
+
+/* Built-in backends (the cuda one exists only when built with FERRY_WITH_CUDA). */
+extern const ferry_backend_ops_t ferry__sim_backend;
+extern const ferry_backend_ops_t ferry__cuda_backend;
+
+#endif

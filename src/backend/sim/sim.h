@@ -1,0 +1,108 @@
+/* The simulated GPU backend's internal interface: the device profile (parsed strictly from JSON,
+ * see docs/simulator.md), the copy-time model, and read-only hooks for tests and tools (ferry
+ * probe, fuzzers). Nothing here is public; names carry the ferry__sim_ prefix. The backend itself
+ * is reached through ferry__sim_backend (backend/backend.h). */
+#ifndef FERRY_BACKEND_SIM_H
+#define FERRY_BACKEND_SIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+/* The "format" string a profile must carry. */
+#define FERRY_SIM_PROFILE_FORMAT "ferry-profile-1"
+/* Most points per copy curve. */
+#define FERRY_SIM_CURVE_MAX 32
+/* Profiles larger than this are refused before parsing (a profile is a few KiB). */
+#define FERRY_SIM_PROFILE_MAX_BYTES (1u << 20)
+
+enum ferry_sim_dir { FERRY_SIM_H2D = 0, FERRY_SIM_D2H = 1 };
+
+/* A measured copy curve: the elapsed time of one copy of bytes[i] on an idle GPU, as bytes[i] /
+ * gbps[i] (GB/s = bytes per ns). Bytes and times strictly increase. */
+struct ferry_sim_curve {
+    int n;
+    uint64_t bytes[FERRY_SIM_CURVE_MAX];
+    double gbps[FERRY_SIM_CURVE_MAX];
+};
+
+/* A device profile: every number the model uses. Filled by ferry__sim_profile_load. */
+struct ferry_sim_profile {
+    char path[256];  /* file it was read from ("" when parsed from memory) */
+    char format[32]; /* FERRY_SIM_PROFILE_FORMAT */
+    char name[128];  /* "NVIDIA H200 (simulated)" */
+    int devices;     /* devices this profile simulates (optional key, default 1) */
+    /* device */
+    int sms;
+    int cc_major, cc_minor;
+    uint64_t memory_bytes;
+    uint64_t l2_bytes;
+    int copy_engines;        /* asyncEngineCount, reported only */
+    int max_resident_grids;  /* kernels dispatched and not finished, at most */
+    int priority_least;      /* numerically largest priority (0 on the H200) */
+    int priority_greatest;   /* numerically smallest, the highest priority (-5) */
+    double d2d_gbps;         /* device-to-device rate: the default cost of a memory-bound pass */
+    int connections_default; /* hardware queues when CUDA_DEVICE_MAX_CONNECTIONS is unset */
+    /* pcie */
+    int pcie_gen, pcie_width;
+    double pcie_gbps; /* theoretical per direction */
+    /* copy, indexed by enum ferry_sim_dir */
+    int engines[2]; /* FIFO copy engines per direction */
+    struct ferry_sim_curve curve[2];
+    double bidir_factor;     /* each direction's share of its rate while both transfer */
+    double pageable_gbps[2]; /* rate of copies from or to unregistered host memory */
+    /* host costs, charged to the virtual host clock */
+    uint64_t copy_submit_ns;
+    uint64_t launch_ns;
+    uint64_t event_record_ns;
+    uint64_t stream_wait_ns;
+    uint64_t register_ns_per_gib;
+    uint64_t unregister_ns_per_gib;
+    /* defaults */
+    uint64_t default_chunk_bytes;
+};
+
+/* Load and validate the profile at @path into @out. Strict: an unreadable file is FERRY_EIO, a
+ * syntax error, unknown or duplicate key, missing required key, wrong type, out-of-range value,
+ * zero or negative rate or non-monotonic curve is FERRY_EPARSE; the last-error text names the
+ * file, the key and what is accepted. @out is written only on success. Thread-safe. */
+int ferry__sim_profile_load(const char *path, struct ferry_sim_profile *out);
+/* The same on @len bytes of JSON at @text; @name names the source in messages. For fuzzers. */
+int ferry__sim_profile_parse(const char *text, size_t len, const char *name,
+                             struct ferry_sim_profile *out);
+/* Load the built-in profile: FERRY_SOURCE_PROFILE_DIR/h200.json, then
+ * FERRY_PROFILE_DIR/h200.json. A file that exists but is invalid is an error (no silent fall
+ * back); none found is FERRY_ENODEV naming the paths tried. */
+int ferry__sim_profile_load_default(struct ferry_sim_profile *out);
+
+/* Device-side time in ns of one copy of @bytes in direction @dir on an otherwise idle device
+ * (latency plus transfer at the one-direction rate); @pinned false uses the pageable rate. */
+uint64_t ferry__sim_copy_ns(const struct ferry_sim_profile *p, int dir, uint64_t bytes,
+                            bool pinned);
+/* The part of that time that does not use the link (setup and completion latency). */
+uint64_t ferry__sim_copy_latency_ns(const struct ferry_sim_profile *p, int dir, uint64_t bytes);
+
+/* The profile a sim device was opened with (borrowed, valid until device_close), for `ferry
+ * probe`. NULL when @dev is NULL. */
+const struct ferry_sim_profile *ferry__sim_device_profile(ferry_be_device_t *dev);
+/* Hardware queues in effect (from CUDA_DEVICE_MAX_CONNECTIONS at open). */
+int ferry__sim_connections(ferry_be_device_t *dev);
+
+/* Counters of one device since open. */
+struct ferry_sim_stats {
+    uint64_t ops_submitted, ops_completed;
+    uint64_t copies[2], bytes[2], pageable_copies;
+    uint64_t kernels, kernel_errors, blocks;
+    int peak_resident_grids;
+    uint64_t mem_used, mem_peak;
+};
+int ferry__sim_stats(ferry_be_device_t *dev, struct ferry_sim_stats *out);
+
+/* Faults (kernel error, sticky error, hang, slow link, allocation failure on a schedule seeded
+ * by ferry_be_open_params_t.seed) are a later issue. They will hook in sim_model.c where a
+ * kernel or copy completes and in sim_backend.c's mem_alloc; the places are marked
+ * "FAULT HOOK". Nothing is injected today. */
+
+#endif

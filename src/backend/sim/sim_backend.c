@@ -1,0 +1,734 @@
+/* The sim backend's ops table: argument checks, device memory (host memory counted against the
+ * profile), pinned ranges, CUDA_DEVICE_MAX_CONNECTIONS, and the host's virtual clock: each call
+ * that submits work costs the profile's host time, and calls that wait run the model forward
+ * instead of sleeping. The model itself lives in sim_model.c. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/sim/sim_model.h"
+#include "core/internal.h"
+
+/* cudaMalloc returns at least 256-byte aligned memory; kernels may rely on it. */
+#define SIM_DEV_ALIGN 256
+/* The documented range of CUDA_DEVICE_MAX_CONNECTIONS, and what was seen to work above it. */
+#define SIM_CONNS_MAX_DOC  32
+#define SIM_CONNS_MAX_SEEN 64
+
+static void lock(struct ferry_be_device *dev)
+{
+    pthread_mutex_lock(&dev->mu);
+}
+static void unlock(struct ferry_be_device *dev)
+{
+    pthread_mutex_unlock(&dev->mu);
+}
+
+/* The host spends @ns in a call: the device model runs alongside up to the new host time. */
+static void charge(struct ferry_be_device *dev, uint64_t ns)
+{
+    ferry__sim_advance_to(dev, dev->now + ns);
+}
+
+/* CUDA reads CUDA_DEVICE_MAX_CONNECTIONS at cuInit; we read it at open. FACTS.md: 1..32 is
+ * documented (default 8), invalid values (0, abc) behave like unset, 33 and 64 were accepted
+ * unclamped (undocumented). */
+static int read_connections(int dflt)
+{
+    const char *v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    if (v == NULL)
+        return dflt;
+    long n = -1;
+    if (v[0] >= '0' && v[0] <= '9' && strlen(v) <= 6) {
+        char *end = NULL;
+        errno = 0;
+        n = strtol(v, &end, 10);
+        if (errno != 0 || *end != '\0')
+            n = -1;
+    }
+    if (n >= 1 && n <= SIM_CONNS_MAX_DOC)
+        return (int)n;
+    if (n > SIM_CONNS_MAX_DOC && n <= SIM_CONNS_MAX_SEEN) {
+        ferry_log(FERRY_LOG_WARN, "sim",
+                  "CUDA_DEVICE_MAX_CONNECTIONS=%ld is above the documented 1..32; CUDA accepts it "
+                  "unclamped (measured), so the simulator uses %ld queues",
+                  n, n);
+        return (int)n;
+    }
+    ferry_log(FERRY_LOG_WARN, "sim",
+              "CUDA_DEVICE_MAX_CONNECTIONS=\"%s\" is not a number in 1..32; CUDA ignores it, so "
+              "the simulator uses the default %d",
+              v, dflt);
+    return dflt;
+}
+
+/* ---- address ranges ---------------------------------------------------------------------- */
+
+/* Index of the last range starting at or below @p, or -1. */
+static long range_floor(const struct sim_alloc *a, size_t n, uintptr_t p)
+{
+    long lo = 0, hi = (long)n - 1, best = -1;
+    while (lo <= hi) {
+        long mid = (lo + hi) / 2;
+        if (a[mid].p <= p) {
+            best = mid;
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return best;
+}
+
+static bool range_inside(const struct sim_alloc *a, size_t n, const void *p, size_t bytes)
+{
+    uintptr_t u = (uintptr_t)p;
+    long i = range_floor(a, n, u);
+    return i >= 0 && u - a[i].p <= a[i].bytes && bytes <= a[i].bytes - (u - a[i].p);
+}
+
+static int range_insert(struct sim_alloc **a, size_t *n, size_t *cap, void *p, size_t bytes)
+{
+    if (*n == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 16;
+        struct sim_alloc *na = realloc(*a, ncap * sizeof(**a));
+        if (na == NULL)
+            return FERRY_ENOMEM;
+        *a = na;
+        *cap = ncap;
+    }
+    long i = range_floor(*a, *n, (uintptr_t)p) + 1;
+    memmove(&(*a)[i + 1], &(*a)[i], (*n - (size_t)i) * sizeof(**a));
+    (*a)[i].p = (uintptr_t)p;
+    (*a)[i].bytes = bytes;
+    (*n)++;
+    return 0;
+}
+
+/* Index of the range starting exactly at @p, or -1. */
+static long range_find(const struct sim_alloc *a, size_t n, const void *p)
+{
+    long i = range_floor(a, n, (uintptr_t)p);
+    return i >= 0 && a[i].p == (uintptr_t)p ? i : -1;
+}
+
+static void range_remove(struct sim_alloc *a, size_t *n, long i)
+{
+    memmove(&a[i], &a[i + 1], (*n - (size_t)i - 1) * sizeof(*a));
+    (*n)--;
+}
+
+/* ---- devices ----------------------------------------------------------------------------- */
+
+static int sim_device_count(int *count, char *why, size_t why_len)
+{
+    struct ferry_sim_profile p;
+    if (count == NULL)
+        return ferry__error(FERRY_EINVAL, "sim: device_count: NULL count");
+    if (ferry__sim_profile_load_default(&p) == 0) {
+        *count = p.devices;
+        if (why != NULL && why_len > 0)
+            why[0] = '\0';
+        return 0;
+    }
+    /* A profile given at open may still work: offer one device and say why we could not tell. */
+    *count = 1;
+    if (why != NULL && why_len > 0)
+        snprintf(why, why_len, "%s", ferry__last_error_text());
+    return 0;
+}
+
+static int sim_device_open(int index, const ferry_be_open_params_t *params, ferry_be_device_t **out)
+{
+    if (out == NULL)
+        return ferry__error(FERRY_EINVAL, "sim: device_open: NULL out");
+    struct ferry_be_device *dev = calloc(1, sizeof(*dev));
+    if (dev == NULL)
+        return ferry__error(FERRY_ENOMEM, "sim: out of memory opening device %d", index);
+    int rc;
+    const char *path = params != NULL ? params->profile_path : NULL;
+    if (path != NULL && path[0] != '\0')
+        rc = ferry__sim_profile_load(path, &dev->prof);
+    else
+        rc = ferry__sim_profile_load_default(&dev->prof);
+    if (rc != 0)
+        goto out_free;
+    if (index < 0 || index >= dev->prof.devices) {
+        rc =
+            ferry__error(FERRY_ENODEV, "sim: no device %d: profile %s simulates %d device%s", index,
+                         dev->prof.path, dev->prof.devices, dev->prof.devices == 1 ? "" : "s");
+        goto out_free;
+    }
+    dev->index = index;
+    dev->conns = read_connections(dev->prof.connections_default);
+    rc = ferry__sim_model_init(dev);
+    if (rc != 0)
+        goto out_free;
+    if (pthread_mutex_init(&dev->mu, NULL) != 0) {
+        rc = ferry__error(FERRY_ENOMEM, "sim: cannot create the device mutex");
+        goto out_model;
+    }
+    ferry_log(FERRY_LOG_INFO, "sim", "device %d open: %s, profile %s, %d hardware queues", index,
+              dev->prof.name, dev->prof.path, dev->conns);
+    *out = dev;
+    return 0;
+out_model:
+    ferry__sim_model_fini(dev);
+out_free:
+    free(dev);
+    return rc;
+}
+
+static void sim_device_close(ferry_be_device_t *dev)
+{
+    if (dev == NULL)
+        return;
+    lock(dev);
+    ferry__sim_model_fini(dev);
+    for (size_t i = 0; i < dev->nallocs; i++)
+        free((void *)dev->allocs[i].p);
+    free(dev->allocs);
+    free(dev->regs);
+    unlock(dev);
+    pthread_mutex_destroy(&dev->mu);
+    free(dev);
+}
+
+static int sim_device_props(ferry_be_device_t *dev, ferry_device_props_t *out)
+{
+    if (dev == NULL || !FERRY_SIZE_OK(out, sizeof(ferry_device_props_t)))
+        return ferry__error(FERRY_EINVAL, "sim: device_props: NULL device or props, or props "
+                                          "size not set (use FERRY_DEVICE_PROPS_INIT)");
+    const struct ferry_sim_profile *p = &dev->prof;
+    size_t size = out->size;
+    memset(out, 0, sizeof(*out));
+    out->size = size;
+    snprintf(out->name, sizeof(out->name), "%s", p->name);
+    snprintf(out->backend, sizeof(out->backend), "sim");
+    out->index = dev->index;
+    out->simulated = true;
+    out->cc_major = p->cc_major;
+    out->cc_minor = p->cc_minor;
+    out->sms = p->sms;
+    out->copy_engines = p->copy_engines;
+    out->concurrent_kernels = true;
+    out->max_resident_grids = p->max_resident_grids;
+    out->priority_least = p->priority_least;
+    out->priority_greatest = p->priority_greatest;
+    out->memory_bytes = p->memory_bytes;
+    out->l2_bytes = p->l2_bytes;
+    out->pcie_gen = out->pcie_gen_max = p->pcie_gen;
+    out->pcie_width = out->pcie_width_max = p->pcie_width;
+    out->link_gbps = p->pcie_gbps;
+    out->numa_node = -1;
+    snprintf(out->driver_version, sizeof(out->driver_version), "simulated");
+    snprintf(out->runtime_version, sizeof(out->runtime_version), "simulated");
+    snprintf(out->profile, sizeof(out->profile), "%s", p->path);
+    return 0;
+}
+
+static uint64_t sim_now_ns(ferry_be_device_t *dev)
+{
+    if (dev == NULL)
+        return 0;
+    lock(dev);
+    uint64_t t = dev->now;
+    unlock(dev);
+    return t;
+}
+
+/* ---- host memory ------------------------------------------------------------------------- */
+
+static uint64_t per_gib_ns(uint64_t ns_per_gib, size_t bytes)
+{
+    return (uint64_t)((double)ns_per_gib * (double)bytes / 1073741824.0);
+}
+
+static int sim_host_register(ferry_be_device_t *dev, void *p, size_t bytes)
+{
+    if (dev == NULL || p == NULL || bytes == 0)
+        return ferry__error(FERRY_EINVAL, "sim: host_register: NULL device or pointer, or 0 bytes");
+    int rc = 0;
+    lock(dev);
+    uintptr_t u = (uintptr_t)p;
+    long i = range_floor(dev->regs, dev->nregs, u + bytes - 1);
+    if (i >= 0 && dev->regs[i].p + dev->regs[i].bytes > u) {
+        rc = ferry__error(FERRY_EINVAL,
+                          "sim: host_register: [%p, +%zu) overlaps a registered range at %p "
+                          "(cudaErrorHostMemoryAlreadyRegistered)",
+                          p, bytes, (void *)dev->regs[i].p);
+        goto out_unlock;
+    }
+    if (range_insert(&dev->regs, &dev->nregs, &dev->cap_regs, p, bytes) != 0) {
+        rc = ferry__error(FERRY_ENOMEM, "sim: host_register: out of memory");
+        goto out_unlock;
+    }
+    /* FACTS.md: cudaHostRegister of 1 GiB took 49 ms. */
+    charge(dev, per_gib_ns(dev->prof.register_ns_per_gib, bytes));
+out_unlock:
+    unlock(dev);
+    return rc;
+}
+
+static int sim_host_unregister(ferry_be_device_t *dev, void *p)
+{
+    if (dev == NULL || p == NULL)
+        return ferry__error(FERRY_EINVAL, "sim: host_unregister: NULL device or pointer");
+    int rc = 0;
+    lock(dev);
+    long i = range_find(dev->regs, dev->nregs, p);
+    if (i < 0) {
+        rc = ferry__error(FERRY_EINVAL,
+                          "sim: host_unregister: %p is not the start of a "
+                          "registered range (cudaErrorHostMemoryNotRegistered)",
+                          p);
+        goto out_unlock;
+    }
+    /* Copies in flight may still read or write the range: let them finish first. */
+    ferry__sim_drain(dev);
+    charge(dev, per_gib_ns(dev->prof.unregister_ns_per_gib, dev->regs[i].bytes));
+    range_remove(dev->regs, &dev->nregs, i);
+out_unlock:
+    unlock(dev);
+    return rc;
+}
+
+/* ---- device memory ----------------------------------------------------------------------- */
+
+static int sim_mem_alloc(ferry_be_device_t *dev, size_t bytes, void **out)
+{
+    if (dev == NULL || out == NULL || bytes == 0)
+        return ferry__error(FERRY_EINVAL, "sim: mem_alloc: NULL device or out, or 0 bytes");
+    int rc = 0;
+    lock(dev);
+    /* FAULT HOOK: scheduled allocation failures would act here. */
+    if (bytes > dev->prof.memory_bytes - dev->mem_used) {
+        rc = ferry__error(FERRY_EDEVMEM,
+                          "sim: mem_alloc of %zu bytes: device memory exhausted (%llu of %llu "
+                          "bytes in use, profile %s)",
+                          bytes, (unsigned long long)dev->mem_used,
+                          (unsigned long long)dev->prof.memory_bytes, dev->prof.path);
+        goto out_unlock;
+    }
+    void *p = NULL;
+    size_t rounded = (bytes + SIM_DEV_ALIGN - 1) / SIM_DEV_ALIGN * SIM_DEV_ALIGN;
+    if (rounded < bytes || posix_memalign(&p, SIM_DEV_ALIGN, rounded) != 0) {
+        rc = ferry__error(FERRY_ENOMEM,
+                          "sim: mem_alloc of %zu bytes: the host memory backing the simulated "
+                          "device is exhausted",
+                          bytes);
+        goto out_unlock;
+    }
+    if (range_insert(&dev->allocs, &dev->nallocs, &dev->cap_allocs, p, bytes) != 0) {
+        free(p);
+        rc = ferry__error(FERRY_ENOMEM, "sim: mem_alloc: out of memory");
+        goto out_unlock;
+    }
+    dev->mem_used += bytes;
+    if (dev->mem_used > dev->stats.mem_peak)
+        dev->stats.mem_peak = dev->mem_used;
+    *out = p;
+out_unlock:
+    unlock(dev);
+    return rc;
+}
+
+static void sim_mem_free(ferry_be_device_t *dev, void *p)
+{
+    if (dev == NULL || p == NULL)
+        return;
+    lock(dev);
+    long i = range_find(dev->allocs, dev->nallocs, p);
+    if (i < 0) {
+        ferry_log(FERRY_LOG_WARN, "sim", "mem_free(%p): not a device allocation; ignored", p);
+        goto out_unlock;
+    }
+    /* cudaFree synchronises the device; work in flight may still use the memory. */
+    ferry__sim_drain(dev);
+    dev->mem_used -= dev->allocs[i].bytes;
+    range_remove(dev->allocs, &dev->nallocs, i);
+    free(p);
+out_unlock:
+    unlock(dev);
+}
+
+/* ---- streams ----------------------------------------------------------------------------- */
+
+static int sim_stream_create(ferry_be_device_t *dev, int priority, ferry_be_stream_t **out)
+{
+    if (dev == NULL || out == NULL)
+        return ferry__error(FERRY_EINVAL, "sim: stream_create: NULL device or out");
+    struct ferry_be_stream *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return ferry__error(FERRY_ENOMEM, "sim: stream_create: out of memory");
+    lock(dev);
+    /* cudaStreamCreateWithPriority clamps into [greatest, least] silently; so do we. */
+    if (priority < dev->prof.priority_greatest)
+        priority = dev->prof.priority_greatest;
+    if (priority > dev->prof.priority_least)
+        priority = dev->prof.priority_least;
+    s->dev = dev;
+    s->priority = priority;
+    s->index = dev->next_stream++;
+    s->queue = s->index % dev->conns;
+    s->next = dev->streams;
+    if (dev->streams != NULL)
+        dev->streams->prev = s;
+    dev->streams = s;
+    unlock(dev);
+    *out = s;
+    return 0;
+}
+
+static void sim_stream_destroy(ferry_be_stream_t *s)
+{
+    if (s == NULL)
+        return;
+    struct ferry_be_device *dev = s->dev;
+    lock(dev);
+    /* Like cudaStreamDestroy: returns at once, queued work still completes. */
+    if (s->completed == s->submitted)
+        ferry__sim_stream_free(s);
+    else
+        s->destroyed = true;
+    unlock(dev);
+}
+
+static void *sim_stream_native(ferry_be_stream_t *s)
+{
+    (void)s;
+    return NULL;
+}
+
+static int sim_stream_sync(ferry_be_stream_t *s)
+{
+    if (s == NULL)
+        return ferry__error(FERRY_EINVAL, "sim: stream_sync: NULL stream");
+    struct ferry_be_device *dev = s->dev;
+    lock(dev);
+    while (s->completed < s->submitted && ferry__sim_step(dev, SIM_NEVER)) {
+    }
+    /* What an event recorded now would report. */
+    int rc = s->own_err != 0 ? s->own_err : s->in_err;
+    unlock(dev);
+    if (rc != 0)
+        return ferry__error(rc, "sim: stream_sync: work on or before this stream failed (%s)",
+                            ferry_err_name(rc));
+    return 0;
+}
+
+/* ---- events ------------------------------------------------------------------------------ */
+
+static int sim_event_create(ferry_be_device_t *dev, ferry_be_event_t **out)
+{
+    if (dev == NULL || out == NULL)
+        return ferry__error(FERRY_EINVAL, "sim: event_create: NULL device or out");
+    struct ferry_be_event *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return ferry__error(FERRY_ENOMEM, "sim: event_create: out of memory");
+    e->dev = dev;
+    lock(dev);
+    e->next = dev->events;
+    if (dev->events != NULL)
+        dev->events->prev = e;
+    dev->events = e;
+    unlock(dev);
+    *out = e;
+    return 0;
+}
+
+static void sim_event_destroy(ferry_be_event_t *e)
+{
+    if (e == NULL)
+        return;
+    struct ferry_be_device *dev = e->dev;
+    lock(dev);
+    ferry__sim_op_unref(dev, e->last);
+    if (e->prev != NULL)
+        e->prev->next = e->next;
+    else
+        dev->events = e->next;
+    if (e->next != NULL)
+        e->next->prev = e->prev;
+    unlock(dev);
+    free(e);
+}
+
+static int sim_event_record(ferry_be_event_t *e, ferry_be_stream_t *s)
+{
+    if (e == NULL || s == NULL)
+        return ferry__error(FERRY_EINVAL, "sim: event_record: NULL event or stream");
+    if (e->dev != s->dev)
+        return ferry__error(FERRY_EINVAL, "sim: event_record: event and stream belong to "
+                                          "different devices");
+    struct ferry_be_device *dev = s->dev;
+    int rc = 0;
+    lock(dev);
+    struct sim_op *op = ferry__sim_op_new(s, SIM_OP_RECORD);
+    if (op == NULL) {
+        rc = ferry__error(FERRY_ENOMEM, "sim: event_record: out of memory");
+        goto out_unlock;
+    }
+    charge(dev, dev->prof.event_record_ns);
+    op->refs++; /* the event's */
+    ferry__sim_op_unref(dev, e->last);
+    e->last = op;
+    ferry__sim_submit(dev, op);
+out_unlock:
+    unlock(dev);
+    return rc;
+}
+
+static int sim_stream_wait_event(ferry_be_stream_t *s, ferry_be_event_t *e)
+{
+    if (e == NULL || s == NULL)
+        return ferry__error(FERRY_EINVAL, "sim: stream_wait_event: NULL event or stream");
+    if (e->dev != s->dev)
+        return ferry__error(FERRY_ENOTSUP, "sim: stream_wait_event: waiting on another "
+                                           "device's event is not modelled");
+    struct ferry_be_device *dev = s->dev;
+    int rc = 0;
+    lock(dev);
+    struct sim_op *op = ferry__sim_op_new(s, SIM_OP_WAIT);
+    if (op == NULL) {
+        rc = ferry__error(FERRY_ENOMEM, "sim: stream_wait_event: out of memory");
+        goto out_unlock;
+    }
+    /* The record in force now, as cudaStreamWaitEvent: later records of @e do not matter. */
+    op->u.wait.target = e->last;
+    if (e->last != NULL)
+        e->last->refs++;
+    charge(dev, dev->prof.stream_wait_ns);
+    ferry__sim_submit(dev, op);
+out_unlock:
+    unlock(dev);
+    return rc;
+}
+
+static int sim_event_query(ferry_be_event_t *e)
+{
+    if (e == NULL)
+        return ferry__error(FERRY_EINVAL, "sim: event_query: NULL event");
+    struct ferry_be_device *dev = e->dev;
+    lock(dev);
+    /* Never recorded counts as complete, as cudaEventQuery says. */
+    int rc = e->last == NULL ? 0 : !e->last->done ? FERRY_EAGAIN : e->last->err;
+    unlock(dev);
+    if (rc != 0 && rc != FERRY_EAGAIN)
+        return ferry__error(rc, "sim: event_query: work before the event failed (%s)",
+                            ferry_err_name(rc));
+    return rc;
+}
+
+static int sim_event_wait_any(ferry_be_event_t *const *evs, size_t n, uint64_t timeout_ns,
+                              size_t *which)
+{
+    if (evs == NULL || n == 0 || which == NULL)
+        return ferry__error(FERRY_EINVAL, "sim: event_wait_any: no events or NULL which");
+    for (size_t i = 0; i < n; i++)
+        if (evs[i] == NULL || evs[i]->dev != evs[0]->dev)
+            return ferry__error(FERRY_EINVAL,
+                                "sim: event_wait_any: event %zu is NULL or "
+                                "belongs to another device",
+                                i);
+    struct ferry_be_device *dev = evs[0]->dev;
+    int rc = FERRY_ETIMEDOUT;
+    lock(dev);
+    uint64_t deadline = timeout_ns > SIM_NEVER - dev->now ? SIM_NEVER : dev->now + timeout_ns;
+    for (;;) {
+        for (size_t i = 0; i < n; i++) {
+            const struct sim_op *last = evs[i]->last;
+            if (last == NULL || last->done) {
+                *which = i;
+                rc = last != NULL ? last->err : 0;
+                goto out_unlock;
+            }
+        }
+        /* Nothing more happens before the deadline: the host slept through the timeout. */
+        if (!ferry__sim_step(dev, deadline)) {
+            ferry__sim_advance_to(dev, deadline);
+            break;
+        }
+    }
+out_unlock:
+    unlock(dev);
+    if (rc == FERRY_ETIMEDOUT)
+        return ferry__error(rc,
+                            "sim: event_wait_any: none of %zu events completed within "
+                            "%llu ns of virtual time",
+                            n, (unsigned long long)timeout_ns);
+    if (rc != 0)
+        return ferry__error(rc, "sim: event_wait_any: work before event %zu failed (%s)", *which,
+                            ferry_err_name(rc));
+    return 0;
+}
+
+static int sim_event_time_ns(ferry_be_event_t *e, uint64_t *out)
+{
+    if (e == NULL || out == NULL)
+        return ferry__error(FERRY_EINVAL, "sim: event_time_ns: NULL event or out");
+    struct ferry_be_device *dev = e->dev;
+    int rc = 0;
+    lock(dev);
+    if (e->last == NULL)
+        *out = 0; /* never recorded: complete since time 0 */
+    else if (!e->last->done)
+        rc = FERRY_EAGAIN;
+    else
+        *out = e->last->end_ns;
+    unlock(dev);
+    if (rc != 0)
+        return ferry__error(rc, "sim: event_time_ns: the event has not completed yet");
+    return 0;
+}
+
+/* ---- work -------------------------------------------------------------------------------- */
+
+static int sim_memcpy(ferry_be_stream_t *s, int dir, void *dst, const void *src, size_t bytes)
+{
+    static const char *const names[2] = {"memcpy_h2d", "memcpy_d2h"};
+    if (s == NULL || dst == NULL || src == NULL)
+        return ferry__error(FERRY_EINVAL, "sim: %s: NULL stream or pointer", names[dir]);
+    struct ferry_be_device *dev = s->dev;
+    const void *dev_ptr = dir == FERRY_SIM_H2D ? dst : src;
+    const void *host_ptr = dir == FERRY_SIM_H2D ? src : dst;
+    int rc = 0;
+    lock(dev);
+    if (bytes > 0 && !range_inside(dev->allocs, dev->nallocs, dev_ptr, bytes)) {
+        rc = ferry__error(FERRY_EINVAL,
+                          "sim: %s: device range [%p, +%zu) is not inside one "
+                          "device allocation",
+                          names[dir], dev_ptr, bytes);
+        goto out_unlock;
+    }
+    if (bytes == 0) {
+        charge(dev, dev->prof.copy_submit_ns);
+        goto out_unlock;
+    }
+    struct sim_op *op = ferry__sim_op_new(s, SIM_OP_COPY);
+    if (op == NULL) {
+        rc = ferry__error(FERRY_ENOMEM, "sim: %s: out of memory", names[dir]);
+        goto out_unlock;
+    }
+    op->u.copy.dir = dir;
+    op->u.copy.pinned = range_inside(dev->regs, dev->nregs, host_ptr, bytes);
+    op->u.copy.dst = dst;
+    op->u.copy.src = src;
+    op->u.copy.bytes = bytes;
+    charge(dev, dev->prof.copy_submit_ns);
+    if (op->u.copy.pinned) {
+        ferry__sim_submit(dev, op);
+        goto out_unlock;
+    }
+    /* Pageable memory: the driver stages it through its own buffers and the call returns
+     * only when the copy is done (FACTS.md: H2D 6-7.4 GB/s, D2H 9.6-13 GB/s). */
+    dev->stats.pageable_copies++;
+    op->refs++;
+    ferry__sim_submit(dev, op);
+    while (!op->done && ferry__sim_step(dev, SIM_NEVER)) {
+    }
+    ferry__sim_op_unref(dev, op);
+out_unlock:
+    unlock(dev);
+    return rc;
+}
+
+static int sim_memcpy_h2d(ferry_be_stream_t *s, void *dst_dev, const void *src_host, size_t bytes)
+{
+    return sim_memcpy(s, FERRY_SIM_H2D, dst_dev, src_host, bytes);
+}
+
+static int sim_memcpy_d2h(ferry_be_stream_t *s, void *dst_host, const void *src_dev, size_t bytes)
+{
+    return sim_memcpy(s, FERRY_SIM_D2H, dst_host, src_dev, bytes);
+}
+
+static int sim_launch(ferry_be_stream_t *s, const ferry_be_launch_t *l)
+{
+    if (s == NULL || l == NULL)
+        return ferry__error(FERRY_EINVAL, "sim: launch: NULL stream or launch");
+    if (l->cpu == NULL)
+        return ferry__error(FERRY_ENOTSUP, "sim: launch: the stage has no CPU function; the "
+                                           "simulator runs a kernel by calling it (set "
+                                           "ferry_stage_t.cpu)");
+    struct ferry_be_device *dev = s->dev;
+    int rc = 0;
+    lock(dev);
+    struct sim_op *op = ferry__sim_op_new(s, SIM_OP_KERNEL);
+    if (op == NULL) {
+        rc = ferry__error(FERRY_ENOMEM, "sim: launch: out of memory");
+        goto out_unlock;
+    }
+    op->u.kern.l = *l;
+    op->u.kern.blocks = l->blocks > 0 ? l->blocks : 1; /* a grid has at least one block */
+    /* No kernel that reads and writes args.bytes beats one pass at the device-to-device rate
+     * (FACTS.md: ~2.1 TB/s): a block's time is at least the share of that pass its wave has. */
+    if (l->args.bytes > 0) {
+        uint32_t waves_of = op->u.kern.blocks < (uint32_t)dev->prof.sms ? op->u.kern.blocks
+                                                                         : (uint32_t)dev->prof.sms;
+        double pass_ns = (double)l->args.bytes / dev->prof.d2d_gbps;
+        uint64_t floor_ns =
+            (uint64_t)(pass_ns * (double)waves_of / (double)op->u.kern.blocks + 0.5);
+        if (op->u.kern.l.block_ns < floor_ns)
+            op->u.kern.l.block_ns = floor_ns;
+    }
+    op->u.kern.priority = s->priority;
+    charge(dev, dev->prof.launch_ns);
+    ferry__sim_submit(dev, op);
+out_unlock:
+    unlock(dev);
+    return rc;
+}
+
+/* ---- hooks for tests and tools ---------------------------------------------------------- */
+
+const struct ferry_sim_profile *ferry__sim_device_profile(ferry_be_device_t *dev)
+{
+    return dev != NULL ? &dev->prof : NULL;
+}
+
+int ferry__sim_connections(ferry_be_device_t *dev)
+{
+    return dev != NULL ? dev->conns : 0;
+}
+
+int ferry__sim_stats(ferry_be_device_t *dev, struct ferry_sim_stats *out)
+{
+    if (dev == NULL || out == NULL)
+        return ferry__error(FERRY_EINVAL, "sim: stats: NULL device or out");
+    lock(dev);
+    *out = dev->stats;
+    out->mem_used = dev->mem_used;
+    unlock(dev);
+    return 0;
+}
+
+const ferry_backend_ops_t ferry__sim_backend = {
+    .name = "sim",
+    .abi = FERRY_BACKEND_ABI,
+    .caps = FERRY_BE_CAP_VIRTUAL_CLOCK | FERRY_BE_CAP_HOST_COST,
+    .device_count = sim_device_count,
+    .device_open = sim_device_open,
+    .device_close = sim_device_close,
+    .device_props = sim_device_props,
+    .now_ns = sim_now_ns,
+    .host_register = sim_host_register,
+    .host_unregister = sim_host_unregister,
+    .mem_alloc = sim_mem_alloc,
+    .mem_free = sim_mem_free,
+    .stream_create = sim_stream_create,
+    .stream_destroy = sim_stream_destroy,
+    .stream_native = sim_stream_native,
+    .stream_sync = sim_stream_sync,
+    .event_create = sim_event_create,
+    .event_destroy = sim_event_destroy,
+    .event_record = sim_event_record,
+    .stream_wait_event = sim_stream_wait_event,
+    .event_query = sim_event_query,
+    .event_wait_any = sim_event_wait_any,
+    .event_time_ns = sim_event_time_ns,
+    .memcpy_h2d = sim_memcpy_h2d,
+    .memcpy_d2h = sim_memcpy_d2h,
+    .launch = sim_launch,
+};

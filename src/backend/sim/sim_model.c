@@ -1,0 +1,478 @@
+/* The simulated device's discrete-event core: hardware queues (connections) that dispatch their
+ * heads in order, FIFO copy engines per direction sharing the PCIe link as a fluid, and a pool of
+ * SM slots that starts pending blocks by stream priority without preemption. Time is virtual
+ * (ns); the bytes are real: copies and kernels' CPU functions run when they complete. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/sim/sim_model.h"
+#include "core/internal.h"
+
+/* ---- ops -------------------------------------------------------------------------------- */
+
+struct sim_op *ferry__sim_op_new(struct ferry_be_stream *s, enum sim_op_kind kind)
+{
+    struct ferry_be_device *dev = s->dev;
+    struct sim_op *op = calloc(1, sizeof(*op));
+    if (op == NULL)
+        return NULL;
+    op->kind = kind;
+    op->refs = 1;
+    op->stream = s;
+    op->all_next = dev->ops;
+    if (dev->ops != NULL)
+        dev->ops->all_prev = op;
+    dev->ops = op;
+    return op;
+}
+
+void ferry__sim_op_unref(struct ferry_be_device *dev, struct sim_op *op)
+{
+    if (op == NULL || --op->refs > 0)
+        return;
+    if (op->kind == SIM_OP_WAIT && op->u.wait.target != NULL)
+        ferry__sim_op_unref(dev, op->u.wait.target);
+    if (op->all_prev != NULL)
+        op->all_prev->all_next = op->all_next;
+    else
+        dev->ops = op->all_next;
+    if (op->all_next != NULL)
+        op->all_next->all_prev = op->all_prev;
+    free(op);
+}
+
+void ferry__sim_stream_free(struct ferry_be_stream *s)
+{
+    struct ferry_be_device *dev = s->dev;
+    if (s->prev != NULL)
+        s->prev->next = s->next;
+    else
+        dev->streams = s->next;
+    if (s->next != NULL)
+        s->next->prev = s->prev;
+    free(s);
+}
+
+/* @op is complete at dev->now: the stream moves on, and the model drops its reference. */
+static void complete(struct ferry_be_device *dev, struct sim_op *op)
+{
+    struct ferry_be_stream *s = op->stream;
+    op->done = true;
+    op->end_ns = dev->now;
+    FERRY_ASSERT(s->completed + 1 == op->seq);
+    s->completed++;
+    s->last_end_ns = dev->now;
+    op->stream = NULL;
+    dev->stats.ops_completed++;
+    if (s->destroyed && s->completed == s->submitted)
+        ferry__sim_stream_free(s);
+    ferry__sim_op_unref(dev, op);
+}
+
+/* ---- copy engines: the fluid model ------------------------------------------------------ */
+
+/* Bring every transfer's remaining bytes up to dev->now at its current rate. Must run before
+ * anything changes who is transferring. */
+static void account(struct ferry_be_device *dev)
+{
+    for (int d = 0; d < 2; d++) {
+        for (int i = 0; i < dev->dirs[d].n; i++) {
+            struct sim_engine *e = &dev->dirs[d].eng[i];
+            if (e->phase != SIM_ENG_XFER || dev->now <= e->last_ns)
+                continue;
+            e->remaining -= e->rate * (double)(dev->now - e->last_ns);
+            if (e->remaining < 0.0)
+                e->remaining = 0.0;
+            e->last_ns = dev->now;
+        }
+    }
+}
+
+/* Recompute rates and completion times. Transfers in one direction share its asymptotic rate
+ * equally; while both directions transfer, each gets bidir_factor of it (FACTS.md: 93.5-99.7 GB/s
+ * in total, 1.7-1.8x one direction). Pageable copies are further capped at their own rate. */
+static void rerate(struct ferry_be_device *dev)
+{
+    int active[2] = {0, 0};
+    for (int d = 0; d < 2; d++)
+        for (int i = 0; i < dev->dirs[d].n; i++)
+            active[d] += dev->dirs[d].eng[i].phase == SIM_ENG_XFER;
+    for (int d = 0; d < 2; d++) {
+        const struct ferry_sim_curve *c = &dev->prof.curve[d];
+        double share = c->gbps[c->n - 1] / (active[d] > 0 ? active[d] : 1);
+        if (active[!d] > 0)
+            share *= dev->prof.bidir_factor;
+        for (int i = 0; i < dev->dirs[d].n; i++) {
+            struct sim_engine *e = &dev->dirs[d].eng[i];
+            if (e->phase != SIM_ENG_XFER)
+                continue;
+            e->rate = share < e->cap ? share : e->cap;
+            e->end_ns = e->last_ns + (uint64_t)ceil(e->remaining / e->rate);
+        }
+    }
+}
+
+static void begin_xfer(struct ferry_be_device *dev, struct sim_engine *e)
+{
+    e->phase = SIM_ENG_XFER;
+    e->remaining = (double)e->op->u.copy.bytes;
+    e->last_ns = dev->now;
+    e->rate = 0.0;
+}
+
+/* Idle engines of direction @d take copies from the direction's FIFO. */
+static void start_copies(struct ferry_be_device *dev, int d)
+{
+    struct sim_dir *dir = &dev->dirs[d];
+    for (int i = 0; i < dir->n && dir->head != NULL; i++) {
+        struct sim_engine *e = &dir->eng[i];
+        if (e->phase != SIM_ENG_IDLE)
+            continue;
+        struct sim_op *op = dir->head;
+        dir->head = op->next;
+        if (dir->head == NULL)
+            dir->tail = NULL;
+        op->next = NULL;
+        op->start_ns = dev->now;
+        e->op = op;
+        e->cap = op->u.copy.pinned ? INFINITY : dev->prof.pageable_gbps[d];
+        uint64_t lat = ferry__sim_copy_latency_ns(&dev->prof, d, op->u.copy.bytes);
+        if (lat > 0) {
+            e->phase = SIM_ENG_LATENCY;
+            e->lat_end_ns = dev->now + lat;
+        } else {
+            begin_xfer(dev, e);
+        }
+    }
+}
+
+static void finish_copy(struct ferry_be_device *dev, struct sim_engine *e)
+{
+    struct sim_op *op = e->op;
+    /* FAULT HOOK: a slow link or a copy error would act here (not implemented). */
+    if (op->u.copy.bytes > 0)
+        memmove(op->u.copy.dst, op->u.copy.src, op->u.copy.bytes);
+    dev->stats.copies[op->u.copy.dir]++;
+    dev->stats.bytes[op->u.copy.dir] += op->u.copy.bytes;
+    e->op = NULL;
+    e->phase = SIM_ENG_IDLE;
+    e->remaining = 0.0;
+    complete(dev, op);
+}
+
+/* ---- SMs ------------------------------------------------------------------------------ */
+
+static bool wave_before(const struct sim_wave *a, const struct sim_wave *b)
+{
+    return a->end_ns < b->end_ns || (a->end_ns == b->end_ns && a->order < b->order);
+}
+
+static void wave_push(struct ferry_be_device *dev, struct sim_wave w)
+{
+    int i = dev->nwaves++;
+    FERRY_ASSERT(dev->nwaves <= dev->cap_waves);
+    while (i > 0) {
+        int parent = (i - 1) / 2;
+        if (!wave_before(&w, &dev->waves[parent]))
+            break;
+        dev->waves[i] = dev->waves[parent];
+        i = parent;
+    }
+    dev->waves[i] = w;
+}
+
+static struct sim_wave wave_pop(struct ferry_be_device *dev)
+{
+    struct sim_wave top = dev->waves[0];
+    struct sim_wave last = dev->waves[--dev->nwaves];
+    int i = 0;
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, best = i;
+        const struct sim_wave *bw = &last;
+        if (l < dev->nwaves && wave_before(&dev->waves[l], bw)) {
+            best = l;
+            bw = &dev->waves[l];
+        }
+        if (r < dev->nwaves && wave_before(&dev->waves[r], bw))
+            best = r;
+        if (best == i)
+            break;
+        dev->waves[i] = dev->waves[best];
+        i = best;
+    }
+    if (dev->nwaves > 0)
+        dev->waves[i] = last;
+    return top;
+}
+
+/* Free SM slots take pending blocks: the highest-priority resident kernel first (numerically
+ * lowest, as CUDA), FIFO among equals; running blocks are never preempted (FACTS.md). */
+static void schedule_blocks(struct ferry_be_device *dev)
+{
+    while (dev->free_slots > 0 && dev->npending > 0) {
+        struct sim_op *k = dev->pending[0];
+        uint32_t left = k->u.kern.blocks - k->u.kern.started;
+        uint32_t n = left < (uint32_t)dev->free_slots ? left : (uint32_t)dev->free_slots;
+        if (k->u.kern.started == 0)
+            k->start_ns = dev->now;
+        struct sim_wave w = {
+            .end_ns = dev->now + k->u.kern.l.block_ns, .order = ++dev->order, .op = k, .count = n};
+        wave_push(dev, w);
+        k->u.kern.started += n;
+        dev->free_slots -= (int)n;
+        dev->stats.blocks += n;
+        if (k->u.kern.started == k->u.kern.blocks) {
+            dev->npending--;
+            memmove(&dev->pending[0], &dev->pending[1],
+                    (size_t)dev->npending * sizeof(dev->pending[0]));
+        }
+    }
+}
+
+static void add_pending(struct ferry_be_device *dev, struct sim_op *k)
+{
+    int i = dev->npending;
+    while (i > 0 && dev->pending[i - 1]->u.kern.priority > k->u.kern.priority) {
+        dev->pending[i] = dev->pending[i - 1];
+        i--;
+    }
+    dev->pending[i] = k;
+    dev->npending++;
+}
+
+static void finish_kernel(struct ferry_be_device *dev, struct sim_op *k)
+{
+    struct ferry_be_stream *s = k->stream;
+    /* FAULT HOOK: scheduled kernel errors, sticky errors and hangs would act here. */
+    int rc = k->u.kern.l.cpu(&k->u.kern.l.args, k->u.kern.l.user);
+    dev->stats.kernels++;
+    /* Non-sticky: events recorded after this kernel on its stream report the error until a
+     * later kernel of the stream succeeds; other streams see it only through event waits. */
+    s->own_err = rc == 0 ? 0 : rc < 0 ? rc : FERRY_EKERNEL;
+    if (rc != 0)
+        dev->stats.kernel_errors++;
+    dev->resident--;
+    complete(dev, k);
+}
+
+/* ---- hardware queues ------------------------------------------------------------------- */
+
+/* A queue's head may leave it when its stream predecessor is complete (so a blocked item also
+ * blocks every other stream behind it on the same queue: the false dependency of FACTS.md), its
+ * event is reached (waits), and a grid slot is free (kernels). */
+static bool can_dispatch(const struct ferry_be_device *dev, const struct sim_op *op)
+{
+    if (op->stream->completed + 1 != op->seq)
+        return false;
+    switch (op->kind) {
+    case SIM_OP_WAIT: return op->u.wait.target == NULL || op->u.wait.target->done;
+    case SIM_OP_KERNEL: return dev->resident < dev->prof.max_resident_grids;
+    default: return true;
+    }
+}
+
+static void dispatch(struct ferry_be_device *dev, struct sim_op *op)
+{
+    struct ferry_be_stream *s = op->stream;
+    bool wait_run = s->any_dispatched && s->last_kind == SIM_OP_WAIT;
+    s->last_kind = op->kind;
+    s->any_dispatched = true;
+    switch (op->kind) {
+    case SIM_OP_COPY: {
+        struct sim_dir *dir = &dev->dirs[op->u.copy.dir];
+        if (dir->tail != NULL)
+            dir->tail->next = op;
+        else
+            dir->head = op;
+        dir->tail = op;
+        start_copies(dev, op->u.copy.dir);
+        break;
+    }
+    case SIM_OP_KERNEL:
+        dev->resident++;
+        if (dev->resident > dev->stats.peak_resident_grids)
+            dev->stats.peak_resident_grids = dev->resident;
+        op->u.kern.order = ++dev->order;
+        add_pending(dev, op);
+        schedule_blocks(dev);
+        break;
+    case SIM_OP_RECORD:
+        op->err = s->own_err != 0 ? s->own_err : s->in_err;
+        op->start_ns = dev->now;
+        complete(dev, op);
+        break;
+    case SIM_OP_WAIT: {
+        /* An error flows along the dependency to the waiting stream's later events. A new run
+         * of waits replaces what the previous run brought in (a good input clears it); waits
+         * in one run add up, since the work after them depends on all of them. */
+        int in = op->u.wait.target != NULL ? op->u.wait.target->err : 0;
+        if (!wait_run || s->in_err == 0)
+            s->in_err = in;
+        op->start_ns = dev->now;
+        complete(dev, op);
+        break;
+    }
+    }
+}
+
+static void settle(struct ferry_be_device *dev)
+{
+    bool progress;
+    do {
+        progress = false;
+        for (int q = 0; q < dev->conns; q++) {
+            struct sim_queue *queue = &dev->queues[q];
+            while (queue->head != NULL && can_dispatch(dev, queue->head)) {
+                struct sim_op *op = queue->head;
+                queue->head = op->next;
+                if (queue->head == NULL)
+                    queue->tail = NULL;
+                op->next = NULL;
+                dispatch(dev, op);
+                progress = true;
+            }
+        }
+    } while (progress);
+}
+
+void ferry__sim_submit(struct ferry_be_device *dev, struct sim_op *op)
+{
+    struct ferry_be_stream *s = op->stream;
+    struct sim_queue *queue = &dev->queues[s->queue];
+    op->seq = ++s->submitted;
+    if (queue->tail != NULL)
+        queue->tail->next = op;
+    else
+        queue->head = op;
+    queue->tail = op;
+    dev->stats.ops_submitted++;
+    account(dev);
+    settle(dev);
+    rerate(dev);
+}
+
+/* ---- time ------------------------------------------------------------------------------ */
+
+static uint64_t next_time(const struct ferry_be_device *dev)
+{
+    uint64_t t = SIM_NEVER;
+    for (int d = 0; d < 2; d++) {
+        for (int i = 0; i < dev->dirs[d].n; i++) {
+            const struct sim_engine *e = &dev->dirs[d].eng[i];
+            if (e->phase == SIM_ENG_LATENCY && e->lat_end_ns < t)
+                t = e->lat_end_ns;
+            else if (e->phase == SIM_ENG_XFER && e->end_ns < t)
+                t = e->end_ns;
+        }
+    }
+    if (dev->nwaves > 0 && dev->waves[0].end_ns < t)
+        t = dev->waves[0].end_ns;
+    return t;
+}
+
+/* Everything due at @t happens, in a fixed order (copies by direction and engine, then SM waves
+ * by start order, then the queues in index order), so that runs are deterministic. */
+static void process_at(struct ferry_be_device *dev, uint64_t t)
+{
+    if (t > dev->now)
+        dev->now = t;
+    account(dev);
+    for (int d = 0; d < 2; d++) {
+        for (int i = 0; i < dev->dirs[d].n; i++) {
+            struct sim_engine *e = &dev->dirs[d].eng[i];
+            if (e->phase == SIM_ENG_XFER && e->end_ns <= dev->now)
+                finish_copy(dev, e);
+            else if (e->phase == SIM_ENG_LATENCY && e->lat_end_ns <= dev->now)
+                begin_xfer(dev, e);
+        }
+    }
+    while (dev->nwaves > 0 && dev->waves[0].end_ns <= dev->now) {
+        struct sim_wave w = wave_pop(dev);
+        dev->free_slots += (int)w.count;
+        w.op->u.kern.finished += w.count;
+        if (w.op->u.kern.finished == w.op->u.kern.blocks)
+            finish_kernel(dev, w.op);
+    }
+    schedule_blocks(dev);
+    for (int d = 0; d < 2; d++)
+        start_copies(dev, d);
+    settle(dev);
+    rerate(dev);
+}
+
+bool ferry__sim_step(struct ferry_be_device *dev, uint64_t limit)
+{
+    uint64_t t = next_time(dev);
+    if (t == SIM_NEVER || t > limit)
+        return false;
+    process_at(dev, t);
+    return true;
+}
+
+void ferry__sim_advance_to(struct ferry_be_device *dev, uint64_t t)
+{
+    while (ferry__sim_step(dev, t)) {
+    }
+    if (t > dev->now)
+        dev->now = t;
+}
+
+void ferry__sim_drain(struct ferry_be_device *dev)
+{
+    while (ferry__sim_step(dev, SIM_NEVER)) {
+    }
+}
+
+/* ---- setup ----------------------------------------------------------------------------- */
+
+int ferry__sim_model_init(struct ferry_be_device *dev)
+{
+    const struct ferry_sim_profile *p = &dev->prof;
+    dev->queues = calloc((size_t)dev->conns, sizeof(*dev->queues));
+    dev->pending = calloc((size_t)p->max_resident_grids, sizeof(*dev->pending));
+    /* Each wave holds at least one SM slot, so there are never more waves than SMs. */
+    dev->cap_waves = p->sms;
+    dev->waves = calloc((size_t)dev->cap_waves, sizeof(*dev->waves));
+    for (int d = 0; d < 2; d++) {
+        dev->dirs[d].n = p->engines[d];
+        dev->dirs[d].eng = calloc((size_t)p->engines[d], sizeof(struct sim_engine));
+    }
+    if (dev->queues == NULL || dev->pending == NULL || dev->waves == NULL ||
+        dev->dirs[0].eng == NULL || dev->dirs[1].eng == NULL) {
+        ferry__sim_model_fini(dev);
+        return ferry__error(FERRY_ENOMEM, "sim: out of memory for the device model");
+    }
+    dev->free_slots = p->sms;
+    return 0;
+}
+
+void ferry__sim_model_fini(struct ferry_be_device *dev)
+{
+    /* Work still queued at close is dropped, as a destroyed CUDA context drops it: no copy or
+     * CPU function runs into buffers the caller may already have freed. */
+    while (dev->ops != NULL) {
+        struct sim_op *op = dev->ops;
+        dev->ops = op->all_next;
+        free(op);
+    }
+    while (dev->streams != NULL) {
+        struct ferry_be_stream *s = dev->streams;
+        dev->streams = s->next;
+        free(s);
+    }
+    while (dev->events != NULL) {
+        struct ferry_be_event *e = dev->events;
+        dev->events = e->next;
+        free(e);
+    }
+    free(dev->queues);
+    free(dev->pending);
+    free(dev->waves);
+    free(dev->dirs[0].eng);
+    free(dev->dirs[1].eng);
+    dev->queues = NULL;
+    dev->pending = NULL;
+    dev->waves = NULL;
+    dev->dirs[0].eng = dev->dirs[1].eng = NULL;
+}

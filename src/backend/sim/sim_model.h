@@ -1,0 +1,160 @@
+/* The simulator's objects and its discrete-event core, shared by sim_model.c (the device model:
+ * hardware queues, copy engines, SMs) and sim_backend.c (the ops table: validation, the host's
+ * virtual clock, memory). All state of one device is guarded by its mutex; every function here
+ * expects it held. */
+#ifndef FERRY_BACKEND_SIM_MODEL_H
+#define FERRY_BACKEND_SIM_MODEL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "backend/sim/sim.h"
+
+#define SIM_NEVER UINT64_MAX
+
+enum sim_op_kind { SIM_OP_COPY, SIM_OP_KERNEL, SIM_OP_RECORD, SIM_OP_WAIT };
+
+/* One unit of work submitted to a stream. Reference counted: the model holds one reference
+ * until the op completes, an event holds its latest record, a wait holds the record it waits
+ * for. */
+struct sim_op {
+    enum sim_op_kind kind;
+    int refs;
+    struct ferry_be_stream *stream;
+    uint64_t seq;                       /* 1-based position in its stream */
+    struct sim_op *next;                /* hardware queue or copy-engine FIFO link */
+    struct sim_op *all_prev, *all_next; /* every live op of the device, freed at close */
+    bool done;
+    int err; /* record: the error its event reports */
+    uint64_t start_ns, end_ns;
+    union {
+        struct {
+            int dir;
+            bool pinned;
+            void *dst;
+            const void *src;
+            size_t bytes;
+        } copy;
+        struct {
+            ferry_be_launch_t l;
+            int priority;
+            uint32_t blocks, started, finished;
+            uint64_t order; /* dispatch order, FIFO among equal priorities */
+        } kern;
+        struct {
+            struct sim_op *target; /* NULL: the event was never recorded, already satisfied */
+        } wait;
+    } u;
+};
+
+struct ferry_be_stream {
+    struct ferry_be_device *dev;
+    int index; /* creation order: stream k lands on hardware queue k % C */
+    int queue;
+    int priority;                  /* clamped into the profile's range */
+    uint64_t submitted, completed; /* ops; stream order makes them complete in order */
+    uint64_t last_end_ns;
+    /* Non-sticky kernel errors, reported by every event recorded after them: own_err is the
+     * result of the stream's latest kernel (a later good kernel clears it), in_err the error
+     * that reached the stream through its latest run of event waits. */
+    int own_err, in_err;
+    enum sim_op_kind last_kind; /* of the latest op dispatched, to tell runs of waits */
+    bool any_dispatched;
+    bool destroyed; /* freed once its last op completes */
+    struct ferry_be_stream *prev, *next;
+};
+
+struct ferry_be_event {
+    struct ferry_be_device *dev;
+    struct sim_op *last; /* most recent record; NULL: never recorded (complete at time 0) */
+    struct ferry_be_event *prev, *next;
+};
+
+/* A hardware queue (connection): FIFO, dispatches its head only. */
+struct sim_queue {
+    struct sim_op *head, *tail;
+};
+
+enum sim_engine_phase { SIM_ENG_IDLE, SIM_ENG_LATENCY, SIM_ENG_XFER };
+
+/* A copy engine. During XFER the remaining bytes drain at a rate that changes when other
+ * transfers start or stop (the fluid model); remaining is exact at last_ns. */
+struct sim_engine {
+    struct sim_op *op;
+    enum sim_engine_phase phase;
+    uint64_t lat_end_ns;
+    double remaining, rate, cap; /* bytes, bytes per ns */
+    uint64_t last_ns, end_ns;
+};
+
+struct sim_dir {
+    int n;
+    struct sim_engine *eng;
+    struct sim_op *head, *tail; /* copies dispatched and waiting for a free engine */
+};
+
+/* Blocks started together on the SMs end together: one heap entry per wave. */
+struct sim_wave {
+    uint64_t end_ns;
+    uint64_t order;
+    struct sim_op *op;
+    uint32_t count;
+};
+
+struct sim_alloc {
+    uintptr_t p;
+    size_t bytes;
+};
+
+struct ferry_be_device {
+    pthread_mutex_t mu;
+    struct ferry_sim_profile prof;
+    int index;
+    int conns;
+    uint64_t now; /* the host's virtual clock; the model is always processed up to it */
+    struct sim_queue *queues;
+    struct sim_dir dirs[2];
+    /* SMs */
+    int free_slots;
+    int resident;
+    struct sim_op **pending; /* resident kernels with blocks not started, best first */
+    int npending;
+    struct sim_wave *waves; /* min-heap on (end_ns, order) */
+    int nwaves, cap_waves;
+    uint64_t order;
+    /* memory: sorted by address */
+    struct sim_alloc *allocs, *regs;
+    size_t nallocs, cap_allocs, nregs, cap_regs;
+    uint64_t mem_used;
+    int next_stream;
+    struct ferry_be_stream *streams;
+    struct ferry_be_event *events;
+    struct sim_op *ops;
+    struct ferry_sim_stats stats;
+};
+
+/* Set up and tear down the model's queues, engines and SM state (after prof and conns). */
+int ferry__sim_model_init(struct ferry_be_device *dev);
+void ferry__sim_model_fini(struct ferry_be_device *dev);
+
+/* A new op of @kind on @s, one reference held by the caller; NULL when out of memory. */
+struct sim_op *ferry__sim_op_new(struct ferry_be_stream *s, enum sim_op_kind kind);
+void ferry__sim_op_unref(struct ferry_be_device *dev, struct sim_op *op);
+/* Hand @op (from ferry__sim_op_new; the caller's reference passes to the model) to its stream's
+ * hardware queue at dev->now and dispatch what can run. */
+void ferry__sim_submit(struct ferry_be_device *dev, struct sim_op *op);
+
+/* Process every model event up to @t and set the clock to @t (t >= now). */
+void ferry__sim_advance_to(struct ferry_be_device *dev, uint64_t t);
+/* Process the next batch of simultaneous events, if one is due at or before @limit: returns
+ * false (and changes nothing) when none is, so callers can wait for a condition. */
+bool ferry__sim_step(struct ferry_be_device *dev, uint64_t limit);
+/* Run until every submitted op has completed (the clock goes to the last completion). */
+void ferry__sim_drain(struct ferry_be_device *dev);
+
+void ferry__sim_stream_free(struct ferry_be_stream *s);
+
+#endif

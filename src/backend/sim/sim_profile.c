@@ -1,0 +1,574 @@
+/* Device profiles for the simulator: strict JSON parsing (cJSON) into struct ferry_sim_profile,
+ * the built-in search path, and the copy-time curve the model derives from the measured points.
+ * Every rejection names the file, the key and what is accepted, because a profile written by
+ * hand or by `ferry probe --calibrate` must never be half-understood. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "backend/sim/sim.h"
+#include "core/internal.h"
+
+#define MAX_SAFE_INT 9007199254740992.0 /* 2^53: larger JSON numbers lose integer precision */
+
+/* What is being parsed, for messages. */
+struct pctx {
+    const char *file;
+};
+
+static const char *type_name(const cJSON *it)
+{
+    if (cJSON_IsNumber(it))
+        return "a number";
+    if (cJSON_IsString(it))
+        return "a string";
+    if (cJSON_IsBool(it))
+        return "a boolean";
+    if (cJSON_IsNull(it))
+        return "null";
+    if (cJSON_IsArray(it))
+        return "an array";
+    if (cJSON_IsObject(it))
+        return "an object";
+    return "an invalid value";
+}
+
+/* What a value is, for "got ..." in messages: the number or string itself, else its type. */
+static const char *describe(const cJSON *it, char *buf, size_t len)
+{
+    if (cJSON_IsNumber(it))
+        snprintf(buf, len, "%.17g", it->valuedouble);
+    else if (cJSON_IsString(it))
+        snprintf(buf, len, "the string \"%.40s\"", it->valuestring);
+    else
+        snprintf(buf, len, "%s", type_name(it));
+    return buf;
+}
+
+/* Reject keys outside @allowed (NULL-terminated) and duplicated keys: cJSON keeps both copies of
+ * a duplicate and would silently use the first. */
+static int check_keys(const struct pctx *c, const cJSON *obj, const char *where,
+                      const char *const *allowed)
+{
+    for (const cJSON *it = obj->child; it != NULL; it = it->next) {
+        bool known = false;
+        for (size_t i = 0; allowed[i] != NULL; i++)
+            if (strcmp(it->string, allowed[i]) == 0)
+                known = true;
+        if (!known) {
+            char list[512] = "";
+            size_t used = 0;
+            for (size_t i = 0; allowed[i] != NULL && used < sizeof(list); i++)
+                used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "",
+                                         allowed[i]);
+            return ferry__error(FERRY_EPARSE, "%s: unknown key \"%s%s%s\"; accepted keys: %s",
+                                c->file, where, *where ? "." : "", it->string, list);
+        }
+        for (const cJSON *prev = obj->child; prev != it; prev = prev->next)
+            if (strcmp(prev->string, it->string) == 0)
+                return ferry__error(FERRY_EPARSE, "%s: duplicate key \"%s%s%s\"", c->file, where,
+                                    *where ? "." : "", it->string);
+    }
+    return 0;
+}
+
+/* Find @key in @obj; a missing required key is an error, a missing optional one gives NULL. */
+static int get_item(const struct pctx *c, const cJSON *obj, const char *where, const char *key,
+                    bool required, const cJSON **out)
+{
+    *out = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (*out == NULL && required)
+        return ferry__error(FERRY_EPARSE, "%s: missing required key \"%s%s%s\"", c->file, where,
+                            *where ? "." : "", key);
+    return 0;
+}
+
+static int get_object(const struct pctx *c, const cJSON *obj, const char *where, const char *key,
+                      const cJSON **out)
+{
+    int rc = get_item(c, obj, where, key, true, out);
+    if (rc != 0)
+        return rc;
+    if (!cJSON_IsObject(*out))
+        return ferry__error(FERRY_EPARSE, "%s: key \"%s%s%s\" must be an object (got %s)", c->file,
+                            where, *where ? "." : "", key, type_name(*out));
+    return 0;
+}
+
+/* An integer in [min, max]. @dflt is used when the key is optional and absent. */
+static int get_int_opt(const struct pctx *c, const cJSON *obj, const char *where, const char *key,
+                       bool required, int64_t dflt, int64_t min, int64_t max, int64_t *out)
+{
+    const cJSON *it;
+    int rc = get_item(c, obj, where, key, required, &it);
+    if (rc != 0)
+        return rc;
+    if (it == NULL) {
+        *out = dflt;
+        return 0;
+    }
+    double v = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+    char got[64];
+    if (!cJSON_IsNumber(it) || !isfinite(v) || v != floor(v) || fabs(v) >= MAX_SAFE_INT ||
+        v < (double)min || v > (double)max)
+        return ferry__error(FERRY_EPARSE,
+                            "%s: key \"%s%s%s\" must be an integer in [%lld, %lld] (got %s)",
+                            c->file, where, *where ? "." : "", key, (long long)min, (long long)max,
+                            describe(it, got, sizeof(got)));
+    *out = (int64_t)v;
+    return 0;
+}
+
+static int get_int(const struct pctx *c, const cJSON *obj, const char *where, const char *key,
+                   int64_t min, int64_t max, int *out)
+{
+    int64_t v;
+    int rc = get_int_opt(c, obj, where, key, true, 0, min, max, &v);
+    if (rc == 0)
+        *out = (int)v;
+    return rc;
+}
+
+static int get_u64(const struct pctx *c, const cJSON *obj, const char *where, const char *key,
+                   int64_t min, int64_t max, uint64_t *out)
+{
+    int64_t v;
+    int rc = get_int_opt(c, obj, where, key, true, 0, min, max, &v);
+    if (rc == 0)
+        *out = (uint64_t)v;
+    return rc;
+}
+
+/* A rate or factor: finite, > 0 and <= @max. Zero and negative rates are errors because the
+ * model divides by them. */
+static int get_positive(const struct pctx *c, const cJSON *obj, const char *where, const char *key,
+                        double max, double *out)
+{
+    const cJSON *it;
+    int rc = get_item(c, obj, where, key, true, &it);
+    if (rc != 0)
+        return rc;
+    double v = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+    char got[64];
+    if (!cJSON_IsNumber(it) || !isfinite(v) || v <= 0.0 || v > max)
+        return ferry__error(FERRY_EPARSE,
+                            "%s: key \"%s%s%s\" must be a number > 0 and <= %g (got %s)", c->file,
+                            where, *where ? "." : "", key, max, describe(it, got, sizeof(got)));
+    *out = v;
+    return 0;
+}
+
+static int get_string(const struct pctx *c, const cJSON *obj, const char *where, const char *key,
+                      char *dst, size_t dst_len)
+{
+    const cJSON *it;
+    int rc = get_item(c, obj, where, key, true, &it);
+    if (rc != 0)
+        return rc;
+    char got[64];
+    if (!cJSON_IsString(it) || it->valuestring[0] == '\0' || strlen(it->valuestring) >= dst_len)
+        return ferry__error(FERRY_EPARSE,
+                            "%s: key \"%s%s%s\" must be a non-empty string of at most %zu "
+                            "characters (got %s)",
+                            c->file, where, *where ? "." : "", key, dst_len - 1,
+                            describe(it, got, sizeof(got)));
+    snprintf(dst, dst_len, "%s", it->valuestring);
+    return 0;
+}
+
+/* "M.m", as nvidia-smi prints compute_cap. */
+static int get_cc(const struct pctx *c, const cJSON *obj, struct ferry_sim_profile *p)
+{
+    char text[16];
+    int rc = get_string(c, obj, "device", "cc", text, sizeof(text));
+    if (rc != 0)
+        return rc;
+    int major = 0, minor = 0, used = 0;
+    if (sscanf(text, "%2d.%1d%n", &major, &minor, &used) != 2 || text[used] != '\0' ||
+        text[0] < '0' || text[0] > '9' || major < 1)
+        return ferry__error(FERRY_EPARSE,
+                            "%s: key \"device.cc\" must be a compute capability \"M.m\" such as "
+                            "\"9.0\" (got \"%s\")",
+                            c->file, text);
+    p->cc_major = major;
+    p->cc_minor = minor;
+    return 0;
+}
+
+static int parse_source(const struct pctx *c, const cJSON *root)
+{
+    static const char *const sections[] = {"device", "pcie", "copy", "host", "defaults", NULL};
+    const cJSON *src;
+    int rc = get_object(c, root, "", "source", &src);
+    if (rc == 0)
+        rc = check_keys(c, src, "source", sections);
+    for (const cJSON *it = src ? src->child : NULL; rc == 0 && it != NULL; it = it->next)
+        if (!cJSON_IsString(it) || it->valuestring[0] == '\0')
+            rc = ferry__error(FERRY_EPARSE,
+                              "%s: key \"source.%s\" must be a non-empty string saying where "
+                              "the numbers of \"%s\" come from (got %s)",
+                              c->file, it->string, it->string, type_name(it));
+    return rc;
+}
+
+static int parse_device(const struct pctx *c, const cJSON *root, struct ferry_sim_profile *p)
+{
+    static const char *const keys[] = {"sms",
+                                       "cc",
+                                       "memory_bytes",
+                                       "l2_bytes",
+                                       "copy_engines",
+                                       "max_resident_grids",
+                                       "priority_least",
+                                       "priority_greatest",
+                                       "d2d_gbps",
+                                       "connections_default",
+                                       NULL};
+    const cJSON *d;
+    int rc = get_object(c, root, "", "device", &d);
+    if (rc == 0)
+        rc = check_keys(c, d, "device", keys);
+    if (rc == 0)
+        rc = get_int(c, d, "device", "sms", 1, 100000, &p->sms);
+    if (rc == 0)
+        rc = get_cc(c, d, p);
+    if (rc == 0)
+        rc = get_u64(c, d, "device", "memory_bytes", 1, INT64_MAX, &p->memory_bytes);
+    if (rc == 0)
+        rc = get_u64(c, d, "device", "l2_bytes", 0, INT64_MAX, &p->l2_bytes);
+    if (rc == 0)
+        rc = get_int(c, d, "device", "copy_engines", 1, 64, &p->copy_engines);
+    if (rc == 0)
+        rc = get_int(c, d, "device", "max_resident_grids", 1, 4096, &p->max_resident_grids);
+    if (rc == 0)
+        rc = get_int(c, d, "device", "priority_least", -64, 64, &p->priority_least);
+    if (rc == 0)
+        rc = get_int(c, d, "device", "priority_greatest", -64, 64, &p->priority_greatest);
+    if (rc == 0 && p->priority_greatest > p->priority_least)
+        rc = ferry__error(FERRY_EPARSE,
+                          "%s: key \"device.priority_greatest\" (%d) must be <= "
+                          "\"device.priority_least\" (%d): numerically lower is higher priority",
+                          c->file, p->priority_greatest, p->priority_least);
+    if (rc == 0)
+        rc = get_positive(c, d, "device", "d2d_gbps", 1e6, &p->d2d_gbps);
+    if (rc == 0)
+        rc = get_int(c, d, "device", "connections_default", 1, 32, &p->connections_default);
+    return rc;
+}
+
+static int parse_pcie(const struct pctx *c, const cJSON *root, struct ferry_sim_profile *p)
+{
+    static const char *const keys[] = {"gen", "width", "theoretical_gbps", NULL};
+    const cJSON *o;
+    int rc = get_object(c, root, "", "pcie", &o);
+    if (rc == 0)
+        rc = check_keys(c, o, "pcie", keys);
+    if (rc == 0)
+        rc = get_int(c, o, "pcie", "gen", 1, 16, &p->pcie_gen);
+    if (rc == 0)
+        rc = get_int(c, o, "pcie", "width", 1, 64, &p->pcie_width);
+    if (rc == 0)
+        rc = get_positive(c, o, "pcie", "theoretical_gbps", 1e5, &p->pcie_gbps);
+    return rc;
+}
+
+static int parse_curve(const struct pctx *c, const cJSON *copy, const char *key,
+                       struct ferry_sim_curve *out)
+{
+    static const char *const point_keys[] = {"bytes", "gbps", NULL};
+    const cJSON *arr;
+    int rc = get_item(c, copy, "copy", key, true, &arr);
+    if (rc != 0)
+        return rc;
+    int n = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : 0;
+    if (!cJSON_IsArray(arr) || n < 1 || n > FERRY_SIM_CURVE_MAX)
+        return ferry__error(FERRY_EPARSE,
+                            "%s: key \"copy.%s\" must be an array of 1 to %d points "
+                            "{\"bytes\": N, \"gbps\": R} (got %s%s)",
+                            c->file, key, FERRY_SIM_CURVE_MAX, type_name(arr),
+                            cJSON_IsArray(arr) ? " of another length" : "");
+    int i = 0;
+    for (const cJSON *pt = arr->child; pt != NULL; pt = pt->next, i++) {
+        char where[48];
+        snprintf(where, sizeof(where), "copy.%s[%d]", key, i);
+        if (!cJSON_IsObject(pt))
+            return ferry__error(FERRY_EPARSE,
+                                "%s: \"%s\" must be an object {\"bytes\": N, \"gbps\": R} (got %s)",
+                                c->file, where, type_name(pt));
+        rc = check_keys(c, pt, where, point_keys);
+        if (rc == 0)
+            rc = get_u64(c, pt, where, "bytes", 1, INT64_MAX, &out->bytes[i]);
+        if (rc == 0)
+            rc = get_positive(c, pt, where, "gbps", 1e5, &out->gbps[i]);
+        if (rc != 0)
+            return rc;
+        /* A curve must be monotonic: a larger copy can neither be smaller nor take less time. */
+        if (i > 0 && out->bytes[i] <= out->bytes[i - 1])
+            return ferry__error(FERRY_EPARSE,
+                                "%s: \"%s.bytes\" (%llu) must be larger than the previous "
+                                "point's (%llu): points are sorted by size",
+                                c->file, where, (unsigned long long)out->bytes[i],
+                                (unsigned long long)out->bytes[i - 1]);
+        if (i > 0 &&
+            (double)out->bytes[i] / out->gbps[i] <= (double)out->bytes[i - 1] / out->gbps[i - 1])
+            return ferry__error(FERRY_EPARSE,
+                                "%s: \"%s\" is not monotonic: %llu bytes at %g GB/s would take "
+                                "no longer than the previous point's %llu bytes at %g GB/s",
+                                c->file, where, (unsigned long long)out->bytes[i], out->gbps[i],
+                                (unsigned long long)out->bytes[i - 1], out->gbps[i - 1]);
+    }
+    out->n = n;
+    return 0;
+}
+
+static int parse_copy(const struct pctx *c, const cJSON *root, struct ferry_sim_profile *p)
+{
+    static const char *const keys[] = {
+        "h2d_engines",       "d2h_engines",       "h2d", "d2h", "bidirectional_factor",
+        "pageable_h2d_gbps", "pageable_d2h_gbps", NULL};
+    const cJSON *o;
+    int rc = get_object(c, root, "", "copy", &o);
+    if (rc == 0)
+        rc = check_keys(c, o, "copy", keys);
+    if (rc == 0)
+        rc = get_int(c, o, "copy", "h2d_engines", 1, 64, &p->engines[FERRY_SIM_H2D]);
+    if (rc == 0)
+        rc = get_int(c, o, "copy", "d2h_engines", 1, 64, &p->engines[FERRY_SIM_D2H]);
+    if (rc == 0)
+        rc = parse_curve(c, o, "h2d", &p->curve[FERRY_SIM_H2D]);
+    if (rc == 0)
+        rc = parse_curve(c, o, "d2h", &p->curve[FERRY_SIM_D2H]);
+    if (rc == 0)
+        rc = get_positive(c, o, "copy", "bidirectional_factor", 1.0, &p->bidir_factor);
+    if (rc == 0)
+        rc = get_positive(c, o, "copy", "pageable_h2d_gbps", 1e5, &p->pageable_gbps[FERRY_SIM_H2D]);
+    if (rc == 0)
+        rc = get_positive(c, o, "copy", "pageable_d2h_gbps", 1e5, &p->pageable_gbps[FERRY_SIM_D2H]);
+    return rc;
+}
+
+static int parse_host(const struct pctx *c, const cJSON *root, struct ferry_sim_profile *p)
+{
+    static const char *const keys[] = {"copy_submit_ns",
+                                       "launch_ns",
+                                       "event_record_ns",
+                                       "stream_wait_ns",
+                                       "register_ns_per_gib",
+                                       "unregister_ns_per_gib",
+                                       NULL};
+    const int64_t max_call = 1000000000;    /* 1 s per call is already absurd */
+    const int64_t max_gib = 100000000000LL; /* 100 s per GiB */
+    const cJSON *o;
+    int rc = get_object(c, root, "", "host", &o);
+    if (rc == 0)
+        rc = check_keys(c, o, "host", keys);
+    if (rc == 0)
+        rc = get_u64(c, o, "host", "copy_submit_ns", 0, max_call, &p->copy_submit_ns);
+    if (rc == 0)
+        rc = get_u64(c, o, "host", "launch_ns", 0, max_call, &p->launch_ns);
+    if (rc == 0)
+        rc = get_u64(c, o, "host", "event_record_ns", 0, max_call, &p->event_record_ns);
+    if (rc == 0)
+        rc = get_u64(c, o, "host", "stream_wait_ns", 0, max_call, &p->stream_wait_ns);
+    if (rc == 0)
+        rc = get_u64(c, o, "host", "register_ns_per_gib", 0, max_gib, &p->register_ns_per_gib);
+    if (rc == 0)
+        rc = get_u64(c, o, "host", "unregister_ns_per_gib", 0, max_gib, &p->unregister_ns_per_gib);
+    return rc;
+}
+
+static int parse_defaults(const struct pctx *c, const cJSON *root, struct ferry_sim_profile *p)
+{
+    static const char *const keys[] = {"chunk_bytes", NULL};
+    const cJSON *o;
+    int rc = get_object(c, root, "", "defaults", &o);
+    if (rc == 0)
+        rc = check_keys(c, o, "defaults", keys);
+    if (rc == 0)
+        rc = get_u64(c, o, "defaults", "chunk_bytes", 1, 1073741824, &p->default_chunk_bytes);
+    return rc;
+}
+
+static int parse_root(const struct pctx *c, const cJSON *root, struct ferry_sim_profile *p)
+{
+    static const char *const keys[] = {"format", "name", "source", "devices",  "device",
+                                       "pcie",   "copy", "host",   "defaults", NULL};
+    if (!cJSON_IsObject(root))
+        return ferry__error(FERRY_EPARSE, "%s: a profile must be a JSON object (got %s)", c->file,
+                            type_name(root));
+    int rc = check_keys(c, root, "", keys);
+    if (rc == 0)
+        rc = get_string(c, root, "", "format", p->format, sizeof(p->format));
+    if (rc == 0 && strcmp(p->format, FERRY_SIM_PROFILE_FORMAT) != 0)
+        rc = ferry__error(FERRY_EPARSE, "%s: key \"format\" must be \"%s\" (got \"%s\")", c->file,
+                          FERRY_SIM_PROFILE_FORMAT, p->format);
+    if (rc == 0)
+        rc = get_string(c, root, "", "name", p->name, sizeof(p->name));
+    if (rc == 0)
+        rc = parse_source(c, root);
+    int64_t devices = 1;
+    if (rc == 0)
+        rc = get_int_opt(c, root, "", "devices", false, 1, 1, 64, &devices);
+    p->devices = (int)devices;
+    if (rc == 0)
+        rc = parse_device(c, root, p);
+    if (rc == 0)
+        rc = parse_pcie(c, root, p);
+    if (rc == 0)
+        rc = parse_copy(c, root, p);
+    if (rc == 0)
+        rc = parse_host(c, root, p);
+    if (rc == 0)
+        rc = parse_defaults(c, root, p);
+    return rc;
+}
+
+int ferry__sim_profile_parse(const char *text, size_t len, const char *name,
+                             struct ferry_sim_profile *out)
+{
+    if (text == NULL || out == NULL)
+        return ferry__error(FERRY_EINVAL, "sim profile: NULL argument");
+    struct pctx c = {.file = name != NULL ? name : "<profile>"};
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    if (root == NULL) {
+        size_t off = end != NULL && end >= text ? (size_t)(end - text) : 0;
+        int line = 1;
+        for (size_t i = 0; i < off && i < len; i++)
+            line += text[i] == '\n';
+        return ferry__error(FERRY_EPARSE, "%s:%d: malformed JSON near byte %zu", c.file, line, off);
+    }
+    /* Trailing garbage after the object is as malformed as a syntax error. */
+    while (end != NULL && (size_t)(end - text) < len &&
+           (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t'))
+        end++;
+    int rc = 0;
+    if (end != NULL && (size_t)(end - text) < len && *end != '\0')
+        rc = ferry__error(FERRY_EPARSE, "%s: unexpected text after the JSON object at byte %zu",
+                          c.file, (size_t)(end - text));
+    struct ferry_sim_profile p;
+    memset(&p, 0, sizeof(p));
+    if (rc == 0)
+        rc = parse_root(&c, root, &p);
+    cJSON_Delete(root);
+    if (rc != 0)
+        return rc;
+    snprintf(p.path, sizeof(p.path), "%s", name != NULL ? name : "");
+    *out = p;
+    return 0;
+}
+
+int ferry__sim_profile_load(const char *path, struct ferry_sim_profile *out)
+{
+    if (path == NULL || path[0] == '\0' || out == NULL)
+        return ferry__error(FERRY_EINVAL, "sim profile: no path given");
+    if (strlen(path) >= sizeof(out->path))
+        return ferry__error(FERRY_EINVAL, "sim profile: path longer than %zu characters: %s",
+                            sizeof(out->path) - 1, path);
+    int rc = 0;
+    char *text = NULL;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return ferry__error(FERRY_EIO, "sim profile %s: cannot open: %s", path, strerror(errno));
+    text = malloc(FERRY_SIM_PROFILE_MAX_BYTES + 1);
+    if (text == NULL) {
+        rc = ferry__error(FERRY_ENOMEM, "sim profile %s: out of memory", path);
+        goto out_close;
+    }
+    size_t len = fread(text, 1, FERRY_SIM_PROFILE_MAX_BYTES + 1, f);
+    if (ferror(f)) {
+        rc = ferry__error(FERRY_EIO, "sim profile %s: read error", path);
+        goto out_free;
+    }
+    if (len > FERRY_SIM_PROFILE_MAX_BYTES) {
+        rc = ferry__error(FERRY_EPARSE, "sim profile %s: larger than %u bytes", path,
+                          FERRY_SIM_PROFILE_MAX_BYTES);
+        goto out_free;
+    }
+    text[len] = '\0';
+    rc = ferry__sim_profile_parse(text, len, path, out);
+out_free:
+    free(text);
+out_close:
+    fclose(f);
+    return rc;
+}
+
+int ferry__sim_profile_load_default(struct ferry_sim_profile *out)
+{
+    static const char *const dirs[] = {
+#ifdef FERRY_SOURCE_PROFILE_DIR
+        FERRY_SOURCE_PROFILE_DIR,
+#endif
+#ifdef FERRY_PROFILE_DIR
+        FERRY_PROFILE_DIR,
+#endif
+        NULL};
+    char tried[600] = "";
+    size_t used = 0;
+    for (size_t i = 0; dirs[i] != NULL; i++) {
+        char path[256];
+        snprintf(path, sizeof(path), "%s/h200.json", dirs[i]);
+        FILE *f = fopen(path, "rb");
+        if (f == NULL) {
+            if (used < sizeof(tried))
+                used += (size_t)snprintf(tried + used, sizeof(tried) - used, "%s%s",
+                                         used ? ", " : "", path);
+            continue;
+        }
+        fclose(f);
+        /* It exists: its verdict stands, so that a broken installed profile is never masked. */
+        return ferry__sim_profile_load(path, out);
+    }
+    return ferry__error(FERRY_ENODEV,
+                        "sim: no device profile found (tried %s); give one with the `profile` "
+                        "option (FERRY_PROFILE=path/to/h200.json)",
+                        used ? tried : "no built-in directory");
+}
+
+/* The measured elapsed time of one copy (ns) at @bytes, piecewise linear in bytes between the
+ * curve's points; below the first point the first point's time (the fixed cost); beyond the
+ * last, the last point's time plus the extra bytes at the last (asymptotic) rate. */
+static double curve_time_ns(const struct ferry_sim_curve *c, double bytes)
+{
+    double t0 = (double)c->bytes[0] / c->gbps[0];
+    if (bytes <= (double)c->bytes[0])
+        return t0;
+    for (int i = 1; i < c->n; i++) {
+        if (bytes <= (double)c->bytes[i]) {
+            double b0 = (double)c->bytes[i - 1], b1 = (double)c->bytes[i];
+            double ta = b0 / c->gbps[i - 1], tb = b1 / c->gbps[i];
+            return ta + (tb - ta) * (bytes - b0) / (b1 - b0);
+        }
+    }
+    double bl = (double)c->bytes[c->n - 1];
+    return bl / c->gbps[c->n - 1] + (bytes - bl) / c->gbps[c->n - 1];
+}
+
+/* The curve is the elapsed time between events recorded around one cudaMemcpyAsync on an idle
+ * GPU (FACTS.md, best of 10). That includes the host's submit cost of the copy, which the model
+ * charges separately, so the device-side time is the curve minus copy_submit_ns; of that, the
+ * bytes at the asymptotic rate use the link and the rest is latency. */
+static double latency_ns(const struct ferry_sim_profile *p, int dir, uint64_t bytes)
+{
+    const struct ferry_sim_curve *c = &p->curve[dir != 0];
+    double rate = c->gbps[c->n - 1];
+    double lat = curve_time_ns(c, (double)bytes) - (double)p->copy_submit_ns - (double)bytes / rate;
+    return lat > 0.0 ? lat : 0.0;
+}
+
+uint64_t ferry__sim_copy_latency_ns(const struct ferry_sim_profile *p, int dir, uint64_t bytes)
+{
+    return (uint64_t)llround(latency_ns(p, dir, bytes));
+}
+
+uint64_t ferry__sim_copy_ns(const struct ferry_sim_profile *p, int dir, uint64_t bytes, bool pinned)
+{
+    const struct ferry_sim_curve *c = &p->curve[dir != 0];
+    double rate = pinned ? c->gbps[c->n - 1] : p->pageable_gbps[dir != 0];
+    return (uint64_t)ceil(latency_ns(p, dir, bytes) + (double)bytes / rate);
+}

@@ -1,0 +1,73 @@
+/* Internal helpers shared by every layer: error detail, logging, options access, small
+ * utilities. Nothing here is public; names carry the ferry__ prefix. */
+#ifndef FERRY_CORE_INTERNAL_H
+#define FERRY_CORE_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry.h"
+
+#if defined(__GNUC__)
+#define FERRY_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define FERRY_PRINTF(a, b)
+#endif
+
+/* Record @code with a formatted detail as the calling thread's last error and return @code,
+ * so that error paths read `return ferry__error(FERRY_EINVAL, "depth %u out of range", d);`. */
+int ferry__error(int code, const char *fmt, ...) FERRY_PRINTF(2, 3);
+/* The calling thread's last-error text. */
+const char *ferry__last_error_text(void);
+void ferry__clear_error(void);
+
+/* Logging: the level is checked before the arguments are evaluated. */
+extern int ferry__log_level_now;
+void ferry__log_emit(ferry_log_level_t level, const char *subsystem, const char *fmt, ...)
+    FERRY_PRINTF(3, 4);
+#define ferry_log(level, subsystem, ...)                                                           \
+    do {                                                                                           \
+        if ((int)(level) <= ferry__log_level_now)                                                  \
+            ferry__log_emit((level), (subsystem), __VA_ARGS__);                                    \
+    } while (0)
+
+/* Assertions for invariants: compiled in unless FERRY_ASSERT_LEVEL is 0. A failed assertion
+ * logs and traps in debug builds only; the library never exits the caller's process. */
+#ifndef FERRY_ASSERT_LEVEL
+#define FERRY_ASSERT_LEVEL 1
+#endif
+void ferry__assert_fail(const char *expr, const char *file, int line);
+#if FERRY_ASSERT_LEVEL > 0
+#define FERRY_ASSERT(e) ((e) ? (void)0 : ferry__assert_fail(#e, __FILE__, __LINE__))
+#else
+#define FERRY_ASSERT(e) ((void)0)
+#endif
+
+/* Options: generated ids for fast typed access. */
+typedef enum ferry__opt_id {
+#define FERRY_OPTION(name, type, def, min, max, choices, doc) FERRY__OPT_##name,
+#include "core/options.def"
+#undef FERRY_OPTION
+    FERRY__OPT_COUNT
+} ferry__opt_id_t;
+int64_t ferry__opt_i64(const ferry_options_t *o, ferry__opt_id_t id);
+double ferry__opt_double(const ferry_options_t *o, ferry__opt_id_t id);
+const char *ferry__opt_str(const ferry_options_t *o, ferry__opt_id_t id);
+
+/* Strict number parsing shared by options, profiles and the CLI. Return 0, FERRY_EPARSE or
+ * FERRY_ERANGE, without setting the last error (callers name the source). */
+int ferry__parse_i64(const char *s, int64_t *out);
+int ferry__parse_u64(const char *s, uint64_t *out);
+int ferry__parse_double(const char *s, double *out);
+
+/* Monotonic wall clock in ns. */
+uint64_t ferry__mono_ns(void);
+/* Bounded string copy that always terminates (dst_len > 0). */
+void ferry__strlcpy(char *dst, const char *src, size_t dst_len);
+/* Size-stamped struct check: the caller's struct must be at least as large as the first
+ * version of it; @min_size is that. */
+#define FERRY_SIZE_OK(ptr, min_size) ((ptr) != NULL && (ptr)->size >= (min_size))
+
+#endif

@@ -1,0 +1,330 @@
+/* The options table (options.def) turned into data: typed values, strict parsing with units
+ * and ranges, FERRY_<NAME> environment overrides, and lookup by name. A bad value is always an
+ * error that names the option (or variable), the value, and what is accepted. */
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+
+static const ferry_option_info_t option_table[FERRY__OPT_COUNT] = {
+#define FERRY_OPTION(name, type, def, min, max, choices, doc)                                      \
+    {#name, "FERRY_" #name, FERRY_OPT_##type, def, (double)(min), (double)(max), choices, doc},
+#include "core/options.def"
+#undef FERRY_OPTION
+};
+
+/* Upper-cased environment names, built once. */
+static char env_names[FERRY__OPT_COUNT][48];
+static ferry_option_info_t infos[FERRY__OPT_COUNT];
+static int infos_ready;
+
+typedef union opt_value {
+    int64_t i;
+    uint64_t u;
+    double d;
+} opt_value_t;
+
+struct ferry_options {
+    opt_value_t v[FERRY__OPT_COUNT];
+    char *s[FERRY__OPT_COUNT]; /* string and enum text */
+};
+
+static void build_infos(void)
+{
+    if (__atomic_load_n(&infos_ready, __ATOMIC_ACQUIRE))
+        return;
+    for (size_t i = 0; i < FERRY__OPT_COUNT; i++) {
+        infos[i] = option_table[i];
+        const char *n = option_table[i].env;
+        size_t k = 0;
+        for (; n[k] && k + 1 < sizeof(env_names[i]); k++)
+            env_names[i][k] = (char)toupper((unsigned char)n[k]);
+        env_names[i][k] = '\0';
+        infos[i].env = env_names[i];
+    }
+    __atomic_store_n(&infos_ready, 1, __ATOMIC_RELEASE);
+}
+
+size_t ferry_option_count(void) { return FERRY__OPT_COUNT; }
+
+const ferry_option_info_t *ferry_option_at(size_t i)
+{
+    build_infos();
+    return i < FERRY__OPT_COUNT ? &infos[i] : NULL;
+}
+
+static int find_index(const char *name)
+{
+    if (name == NULL)
+        return -1;
+    for (size_t i = 0; i < FERRY__OPT_COUNT; i++)
+        if (strcmp(option_table[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+const ferry_option_info_t *ferry_option_find(const char *name)
+{
+    int i = find_index(name);
+    return i < 0 ? NULL : ferry_option_at((size_t)i);
+}
+
+static int choice_index(const char *choices, const char *v)
+{
+    size_t vl = strlen(v);
+    int idx = 0;
+    const char *c = choices;
+    while (*c) {
+        const char *bar = strchr(c, '|');
+        size_t len = bar ? (size_t)(bar - c) : strlen(c);
+        if (len == vl && strncmp(c, v, len) == 0)
+            return idx;
+        idx++;
+        if (!bar)
+            break;
+        c = bar + 1;
+    }
+    return -1;
+}
+
+/* Parse @text for option @i into @val / @str. @src names the source for messages ("option
+ * chunk_bytes" or "environment variable FERRY_CHUNK_BYTES"). */
+static int parse_value(size_t i, const char *text, const char *src, opt_value_t *val, char **str)
+{
+    const ferry_option_info_t *inf = &option_table[i];
+    int rc = 0;
+    *str = NULL;
+    switch (inf->type) {
+    case FERRY_OPT_SIZE: {
+        uint64_t u = 0;
+        rc = ferry_parse_size(text, &u);
+        if (rc == 0 && ((double)u < inf->min || (double)u > inf->max))
+            rc = FERRY_ERANGE;
+        if (rc != 0)
+            return ferry__error(rc,
+                                "%s: '%s' is not accepted: a byte count from %.0f to %.0f, "
+                                "with an optional K, M or G suffix (e.g. 8M)",
+                                src, text, inf->min, inf->max);
+        val->u = u;
+        return 0;
+    }
+    case FERRY_OPT_UINT: {
+        uint64_t u = 0;
+        rc = ferry__parse_u64(text, &u);
+        if (rc == 0 && ((double)u < inf->min || (inf->max < 1.8e19 && (double)u > inf->max)))
+            rc = FERRY_ERANGE;
+        if (rc != 0)
+            return ferry__error(rc, "%s: '%s' is not accepted: an integer from %.0f to %.0f",
+                                src, text, inf->min, inf->max);
+        val->u = u;
+        return 0;
+    }
+    case FERRY_OPT_INT: {
+        int64_t v = 0;
+        rc = ferry__parse_i64(text, &v);
+        if (rc == 0 && ((double)v < inf->min || (double)v > inf->max))
+            rc = FERRY_ERANGE;
+        if (rc != 0)
+            return ferry__error(rc, "%s: '%s' is not accepted: an integer from %.0f to %.0f",
+                                src, text, inf->min, inf->max);
+        val->i = v;
+        return 0;
+    }
+    case FERRY_OPT_DOUBLE: {
+        double d = 0;
+        rc = ferry__parse_double(text, &d);
+        if (rc == 0 && (d < inf->min || d > inf->max))
+            rc = FERRY_ERANGE;
+        if (rc != 0)
+            return ferry__error(rc, "%s: '%s' is not accepted: a number from %g to %g", src,
+                                text, inf->min, inf->max);
+        val->d = d;
+        return 0;
+    }
+    case FERRY_OPT_BOOL: {
+        static const char *const yes[] = {"1", "true", "yes", "on"};
+        static const char *const no[] = {"0", "false", "no", "off"};
+        for (int k = 0; k < 4; k++) {
+            if (strcmp(text, yes[k]) == 0) {
+                val->i = 1;
+                return 0;
+            }
+            if (strcmp(text, no[k]) == 0) {
+                val->i = 0;
+                return 0;
+            }
+        }
+        return ferry__error(FERRY_EPARSE,
+                            "%s: '%s' is not accepted: 1/0, true/false, yes/no or on/off", src,
+                            text);
+    }
+    case FERRY_OPT_ENUM: {
+        int k = choice_index(inf->choices, text);
+        if (k < 0)
+            return ferry__error(FERRY_EPARSE, "%s: '%s' is not accepted: one of %s", src, text,
+                                inf->choices);
+        val->i = k;
+        *str = strdup(text);
+        return *str ? 0 : ferry__error(FERRY_ENOMEM, "%s: out of memory", src);
+    }
+    case FERRY_OPT_STRING:
+        *str = strdup(text);
+        return *str ? 0 : ferry__error(FERRY_ENOMEM, "%s: out of memory", src);
+    }
+    return ferry__error(FERRY_EINVAL, "%s: unknown option type", src);
+}
+
+int ferry_options_create(ferry_options_t **out)
+{
+    if (out == NULL)
+        return ferry__error(FERRY_EINVAL, "ferry_options_create: out is NULL");
+    ferry_options_t *o = calloc(1, sizeof(*o));
+    if (o == NULL)
+        return ferry__error(FERRY_ENOMEM, "ferry_options_create: out of memory");
+    for (size_t i = 0; i < FERRY__OPT_COUNT; i++) {
+        char src[80];
+        snprintf(src, sizeof(src), "default of option %s", option_table[i].name);
+        int rc = parse_value(i, option_table[i].default_value, src, &o->v[i], &o->s[i]);
+        if (rc != 0) {
+            ferry_options_destroy(o);
+            return rc;
+        }
+    }
+    *out = o;
+    return 0;
+}
+
+void ferry_options_destroy(ferry_options_t *o)
+{
+    if (o == NULL)
+        return;
+    for (size_t i = 0; i < FERRY__OPT_COUNT; i++)
+        free(o->s[i]);
+    free(o);
+}
+
+int ferry_options_clone(const ferry_options_t *src, ferry_options_t **out)
+{
+    if (src == NULL || out == NULL)
+        return ferry__error(FERRY_EINVAL, "ferry_options_clone: NULL argument");
+    ferry_options_t *o = calloc(1, sizeof(*o));
+    if (o == NULL)
+        return ferry__error(FERRY_ENOMEM, "ferry_options_clone: out of memory");
+    *o = *src;
+    for (size_t i = 0; i < FERRY__OPT_COUNT; i++) {
+        o->s[i] = NULL;
+        if (src->s[i] != NULL && (o->s[i] = strdup(src->s[i])) == NULL) {
+            ferry_options_destroy(o);
+            return ferry__error(FERRY_ENOMEM, "ferry_options_clone: out of memory");
+        }
+    }
+    *out = o;
+    return 0;
+}
+
+static void store(ferry_options_t *o, size_t i, opt_value_t v, char *s)
+{
+    free(o->s[i]);
+    o->s[i] = s;
+    o->v[i] = v;
+}
+
+int ferry_options_set(ferry_options_t *o, const char *name, const char *value)
+{
+    if (o == NULL || name == NULL || value == NULL)
+        return ferry__error(FERRY_EINVAL, "ferry_options_set: NULL argument");
+    int i = find_index(name);
+    if (i < 0)
+        return ferry__error(FERRY_EINVAL, "unknown option '%s' (see `ferry options`)", name);
+    char src[80];
+    snprintf(src, sizeof(src), "option %s", name);
+    opt_value_t v;
+    char *s = NULL;
+    int rc = parse_value((size_t)i, value, src, &v, &s);
+    if (rc != 0)
+        return rc;
+    store(o, (size_t)i, v, s);
+    return 0;
+}
+
+int ferry_options_apply_env(ferry_options_t *o)
+{
+    if (o == NULL)
+        return ferry__error(FERRY_EINVAL, "ferry_options_apply_env: NULL options");
+    build_infos();
+    opt_value_t vals[FERRY__OPT_COUNT];
+    char *strs[FERRY__OPT_COUNT] = {0};
+    bool set[FERRY__OPT_COUNT] = {0};
+    int rc = 0;
+    /* Parse everything first so that a bad variable leaves @o unchanged. */
+    for (size_t i = 0; i < FERRY__OPT_COUNT; i++) {
+        const char *e = getenv(env_names[i]);
+        if (e == NULL)
+            continue;
+        char src[96];
+        snprintf(src, sizeof(src), "environment variable %.47s", env_names[i]);
+        if (*e == '\0') {
+            rc = ferry__error(FERRY_EPARSE, "%s is set but empty (unset it, or give a value: %s)",
+                              env_names[i], option_table[i].doc);
+            goto out_free;
+        }
+        rc = parse_value(i, e, src, &vals[i], &strs[i]);
+        if (rc != 0)
+            goto out_free;
+        set[i] = true;
+    }
+    for (size_t i = 0; i < FERRY__OPT_COUNT; i++)
+        if (set[i]) {
+            store(o, i, vals[i], strs[i]);
+            strs[i] = NULL;
+        }
+out_free:
+    for (size_t i = 0; i < FERRY__OPT_COUNT; i++)
+        free(strs[i]);
+    return rc;
+}
+
+static bool is_numeric(ferry_option_type_t t)
+{
+    return t != FERRY_OPT_STRING && t != FERRY_OPT_DOUBLE;
+}
+
+int ferry_options_get_i64(const ferry_options_t *o, const char *name, int64_t *out)
+{
+    int i = find_index(name);
+    if (o == NULL || out == NULL || i < 0 || !is_numeric(option_table[i].type))
+        return ferry__error(FERRY_EINVAL, "ferry_options_get_i64: no integer option '%s'",
+                            name ? name : "(null)");
+    *out = o->v[i].i;
+    return 0;
+}
+
+int ferry_options_get_double(const ferry_options_t *o, const char *name, double *out)
+{
+    int i = find_index(name);
+    if (o == NULL || out == NULL || i < 0 || option_table[i].type != FERRY_OPT_DOUBLE)
+        return ferry__error(FERRY_EINVAL, "ferry_options_get_double: no number option '%s'",
+                            name ? name : "(null)");
+    *out = o->v[i].d;
+    return 0;
+}
+
+const char *ferry_options_get_str(const ferry_options_t *o, const char *name)
+{
+    int i = find_index(name);
+    if (o == NULL || i < 0)
+        return NULL;
+    if (option_table[i].type != FERRY_OPT_STRING && option_table[i].type != FERRY_OPT_ENUM)
+        return NULL;
+    return o->s[i] ? o->s[i] : "";
+}
+
+int64_t ferry__opt_i64(const ferry_options_t *o, ferry__opt_id_t id) { return o->v[id].i; }
+double ferry__opt_double(const ferry_options_t *o, ferry__opt_id_t id) { return o->v[id].d; }
+const char *ferry__opt_str(const ferry_options_t *o, ferry__opt_id_t id)
+{
+    return o->s[id] ? o->s[id] : "";
+}

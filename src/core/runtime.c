@@ -1,0 +1,255 @@
+/* The runtime: options (defaults, environment, caller), the backend choice ("auto" tries cuda
+ * and falls back to the simulator with the reason kept), and the devices, opened lazily. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/runtime.h"
+
+int ferry__rt_fail(ferry_runtime_t *rt, int code)
+{
+    if (rt != NULL) {
+        pthread_mutex_lock(&rt->lock);
+        ferry__strlcpy(rt->last_error, ferry__last_error_text(), sizeof(rt->last_error));
+        pthread_mutex_unlock(&rt->lock);
+    }
+    return code;
+}
+
+static int pick_backend(ferry_runtime_t *rt, const char *name)
+{
+    if (strcmp(name, "auto") != 0) {
+        const ferry_backend_ops_t *ops = ferry__backend_find(name);
+        if (ops == NULL) {
+            if (strcmp(name, "cuda") == 0)
+                return ferry__error(FERRY_ENODEV,
+                                    "backend cuda: this ferry was built without CUDA "
+                                    "(configure with FERRY_WITH_CUDA=ON on a machine with nvcc)");
+            return ferry__error(FERRY_ENODEV, "unknown backend '%s' (accepted: auto, sim, cuda)",
+                                name);
+        }
+        int count = 0;
+        char why[256] = "";
+        int rc = ops->device_count(&count, why, sizeof(why));
+        if (rc != 0 || count <= 0)
+            return ferry__error(rc ? rc : FERRY_ENODEV, "backend %s has no device: %s", name,
+                                why[0] ? why : "none found");
+        rt->ops = ops;
+        rt->ndev = count;
+        return 0;
+    }
+    char reasons[256] = "";
+    for (size_t i = 0; ferry__backends[i] != NULL; i++) {
+        const ferry_backend_ops_t *ops = ferry__backends[i];
+        int count = 0;
+        char why[200] = "";
+        int rc = ops->device_count(&count, why, sizeof(why));
+        if (rc == 0 && count > 0) {
+            rt->ops = ops;
+            rt->ndev = count;
+            ferry__strlcpy(rt->fallback_reason, reasons, sizeof(rt->fallback_reason));
+            if (reasons[0])
+                ferry_log(FERRY_LOG_INFO, "runtime", "backend auto: using %s (%s)", ops->name,
+                          reasons);
+            return 0;
+        }
+        size_t len = strlen(reasons);
+        snprintf(reasons + len, sizeof(reasons) - len, "%s%s: %s", len ? "; " : "", ops->name,
+                 why[0] ? why : "no device");
+    }
+#ifndef FERRY_WITH_CUDA
+    (void)0;
+#endif
+    return ferry__error(FERRY_ENODEV, "no backend has a device: %s", reasons);
+}
+
+int ferry_runtime_create(const ferry_runtime_config_t *cfg, ferry_runtime_t **out)
+{
+    if (out == NULL)
+        return ferry__error(FERRY_EINVAL, "ferry_runtime_create: out is NULL");
+    if (cfg != NULL && cfg->size < sizeof(size_t) * 2)
+        return ferry__error(FERRY_EINVAL,
+                            "ferry_runtime_create: cfg->size is %zu; use FERRY_RUNTIME_CONFIG_INIT",
+                            cfg->size);
+    ferry_runtime_t *rt = calloc(1, sizeof(*rt));
+    if (rt == NULL)
+        return ferry__error(FERRY_ENOMEM, "ferry_runtime_create: out of memory");
+    pthread_mutex_init(&rt->lock, NULL);
+    int rc;
+    if (cfg != NULL && cfg->options != NULL) {
+        rc = ferry_options_clone(cfg->options, &rt->opts);
+    } else {
+        rc = ferry_options_create(&rt->opts);
+        if (rc == 0)
+            rc = ferry_options_apply_env(rt->opts);
+    }
+    if (rc != 0)
+        goto out_free;
+    ferry_set_log_level((ferry_log_level_t)ferry__opt_i64(rt->opts, FERRY__OPT_log_level));
+
+    const char *backend = (cfg && cfg->backend) ? cfg->backend
+                                                : ferry__opt_str(rt->opts, FERRY__OPT_backend);
+    const char *profile = (cfg && cfg->profile) ? cfg->profile
+                                                : ferry__opt_str(rt->opts, FERRY__OPT_profile);
+    ferry__strlcpy(rt->profile, profile, sizeof(rt->profile));
+    rc = pick_backend(rt, backend);
+    if (rc != 0)
+        goto out_free;
+    if (rt->ops->abi != FERRY_BACKEND_ABI) {
+        rc = ferry__error(FERRY_EBACKEND, "backend %s has ABI %d, ferry expects %d",
+                          rt->ops->name, rt->ops->abi, FERRY_BACKEND_ABI);
+        goto out_free;
+    }
+    rt->devs = calloc((size_t)rt->ndev, sizeof(*rt->devs));
+    if (rt->devs == NULL) {
+        rc = ferry__error(FERRY_ENOMEM, "ferry_runtime_create: out of memory");
+        goto out_free;
+    }
+    /* Open the configured device now, so that a bad profile or a broken GPU is reported
+     * here and not at the first pipeline. */
+    int64_t index = ferry__opt_i64(rt->opts, FERRY__OPT_device);
+    if (index >= rt->ndev) {
+        rc = ferry__error(FERRY_ENODEV, "option device=%lld but backend %s has %d device(s)",
+                          (long long)index, rt->ops->name, rt->ndev);
+        goto out_free;
+    }
+    ferry_device_t *dev = NULL;
+    rc = ferry_device_get(rt, (int)index, &dev);
+    if (rc != 0)
+        goto out_free;
+    *out = rt;
+    return 0;
+
+out_free:
+    ferry_runtime_destroy(rt);
+    return rc;
+}
+
+void ferry_runtime_destroy(ferry_runtime_t *rt)
+{
+    if (rt == NULL)
+        return;
+    for (int i = 0; rt->devs != NULL && i < rt->ndev; i++) {
+        ferry_device_t *d = rt->devs[i];
+        if (d == NULL)
+            continue;
+        d->ops->device_close(d->be);
+        free(d);
+    }
+    free(rt->devs);
+    ferry_options_destroy(rt->opts);
+    pthread_mutex_destroy(&rt->lock);
+    free(rt);
+}
+
+const char *ferry_runtime_backend(const ferry_runtime_t *rt)
+{
+    return (rt && rt->ops) ? rt->ops->name : "";
+}
+
+const char *ferry_runtime_fallback_reason(const ferry_runtime_t *rt)
+{
+    return rt ? rt->fallback_reason : "";
+}
+
+const char *ferry_runtime_last_error(const ferry_runtime_t *rt)
+{
+    return rt ? rt->last_error : "";
+}
+
+const ferry_options_t *ferry_runtime_options(const ferry_runtime_t *rt)
+{
+    return rt ? rt->opts : NULL;
+}
+
+int ferry_device_count(ferry_runtime_t *rt)
+{
+    if (rt == NULL)
+        return ferry__error(FERRY_EINVAL, "ferry_device_count: runtime is NULL");
+    return rt->ndev;
+}
+
+int ferry_device_get(ferry_runtime_t *rt, int index, ferry_device_t **out)
+{
+    if (rt == NULL || out == NULL)
+        return ferry__error(FERRY_EINVAL, "ferry_device_get: NULL argument");
+    if (index < 0 || index >= rt->ndev)
+        return ferry__rt_fail(rt, ferry__error(FERRY_ENODEV,
+                                               "device %d does not exist (backend %s has %d)",
+                                               index, rt->ops->name, rt->ndev));
+    int rc = 0;
+    pthread_mutex_lock(&rt->lock);
+    ferry_device_t *d = rt->devs[index];
+    if (d == NULL) {
+        d = calloc(1, sizeof(*d));
+        if (d == NULL) {
+            rc = ferry__error(FERRY_ENOMEM, "ferry_device_get: out of memory");
+            goto out_unlock;
+        }
+        ferry_be_open_params_t params = {
+            .profile_path = rt->profile[0] ? rt->profile : NULL,
+            .options = rt->opts,
+            .seed = (uint64_t)ferry__opt_i64(rt->opts, FERRY__OPT_seed),
+        };
+        rc = rt->ops->device_open(index, &params, &d->be);
+        if (rc != 0) {
+            free(d);
+            goto out_unlock;
+        }
+        d->rt = rt;
+        d->ops = rt->ops;
+        d->index = index;
+        d->props.size = sizeof(d->props);
+        rc = rt->ops->device_props(d->be, &d->props);
+        if (rc != 0) {
+            rt->ops->device_close(d->be);
+            free(d);
+            goto out_unlock;
+        }
+        rt->devs[index] = d;
+    }
+    *out = d;
+out_unlock:
+    pthread_mutex_unlock(&rt->lock);
+    return rc ? ferry__rt_fail(rt, rc) : 0;
+}
+
+int ferry_device_props(ferry_device_t *dev, ferry_device_props_t *out)
+{
+    if (dev == NULL || out == NULL || out->size < offsetof(ferry_device_props_t, pci_bus_id))
+        return ferry__error(FERRY_EINVAL,
+                            "ferry_device_props: NULL argument or size not set "
+                            "(use FERRY_DEVICE_PROPS_INIT)");
+    size_t n = out->size < sizeof(*out) ? out->size : sizeof(*out);
+    memcpy(out, &dev->props, n);
+    out->size = n;
+    return 0;
+}
+
+bool ferry_device_is_simulated(const ferry_device_t *dev)
+{
+    return dev != NULL && (dev->ops->caps & FERRY_BE_CAP_VIRTUAL_CLOCK) != 0;
+}
+
+uint64_t ferry_device_now_ns(ferry_device_t *dev)
+{
+    if (dev == NULL)
+        return 0;
+    return dev->ops->now_ns ? dev->ops->now_ns(dev->be) : ferry__mono_ns();
+}
+
+int ferry_host_register(ferry_device_t *dev, void *p, size_t bytes)
+{
+    if (dev == NULL || p == NULL || bytes == 0)
+        return ferry__error(FERRY_EINVAL, "ferry_host_register: NULL pointer or zero bytes");
+    int rc = ferry__be_host_register(dev, p, bytes);
+    return rc ? ferry__rt_fail(dev->rt, rc) : 0;
+}
+
+int ferry_host_unregister(ferry_device_t *dev, void *p)
+{
+    if (dev == NULL || p == NULL)
+        return ferry__error(FERRY_EINVAL, "ferry_host_unregister: NULL argument");
+    int rc = ferry__be_host_unregister(dev, p);
+    return rc ? ferry__rt_fail(dev->rt, rc) : 0;
+}

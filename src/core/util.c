@@ -1,0 +1,117 @@
+/* Small utilities shared by every layer: strict number parsing, the monotonic clock and a
+ * bounded string copy. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/internal.h"
+
+int ferry__parse_u64(const char *s, uint64_t *out)
+{
+    if (s == NULL || *s == '\0' || !isdigit((unsigned char)*s))
+        return FERRY_EPARSE;
+    errno = 0;
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end != '\0')
+        return FERRY_EPARSE;
+    if (errno == ERANGE)
+        return FERRY_ERANGE;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+int ferry__parse_i64(const char *s, int64_t *out)
+{
+    if (s == NULL || *s == '\0')
+        return FERRY_EPARSE;
+    const char *d = (*s == '-' || *s == '+') ? s + 1 : s;
+    if (!isdigit((unsigned char)*d))
+        return FERRY_EPARSE;
+    errno = 0;
+    char *end = NULL;
+    long long v = strtoll(s, &end, 10);
+    if (*end != '\0')
+        return FERRY_EPARSE;
+    if (errno == ERANGE)
+        return FERRY_ERANGE;
+    *out = (int64_t)v;
+    return 0;
+}
+
+int ferry__parse_double(const char *s, double *out)
+{
+    if (s == NULL || *s == '\0' || isspace((unsigned char)*s))
+        return FERRY_EPARSE;
+    errno = 0;
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (*end != '\0' || end == s)
+        return FERRY_EPARSE;
+    if (errno == ERANGE || !isfinite(v))
+        return FERRY_ERANGE;
+    *out = v;
+    return 0;
+}
+
+int ferry_parse_size(const char *text, uint64_t *out)
+{
+    if (text == NULL || out == NULL)
+        return ferry__error(FERRY_EINVAL, "ferry_parse_size: NULL argument");
+    const char *p = text;
+    if (!isdigit((unsigned char)*p))
+        return ferry__error(FERRY_EPARSE,
+                            "size '%s': expected digits with an optional K, M, G or T suffix",
+                            text);
+    uint64_t v = 0;
+    while (isdigit((unsigned char)*p)) {
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return ferry__error(FERRY_ERANGE, "size '%s' overflows 64 bits", text);
+        v = v * 10 + d;
+        p++;
+    }
+    unsigned shift = 0;
+    switch (*p) {
+    case 'K': case 'k': shift = 10; p++; break;
+    case 'M': case 'm': shift = 20; p++; break;
+    case 'G': case 'g': shift = 30; p++; break;
+    case 'T': case 't': shift = 40; p++; break;
+    default: break;
+    }
+    if (shift != 0 && p[0] == 'i' && p[1] == 'B')
+        p += 2;
+    else if (*p == 'B')
+        p++;
+    if (*p != '\0')
+        return ferry__error(FERRY_EPARSE,
+                            "size '%s': unexpected '%s' (accepted: digits, then K, M, G or T, "
+                            "optionally followed by iB or B)",
+                            text, p);
+    if (shift != 0 && v > (UINT64_MAX >> shift))
+        return ferry__error(FERRY_ERANGE, "size '%s' overflows 64 bits", text);
+    *out = v << shift;
+    return 0;
+}
+
+uint64_t ferry__mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void ferry__strlcpy(char *dst, const char *src, size_t dst_len)
+{
+    if (dst_len == 0)
+        return;
+    size_t n = src ? strlen(src) : 0;
+    if (n >= dst_len)
+        n = dst_len - 1;
+    if (n)
+        memcpy(dst, src, n);
+    dst[n] = '\0';
+}

@@ -1,0 +1,57 @@
+/* Test helpers shared by every test executable. */
+#include "testlib.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t test_seed(uint64_t fallback)
+{
+    const char *v = getenv("FERRY_TEST_SEED");
+    uint64_t s = fallback;
+    if (v != NULL && *v != '\0')
+        s = strtoull(v, NULL, 0);
+    printf("# seed %llu (set FERRY_TEST_SEED to repeat)\n", (unsigned long long)s);
+    return s;
+}
+
+uint64_t test_rand(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+uint64_t test_rand_range(uint64_t *state, uint64_t lo, uint64_t hi)
+{
+    if (hi <= lo)
+        return lo;
+    return lo + test_rand(state) % (hi - lo + 1);
+}
+
+void test_fill_random(void *p, size_t n, uint64_t *state)
+{
+    unsigned char *b = p;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t r = test_rand(state);
+        memcpy(b + i, &r, 8);
+    }
+    if (i < n) {
+        uint64_t r = test_rand(state);
+        memcpy(b + i, &r, n - i);
+    }
+}
+
+ferry_runtime_t *test_sim_runtime(void)
+{
+    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
+    ferry_runtime_t *rt = NULL;
+    cfg.backend = "sim";
+    cfg.profile = FERRY_TEST_PROFILE;
+    int rc = ferry_runtime_create(&cfg, &rt);
+    if (rc != 0)
+        fail_msg("ferry_runtime_create(sim): %s: %s", ferry_err_name(rc), ferry_last_error());
+    return rt;
+}

@@ -1,0 +1,26 @@
+/* Test helpers: cmocka includes, a seeded RNG whose seed is printed on failure, random
+ * buffers, and a runtime on the simulator. */
+#ifndef FERRY_TESTLIB_H
+#define FERRY_TESTLIB_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ferry.h"
+
+/* The seed: FERRY_TEST_SEED from the environment when set, else @fallback. Printed once. */
+uint64_t test_seed(uint64_t fallback);
+/* splitmix64 step. */
+uint64_t test_rand(uint64_t *state);
+/* Uniform in [lo, hi]. */
+uint64_t test_rand_range(uint64_t *state, uint64_t lo, uint64_t hi);
+void test_fill_random(void *p, size_t n, uint64_t *state);
+/* A runtime on the sim backend with the in-tree H200 profile; fails the test on error. */
+ferry_runtime_t *test_sim_runtime(void);
+
+#endif

@@ -1,0 +1,58 @@
+/* Shared pieces of the ferry CLI: exit codes, usage errors, flag parsing over the options
+ * table (every option is also a flag: --chunk-bytes 8M), number formatting and JSON output.
+ * The CLI uses only ferry's public API. */
+#ifndef FERRY_CLI_H
+#define FERRY_CLI_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "ferry.h"
+#include "ferry/workloads.h"
+
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+/* Print "ferry <cmd>: <msg>" and a hint to stderr; returns CLI_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Print "ferry <cmd>: <msg>" to stderr; returns CLI_FAIL. */
+int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* An argument cursor: --flag VALUE and --flag=VALUE are both accepted. */
+typedef struct cli_args {
+    int argc, i;
+    char **argv;
+    const char *cmd;
+} cli_args_t;
+
+/* If argv[i] is --@name (or --@name=...), set *value to its value (consuming the next argument
+ * when needed) and return 1; 0 when it is another flag; CLI_USAGE-negative (-1) when the value
+ * is missing (an error was printed). */
+int cli_flag_value(cli_args_t *a, const char *name, const char **value);
+/* If argv[i] is --@name (a switch), consume it and return true. */
+bool cli_flag(cli_args_t *a, const char *name);
+/* If argv[i] is --<option name with dashes>, apply it to @o. Returns 1 when applied, 0 when
+ * not an option flag, -1 on a bad value (message printed). */
+int cli_option_flag(cli_args_t *a, ferry_options_t *o);
+
+/* Strict unsigned and size parsers for flag values; print a usage error naming the flag. */
+int cli_parse_uint(const char *cmd, const char *flag, const char *v, unsigned long long lo,
+                   unsigned long long hi, unsigned long long *out);
+int cli_parse_size(const char *cmd, const char *flag, const char *v, unsigned long long *out);
+
+/* Options from defaults and FERRY_* environment; prints the error and returns NULL on a bad
+ * variable. */
+ferry_options_t *cli_options(const char *cmd);
+
+/* "4.00 GiB", "8.0 MiB", "512 B" */
+const char *cli_bytes(unsigned long long b, char *buf, size_t len);
+/* JSON string with escapes, quotes included. */
+void cli_json_str(FILE *f, const char *s);
+
+/* Whether stdout is a terminal and colour is allowed (NO_COLOR unset). */
+bool cli_color(void);
+
+int cmd_run(int argc, char **argv);
+int cmd_probe(int argc, char **argv);
+int cmd_options(int argc, char **argv);
+
+#endif

@@ -1,0 +1,189 @@
+/* `ferry probe`: the backends built in, whether each has a device (and why not), and every
+ * device's properties; on the simulator, the profile it models. Text or --json. */
+#include <string.h>
+
+#include "cli.h"
+
+static void print_props_text(const ferry_device_props_t *p)
+{
+    char mem[32], l2[32];
+    printf("  device %d: %s%s\n", p->index, p->name, p->simulated ? "  [simulated]" : "");
+    printf("    compute capability  %d.%d, %d SMs, up to %d resident grids, concurrent kernels "
+           "%s\n",
+           p->cc_major, p->cc_minor, p->sms, p->max_resident_grids,
+           p->concurrent_kernels ? "yes" : "no");
+    printf("    memory              %s, L2 %s\n", cli_bytes(p->memory_bytes, mem, sizeof(mem)),
+           cli_bytes(p->l2_bytes, l2, sizeof(l2)));
+    printf("    copy engines        %d\n", p->copy_engines);
+    printf("    stream priorities   %d (least) .. %d (greatest)\n", p->priority_least,
+           p->priority_greatest);
+    if (p->pcie_gen > 0)
+        printf("    PCIe link           Gen%d x%d (max Gen%d x%d), %.1f GB/s per direction "
+               "theoretical\n",
+               p->pcie_gen, p->pcie_width, p->pcie_gen_max, p->pcie_width_max, p->link_gbps);
+    else
+        printf("    PCIe link           unknown\n");
+    if (p->numa_node >= 0)
+        printf("    NUMA node           %d\n", p->numa_node);
+    else
+        printf("    NUMA node           unknown\n");
+    if (p->pci_bus_id[0])
+        printf("    PCI bus id          %s\n", p->pci_bus_id);
+    printf("    driver / runtime    %s / %s\n", p->driver_version, p->runtime_version);
+    if (p->profile[0])
+        printf("    profile             %s\n", p->profile);
+}
+
+static void print_props_json(const ferry_device_props_t *p)
+{
+    printf("{\"index\":%d,\"name\":", p->index);
+    cli_json_str(stdout, p->name);
+    printf(",\"simulated\":%s,\"cc\":\"%d.%d\",\"sms\":%d,\"max_resident_grids\":%d,"
+           "\"concurrent_kernels\":%s,\"memory_bytes\":%llu,\"l2_bytes\":%llu,"
+           "\"copy_engines\":%d,\"priority_least\":%d,\"priority_greatest\":%d,"
+           "\"pcie_gen\":%d,\"pcie_width\":%d,\"pcie_gen_max\":%d,\"pcie_width_max\":%d,"
+           "\"link_gbps\":%.3f,\"numa_node\":%d,\"driver_version\":",
+           p->simulated ? "true" : "false", p->cc_major, p->cc_minor, p->sms,
+           p->max_resident_grids, p->concurrent_kernels ? "true" : "false",
+           (unsigned long long)p->memory_bytes, (unsigned long long)p->l2_bytes, p->copy_engines,
+           p->priority_least, p->priority_greatest, p->pcie_gen, p->pcie_width, p->pcie_gen_max,
+           p->pcie_width_max, p->link_gbps, p->numa_node);
+    cli_json_str(stdout, p->driver_version);
+    printf(",\"runtime_version\":");
+    cli_json_str(stdout, p->runtime_version);
+    printf(",\"pci_bus_id\":");
+    cli_json_str(stdout, p->pci_bus_id);
+    printf(",\"profile\":");
+    cli_json_str(stdout, p->profile);
+    printf("}");
+}
+
+static int usage(void)
+{
+    printf("usage: ferry probe [--json] [--backend NAME] [--profile FILE]\n\n"
+           "Show every backend built into ferry, whether it has a device here (and the reason\n"
+           "when it does not), and each device's properties: name, compute capability, SMs,\n"
+           "memory, copy engines, stream priorities, PCIe link, NUMA node, versions. The\n"
+           "simulator shows the device profile it models.\n\n"
+           "  --json            one JSON object\n"
+           "  --backend NAME    probe only this backend (sim, cuda)\n"
+           "  --profile FILE    simulator profile to load (default: profiles/h200.json)\n");
+    return CLI_OK;
+}
+
+int cmd_probe(int argc, char **argv)
+{
+    const char *cmd = "probe";
+    bool json = false;
+    const char *only = NULL;
+    ferry_options_t *opts = cli_options(cmd);
+    if (opts == NULL)
+        return CLI_FAIL;
+    cli_args_t a = {.argc = argc, .argv = argv, .i = 1, .cmd = cmd};
+    int rc = CLI_OK;
+    while (a.i < argc) {
+        const char *v = NULL;
+        int r;
+        if (strcmp(argv[a.i], "--help") == 0 || strcmp(argv[a.i], "-h") == 0) {
+            ferry_options_destroy(opts);
+            return usage();
+        }
+        if (cli_flag(&a, "json")) {
+            json = true;
+            continue;
+        }
+        if ((r = cli_flag_value(&a, "backend", &v)) != 0) {
+            if (r < 0)
+                goto out_usage;
+            if (strcmp(v, "sim") != 0 && strcmp(v, "cuda") != 0) {
+                cli_usage_error(cmd, "--backend '%s': accepted: sim, cuda", v);
+                goto out_usage;
+            }
+            only = v;
+            continue;
+        }
+        if ((r = cli_option_flag(&a, opts)) != 0) {
+            if (r < 0)
+                goto out_usage;
+            continue;
+        }
+        cli_usage_error(cmd, "unknown argument '%s'", argv[a.i]);
+        goto out_usage;
+    }
+
+    const char *const *names = ferry_backend_names();
+    const char *all[] = {"cuda", "sim", NULL};
+    if (json)
+        printf("{\"ferry_version\":\"%s\",\"backends\":[", ferry_version_string());
+    else
+        printf("ferry %s\n", ferry_version_string());
+    bool any = false;
+    int nb = 0;
+    for (size_t i = 0; all[i] != NULL; i++) {
+        const char *b = all[i];
+        if (only && strcmp(only, b) != 0)
+            continue;
+        bool built = false;
+        for (size_t k = 0; names[k]; k++)
+            built |= strcmp(names[k], b) == 0;
+        char why[256] = "";
+        int count = built ? ferry_backend_probe(b, why, sizeof(why)) : FERRY_ENODEV;
+        if (!built)
+            snprintf(why, sizeof(why), "not built in (configure with FERRY_WITH_CUDA=ON where "
+                                       "nvcc is installed)");
+        ferry_runtime_t *rt = NULL;
+        char err[512] = "";
+        if (count > 0) {
+            ferry_runtime_config_t rc_ = FERRY_RUNTIME_CONFIG_INIT;
+            rc_.backend = b;
+            rc_.options = opts;
+            int e = ferry_runtime_create(&rc_, &rt);
+            if (e != 0) {
+                snprintf(err, sizeof(err), "%s: %s", ferry_err_name(e), ferry_last_error());
+                rt = NULL;
+            }
+        }
+        if (json) {
+            printf("%s{\"name\":\"%s\",\"built\":%s,\"available\":%s,\"reason\":", nb++ ? "," : "",
+                   b, built ? "true" : "false", rt ? "true" : "false");
+            cli_json_str(stdout, count > 0 ? err : why);
+            printf(",\"devices\":[");
+        } else {
+            printf("\nbackend %s: ", b);
+            if (rt)
+                printf("available, %d device(s)\n", ferry_device_count(rt));
+            else
+                printf("unavailable: %s\n", count > 0 ? err : why);
+        }
+        for (int d = 0; rt && d < ferry_device_count(rt); d++) {
+            ferry_device_t *dev = NULL;
+            ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
+            if (ferry_device_get(rt, d, &dev) != 0 || ferry_device_props(dev, &p) != 0) {
+                if (!json)
+                    printf("  device %d: %s\n", d, ferry_last_error());
+                continue;
+            }
+            any = true;
+            if (json) {
+                if (d)
+                    printf(",");
+                print_props_json(&p);
+            } else {
+                print_props_text(&p);
+            }
+        }
+        if (json)
+            printf("]}");
+        ferry_runtime_destroy(rt);
+    }
+    if (json)
+        printf("]}\n");
+    else if (!any)
+        printf("\nno usable device\n");
+    rc = any ? CLI_OK : CLI_FAIL;
+    ferry_options_destroy(opts);
+    return rc;
+out_usage:
+    ferry_options_destroy(opts);
+    return CLI_USAGE;
+}

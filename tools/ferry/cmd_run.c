@@ -1,0 +1,590 @@
+/* `ferry run`: the main job. Streams generated data (or a file) through a built-in workload
+ * on the GPU or the simulated H200, checks every output byte against the CPU reference, and
+ * prints a summary (text or --json): time, GB/s each way, overlap, engine utilisation, batches. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+typedef struct ring_entry {
+    unsigned char *in;  /* file input (NULL for generated data) */
+    unsigned char *out; /* output of the batch */
+    size_t bytes;
+    uint64_t offset;
+    bool busy;
+} ring_entry_t;
+
+typedef struct run_state {
+    uint64_t seed;
+    ferry_workload_t *wl;
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    ring_entry_t *ring;
+    size_t nring;
+    /* completed batches waiting for verification, by ring index */
+    size_t *done;
+    int *done_status;
+    int *done_where;
+    size_t ndone;
+    uint64_t callbacks;
+} run_state_t;
+
+/* Deterministic data: byte o of the stream is byte (o % 8) of word(o / 8), whatever the
+ * chunking. Each 32-bit half is a float in +-[1, 2): no NaN or infinity, whose payloads the
+ * GPU need not preserve, so every workload can be compared bit for bit. */
+static uint64_t gen_word(uint64_t seed, uint64_t idx)
+{
+    uint64_t z = idx * 0x9e3779b97f4a7c15ull + seed;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (z & 0x807fffff807fffffull) | 0x3f8000003f800000ull;
+}
+
+static void gen_fill(uint64_t seed, uint64_t offset, unsigned char *dst, size_t n)
+{
+    size_t i = 0;
+    while (i < n && (offset + i) % 8 != 0) {
+        uint64_t w = gen_word(seed, (offset + i) / 8);
+        dst[i] = (unsigned char)(w >> (8 * ((offset + i) % 8)));
+        i++;
+    }
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w = gen_word(seed, (offset + i) / 8);
+        memcpy(dst + i, &w, 8); /* little-endian: byte k is bits 8k.. */
+    }
+    for (; i < n; i++) {
+        uint64_t w = gen_word(seed, (offset + i) / 8);
+        dst[i] = (unsigned char)(w >> (8 * ((offset + i) % 8)));
+    }
+}
+
+typedef struct gen_ctx {
+    uint64_t seed;
+    uint64_t base; /* the batch's offset in the stream */
+} gen_ctx_t;
+
+static int prepare_gen(void *slot, size_t bytes, size_t offset, void *arg)
+{
+    const gen_ctx_t *g = arg;
+    gen_fill(g->seed, g->base + offset, slot, bytes);
+    return 0;
+}
+
+static void on_done(const ferry_batch_result_t *r, void *arg)
+{
+    /* arg points at the ring index stored in a per-entry cell; see submit loop */
+    size_t *cell = arg;
+    run_state_t *st = (run_state_t *)(void *)cell[1];
+    pthread_mutex_lock(&st->lock);
+    st->done[st->ndone] = cell[0];
+    st->done_status[st->ndone] = r->status;
+    st->done_where[st->ndone] = (int)r->where;
+    st->ndone++;
+    st->callbacks++;
+    pthread_cond_broadcast(&st->cv);
+    pthread_mutex_unlock(&st->lock);
+}
+
+typedef struct run_opts {
+    const char *workload;
+    unsigned long long intensity;
+    unsigned long long bytes;
+    unsigned long long batch_bytes;
+    const char *input, *output, *trace;
+    bool json, quiet;
+} run_opts_t;
+
+static int usage(void)
+{
+    printf(
+        "usage: ferry run [options]\n\n"
+        "Stream data through a built-in workload, check every byte against the CPU reference,\n"
+        "and print what happened: time, GB/s each way, overlap of copies and compute, engine\n"
+        "utilisation, batches. Runs on the GPU when one answers, else on the simulated H200\n"
+        "(its times are virtual, marked 'simulated').\n\n"
+        "  --bytes SIZE         bytes of generated data (default 4G; K, M, G suffixes)\n"
+        "  --input FILE         stream FILE instead of generated data\n"
+        "  --output FILE        write the transformed stream to FILE\n"
+        "  --workload NAME      copy, scale (default) or fma (tunable compute)\n"
+        "  --intensity N        fma: fused multiply-adds per float, 1..100000 (default 64)\n"
+        "  --batch-bytes SIZE   bytes per submitted batch (default 64M)\n"
+        "  --trace FILE         write a Chrome trace (open in ui.perfetto.dev)\n"
+        "  --json               print the summary as one JSON object\n"
+        "  --quiet              print nothing but errors (exit status tells)\n"
+        "  --backend auto|sim|cuda, --profile FILE, --chunk-bytes SIZE, --depth N,\n"
+        "  --copy-streams N, --compute-streams N, --queue-depth N, --seed N ...\n"
+        "                       any option of `ferry options`\n\n"
+        "Exit status: 0 when every batch completed and matched the reference, 1 otherwise,\n"
+        "2 on a usage error.\n");
+    return CLI_OK;
+}
+
+static int parse(int argc, char **argv, ferry_options_t *o, run_opts_t *r)
+{
+    const char *cmd = "run";
+    cli_args_t a = {.argc = argc, .argv = argv, .i = 1, .cmd = cmd};
+    while (a.i < argc) {
+        const char *v = NULL;
+        int k;
+        if (strcmp(argv[a.i], "--help") == 0 || strcmp(argv[a.i], "-h") == 0)
+            return -1;
+        if (cli_flag(&a, "json")) {
+            r->json = true;
+            continue;
+        }
+        if (cli_flag(&a, "quiet")) {
+            r->quiet = true;
+            continue;
+        }
+        if ((k = cli_flag_value(&a, "bytes", &v)) != 0) {
+            if (k < 0 || cli_parse_size(cmd, "bytes", v, &r->bytes) != 0)
+                return CLI_USAGE;
+            continue;
+        }
+        if ((k = cli_flag_value(&a, "batch-bytes", &v)) != 0) {
+            if (k < 0 || cli_parse_size(cmd, "batch-bytes", v, &r->batch_bytes) != 0)
+                return CLI_USAGE;
+            if (r->batch_bytes == 0 || r->batch_bytes > (1ull << 34))
+                return cli_usage_error(cmd, "--batch-bytes must be 1 to 16G");
+            continue;
+        }
+        if ((k = cli_flag_value(&a, "workload", &v)) != 0) {
+            if (k < 0)
+                return CLI_USAGE;
+            r->workload = v;
+            continue;
+        }
+        if ((k = cli_flag_value(&a, "intensity", &v)) != 0) {
+            if (k < 0 || cli_parse_uint(cmd, "intensity", v, 1, 100000, &r->intensity) != 0)
+                return CLI_USAGE;
+            continue;
+        }
+        if ((k = cli_flag_value(&a, "input", &v)) != 0) {
+            if (k < 0)
+                return CLI_USAGE;
+            r->input = v;
+            continue;
+        }
+        if ((k = cli_flag_value(&a, "output", &v)) != 0) {
+            if (k < 0)
+                return CLI_USAGE;
+            r->output = v;
+            continue;
+        }
+        if ((k = cli_flag_value(&a, "trace", &v)) != 0) {
+            if (k < 0)
+                return CLI_USAGE;
+            r->trace = v;
+            continue;
+        }
+        if ((k = cli_option_flag(&a, o)) != 0) {
+            if (k < 0)
+                return CLI_USAGE;
+            continue;
+        }
+        return cli_usage_error(cmd, "unknown argument '%s'", argv[a.i]);
+    }
+    bool known = false;
+    for (const char *const *n = ferry_workload_names(); *n; n++)
+        known |= strcmp(*n, r->workload) == 0;
+    if (!known)
+        return cli_usage_error(cmd, "--workload '%s': accepted: copy, scale, fma", r->workload);
+    if (r->intensity && strcmp(r->workload, "fma") != 0)
+        return cli_usage_error(cmd, "--intensity applies to --workload fma only");
+    if (r->bytes == 0 && !r->input)
+        return cli_usage_error(cmd, "--bytes must be at least 1");
+    return 0;
+}
+
+static ssize_t read_full(int fd, void *buf, size_t n, uint64_t off)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return -1;
+        if (k == 0)
+            break;
+        got += (size_t)k;
+    }
+    return (ssize_t)got;
+}
+
+static int write_full(int fd, const void *buf, size_t n, uint64_t off)
+{
+    size_t put = 0;
+    while (put < n) {
+        ssize_t k = pwrite(fd, (const char *)buf + put, n - put, (off_t)(off + put));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        put += (size_t)k;
+    }
+    return 0;
+}
+
+typedef struct run_totals {
+    uint64_t ok_gpu, ok_cpu, failed, mismatched, verified_bytes;
+    uint64_t first_bad_offset;
+    int io_error;
+} run_totals_t;
+
+/* Verify (and write) one completed batch; the ring entry becomes free. */
+static void settle(run_state_t *st, const run_opts_t *ro, int outfd, unsigned char *scratch,
+                   size_t idx, int status, int where, run_totals_t *t)
+{
+    ring_entry_t *e = &st->ring[idx];
+    if (status != 0) {
+        t->failed++;
+    } else {
+        if (where == FERRY_DONE_CPU)
+            t->ok_cpu++;
+        else
+            t->ok_gpu++;
+        if (e->in != NULL)
+            ferry_workload_reference(st->wl, e->in, scratch, e->bytes);
+        else {
+            gen_fill(st->seed, e->offset, scratch, e->bytes);
+            ferry_workload_reference(st->wl, scratch, scratch, e->bytes);
+        }
+        if (memcmp(scratch, e->out, e->bytes) != 0) {
+            size_t k = 0;
+            while (scratch[k] == e->out[k])
+                k++;
+            if (t->mismatched == 0)
+                t->first_bad_offset = e->offset + k;
+            t->mismatched++;
+        } else {
+            t->verified_bytes += e->bytes;
+        }
+        if (outfd >= 0 && write_full(outfd, e->out, e->bytes, e->offset) != 0)
+            t->io_error = errno ? errno : EIO;
+    }
+    (void)ro;
+    e->busy = false;
+}
+
+static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t *dev,
+                          const ferry_pipeline_stats_t *s, const run_totals_t *t,
+                          unsigned long long total, unsigned long long nbatches,
+                          unsigned long long chunk, double wall_s, bool ok)
+{
+    ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
+    ferry_device_props(dev, &p);
+    double el = (double)s->elapsed_ns / 1e9;
+    double u_h = el > 0 ? (double)s->busy_h2d_ns / 1e9 / el : 0;
+    double u_c = el > 0 ? (double)s->busy_compute_ns / 1e9 / el : 0;
+    double u_d = el > 0 ? (double)s->busy_d2h_ns / 1e9 / el : 0;
+    if (ro->json) {
+        printf("{\"command\":\"run\",\"ok\":%s,\"backend\":\"%s\",\"device\":",
+               ok ? "true" : "false", ferry_runtime_backend(rt));
+        cli_json_str(stdout, p.name);
+        printf(",\"simulated\":%s,\"profile\":", p.simulated ? "true" : "false");
+        cli_json_str(stdout, p.profile);
+        printf(",\"workload\":\"%s\",\"bytes\":%llu,\"batches\":%llu,\"chunk_bytes\":%llu,"
+               "\"chunks\":%llu,\"time_s\":%.9f,\"time_simulated\":%s,\"wall_s\":%.3f,"
+               "\"gbps_h2d\":%.3f,\"gbps_d2h\":%.3f,\"link_gbps\":%.3f,\"overlap\":%.4f,"
+               "\"util_h2d\":%.4f,\"util_compute\":%.4f,\"util_d2h\":%.4f,\"streams\":[",
+               ro->workload, total, nbatches, chunk, (unsigned long long)s->chunks, el,
+               p.simulated ? "true" : "false", wall_s, s->gbps_h2d, s->gbps_d2h, p.link_gbps,
+               s->overlap, u_h, u_c, u_d);
+        for (unsigned i = 0; i < s->streams; i++)
+            printf("%s{\"index\":%u,\"kind\":\"%s\",\"busy_s\":%.9f,\"util\":%.4f}", i ? "," : "",
+                   i, s->stream_kind[i] == 'h' ? "h2d" : s->stream_kind[i] == 'c' ? "compute" : "d2h",
+                   (double)s->stream_busy_ns[i] / 1e9,
+                   el > 0 ? (double)s->stream_busy_ns[i] / 1e9 / el : 0);
+        printf("],\"batches_ok_gpu\":%llu,\"batches_ok_cpu\":%llu,\"batches_failed\":%llu,"
+               "\"batches_mismatched\":%llu,\"verified_bytes\":%llu,\"verified\":%s",
+               (unsigned long long)t->ok_gpu, (unsigned long long)t->ok_cpu,
+               (unsigned long long)t->failed, (unsigned long long)t->mismatched,
+               (unsigned long long)t->verified_bytes, ok ? "true" : "false");
+        if (ro->trace) {
+            printf(",\"trace\":");
+            cli_json_str(stdout, ro->trace);
+        }
+        printf("}\n");
+        return;
+    }
+    char b1[32], b2[32], b3[32];
+    const char *sim = p.simulated ? " (simulated)" : "";
+    printf("ferry run: %s, %s in %llu batch(es) of up to %s, chunks of %s\n", ro->workload,
+           cli_bytes(total, b1, sizeof(b1)), nbatches,
+           cli_bytes(ro->batch_bytes, b2, sizeof(b2)), cli_bytes(chunk, b3, sizeof(b3)));
+    printf("  backend    %s, %s%s\n", ferry_runtime_backend(rt), p.name,
+           p.profile[0] ? "" : "");
+    if (p.profile[0])
+        printf("  profile    %s\n", p.profile);
+    printf("  time       %.3f ms%s, wall %.2f s\n", el * 1e3, sim, wall_s);
+    printf("  H2D        %.1f GB/s%s\n", s->gbps_h2d, sim);
+    printf("  D2H        %.1f GB/s%s", s->gbps_d2h, sim);
+    if (p.link_gbps > 0)
+        printf("   (link: %.0f GB/s per direction, theoretical)", p.link_gbps);
+    printf("\n  overlap    %.2f  (engine busy time / elapsed: 1 = serial, 3 = all busy)\n",
+           s->overlap);
+    printf("  engines    H2D %.1f%%, compute %.1f%%, D2H %.1f%%\n", u_h * 100, u_c * 100,
+           u_d * 100);
+    printf("  streams   ");
+    for (unsigned i = 0; i < s->streams; i++)
+        printf(" %u:%s %.1f%%", i,
+               s->stream_kind[i] == 'h' ? "H2D" : s->stream_kind[i] == 'c' ? "compute" : "D2H",
+               el > 0 ? (double)s->stream_busy_ns[i] / 1e9 / el * 100 : 0);
+    printf("\n  batches    %llu ok on GPU, %llu ok on CPU, %llu failed\n",
+           (unsigned long long)t->ok_gpu, (unsigned long long)t->ok_cpu,
+           (unsigned long long)t->failed);
+    if (t->mismatched == 0 && t->failed == 0)
+        printf("  verify     OK: all %s match the CPU reference\n",
+               cli_bytes(t->verified_bytes, b1, sizeof(b1)));
+    else if (t->mismatched)
+        printf("  verify     FAILED: %llu batch(es) differ from the CPU reference, first at byte "
+               "%llu\n",
+               (unsigned long long)t->mismatched, (unsigned long long)t->first_bad_offset);
+    else
+        printf("  verify     FAILED: %llu batch(es) did not complete\n",
+               (unsigned long long)t->failed);
+    if (ro->trace)
+        printf("  trace      %s (open in ui.perfetto.dev)\n", ro->trace);
+}
+
+int cmd_run(int argc, char **argv)
+{
+    const char *cmd = "run";
+    run_opts_t ro = {.workload = "scale", .bytes = 4ull << 30, .batch_bytes = 64ull << 20};
+    int rc = CLI_FAIL;
+    ferry_options_t *opts = cli_options(cmd);
+    if (opts == NULL)
+        return CLI_FAIL;
+    int pr = parse(argc, argv, opts, &ro);
+    if (pr != 0) {
+        ferry_options_destroy(opts);
+        return pr < 0 ? usage() : pr;
+    }
+    if (ro.trace)
+        ferry_options_set(opts, "trace", "1");
+
+    ferry_runtime_t *rt = NULL;
+    ferry_pipeline_t *pl = NULL;
+    ferry_workload_t *wl = NULL;
+    run_state_t st = {0};
+    size_t *cells = NULL;
+    unsigned char *scratch = NULL;
+    int infd = -1, outfd = -1;
+    run_totals_t t = {0};
+    pthread_mutex_init(&st.lock, NULL);
+    pthread_cond_init(&st.cv, NULL);
+
+    unsigned long long total = ro.bytes;
+    if (ro.input) {
+        infd = open(ro.input, O_RDONLY);
+        struct stat sb;
+        if (infd < 0 || fstat(infd, &sb) != 0) {
+            cli_fail(cmd, "cannot read --input %s: %s", ro.input, strerror(errno));
+            goto out;
+        }
+        if (!S_ISREG(sb.st_mode)) {
+            cli_fail(cmd, "--input %s is not a regular file", ro.input);
+            goto out;
+        }
+        total = (unsigned long long)sb.st_size;
+    }
+    if (ro.output) {
+        outfd = open(ro.output, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (outfd < 0) {
+            cli_fail(cmd, "cannot write --output %s: %s", ro.output, strerror(errno));
+            goto out;
+        }
+    }
+
+    ferry_runtime_config_t rcfg = FERRY_RUNTIME_CONFIG_INIT;
+    rcfg.options = opts;
+    int e = ferry_runtime_create(&rcfg, &rt);
+    if (e != 0) {
+        cli_fail(cmd, "%s: %s", ferry_strerror(e), ferry_last_error());
+        goto out;
+    }
+    if (!ro.quiet && !ro.json && ferry_runtime_fallback_reason(rt)[0])
+        fprintf(stderr, "ferry run: no GPU (%s); running on the simulated device\n",
+                ferry_runtime_fallback_reason(rt));
+    ferry_device_t *dev = NULL;
+    int64_t devidx = 0;
+    ferry_options_get_i64(opts, "device", &devidx);
+    if (ferry_device_get(rt, (int)devidx, &dev) != 0) {
+        cli_fail(cmd, "%s", ferry_last_error());
+        goto out;
+    }
+    ferry_workload_params_t wp = FERRY_WORKLOAD_PARAMS_INIT;
+    wp.intensity = (unsigned)ro.intensity;
+    if (ferry_workload_create(ro.workload, &wp, &wl) != 0) {
+        cli_fail(cmd, "%s", ferry_last_error());
+        goto out;
+    }
+    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
+    pc.device = dev;
+    pc.stage = ferry_workload_stage(wl);
+    if (ferry_pipeline_create(&pc, &pl) != 0) {
+        cli_fail(cmd, "cannot create the pipeline: %s", ferry_last_error());
+        goto out;
+    }
+    int64_t seed = 1;
+    ferry_options_get_i64(opts, "seed", &seed);
+    ferry_pipeline_stats_t plan = FERRY_PIPELINE_STATS_INIT;
+    ferry_pipeline_stats(pl, &plan);
+    st.seed = (uint64_t)seed;
+    st.wl = wl;
+
+    size_t bb = ro.batch_bytes < total ? (size_t)ro.batch_bytes : (size_t)total;
+    if (bb == 0)
+        bb = 1;
+    unsigned long long nbatches = total == 0 ? 0 : (total + bb - 1) / bb;
+    /* Enough buffers that the queue and every slot can be full while the main thread
+     * verifies: queue + depth + 2. */
+    st.nring = (size_t)plan.queue_depth + plan.depth + 2;
+    if (st.nring > nbatches)
+        st.nring = nbatches ? nbatches : 1;
+    st.ring = calloc(st.nring, sizeof(*st.ring));
+    st.done = calloc(st.nring, sizeof(*st.done));
+    st.done_status = calloc(st.nring, sizeof(int));
+    st.done_where = calloc(st.nring, sizeof(int));
+    cells = calloc(st.nring * 2, sizeof(*cells));
+    gen_ctx_t *gens = calloc(st.nring, sizeof(*gens));
+    scratch = malloc(bb);
+    bool alloc_ok = st.ring && st.done && st.done_status && st.done_where && cells && gens &&
+                    scratch;
+    for (size_t i = 0; alloc_ok && i < st.nring; i++) {
+        st.ring[i].out = malloc(bb);
+        if (infd >= 0)
+            st.ring[i].in = malloc(bb);
+        alloc_ok = st.ring[i].out && (infd < 0 || st.ring[i].in);
+        cells[2 * i] = i;
+        cells[2 * i + 1] = (size_t)(void *)&st;
+    }
+    if (!alloc_ok) {
+        cli_fail(cmd, "out of host memory for %zu buffers of %zu bytes", st.nring, bb);
+        free(gens);
+        goto out;
+    }
+
+    uint64_t t0 = 0;
+    {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        t0 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    }
+    unsigned long long next = 0, settled = 0;
+    size_t ring_next = 0;
+    while (settled < nbatches) {
+        /* Settle completed batches first, so their buffers come back. */
+        pthread_mutex_lock(&st.lock);
+        bool need_wait = next >= nbatches || st.ring[ring_next].busy;
+        while (need_wait && st.ndone == 0)
+            pthread_cond_wait(&st.cv, &st.lock);
+        size_t n = st.ndone;
+        size_t idx[64];
+        int sts[64], wh[64];
+        if (n > 64)
+            n = 64;
+        for (size_t i = 0; i < n; i++) {
+            idx[i] = st.done[st.ndone - 1 - i];
+            sts[i] = st.done_status[st.ndone - 1 - i];
+            wh[i] = st.done_where[st.ndone - 1 - i];
+        }
+        st.ndone -= n;
+        pthread_mutex_unlock(&st.lock);
+        for (size_t i = 0; i < n; i++) {
+            settle(&st, &ro, outfd, scratch, idx[i], sts[i], wh[i], &t);
+            settled++;
+        }
+        if (next < nbatches && !st.ring[ring_next].busy) {
+            ring_entry_t *re = &st.ring[ring_next];
+            re->offset = next * bb;
+            re->bytes = (size_t)(total - re->offset < bb ? total - re->offset : bb);
+            ferry_batch_t b = FERRY_BATCH_INIT;
+            b.bytes = re->bytes;
+            b.out = re->out;
+            if (infd >= 0) {
+                ssize_t got = read_full(infd, re->in, re->bytes, re->offset);
+                if (got != (ssize_t)re->bytes) {
+                    cli_fail(cmd, "reading --input %s at %llu: %s", ro.input,
+                             (unsigned long long)re->offset,
+                             got < 0 ? strerror(errno) : "file shrank");
+                    ferry_pipeline_drain(pl);
+                    free(gens);
+                    goto out;
+                }
+                b.in = re->in;
+            } else {
+                gens[ring_next].seed = st.seed;
+                gens[ring_next].base = re->offset;
+                b.prepare = prepare_gen;
+                b.prepare_arg = &gens[ring_next];
+            }
+            re->busy = true;
+            int s = ferry_pipeline_submit(pl, &b, on_done, &cells[2 * ring_next], NULL);
+            if (s != 0) {
+                re->busy = false;
+                cli_fail(cmd, "submit: %s", ferry_last_error());
+                ferry_pipeline_drain(pl);
+                free(gens);
+                goto out;
+            }
+            next++;
+            ring_next = (ring_next + 1) % st.nring;
+        }
+    }
+    ferry_pipeline_drain(pl);
+    free(gens);
+    struct timespec ts1;
+    clock_gettime(CLOCK_MONOTONIC, &ts1);
+    double wall = (double)((uint64_t)ts1.tv_sec * 1000000000ull + (uint64_t)ts1.tv_nsec - t0) /
+                  1e9;
+
+    ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
+    ferry_pipeline_stats(pl, &s);
+    if (ro.trace && ferry_pipeline_write_trace(pl, ro.trace) != 0) {
+        cli_fail(cmd, "%s", ferry_last_error());
+        goto out;
+    }
+    if (t.io_error) {
+        cli_fail(cmd, "writing --output %s: %s", ro.output, strerror(t.io_error));
+        goto out;
+    }
+    bool ok = t.failed == 0 && t.mismatched == 0 && st.callbacks == nbatches;
+    if (!ro.quiet)
+        print_summary(&ro, rt, dev, &s, &t, total, nbatches, s.chunk_bytes, wall, ok);
+    rc = ok ? CLI_OK : CLI_FAIL;
+
+out:
+    if (pl && ferry_pipeline_close(pl) != 0) {
+        ferry_pipeline_drain(pl);
+        ferry_pipeline_close(pl);
+    }
+    ferry_workload_destroy(wl);
+    ferry_runtime_destroy(rt);
+    for (size_t i = 0; st.ring && i < st.nring; i++) {
+        free(st.ring[i].in);
+        free(st.ring[i].out);
+    }
+    free(st.ring);
+    free(st.done);
+    free(st.done_status);
+    free(st.done_where);
+    free(cells);
+    free(scratch);
+    if (infd >= 0)
+        close(infd);
+    if (outfd >= 0 && close(outfd) != 0 && rc == CLI_OK)
+        rc = cli_fail(cmd, "closing --output %s: %s", ro.output, strerror(errno));
+    pthread_mutex_destroy(&st.lock);
+    pthread_cond_destroy(&st.cv);
+    ferry_options_destroy(opts);
+    return rc;
+}
