@@ -213,6 +213,8 @@ typedef struct ferry_stage {
     void *user;           /* passed to both; borrowed for the pipeline's lifetime */
     double ns_per_byte;   /* cost hint: kernel time per byte with the whole GPU; 0: the
                              profile's device-to-device rate (a memory-bound pass) */
+    size_t granularity;   /* chunks are cut at multiples of this many bytes from the batch's
+                             start (the element size of the stage's data); 0 or 1: anywhere */
 } ferry_stage_t;
 #define FERRY_STAGE_INIT {.size = sizeof(ferry_stage_t)}
 

@@ -577,6 +577,13 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
         chunk = dev->props.default_chunk_bytes;
     if (chunk == 0)
         chunk = 8u << 20; /* FACTS.md: 4-16 MiB chunks reach 97-100% of the round-trip ceiling */
+    size_t gran = st->size > offsetof(ferry_stage_t, granularity) ? st->granularity : 0;
+    if (gran > (1u << 20))
+        return ferry__rt_fail(dev->rt, ferry__error(FERRY_EINVAL,
+                                                    "stage granularity %zu out of range (0 to 1M)",
+                                                    gran));
+    if (gran > 1 && chunk % gran != 0)
+        chunk = chunk < gran ? gran : chunk - chunk % gran; /* elements never straddle chunks */
     long long depth = cfg->depth ? cfg->depth : ferry__opt_i64(o, FERRY__OPT_depth);
     long long ncopy = cfg->copy_streams ? cfg->copy_streams
                                         : ferry__opt_i64(o, FERRY__OPT_copy_streams);

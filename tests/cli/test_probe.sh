@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# `ferry probe` and `ferry options`: text and JSON, the simulator's profile, and the reason a
+# backend is unavailable.
+. "$(dirname "$0")/lib.sh"
+
+expect_rc "probe" 0 "$FERRY" probe
+expect_in "probe shows the sim backend" "$TMP/out" "backend sim: available"
+expect_in "probe shows SMs" "$TMP/out" "132 SMs"
+expect_in "probe shows the link" "$TMP/out" "Gen5 x16"
+expect_in "probe shows priorities" "$TMP/out" "0 (least) .. -5 (greatest)"
+expect_in "probe shows the profile" "$TMP/out" "h200.json"
+expect_in "probe explains cuda" "$TMP/out" "backend cuda: unavailable"
+
+expect_rc "probe --json" 0 "$FERRY" probe --json
+json_check "json: sim device" "$TMP/out" \
+  "[b for b in j['backends'] if b['name'] == 'sim'][0]['devices'][0]['sms'] == 132"
+json_check "json: sim props" "$TMP/out" \
+  "(lambda d: d['simulated'] and d['copy_engines'] == 3 and d['cc'] == '9.0' and abs(d['link_gbps'] - 63) < 0.5 and d['priority_greatest'] == -5)([b for b in j['backends'] if b['name'] == 'sim'][0]['devices'][0])"
+json_check "json: cuda has a reason" "$TMP/out" \
+  "(lambda c: not c['available'] and len(c['reason']) > 5)([b for b in j['backends'] if b['name'] == 'cuda'][0])"
+
+expect_rc "probe only sim" 0 "$FERRY" probe --backend sim --json
+json_check "only sim listed" "$TMP/out" "[b['name'] for b in j['backends']] == ['sim']"
+expect_rc "probe only cuda, no GPU" 1 "$FERRY" probe --backend cuda
+expect_in "no usable device said" "$TMP/out" "no usable device"
+
+expect_rc "options" 0 "$FERRY" options
+expect_in "options lists chunk_bytes" "$TMP/out" "FERRY_CHUNK_BYTES"
+expect_rc "options --json" 0 "$FERRY" options --json
+json_check "options json" "$TMP/out" "any(o['name'] == 'depth' and o['accepted'] == '1..64' and o['flag'] == '--depth' for o in j)"
+expect_rc "options --markdown" 0 "$FERRY" options --markdown
+expect_in "markdown table" "$TMP/out" "| \`depth\` | \`--depth\` | \`FERRY_DEPTH\` |"
+finish

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# `ferry run` end to end on the simulator: the summary, --json fields, files in and out,
+# the trace, and a failing verification path never reported as success.
+. "$(dirname "$0")/lib.sh"
+
+expect_rc "run 64M" 0 "$FERRY" run --bytes 64M
+expect_in "summary says verified" "$TMP/out" "verify     OK"
+expect_in "summary marks simulated time" "$TMP/out" "(simulated)"
+expect_in "summary names the device" "$TMP/out" "NVIDIA H200 (simulated)"
+expect_in "summary counts batches" "$TMP/out" "1 ok on GPU, 0 ok on CPU, 0 failed"
+
+expect_rc "run --json" 0 "$FERRY" run --bytes 96M --batch-bytes 16M --json
+json_check "json: ok and verified" "$TMP/out" "j['ok'] and j['verified'] and j['simulated']"
+json_check "json: bytes" "$TMP/out" "j['bytes'] == 96*2**20 and j['verified_bytes'] == 96*2**20"
+json_check "json: batches" "$TMP/out" "j['batches'] == 6 and j['batches_ok_gpu'] == 6 and j['batches_failed'] == 0"
+json_check "json: plausible GB/s" "$TMP/out" "30 < j['gbps_h2d'] < j['link_gbps'] and 30 < j['gbps_d2h'] < j['link_gbps']"
+json_check "json: overlap and streams" "$TMP/out" "j['overlap'] > 1.5 and len(j['streams']) == 4 and j['streams'][0]['kind'] == 'h2d'"
+json_check "json: utilisation" "$TMP/out" "0.8 < j['util_h2d'] <= 1.0 and 0 < j['util_compute'] < 0.5"
+
+for wl in copy scale "fma --intensity 3"; do
+  # shellcheck disable=SC2086
+  expect_rc "workload $wl, odd sizes" 0 "$FERRY" run --workload $wl --bytes 5000003 --batch-bytes 1000001 --chunk-bytes 65537 --json
+  json_check "workload $wl verified" "$TMP/out" "j['verified'] and j['verified_bytes'] == 5000003"
+done
+
+# a file through the copy workload comes back identical; through scale it verifies
+head -c 3000001 /dev/urandom >"$TMP/in.bin"
+expect_rc "--input/--output copy" 0 "$FERRY" run --workload copy --input "$TMP/in.bin" --output "$TMP/out.bin" --batch-bytes 1M
+if cmp -s "$TMP/in.bin" "$TMP/out.bin"; then ok "copy output equals input"; else bad "copy output differs"; fi
+expect_rc "--input/--output scale" 0 "$FERRY" run --workload scale --input "$TMP/in.bin" --output "$TMP/out2.bin"
+if [ "$(stat -c %s "$TMP/out2.bin")" = 3000001 ] && ! cmp -s "$TMP/in.bin" "$TMP/out2.bin"; then
+  ok "scale output has the input's size and differs"; else bad "scale output wrong"; fi
+: >"$TMP/empty.bin"
+expect_rc "empty input file" 0 "$FERRY" run --input "$TMP/empty.bin" --output "$TMP/empty.out" --json
+json_check "empty input: zero batches" "$TMP/out" "j['bytes'] == 0 and j['batches'] == 0 and j['ok']"
+
+# the trace: valid JSON, every chunk's three stages present on stream and engine tracks
+expect_rc "--trace" 0 "$FERRY" run --bytes 32M --chunk-bytes 4M --trace "$TMP/trace.json"
+expect_in "summary names the trace" "$TMP/out" "trace.json"
+json_check "trace: three stages x 8 chunks x 2 tracks" "$TMP/trace.json" \
+  "sum(1 for e in j['traceEvents'] if e['ph'] == 'X') == 8 * 3 * 2"
+json_check "trace: stages ordered per chunk" "$TMP/trace.json" \
+  "all(h['ts'] + h['dur'] <= c['ts'] + 1e-6 and c['ts'] + c['dur'] <= d['ts'] + 1e-6 for (h, c, d) in [tuple(sorted([e for e in j['traceEvents'] if e['ph'] == 'X' and e['pid'] == 1 and e['args']['chunk'] == k and e['args']['batch'] == 0], key=lambda e: e['ts'])) for k in range(8)])"
+json_check "trace: named tracks" "$TMP/trace.json" \
+  "any(e['ph'] == 'M' and e['args'].get('name') == 'stream 0 (H2D)' for e in j['traceEvents'])"
+
+expect_rc "--quiet prints nothing" 0 "$FERRY" run --bytes 1M --quiet
+if [ ! -s "$TMP/out" ]; then ok "quiet output empty"; else bad "quiet printed"; fi
+
+expect_rc "deterministic model time" 0 "$FERRY" run --bytes 64M --json
+cp "$TMP/out" "$TMP/a.json"
+expect_rc "same run again" 0 "$FERRY" run --bytes 64M --json
+python3 - "$TMP/a.json" "$TMP/out" <<'PY' && ok "simulated time repeatable within 2%" || bad "simulated time not repeatable"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+sys.exit(0 if abs(a['time_s'] - b['time_s']) <= 0.02 * a['time_s'] else 1)
+PY
+finish
