@@ -62,6 +62,10 @@ int ferry__parse_i64(const char *s, int64_t *out);
 int ferry__parse_u64(const char *s, uint64_t *out);
 int ferry__parse_double(const char *s, double *out);
 
+/* A mutex that spins briefly before sleeping (glibc's adaptive type), for short hot locks. */
+#include <pthread.h>
+int ferry__mutex_init_adaptive(pthread_mutex_t *m);
+
 /* Monotonic wall clock in ns. */
 uint64_t ferry__mono_ns(void);
 /* Bounded string copy that always terminates (dst_len > 0). */

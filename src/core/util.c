@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <time.h>
 
 #include "core/internal.h"
@@ -114,4 +115,22 @@ void ferry__strlcpy(char *dst, const char *src, size_t dst_len)
     if (n)
         memcpy(dst, src, n);
     dst[n] = '\0';
+}
+
+int ferry__mutex_init_adaptive(pthread_mutex_t *m)
+{
+    /* glibc's adaptive mutex spins briefly before sleeping: locks held for a few hundred ns and
+     * passed between threads (queues, the pipeline, the simulator) otherwise meet in futex
+     * calls and context switches. */
+#if defined(__GLIBC__) && defined(PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP)
+    pthread_mutexattr_t attr;
+    if (pthread_mutexattr_init(&attr) != 0)
+        return pthread_mutex_init(m, NULL);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+    int rc = pthread_mutex_init(m, &attr);
+    pthread_mutexattr_destroy(&attr);
+    return rc;
+#else
+    return pthread_mutex_init(m, NULL);
+#endif
 }

@@ -77,8 +77,10 @@ struct ferry_pipeline {
     pthread_cond_t drain_cv; /* a batch completed */
     slot_t *free_slots;
     unsigned nfree_slots;
+    unsigned slot_wake; /* free slots that wake a waiting issuer */
     slot_t *inflight_head, *inflight_tail;
     size_t ninflight;
+    uint64_t inflight_seq; /* atomic: bumped by every push_inflight */
     batch_rec_t **ready; /* empty batches waiting for their callback */
     size_t nready, ready_cap;
     bool closing;
@@ -204,10 +206,27 @@ static void complete_chunk(ferry_pipeline_t *p, slot_t *s, int err)
     s->next_free = p->free_slots;
     p->free_slots = s;
     p->nfree_slots++;
-    pthread_cond_signal(&p->slot_cv);
+    /* The issuer is woken once per completion pass (completion_main), not per slot. */
     pthread_mutex_unlock(&p->lock);
     if (last)
         finish_batch(p, b);
+}
+
+/* Spin up to @max_ns for *@word to differ from @seen. */
+static bool spin_for_change(const uint64_t *word, uint64_t seen, uint64_t max_ns)
+{
+    uint64_t t0 = ferry__mono_ns();
+    for (unsigned i = 0;; i++) {
+        if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != seen)
+            return true;
+        /* No sched_yield: on this class of VM a thread that yields before sleeping was seen
+         * to wake a scheduler tick (~4 ms) late. */
+        if ((i & 63) == 63 && ferry__mono_ns() - t0 > max_ns)
+            return false;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
 }
 
 static bool take_ready(ferry_pipeline_t *p, batch_rec_t **out)
@@ -237,7 +256,14 @@ static void *completion_main(void *arg)
         if (p->ninflight == 0) {
             if (p->issuer_done)
                 break;
-            pthread_cond_wait(&p->work_cv, &p->lock);
+            /* Spin a little before sleeping: with a steady stream of small batches the next
+             * chunk is usually microseconds away, and a futex sleep + wake costs more. */
+            uint64_t seq = __atomic_load_n(&p->inflight_seq, __ATOMIC_ACQUIRE);
+            pthread_mutex_unlock(&p->lock);
+            bool came = spin_for_change(&p->inflight_seq, seq, 20000);
+            pthread_mutex_lock(&p->lock);
+            if (!came && p->ninflight == 0 && !p->issuer_done && p->nready == 0)
+                pthread_cond_wait(&p->work_cv, &p->lock);
             continue;
         }
         /* Poll every chunk in flight; streams finish out of order across streams. */
@@ -275,6 +301,10 @@ static void *completion_main(void *arg)
                 complete_chunk(p, done[i], errs[i]);
             }
             pthread_mutex_lock(&p->lock);
+            /* Wake the issuer when a quarter of the slots are free (at least one): it then
+             * issues several chunks per wake-up, while the device still has the rest queued. */
+            if (p->nfree_slots >= p->slot_wake)
+                pthread_cond_signal(&p->slot_cv);
             continue;
         }
         if (__atomic_load_n(&p->issuer_idle, __ATOMIC_ACQUIRE)) {
@@ -310,7 +340,8 @@ static slot_t *acquire_slot(ferry_pipeline_t *p)
     if (p->free_slots == NULL) {
         __atomic_store_n(&p->issuer_idle, 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&p->work_cv);
-        while (p->free_slots == NULL)
+        while (p->free_slots == NULL ||
+               (p->nfree_slots < p->slot_wake && p->ninflight > 0 && !p->issuer_done))
             pthread_cond_wait(&p->slot_cv, &p->lock);
         __atomic_store_n(&p->issuer_idle, 0, __ATOMIC_RELEASE);
     }
@@ -330,8 +361,11 @@ static void push_inflight(ferry_pipeline_t *p, slot_t *s)
     else
         p->inflight_head = s;
     p->inflight_tail = s;
-    p->ninflight++;
-    pthread_cond_broadcast(&p->work_cv);
+    /* The completion thread sleeps untimed only when nothing is in flight; otherwise it polls
+     * on its own, and waking it for every chunk would cost a context switch each. */
+    __atomic_add_fetch(&p->inflight_seq, 1, __ATOMIC_RELEASE);
+    if (p->ninflight++ == 0)
+        pthread_cond_broadcast(&p->work_cv);
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -638,6 +672,7 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
                 cfg->single_stream;
     p->nstreams = p->single ? 1 : p->ncopy * 2 + p->ncomp;
     p->queue_depth = (size_t)qd;
+    p->slot_wake = p->depth / 4 ? p->depth / 4 : 1;
     p->copy_prio = cprio;
     p->comp_prio = kprio;
     p->nonblocking = cfg->nonblocking == -1 ? ferry__opt_i64(o, FERRY__OPT_nonblocking) != 0
@@ -646,7 +681,7 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     if (p->stage_threshold == 0)
         p->stage_threshold = SIZE_MAX / 4;
     p->tracing = ferry__opt_i64(o, FERRY__OPT_trace) != 0;
-    pthread_mutex_init(&p->lock, NULL);
+    ferry__mutex_init_adaptive(&p->lock);
     pthread_cond_init(&p->slot_cv, NULL);
     pthread_cond_init(&p->work_cv, NULL);
     pthread_cond_init(&p->drain_cv, NULL);
@@ -699,11 +734,13 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
         goto out_fail;
     }
     p->completer_started = true;
+    pthread_setname_np(p->completer, "ferry-complete");
     if (pthread_create(&p->issuer, NULL, issuer_main, p) != 0) {
         rc = ferry__error(FERRY_ENOMEM, "pipeline: cannot start the issuer thread");
         goto out_fail;
     }
     p->issuer_started = true;
+    pthread_setname_np(p->issuer, "ferry-issue");
     ferry_log(FERRY_LOG_INFO, "pipeline",
               "created: stage %s, chunk %zu, depth %u, streams %u H2D + %u compute + %u D2H, "
               "queue %lld, workers %lld",

@@ -320,11 +320,13 @@ static struct task *wait_for_task(ferry_workers_t *w, struct worker *self, ferry
 
 static void group_done(ferry_workers_t *w, ferry_taskgroup_t *g)
 {
+    /* Not the last: a lock-free decrement (release, so the waiter sees this task's writes). */
     size_t v = atomic_load_explicit(&g->pending, memory_order_relaxed);
-    while (v > 1)
+    while (v > 1) {
         if (atomic_compare_exchange_weak_explicit(&g->pending, &v, v - 1, memory_order_acq_rel,
                                                   memory_order_relaxed))
             return;
+    }
     /* Perhaps the last: decrement under the lock, so that a waiter that sees zero must still
      * take the lock after we release it, and may free @g once it has it. @g is not touched
      * after the unlock. */
@@ -392,24 +394,6 @@ static void name_thread(pthread_t th, const char *name, unsigned index)
 #endif
 }
 
-/* An adaptive mutex spins briefly before sleeping in the kernel: an outside submitter and the
- * workers taking its tasks otherwise meet in futex calls on the injection lock. Measured on the
- * 2-vCPU guest: ~300-400 ns per outside submit+run with a plain mutex, ~130-160 adaptive. */
-static int mutex_init_adaptive(pthread_mutex_t *m)
-{
-#if defined(__GLIBC__) && defined(PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP)
-    pthread_mutexattr_t attr;
-    if (pthread_mutexattr_init(&attr) != 0)
-        return pthread_mutex_init(m, NULL);
-    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
-    int rc = pthread_mutex_init(m, &attr);
-    pthread_mutexattr_destroy(&attr);
-    return rc;
-#else
-    return pthread_mutex_init(m, NULL);
-#endif
-}
-
 static void stop_and_join(ferry_workers_t *w)
 {
     pthread_mutex_lock(&w->inject_lock);
@@ -463,7 +447,7 @@ int ferry__workers_create(unsigned nthreads, const char *name, ferry_workers_t *
     atomic_init(&w->sleepers, 0);
     atomic_init(&w->helpers_sleeping, 0);
     atomic_init(&w->closed, false);
-    if (mutex_init_adaptive(&w->inject_lock) != 0)
+    if (ferry__mutex_init_adaptive(&w->inject_lock) != 0)
         goto out_free_workers;
     if (pthread_mutex_init(&w->sleep_lock, NULL) != 0)
         goto out_inject_lock;

@@ -165,7 +165,7 @@ static int sim_device_open(int index, const ferry_be_open_params_t *params, ferr
     rc = ferry__sim_model_init(dev);
     if (rc != 0)
         goto out_free;
-    if (pthread_mutex_init(&dev->mu, NULL) != 0) {
+    if (ferry__mutex_init_adaptive(&dev->mu) != 0) {
         rc = ferry__error(FERRY_ENOMEM, "sim: cannot create the device mutex");
         goto out_model;
     }

@@ -1,0 +1,105 @@
+/* The CUDA backend's private objects (device, stream, event), the one CUDA-error translation
+ * (cuda_error.c), the per-thread current-device cache, the device clock behind event times
+ * (cuda_clock.c) and NVML loaded at run time (cuda_nvml.c). Only files in src/backend/cuda/
+ * include this header: it pulls in the CUDA runtime API. */
+#ifndef FERRY_BACKEND_CUDA_INTERNAL_H
+#define FERRY_BACKEND_CUDA_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/cuda.h"
+#include "core/internal.h"
+
+/* FACTS.md: 4-16 MiB chunks reach 97-100% of the round-trip ceiling on PCIe Gen5. */
+#define FERRY_CUDA_DEFAULT_CHUNK (8u << 20)
+
+/* NVML, loaded with dlopen (there is no nvml.h on the build machine; these are the few
+ * declarations ferry uses, with NVML's own names and signatures). */
+typedef int nvml_return_t;           /* nvmlReturn_t: 0 is NVML_SUCCESS */
+typedef struct nvml_device *nvml_device_t; /* nvmlDevice_t, opaque */
+#define FERRY_NVML_PCIE_TX_BYTES 0 /* NVML_PCIE_UTIL_TX_BYTES */
+#define FERRY_NVML_PCIE_RX_BYTES 1 /* NVML_PCIE_UTIL_RX_BYTES */
+
+struct ferry_cuda_nvml {
+    void *lib;         /* dlopen handle; NULL when NVML is not in use */
+    nvml_device_t dev; /* this GPU in NVML's numbering; NULL when not found */
+    char driver_version[80];
+    nvml_return_t (*shutdown)(void);
+    const char *(*error_string)(nvml_return_t);
+    nvml_return_t (*curr_gen)(nvml_device_t, unsigned *);
+    nvml_return_t (*max_gen)(nvml_device_t, unsigned *);
+    nvml_return_t (*curr_width)(nvml_device_t, unsigned *);
+    nvml_return_t (*max_width)(nvml_device_t, unsigned *);
+    nvml_return_t (*throughput)(nvml_device_t, int counter, unsigned *);
+    nvml_return_t (*replays)(nvml_device_t, unsigned *);
+};
+
+/* The device clock: event times are ref_ns + cudaEventElapsedTime(ref, e). See cuda_clock.c. */
+struct ferry_cuda_clock {
+    pthread_mutex_t mu;
+    cudaStream_t stream;    /* private, idle: only reference events are recorded on it */
+    cudaEvent_t ref, spare; /* the reference and the next candidate */
+    uint64_t ref_ns;        /* absolute time of ref, CLOCK_MONOTONIC ns */
+    uint64_t ref_host_ns;   /* host time when ref was taken (for its age) */
+    uint64_t next_try_ns;   /* no re-base attempt before this host time */
+    uint64_t rebases, rebase_misses;
+};
+
+struct ferry_be_device {
+    int index;
+    struct cudaDeviceProp prop;
+    int prio_least, prio_greatest;
+    int driver_version, runtime_version; /* cudaDriverGetVersion, cudaRuntimeGetVersion */
+    char pci_bus_id[32];                 /* "0000:17:00.0" */
+    int numa_node;
+    struct ferry_cuda_clock clock;
+    struct ferry_cuda_nvml nvml;
+};
+
+struct ferry_be_stream {
+    struct ferry_be_device *dev;
+    cudaStream_t st;
+    int priority;
+};
+
+struct ferry_be_event {
+    struct ferry_be_device *dev;
+    cudaEvent_t ev;
+    int recorded; /* set (atomically) by the first record: never-recorded events are complete */
+};
+
+/* The one translation of a CUDA runtime error: sets the calling thread's last-error text to
+ * "<what>: <cudaGetErrorName> (<num>): <cudaGetErrorString>" (@fmt describes the call, e.g.
+ * "cudaMalloc(%zu bytes)") and returns the FERRY_* code (ferry__cuda_error_code). A
+ * non-sticky error is also cleared from the runtime's per-thread last error, so that a later
+ * cudaGetLastError after a launch does not report it again. */
+int ferry__cuda_fail(cudaError_t err, const char *fmt, ...) FERRY_PRINTF(2, 3);
+
+/* Make device @index current on the calling thread (cudaSetDevice only when this thread's
+ * cached current device differs). Returns 0 or a translated error. */
+int ferry__cuda_use_device(int index);
+/* Forget the calling thread's cached current device: code outside ferry (a stage launcher)
+ * may have called cudaSetDevice. */
+void ferry__cuda_forget_device(void);
+
+/* Clock (cuda_clock.c): open takes the first reference, synchronised against CLOCK_MONOTONIC;
+ * close releases it. The device must be current. */
+int ferry__cuda_clock_open(struct ferry_be_device *dev);
+void ferry__cuda_clock_close(struct ferry_be_device *dev);
+/* Absolute time of completed event @ev in ns. FERRY_EAGAIN when it has not completed. */
+int ferry__cuda_clock_event_ns(struct ferry_be_device *dev, cudaEvent_t ev, uint64_t *out);
+
+/* NVML (cuda_nvml.c): open never fails (NVML is optional); close releases it. */
+void ferry__cuda_nvml_open(struct ferry_be_device *dev);
+void ferry__cuda_nvml_close(struct ferry_be_device *dev);
+
+/* Properties (cuda_props.c). */
+int ferry__cuda_props(struct ferry_be_device *dev, ferry_device_props_t *out);
+/* NUMA node of PCI device @bus_id from sysfs, -1 when unknown. */
+int ferry__cuda_numa_node(const char *bus_id);
+
+#endif
