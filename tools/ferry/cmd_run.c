@@ -98,7 +98,7 @@ typedef struct run_opts {
     unsigned long long bytes;
     unsigned long long batch_bytes;
     const char *input, *output, *trace;
-    bool json, quiet;
+    bool json, quiet, single_stream;
 } run_opts_t;
 
 static int usage(void)
@@ -116,6 +116,7 @@ static int usage(void)
         "  --intensity N        fma: fused multiply-adds per float, 1..100000 (default 64)\n"
         "  --batch-bytes SIZE   bytes per submitted batch (default 64M)\n"
         "  --trace FILE         write a Chrome trace (open in ui.perfetto.dev)\n"
+        "  --single-stream      every op on one stream: the no-overlap baseline\n"
         "  --json               print the summary as one JSON object\n"
         "  --quiet              print nothing but errors (exit status tells)\n"
         "  --backend auto|sim|cuda, --profile FILE, --chunk-bytes SIZE, --depth N,\n"
@@ -141,6 +142,10 @@ static int parse(int argc, char **argv, ferry_options_t *o, run_opts_t *r)
         }
         if (cli_flag(&a, "quiet")) {
             r->quiet = true;
+            continue;
+        }
+        if (cli_flag(&a, "single-stream")) {
+            r->single_stream = true;
             continue;
         }
         if ((k = cli_flag_value(&a, "bytes", &v)) != 0) {
@@ -430,6 +435,7 @@ int cmd_run(int argc, char **argv)
     ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
     pc.device = dev;
     pc.stage = ferry_workload_stage(wl);
+    pc.single_stream = ro.single_stream;
     if (ferry_pipeline_create(&pc, &pl) != 0) {
         cli_fail(cmd, "cannot create the pipeline: %s", ferry_last_error());
         goto out;

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Run ferry's host-side benchmarks and record them in bench/results/ with the date, the
+# machine, the commit and the command. Usage: scripts/bench.sh [build-dir]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+date=$(date -u +%Y-%m-%d)
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+dirty=$(git status --porcelain 2>/dev/null | grep -q . && echo "+dirty" || true)
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
+out=bench/results/${date}-host-${commit}.jsonl
+mkdir -p bench/results
+{
+  printf '{"meta":{"date":"%s","device":"host CPU: %s, %s cores","driver":"none (simulator)","commit":"%s%s","command":"scripts/bench.sh %s","load":"%s"}}\n' \
+    "$date" "$cpu" "$(nproc)" "$commit" "$dirty" "$build" "$(cut -d' ' -f1-3 /proc/loadavg)"
+  for b in "$build"/bench/bench_*; do
+    [ -x "$b" ] || continue
+    "$b"
+  done
+} | tee "$out"
+echo "results: $out" >&2
+python3 - "$out" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print("\n%-10s %-34s %12s  %-9s %s" % ("bench", "case", "value", "unit", "target"))
+for r in rows:
+    if "bench" in r:
+        t = ("<= %g %s" % (r["target"], "met" if r["met"] else "MISSED")) if "target" in r else ""
+        print("%-10s %-34s %12.1f  %-9s %s" % (r["bench"], r["case"], r["value"], r["unit"], t))
+PY
