@@ -75,6 +75,7 @@ int ferry_runtime_create(const ferry_runtime_config_t *cfg, ferry_runtime_t **ou
     if (rt == NULL)
         return ferry__error(FERRY_ENOMEM, "ferry_runtime_create: out of memory");
     pthread_mutex_init(&rt->lock, NULL);
+    pthread_rwlock_init(&rt->reg_lock, NULL);
     int rc;
     if (cfg != NULL && cfg->options != NULL) {
         rc = ferry_options_clone(cfg->options, &rt->opts);
@@ -137,7 +138,9 @@ void ferry_runtime_destroy(ferry_runtime_t *rt)
         free(d);
     }
     free(rt->devs);
+    free(rt->regs);
     ferry_options_destroy(rt->opts);
+    pthread_rwlock_destroy(&rt->reg_lock);
     pthread_mutex_destroy(&rt->lock);
     free(rt);
 }
@@ -238,18 +241,91 @@ uint64_t ferry_device_now_ns(ferry_device_t *dev)
     return dev->ops->now_ns ? dev->ops->now_ns(dev->be) : ferry__mono_ns();
 }
 
+/* Index of the first range whose start is > @a. */
+static size_t reg_upper(const ferry_runtime_t *rt, uintptr_t a)
+{
+    size_t lo = 0, hi = rt->nregs;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (rt->regs[mid].start <= a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+bool ferry__rt_is_registered(ferry_device_t *dev, const void *p, size_t n)
+{
+    ferry_runtime_t *rt = dev->rt;
+    uintptr_t a = (uintptr_t)p;
+    bool yes = false;
+    pthread_rwlock_rdlock(&rt->reg_lock);
+    size_t i = reg_upper(rt, a);
+    if (i > 0) {
+        const struct ferry_reg_range *r = &rt->regs[i - 1];
+        yes = r->device == dev->index && a >= r->start && n <= r->end - a && a < r->end;
+    }
+    pthread_rwlock_unlock(&rt->reg_lock);
+    return yes;
+}
+
 int ferry_host_register(ferry_device_t *dev, void *p, size_t bytes)
 {
     if (dev == NULL || p == NULL || bytes == 0)
         return ferry__error(FERRY_EINVAL, "ferry_host_register: NULL pointer or zero bytes");
-    int rc = ferry__be_host_register(dev, p, bytes);
-    return rc ? ferry__rt_fail(dev->rt, rc) : 0;
+    uintptr_t a = (uintptr_t)p;
+    if (bytes > UINTPTR_MAX - a)
+        return ferry__error(FERRY_EINVAL, "ferry_host_register: range wraps around");
+    ferry_runtime_t *rt = dev->rt;
+    pthread_rwlock_wrlock(&rt->reg_lock);
+    int rc = 0;
+    size_t i = reg_upper(rt, a);
+    if ((i > 0 && rt->regs[i - 1].end > a) || (i < rt->nregs && rt->regs[i].start < a + bytes)) {
+        rc = ferry__error(FERRY_EINVAL, "ferry_host_register: [%p, +%zu) overlaps a range "
+                                        "already registered",
+                          p, bytes);
+        goto out_unlock;
+    }
+    if (rt->nregs == rt->regs_cap) {
+        size_t cap = rt->regs_cap ? rt->regs_cap * 2 : 8;
+        struct ferry_reg_range *nr = realloc(rt->regs, cap * sizeof(*nr));
+        if (nr == NULL) {
+            rc = ferry__error(FERRY_ENOMEM, "ferry_host_register: out of memory");
+            goto out_unlock;
+        }
+        rt->regs = nr;
+        rt->regs_cap = cap;
+    }
+    if ((rc = ferry__be_host_register(dev, p, bytes)) != 0)
+        goto out_unlock;
+    memmove(&rt->regs[i + 1], &rt->regs[i], (rt->nregs - i) * sizeof(*rt->regs));
+    rt->regs[i] = (struct ferry_reg_range){a, a + bytes, dev->index};
+    rt->nregs++;
+out_unlock:
+    pthread_rwlock_unlock(&rt->reg_lock);
+    return rc ? ferry__rt_fail(rt, rc) : 0;
 }
 
 int ferry_host_unregister(ferry_device_t *dev, void *p)
 {
     if (dev == NULL || p == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_host_unregister: NULL argument");
-    int rc = ferry__be_host_unregister(dev, p);
-    return rc ? ferry__rt_fail(dev->rt, rc) : 0;
+    ferry_runtime_t *rt = dev->rt;
+    pthread_rwlock_wrlock(&rt->reg_lock);
+    size_t i = reg_upper(rt, (uintptr_t)p);
+    int rc = 0;
+    if (i == 0 || rt->regs[i - 1].start != (uintptr_t)p || rt->regs[i - 1].device != dev->index) {
+        rc = ferry__error(FERRY_EINVAL, "ferry_host_unregister: %p was not registered with "
+                                        "ferry_host_register on this device",
+                          p);
+        goto out_unlock;
+    }
+    if ((rc = ferry__be_host_unregister(dev, p)) != 0)
+        goto out_unlock;
+    memmove(&rt->regs[i - 1], &rt->regs[i], (rt->nregs - i) * sizeof(*rt->regs));
+    rt->nregs--;
+out_unlock:
+    pthread_rwlock_unlock(&rt->reg_lock);
+    return rc ? ferry__rt_fail(rt, rc) : 0;
 }

@@ -25,7 +25,18 @@ struct ferry_runtime {
     char last_error[512];
     int ndev;
     ferry_device_t **devs; /* opened lazily */
+    /* Host ranges pinned with ferry_host_register, sorted by start, under reg_lock: the
+     * pipeline copies from and to them directly instead of staging. */
+    pthread_rwlock_t reg_lock;
+    struct ferry_reg_range {
+        uintptr_t start, end;
+        int device;
+    } *regs;
+    size_t nregs, regs_cap;
 };
+
+/* True when [p, p + n) lies inside one range registered for @dev with ferry_host_register. */
+bool ferry__rt_is_registered(ferry_device_t *dev, const void *p, size_t n);
 
 /* Copy the calling thread's last error into @rt's last-error text and return @code. */
 int ferry__rt_fail(ferry_runtime_t *rt, int code);

@@ -54,5 +54,6 @@ bool cli_color(void);
 int cmd_run(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
 int cmd_options(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

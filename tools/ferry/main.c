@@ -12,6 +12,7 @@ static const struct {
 } commands[] = {
     {"run", cmd_run, "stream data through a workload on the GPU or the simulated H200"},
     {"probe", cmd_probe, "show backends, devices and their properties"},
+    {"bench", cmd_bench, "measure copies and the round-trip pipeline (copy | pipeline)"},
     {"options", cmd_options, "list every option, its variable, default and range"},
 };
 

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build ferry with CUDA, run every test (the GPU ones included),
+# the end-to-end runs and the benchmarks, write the results (with date, device, driver, commit
+# and command) to $OUT (or bench/results/), and print a short table last.
+# Needs .carry/ (scripts/carry-deps.sh) for cJSON and cmocka: that machine has no apt.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-bench/results}
+mkdir -p "$out"
+root=$PWD/.carry/root
+export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="/usr/local/cuda/bin:$PATH"
+build=${BUILD:-build-gpu}
+log=$out/gpu-check.log
+: >"$log"
+step() { echo "== $*" | tee -a "$log"; }
+
+step "machine"
+nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current,memory.total \
+  --format=csv,noheader 2>&1 | tee -a "$log"
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+commit=$(git rev-parse --short HEAD 2>/dev/null || cat .carry/commit 2>/dev/null || echo unknown)
+date=$(date -u +%Y-%m-%d)
+
+step "build"
+gen=""; command -v ninja >/dev/null && gen="-G Ninja"
+# shellcheck disable=SC2086
+cmake -S . -B "$build" $gen -DCMAKE_BUILD_TYPE=Release -DFERRY_WITH_CUDA=ON \
+  -DCMAKE_PREFIX_PATH="$root/usr" -DCMAKE_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu" \
+  -DCMAKE_INCLUDE_PATH="$root/usr/include" >>"$log" 2>&1 || { tail -30 "$log"; exit 1; }
+cmake --build "$build" -j "$(nproc)" >>"$log" 2>&1 || { tail -40 "$log"; exit 1; }
+ferry=$build/ferry
+
+step "probe"
+"$ferry" probe | tee -a "$log"
+"$ferry" probe --json >"$out/probe.json"
+
+step "tests"
+ctest --test-dir "$build" --output-on-failure -j 4 >"$out/ctest.log" 2>&1
+tests_rc=$?
+tail -n 25 "$out/ctest.log" | tee -a "$log"
+
+step "end to end: ferry run --backend cuda"
+res=$out/gpu-${date}-${commit}.jsonl
+printf '{"meta":{"date":"%s","device":"%s","driver":"%s","commit":"%s","command":"scripts/gpu-check.sh"}}\n' \
+  "$date" "$gpu" "$driver" "$commit" >"$res"
+runs=(
+  "--workload copy --bytes 4G"
+  "--workload scale --bytes 4G"
+  "--workload fma --intensity 64 --bytes 4G"
+  "--workload scale --bytes 4G --chunk-bytes 1M"
+  "--workload scale --bytes 4G --chunk-bytes 16M"
+  "--workload scale --bytes 4G --single-stream"
+)
+for r in "${runs[@]}"; do
+  for b in cuda sim; do
+    # shellcheck disable=SC2086
+    line=$("$ferry" run --backend $b $r --json 2>>"$log")
+    echo "$line" | python3 -c "import json,sys; j=json.load(sys.stdin); j['args']='$r'; print(json.dumps(j))" >>"$res" 2>>"$log" \
+      || echo "{\"args\":\"$r\",\"backend\":\"$b\",\"ok\":false}" >>"$res"
+  done
+done
+
+step "host benchmarks"
+for bb in "$build"/bench/bench_*; do "$bb" >>"$res" 2>>"$log"; done
+
+step "summary"
+python3 - "$res" "$tests_rc" <<'PY' | tee -a "$log"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+meta = rows[0]["meta"]
+print(f"{meta['date']}  {meta['device']}  driver {meta['driver']}  commit {meta['commit']}")
+print(f"tests: {'PASS' if sys.argv[2] == '0' else 'FAIL (see ctest.log)'}")
+print(f"{'run':48s} {'backend':7s} {'ok':3s} {'H2D GB/s':>9s} {'D2H GB/s':>9s} {'overlap':>8s}")
+for r in rows:
+    if "args" in r:
+        print(f"{r['args']:48s} {r.get('backend','?'):7s} {'yes' if r.get('ok') else 'NO':3s} "
+              f"{r.get('gbps_h2d',0):9.1f} {r.get('gbps_d2h',0):9.1f} {r.get('overlap',0):8.2f}")
+for r in rows:
+    if "bench" in r:
+        print(f"bench {r['bench']}/{r['case']}: {r['value']:.1f} {r['unit']}")
+PY
+exit $tests_rc

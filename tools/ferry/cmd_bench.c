@@ -1,0 +1,518 @@
+/* `ferry bench copy` and `ferry bench pipeline`: the device's copy rates by size and direction,
+ * and a sweep of the round trip H2D -> kernel -> D2H over chunk size x compute streams x
+ * compute intensity, each against the bidirectional copy ceiling measured in the same run.
+ * `--compare` runs the sweep on the simulator too and puts prediction beside measurement. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "ferry/bench.h"
+
+typedef struct bench_opts {
+    bool json, csv, compare, no_pageable;
+    unsigned long long reps;
+    unsigned long long bytes; /* pipeline: bytes per configuration */
+    unsigned long long sizes[32];
+    int nsizes;
+    unsigned long long chunks[16];
+    int nchunks;
+    unsigned long long streams[8];
+    int nstreams;
+    unsigned long long intensities[8];
+    int nint;
+    const char *compare_profile;
+} bench_opts_t;
+
+/* Parse "4K,1M,16M" (sizes) or "1,2,4" (numbers) into @v. */
+static int parse_list(const char *flag, const char *text, bool sizes, unsigned long long lo,
+                      unsigned long long hi, unsigned long long *v, int max, int *n)
+{
+    char *copy = strdup(text), *save = NULL;
+    int k = 0, rc = 0;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        unsigned long long x = 0;
+        if (k == max) {
+            rc = cli_usage_error("bench", "--%s: at most %d values", flag, max);
+            break;
+        }
+        if (sizes ? cli_parse_size("bench", flag, tok, &x) : cli_parse_uint("bench", flag, tok, lo, hi, &x)) {
+            rc = CLI_USAGE;
+            break;
+        }
+        if (x < lo || x > hi) {
+            rc = cli_usage_error("bench", "--%s: %s is out of range (%llu to %llu)", flag, tok,
+                                 lo, hi);
+            break;
+        }
+        v[k++] = x;
+    }
+    free(copy);
+    if (rc == 0 && k == 0)
+        rc = cli_usage_error("bench", "--%s: empty list", flag);
+    *n = k;
+    return rc;
+}
+
+static int usage(void)
+{
+    printf(
+        "usage: ferry bench copy [options]\n"
+        "       ferry bench pipeline [options]\n\n"
+        "copy: time single copies of each size, H2D, D2H and both at once, from pinned and\n"
+        "pageable host memory, with device events; best and median of --reps.\n"
+        "  --sizes LIST      sizes (default 4K,64K,1M,4M,16M,64M,256M,1G)\n"
+        "  --reps N          timed repetitions per case (default 10), after 2 warm-ups\n"
+        "  --no-pageable     pinned memory only\n\n"
+        "pipeline: stream --bytes through H2D -> kernel -> D2H for every chunk size x compute\n"
+        "streams x intensity, and report GB/s each way, overlap and the fraction of the\n"
+        "bidirectional copy ceiling measured in the same run.\n"
+        "  --bytes SIZE      bytes per configuration (default 4G on a GPU, 256M on the simulator,\n"
+        "                    whose kernels run on the CPU)\n"
+        "  --chunks LIST     chunk sizes (default 256K,1M,4M,16M)\n"
+        "  --streams LIST    compute streams (default 1,2)\n"
+        "  --intensity LIST  FMAs per float; 0 is the scale workload (default 0,64)\n"
+        "  --compare         also run the sweep on the simulator (--compare-profile FILE)\n\n"
+        "both: --json, --csv, --backend auto|sim|cuda, --profile FILE, any `ferry options` flag\n");
+    return CLI_OK;
+}
+
+static ferry_runtime_t *open_runtime(ferry_options_t *o, const char *backend, const char *profile)
+{
+    ferry_runtime_config_t rc = FERRY_RUNTIME_CONFIG_INIT;
+    rc.options = o;
+    rc.backend = backend;
+    rc.profile = profile;
+    ferry_runtime_t *rt = NULL;
+    if (ferry_runtime_create(&rc, &rt) != 0) {
+        cli_fail("bench", "%s", ferry_last_error());
+        return NULL;
+    }
+    return rt;
+}
+
+static void device_line(ferry_runtime_t *rt, ferry_device_t *dev, FILE *f, bool json)
+{
+    ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
+    ferry_device_props(dev, &p);
+    if (json) {
+        fprintf(f, "\"backend\":\"%s\",\"device\":", ferry_runtime_backend(rt));
+        cli_json_str(f, p.name);
+        fprintf(f, ",\"simulated\":%s,\"driver\":", p.simulated ? "true" : "false");
+        cli_json_str(f, p.driver_version);
+        fprintf(f, ",\"link_gbps\":%.2f", p.link_gbps);
+    } else {
+        fprintf(f, "# %s: %s, driver %s, link %.1f GB/s per direction%s\n",
+                ferry_runtime_backend(rt), p.name, p.driver_version, p.link_gbps,
+                p.simulated ? " (times simulated)" : "");
+    }
+}
+
+static int bench_copy(ferry_options_t *o, const bench_opts_t *bo)
+{
+    ferry_runtime_t *rt = open_runtime(o, NULL, NULL);
+    if (rt == NULL)
+        return CLI_FAIL;
+    int64_t idx = 0;
+    ferry_options_get_i64(o, "device", &idx);
+    ferry_device_t *dev = NULL;
+    int rc = CLI_OK;
+    if (ferry_device_get(rt, (int)idx, &dev) != 0) {
+        rc = cli_fail("bench", "%s", ferry_last_error());
+        goto out;
+    }
+    static const char *const dirs[] = {"h2d", "d2h", "both"};
+    if (bo->json) {
+        printf("{\"command\":\"bench copy\",");
+        device_line(rt, dev, stdout, true);
+        printf(",\"results\":[");
+    } else if (bo->csv) {
+        printf("bytes,direction,memory,best_gbps,median_gbps,best_us,median_us,reps\n");
+    } else {
+        device_line(rt, dev, stdout, false);
+        printf("%10s  %-5s %-8s %10s %10s %11s\n", "bytes", "dir", "memory", "best GB/s",
+               "median", "median us");
+    }
+    int nout = 0;
+    for (int pg = 0; pg < (bo->no_pageable ? 1 : 2); pg++)
+        for (int d = 0; d < 3; d++)
+            for (int s = 0; s < bo->nsizes; s++) {
+                ferry_copy_bench_config_t c = FERRY_COPY_BENCH_CONFIG_INIT;
+                ferry_copy_bench_result_t r = FERRY_COPY_BENCH_RESULT_INIT;
+                c.bytes = bo->sizes[s];
+                c.dir = (ferry_copy_dir_t)d;
+                c.pageable = pg == 1;
+                c.reps = (unsigned)bo->reps;
+                if (ferry_bench_copy(dev, &c, &r) != 0) {
+                    rc = cli_fail("bench", "copy %llu %s: %s", bo->sizes[s], dirs[d],
+                                  ferry_last_error());
+                    goto out_close;
+                }
+                const char *mem = pg ? "pageable" : "pinned";
+                if (bo->json)
+                    printf("%s{\"bytes\":%llu,\"direction\":\"%s\",\"memory\":\"%s\","
+                           "\"best_gbps\":%.3f,\"median_gbps\":%.3f,\"best_us\":%.3f,"
+                           "\"median_us\":%.3f,\"reps\":%u}",
+                           nout++ ? "," : "", bo->sizes[s], dirs[d], mem, r.best_gbps,
+                           r.median_gbps, r.best_us, r.median_us, r.reps);
+                else if (bo->csv)
+                    printf("%llu,%s,%s,%.3f,%.3f,%.3f,%.3f,%u\n", bo->sizes[s], dirs[d], mem,
+                           r.best_gbps, r.median_gbps, r.best_us, r.median_us, r.reps);
+                else {
+                    char b[32];
+                    printf("%10s  %-5s %-8s %10.2f %10.2f %11.1f\n",
+                           cli_bytes(bo->sizes[s], b, sizeof(b)), dirs[d], mem, r.best_gbps,
+                           r.median_gbps, r.median_us);
+                }
+                fflush(stdout);
+            }
+out_close:
+    if (bo->json)
+        printf("],\"ok\":%s}\n", rc == CLI_OK ? "true" : "false");
+out:
+    ferry_runtime_destroy(rt);
+    return rc;
+}
+
+/* ---- pipeline sweep ------------------------------------------------------------------------ */
+
+typedef struct sweep_row {
+    unsigned long long chunk, streams, intensity;
+    double h2d, d2h, overlap, ceiling;
+    bool ok;
+} sweep_row_t;
+
+static void count_done(const ferry_batch_result_t *r, void *arg)
+{
+    atomic_int *c = arg;
+    atomic_fetch_add(&c[r->status == 0 ? 0 : 1], 1);
+}
+
+/* The round trip's ceiling: one H2D and one D2H of 64 MiB at once, per direction. */
+static int ceiling(ferry_device_t *dev, unsigned reps, double *out)
+{
+    ferry_copy_bench_config_t c = FERRY_COPY_BENCH_CONFIG_INIT;
+    ferry_copy_bench_result_t r = FERRY_COPY_BENCH_RESULT_INIT;
+    c.bytes = 64u << 20;
+    c.dir = FERRY_COPY_BOTH;
+    c.reps = reps;
+    int rc = ferry_bench_copy(dev, &c, &r);
+    *out = r.median_gbps / 2;
+    return rc;
+}
+
+static int sweep(ferry_options_t *o, const bench_opts_t *bo, const char *backend,
+                 const char *profile, sweep_row_t *rows, int *nrows, ferry_runtime_t **rt_out)
+{
+    ferry_runtime_t *rt = open_runtime(o, backend, profile);
+    if (rt == NULL)
+        return CLI_FAIL;
+    *rt_out = rt;
+    int64_t idx = 0;
+    ferry_options_get_i64(o, "device", &idx);
+    ferry_device_t *dev = NULL;
+    if (ferry_device_get(rt, (int)idx, &dev) != 0)
+        return cli_fail("bench", "%s", ferry_last_error());
+    unsigned long long total = bo->bytes;
+    if (total == 0)
+        total = ferry_device_is_simulated(dev) ? (256ull << 20) : (4ull << 30);
+    /* Input and output live in registered (pinned) host memory, so the copies go straight
+     * from and to them: the sweep measures the device path, not host staging. The input is
+     * random floats in +-[1, 2); batches cycle over it. */
+    size_t pool = total < (1ull << 30) ? (size_t)total : (1u << 30);
+    float *in = malloc(pool), *outb = malloc(pool);
+    int rc = CLI_OK;
+    if (in == NULL || outb == NULL) {
+        rc = cli_fail("bench", "out of host memory for 2 x %zu bytes", pool);
+        goto out;
+    }
+    uint64_t x = 88172645463325252ull;
+    for (size_t i = 0; i < pool / 4; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint32_t b = ((uint32_t)x & 0x807fffffu) | 0x3f800000u;
+        memcpy(&in[i], &b, 4);
+    }
+    if (ferry_host_register(dev, in, pool) != 0 || ferry_host_register(dev, outb, pool) != 0) {
+        rc = cli_fail("bench", "cannot pin the buffers: %s", ferry_last_error());
+        goto out;
+    }
+    /* A progress line only on a terminal, never into a pipe or a file. */
+    bool progress = isatty(STDERR_FILENO) && !(getenv("NO_COLOR") && getenv("NO_COLOR")[0]);
+    double ceil_gbps = 0;
+    if (ceiling(dev, (unsigned)(bo->reps ? bo->reps : 10), &ceil_gbps) != 0) {
+        rc = cli_fail("bench", "ceiling: %s", ferry_last_error());
+        goto out_unreg;
+    }
+    int n = 0;
+    for (int c = 0; c < bo->nchunks; c++)
+        for (int s = 0; s < bo->nstreams; s++)
+            for (int k = 0; k < bo->nint; k++) {
+                sweep_row_t *row = &rows[n++];
+                *row = (sweep_row_t){.chunk = bo->chunks[c], .streams = bo->streams[s],
+                                     .intensity = bo->intensities[k], .ceiling = ceil_gbps};
+                ferry_workload_params_t wp = FERRY_WORKLOAD_PARAMS_INIT;
+                wp.intensity = (unsigned)row->intensity;
+                ferry_workload_t *wl = NULL;
+                if (ferry_workload_create(row->intensity ? "fma" : "scale", &wp, &wl) != 0) {
+                    rc = cli_fail("bench", "%s", ferry_last_error());
+                    goto out_unreg;
+                }
+                ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
+                pc.device = dev;
+                pc.stage = ferry_workload_stage(wl);
+                pc.chunk_bytes = (size_t)row->chunk;
+                pc.compute_streams = (unsigned)row->streams;
+                ferry_pipeline_t *p = NULL;
+                if (ferry_pipeline_create(&pc, &p) != 0) {
+                    rc = cli_fail("bench", "pipeline: %s", ferry_last_error());
+                    ferry_workload_destroy(wl);
+                    goto out_unreg;
+                }
+                atomic_int counts[2] = {0, 0};
+                size_t batch = (size_t)row->chunk * 4;
+                if (batch > pool)
+                    batch = pool;
+                batch -= batch % 4;
+                size_t per_pool = pool / batch; /* batches cycle over the pinned buffers */
+                int nb = 0;
+                for (unsigned long long off = 0; off < total; off += batch, nb++) {
+                    size_t at = (size_t)((unsigned long long)nb % per_pool) * batch;
+                    ferry_batch_t b = FERRY_BATCH_INIT;
+                    b.in = (char *)in + at;
+                    b.out = (char *)outb + at;
+                    b.bytes = total - off < batch ? (size_t)(total - off) : batch;
+                    if (ferry_pipeline_submit(p, &b, count_done, counts, NULL) != 0) {
+                        rc = cli_fail("bench", "submit: %s", ferry_last_error());
+                        break;
+                    }
+                }
+                ferry_pipeline_drain(p);
+                ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
+                ferry_pipeline_stats(p, &st);
+                row->h2d = st.gbps_h2d;
+                row->d2h = st.gbps_d2h;
+                row->overlap = st.overlap;
+                row->ok = atomic_load(&counts[1]) == 0 && atomic_load(&counts[0]) == nb;
+                /* spot check: the last batch's output against the CPU reference */
+                if (row->ok) {
+                    size_t chk = batch < (4u << 20) ? batch : (4u << 20);
+                    float *ref = malloc(chk);
+                    if (ref != NULL) {
+                        ferry_workload_reference(wl, in, ref, chk);
+                        row->ok = memcmp(ref, outb, chk) == 0;
+                        free(ref);
+                    }
+                }
+                ferry_pipeline_close(p);
+                ferry_workload_destroy(wl);
+                if (rc != CLI_OK)
+                    goto out_unreg;
+                if (progress) {
+                    fprintf(stderr, "\r%d/%d configurations", n,
+                            bo->nchunks * bo->nstreams * bo->nint);
+                    fflush(stderr);
+                }
+            }
+    if (progress)
+        fprintf(stderr, "\r\033[K");
+    *nrows = n;
+out_unreg:
+    ferry_host_unregister(dev, in);
+    ferry_host_unregister(dev, outb);
+out:
+    free(in);
+    free(outb);
+    return rc;
+}
+
+static int bench_pipeline(ferry_options_t *o, const bench_opts_t *bo)
+{
+    int max = bo->nchunks * bo->nstreams * bo->nint;
+    sweep_row_t *meas = calloc((size_t)max, sizeof(*meas));
+    sweep_row_t *pred = calloc((size_t)max, sizeof(*pred));
+    ferry_runtime_t *rt = NULL, *rt_sim = NULL;
+    int n = 0, np = 0, rc;
+    rc = sweep(o, bo, NULL, NULL, meas, &n, &rt);
+    if (rc == CLI_OK && bo->compare)
+        rc = sweep(o, bo, "sim", bo->compare_profile, pred, &np, &rt_sim);
+    if (rc != CLI_OK)
+        goto out;
+    ferry_device_t *dev = NULL;
+    int64_t idx = 0;
+    ferry_options_get_i64(o, "device", &idx);
+    ferry_device_get(rt, (int)idx, &dev);
+    bool all_ok = true;
+    if (bo->json) {
+        printf("{\"command\":\"bench pipeline\",");
+        device_line(rt, dev, stdout, true);
+        printf(",\"ceiling_gbps\":%.3f,\"results\":[", n ? meas[0].ceiling : 0.0);
+    } else if (bo->csv) {
+        printf("chunk_bytes,compute_streams,intensity,gbps_h2d,gbps_d2h,overlap,ceiling_gbps,"
+               "fraction,verified%s\n",
+               bo->compare ? ",sim_gbps_h2d,sim_error" : "");
+    } else {
+        device_line(rt, dev, stdout, false);
+        printf("# round-trip ceiling (H2D and D2H of 64 MiB at once, per direction): %.2f GB/s\n",
+               n ? meas[0].ceiling : 0.0);
+        printf("%10s %7s %9s %9s %9s %8s %9s %3s", "chunk", "streams", "intensity", "H2D GB/s",
+               "D2H GB/s", "overlap", "ceiling%", "ok");
+        if (bo->compare)
+            printf(" %9s %7s", "sim GB/s", "error");
+        printf("\n");
+    }
+    for (int i = 0; i < n; i++) {
+        sweep_row_t *r = &meas[i];
+        double frac = r->ceiling > 0 ? fmin(r->h2d, r->d2h) / r->ceiling : 0;
+        double err = bo->compare && i < np && r->h2d > 0 ? (pred[i].h2d - r->h2d) / r->h2d : 0;
+        all_ok &= r->ok;
+        if (bo->json) {
+            printf("%s{\"chunk_bytes\":%llu,\"compute_streams\":%llu,\"intensity\":%llu,"
+                   "\"gbps_h2d\":%.3f,\"gbps_d2h\":%.3f,\"overlap\":%.3f,\"fraction\":%.4f,"
+                   "\"verified\":%s",
+                   i ? "," : "", r->chunk, r->streams, r->intensity, r->h2d, r->d2h, r->overlap,
+                   frac, r->ok ? "true" : "false");
+            if (bo->compare)
+                printf(",\"sim_gbps_h2d\":%.3f,\"sim_gbps_d2h\":%.3f,\"sim_error\":%.4f",
+                       pred[i].h2d, pred[i].d2h, err);
+            printf("}");
+        } else if (bo->csv) {
+            printf("%llu,%llu,%llu,%.3f,%.3f,%.3f,%.3f,%.4f,%d", r->chunk, r->streams,
+                   r->intensity, r->h2d, r->d2h, r->overlap, r->ceiling, frac, r->ok);
+            if (bo->compare)
+                printf(",%.3f,%.4f", pred[i].h2d, err);
+            printf("\n");
+        } else {
+            char b[32];
+            printf("%10s %7llu %9llu %9.2f %9.2f %8.2f %8.1f%% %3s",
+                   cli_bytes(r->chunk, b, sizeof(b)), r->streams, r->intensity, r->h2d, r->d2h,
+                   r->overlap, frac * 100, r->ok ? "yes" : "NO");
+            if (bo->compare)
+                printf(" %9.2f %+6.1f%%", pred[i].h2d, err * 100);
+            printf("\n");
+        }
+    }
+    if (bo->json)
+        printf("],\"ok\":%s}\n", all_ok ? "true" : "false");
+    rc = all_ok ? CLI_OK : CLI_FAIL;
+out:
+    ferry_runtime_destroy(rt);
+    ferry_runtime_destroy(rt_sim);
+    free(meas);
+    free(pred);
+    return rc;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    const char *cmd = "bench";
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        if (argc < 2) {
+            usage();
+            return CLI_USAGE;
+        }
+        return usage();
+    }
+    const char *what = argv[1];
+    bool copy = strcmp(what, "copy") == 0, pipe = strcmp(what, "pipeline") == 0;
+    if (!copy && !pipe)
+        return cli_usage_error(cmd, "unknown benchmark '%s' (accepted: copy, pipeline)", what);
+    bench_opts_t bo = {.reps = 10,
+                       .sizes = {4096, 65536, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20,
+                                 1 << 30},
+                       .nsizes = 8,
+                       .chunks = {256 << 10, 1 << 20, 4 << 20, 16 << 20},
+                       .nchunks = 4,
+                       .streams = {1, 2},
+                       .nstreams = 2,
+                       .intensities = {0, 64},
+                       .nint = 2};
+    ferry_options_t *o = cli_options(cmd);
+    if (o == NULL)
+        return CLI_FAIL;
+    cli_args_t a = {.argc = argc, .argv = argv, .i = 2, .cmd = cmd};
+    int rc = CLI_OK;
+    while (a.i < argc) {
+        const char *v = NULL;
+        int k;
+        if (strcmp(argv[a.i], "--help") == 0 || strcmp(argv[a.i], "-h") == 0) {
+            ferry_options_destroy(o);
+            return usage();
+        }
+        if (cli_flag(&a, "json")) {
+            bo.json = true;
+            continue;
+        }
+        if (cli_flag(&a, "csv")) {
+            bo.csv = true;
+            continue;
+        }
+        if (cli_flag(&a, "no-pageable")) {
+            bo.no_pageable = true;
+            continue;
+        }
+        if (pipe && cli_flag(&a, "compare")) {
+            bo.compare = true;
+            continue;
+        }
+        if (pipe && (k = cli_flag_value(&a, "compare-profile", &v)) != 0) {
+            if (k < 0)
+                goto usage_out;
+            bo.compare_profile = v;
+            bo.compare = true;
+            continue;
+        }
+        if ((k = cli_flag_value(&a, "reps", &v)) != 0) {
+            if (k < 0 || cli_parse_uint(cmd, "reps", v, 1, 10000, &bo.reps) != 0)
+                goto usage_out;
+            continue;
+        }
+        if (copy && (k = cli_flag_value(&a, "sizes", &v)) != 0) {
+            if (k < 0 || parse_list("sizes", v, true, 1, 16ull << 30, bo.sizes, 32, &bo.nsizes))
+                goto usage_out;
+            continue;
+        }
+        if (pipe && (k = cli_flag_value(&a, "bytes", &v)) != 0) {
+            if (k < 0 || cli_parse_size(cmd, "bytes", v, &bo.bytes) != 0)
+                goto usage_out;
+            if (bo.bytes == 0) {
+                cli_usage_error(cmd, "--bytes must be at least 1");
+                goto usage_out;
+            }
+            continue;
+        }
+        if (pipe && (k = cli_flag_value(&a, "chunks", &v)) != 0) {
+            if (k < 0 || parse_list("chunks", v, true, 4, 1ull << 30, bo.chunks, 16, &bo.nchunks))
+                goto usage_out;
+            continue;
+        }
+        if (pipe && (k = cli_flag_value(&a, "streams", &v)) != 0) {
+            if (k < 0 || parse_list("streams", v, false, 1, 16, bo.streams, 8, &bo.nstreams))
+                goto usage_out;
+            continue;
+        }
+        if (pipe && (k = cli_flag_value(&a, "intensity", &v)) != 0) {
+            if (k < 0 || parse_list("intensity", v, false, 0, 100000, bo.intensities, 8, &bo.nint))
+                goto usage_out;
+            continue;
+        }
+        if ((k = cli_option_flag(&a, o)) != 0) {
+            if (k < 0)
+                goto usage_out;
+            continue;
+        }
+        cli_usage_error(cmd, "unknown argument '%s' for bench %s", argv[a.i], what);
+        goto usage_out;
+    }
+    if (bo.json && bo.csv) {
+        cli_usage_error(cmd, "--json and --csv exclude each other");
+        goto usage_out;
+    }
+    rc = copy ? bench_copy(o, &bo) : bench_pipeline(o, &bo);
+    ferry_options_destroy(o);
+    return rc;
+usage_out:
+    ferry_options_destroy(o);
+    return CLI_USAGE;
+}
