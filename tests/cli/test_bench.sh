@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# `ferry bench copy` and `ferry bench pipeline` on the simulator: JSON and CSV output, values
+# that follow the measured H200 (FACTS.md) through the model, and bad input.
+. "$(dirname "$0")/lib.sh"
+
+expect_rc "bench copy --json" 0 "$FERRY" bench copy --backend sim --sizes 4K,1M,64M --reps 2 --json
+json_check "copy: 3 sizes x 3 directions x 2 memories" "$TMP/out" "len(j['results']) == 18 and j['ok']"
+json_check "copy: H2D 1 MiB pinned near 43.2 GB/s" "$TMP/out" \
+  "[abs(r['best_gbps'] / 43.2 - 1) < 0.05 for r in j['results'] if r['bytes'] == 2**20 and r['direction'] == 'h2d' and r['memory'] == 'pinned'] == [True]"
+json_check "copy: both directions 1.7-1.8x one" "$TMP/out" \
+  "(lambda d: 1.65 < d[('both', 'pinned')] / d[('h2d', 'pinned')] < 1.85)({(r['direction'], r['memory']): r['best_gbps'] for r in j['results'] if r['bytes'] == 64*2**20})"
+json_check "copy: pinned 4-9x faster than pageable (H2D 64 MiB)" "$TMP/out" \
+  "(lambda d: 4 < d['pinned'] / d['pageable'] < 9.5)({r['memory']: r['best_gbps'] for r in j['results'] if r['bytes'] == 64*2**20 and r['direction'] == 'h2d'})"
+expect_rc "bench copy --csv" 0 "$FERRY" bench copy --backend sim --sizes 4K --reps 1 --no-pageable --csv
+expect_in "csv header" "$TMP/out" "bytes,direction,memory,best_gbps,median_gbps"
+if [ "$(wc -l <"$TMP/out")" -eq 4 ]; then ok "csv rows"; else bad "csv rows: $(wc -l <"$TMP/out")"; fi
+
+expect_rc "bench pipeline --json" 0 "$FERRY" bench pipeline --backend sim --bytes 128M --chunks 1M,4M --streams 1,2 --intensity 0,2 --json
+json_check "pipeline: 8 rows verified" "$TMP/out" "len(j['results']) == 8 and all(r['verified'] for r in j['results']) and j['ok']"
+json_check "pipeline: ceiling from the same run" "$TMP/out" "44 < j['ceiling_gbps'] < 52"
+json_check "pipeline: 4 MiB chunks >= 90% of the ceiling" "$TMP/out" \
+  "all(r['fraction'] >= 0.90 for r in j['results'] if r['chunk_bytes'] == 4*2**20)"
+json_check "pipeline: 1 MiB below 4 MiB" "$TMP/out" \
+  "max(r['gbps_h2d'] for r in j['results'] if r['chunk_bytes'] == 2**20) < min(r['gbps_h2d'] for r in j['results'] if r['chunk_bytes'] == 4*2**20)"
+expect_rc "bench pipeline --compare" 0 "$FERRY" bench pipeline --backend sim --bytes 16M --chunks 4M --streams 1 --intensity 0 --compare --csv
+expect_in "compare columns" "$TMP/out" "sim_gbps_h2d,sim_error"
+
+expect_rc "bench without a benchmark" 2 "$FERRY" bench
+expect_rc "unknown benchmark" 2 "$FERRY" bench disk
+expect_in "benchmarks listed" "$TMP/err" "copy, pipeline"
+expect_rc "bad size list" 2 "$FERRY" bench copy --sizes 4K,0
+expect_rc "bad size text" 2 "$FERRY" bench copy --sizes 4Q
+expect_rc "bad reps" 2 "$FERRY" bench copy --reps 0
+expect_rc "json and csv" 2 "$FERRY" bench copy --json --csv
+expect_rc "pipeline flag on copy" 2 "$FERRY" bench copy --chunks 1M
+expect_in "flag named" "$TMP/err" "--chunks"
+expect_rc "bad streams" 2 "$FERRY" bench pipeline --streams 0
+expect_rc "bench --help" 0 "$FERRY" bench --help
+finish
