@@ -122,3 +122,13 @@ int ferry_workload_reference(const ferry_workload_t *w, const void *in, void *ou
     transform(w, in, out, bytes);
     return 0;
 }
+
+/* For the CUDA backend's launchers (src/backend/cuda/cuda_workloads.c): a stage's user pointer
+ * is its workload; hand out what the kernel needs. @kind is the index of the name in names[]. */
+void ferry__workload_params(const void *user, int *kind, unsigned *intensity, float *factor)
+{
+    const struct ferry_workload *w = user;
+    *kind = (int)w->kind;
+    *intensity = w->intensity;
+    *factor = w->factor;
+}

@@ -3,10 +3,12 @@
 #include "pipeline/workloads_gpu.h"
 
 #ifndef FERRY_WITH_CUDA
+/* No kernels without CUDA: stages keep a NULL gpu function, which only the cuda backend (not
+ * built) would need; the simulator runs the CPU function. */
 ferry_gpu_fn ferry__workload_gpu_fn(const char *name)
 {
     (void)name;
-    return 0;
+    return NULL;
 }
 #endif
 

@@ -14,11 +14,11 @@
  * (no driver, or libnvidia-ml.so.1 absent), does not know the device, or the GPU does not
  * support the query (replay counters are missing on some virtualised GPUs). */
 struct ferry_cuda_pcie {
-    int gen, width;          /* link now; it drops (Gen1) while the GPU idles to save power */
-    int gen_max, width_max;  /* what the GPU and slot together can do */
-    int64_t tx_bytes_per_s;  /* from the GPU to the host, NVML's 20 ms sample (1 KB units) */
-    int64_t rx_bytes_per_s;  /* from the host to the GPU, likewise */
-    int64_t replay_count;    /* link-level retransmissions since the driver loaded */
+    int gen, width;         /* link now; it drops (Gen1) while the GPU idles to save power */
+    int gen_max, width_max; /* what the GPU and slot together can do */
+    int64_t tx_bytes_per_s; /* from the GPU to the host, NVML's 20 ms sample (1 KB units) */
+    int64_t rx_bytes_per_s; /* from the host to the GPU, likewise */
+    int64_t replay_count;   /* link-level retransmissions since the driver loaded */
 };
 
 /* Read the counters of @dev (a cuda device). The throughput query samples for about 20 ms in

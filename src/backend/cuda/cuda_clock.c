@@ -11,10 +11,10 @@
 
 #define REBASE_AFTER_NS 1000000000ull /* re-base a reference older than this */
 #define REBASE_RETRY_NS 100000000ull  /* after a failed re-base, wait this long to try again */
-#define REBASE_SPIN_NS 1000000ull     /* a re-base waits at most this for its event */
-#define OPEN_SPIN_NS 5000000000ull    /* the first reference may wait for context start-up */
-#define OPEN_SAMPLES 5                /* keep the tightest of this many at open */
-#define SPIN_YIELD_NS 20000ull        /* spin this long, then yield the CPU between queries */
+#define REBASE_SPIN_NS  1000000ull    /* a re-base waits at most this for its event */
+#define OPEN_SPIN_NS    5000000000ull /* the first reference may wait for context start-up */
+#define OPEN_SAMPLES    5             /* keep the tightest of this many at open */
+#define SPIN_YIELD_NS   20000ull      /* spin this long, then yield the CPU between queries */
 
 static void swap_events(struct ferry_cuda_clock *c)
 {
@@ -105,8 +105,9 @@ int ferry__cuda_clock_open(struct ferry_be_device *dev)
         }
     }
     c->next_try_ns = 0;
-    ferry_log(FERRY_LOG_DEBUG, "cuda", "device %d: clock reference within +-%llu ns of "
-                                       "CLOCK_MONOTONIC",
+    ferry_log(FERRY_LOG_DEBUG, "cuda",
+              "device %d: clock reference within +-%llu ns of "
+              "CLOCK_MONOTONIC",
               dev->index, (unsigned long long)(best / 2));
     return 0;
 out_spare:

@@ -11,60 +11,64 @@
 static _Thread_local int tls_device = -1;
 static int sticky_logged;
 
-int ferry__cuda_error_code(int e)
-{
-    switch (e) {
-    case cudaSuccess:
-        return 0;
-    case cudaErrorMemoryAllocation:
-        return FERRY_EDEVMEM;
+/* CUDA errors that are not FERRY_EBACKEND. Numbers where older toolkits lack the name. */
+static const struct {
+    int cuda;
+    int ferry;
+} table[] = {
+    {cudaErrorMemoryAllocation, FERRY_EDEVMEM},
     /* The CUDA headers (driver_types.h) say of each of these: "This leaves the process in an
      * inconsistent state and any further CUDA work will return the same error. To continue
      * using CUDA, the process must be terminated and relaunched" (710: "The device cannot be
      * used again"). FACTS.md measured 700 and 719 on the H200: every later call fails, and
      * cudaDeviceReset does not bring the device back. */
-    case 226:                         /* cudaErrorContained (CUDA >= 12.x headers) */
-    case cudaErrorIllegalAddress:     /* 700 */
-    case cudaErrorLaunchTimeout:      /* 702 */
-    case cudaErrorAssert:             /* 710 */
-    case cudaErrorHardwareStackError: /* 714 */
-    case cudaErrorIllegalInstruction: /* 715 */
-    case cudaErrorMisalignedAddress:  /* 716 */
-    case cudaErrorInvalidAddressSpace:/* 717 */
-    case cudaErrorInvalidPc:          /* 718 */
-    case cudaErrorLaunchFailure:      /* 719 */
-    case 721:                         /* cudaErrorTensorMemoryLeak (CUDA >= 12.8) */
-    case cudaErrorMpsClientTerminated:/* 810 */
-    case 911:                         /* cudaErrorExternalDevice (CUDA >= 12.x) */
-    /* Uncorrectable ECC / NVLink errors during execution: the memory the context holds can no
-     * longer be trusted; treated as the end of the context too. */
-    case cudaErrorECCUncorrectable:   /* 214 */
-    case cudaErrorNvlinkUncorrectable:/* 220 */
-    /* FACTS.md: after a sticky error and cudaDeviceReset every call returns 46 on the H200; a
-     * new process is the only way back. (At open, the backend reports it as FERRY_ENODEV.) */
-    case cudaErrorDevicesUnavailable: /* 46 */
-        return FERRY_ESTICKY;
-    case cudaErrorNoDevice:                  /* 100 */
-    case cudaErrorInsufficientDriver:        /* 35 */
-    case cudaErrorInvalidDevice:             /* 101 */
-    case cudaErrorStubLibrary:               /* 34 */
-    case cudaErrorInitializationError:       /* 3 */
-    case cudaErrorDeviceNotLicensed:         /* 102 */
-    case cudaErrorSystemNotReady:            /* 802: fabric manager not running */
-    case cudaErrorSystemDriverMismatch:      /* 803 */
-    case cudaErrorCompatNotSupportedOnDevice:/* 804 */
-    case cudaErrorNoKernelImageForDevice:    /* 209: built for other GPUs */
-        return FERRY_ENODEV;
-    /* Registering twice / unregistering what is not registered: the caller's mistake, as the
+    {226, FERRY_ESTICKY},                          /* cudaErrorContained */
+    {cudaErrorIllegalAddress, FERRY_ESTICKY},      /* 700 */
+    {cudaErrorLaunchTimeout, FERRY_ESTICKY},       /* 702 */
+    {cudaErrorAssert, FERRY_ESTICKY},              /* 710 */
+    {cudaErrorHardwareStackError, FERRY_ESTICKY},  /* 714 */
+    {cudaErrorIllegalInstruction, FERRY_ESTICKY},  /* 715 */
+    {cudaErrorMisalignedAddress, FERRY_ESTICKY},   /* 716 */
+    {cudaErrorInvalidAddressSpace, FERRY_ESTICKY}, /* 717 */
+    {cudaErrorInvalidPc, FERRY_ESTICKY},           /* 718 */
+    {cudaErrorLaunchFailure, FERRY_ESTICKY},       /* 719, also __trap() */
+    {721, FERRY_ESTICKY},                          /* cudaErrorTensorMemoryLeak (CUDA 12.8) */
+    {cudaErrorMpsClientTerminated, FERRY_ESTICKY}, /* 810 */
+    {911, FERRY_ESTICKY},                          /* cudaErrorExternalDevice */
+    /* Uncorrectable ECC / NVLink errors during execution: the context's memory can no longer
+     * be trusted, so they end the context too. */
+    {cudaErrorECCUncorrectable, FERRY_ESTICKY},    /* 214 */
+    {cudaErrorNvlinkUncorrectable, FERRY_ESTICKY}, /* 220 */
+    /* FACTS.md: after a sticky error and cudaDeviceReset every call returns 46 on the H200; only
+     * a new process gets the GPU back. (device_open reports it as FERRY_ENODEV.) */
+    {cudaErrorDevicesUnavailable, FERRY_ESTICKY}, /* 46 */
+    /* No usable device. */
+    {cudaErrorNoDevice, FERRY_ENODEV},                   /* 100 */
+    {cudaErrorInsufficientDriver, FERRY_ENODEV},         /* 35 */
+    {cudaErrorInvalidDevice, FERRY_ENODEV},              /* 101 */
+    {cudaErrorStubLibrary, FERRY_ENODEV},                /* 34: linked against the stub */
+    {cudaErrorInitializationError, FERRY_ENODEV},        /* 3 */
+    {cudaErrorDeviceNotLicensed, FERRY_ENODEV},          /* 102 */
+    {cudaErrorSystemNotReady, FERRY_ENODEV},             /* 802: fabric manager not running */
+    {cudaErrorSystemDriverMismatch, FERRY_ENODEV},       /* 803 */
+    {cudaErrorCompatNotSupportedOnDevice, FERRY_ENODEV}, /* 804 */
+    {cudaErrorNoKernelImageForDevice, FERRY_ENODEV},     /* 209: built for other GPUs */
+    /* Registering twice, unregistering what is not registered: the caller's mistake, as the
      * public API documents (and the simulator reports). */
-    case cudaErrorHostMemoryAlreadyRegistered: /* 712 */
-    case cudaErrorHostMemoryNotRegistered:     /* 713 */
-        return FERRY_EINVAL;
-    default:
-        /* cudaErrorNotReady (600) is FERRY_EAGAIN only where a query expects it: the query
-         * paths handle it before calling this. Anywhere else it is a backend error. */
-        return FERRY_EBACKEND;
-    }
+    {cudaErrorHostMemoryAlreadyRegistered, FERRY_EINVAL}, /* 712 */
+    {cudaErrorHostMemoryNotRegistered, FERRY_EINVAL},     /* 713 */
+    /* cudaErrorNotReady (600) is FERRY_EAGAIN only where a query expects it: those paths
+     * handle it before translating. Anywhere else it is a backend error. */
+};
+
+int ferry__cuda_error_code(int e)
+{
+    if (e == cudaSuccess)
+        return 0;
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+        if (table[i].cuda == e)
+            return table[i].ferry;
+    return FERRY_EBACKEND;
 }
 
 /* What the user can do about a no-device error. */
@@ -77,8 +81,7 @@ static const char *hint(cudaError_t e)
         return "; no NVIDIA GPU visible (check CUDA_VISIBLE_DEVICES and nvidia-smi)";
     case cudaErrorNoKernelImageForDevice:
         return "; ferry was built for other GPU architectures (CUDA_ARCHITECTURES)";
-    default:
-        return "";
+    default: return "";
     }
 }
 

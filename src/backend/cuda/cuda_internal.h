@@ -19,10 +19,10 @@
 
 /* NVML, loaded with dlopen (there is no nvml.h on the build machine; these are the few
  * declarations ferry uses, with NVML's own names and signatures). */
-typedef int nvml_return_t;           /* nvmlReturn_t: 0 is NVML_SUCCESS */
+typedef int nvml_return_t;                 /* nvmlReturn_t: 0 is NVML_SUCCESS */
 typedef struct nvml_device *nvml_device_t; /* nvmlDevice_t, opaque */
-#define FERRY_NVML_PCIE_TX_BYTES 0 /* NVML_PCIE_UTIL_TX_BYTES */
-#define FERRY_NVML_PCIE_RX_BYTES 1 /* NVML_PCIE_UTIL_RX_BYTES */
+#define FERRY_NVML_PCIE_TX_BYTES 0         /* NVML_PCIE_UTIL_TX_BYTES */
+#define FERRY_NVML_PCIE_RX_BYTES 1         /* NVML_PCIE_UTIL_RX_BYTES */
 
 struct ferry_cuda_nvml {
     void *lib;         /* dlopen handle; NULL when NVML is not in use */
@@ -96,6 +96,9 @@ int ferry__cuda_clock_event_ns(struct ferry_be_device *dev, cudaEvent_t ev, uint
 /* NVML (cuda_nvml.c): open never fails (NVML is optional); close releases it. */
 void ferry__cuda_nvml_open(struct ferry_be_device *dev);
 void ferry__cuda_nvml_close(struct ferry_be_device *dev);
+/* The PCIe link now and at most (the fast part of ferry__cuda_pcie_counters: no 20 ms sample;
+ * the counters read -1). */
+void ferry__cuda_nvml_link(struct ferry_be_device *dev, struct ferry_cuda_pcie *out);
 
 /* Properties (cuda_props.c). */
 int ferry__cuda_props(struct ferry_be_device *dev, ferry_device_props_t *out);

@@ -27,8 +27,9 @@ void ferry__cuda_nvml_open(struct ferry_be_device *dev)
     void *lib = dlopen(NVML_LIB, RTLD_NOW | RTLD_LOCAL);
     if (lib == NULL) {
         const char *why = dlerror();
-        ferry_log(FERRY_LOG_INFO, "cuda", "device %d: NVML not loaded (%s): PCIe link and "
-                                          "counters unknown",
+        ferry_log(FERRY_LOG_INFO, "cuda",
+                  "device %d: NVML not loaded (%s): PCIe link and "
+                  "counters unknown",
                   dev->index, why ? why : NVML_LIB);
         return;
     }
@@ -89,8 +90,8 @@ void ferry__cuda_nvml_close(struct ferry_be_device *dev)
 }
 
 /* One unsigned NVML reading as an int64, -1 when unknown. */
-static int64_t read_u(const struct ferry_cuda_nvml *n, nvml_return_t (*fn)(nvml_device_t,
-                                                                           unsigned *))
+static int64_t read_u(const struct ferry_cuda_nvml *n,
+                      nvml_return_t (*fn)(nvml_device_t, unsigned *))
 {
     unsigned v = 0;
     if (n->lib == NULL || n->dev == NULL || fn == NULL || fn(n->dev, &v) != 0)
@@ -98,19 +99,25 @@ static int64_t read_u(const struct ferry_cuda_nvml *n, nvml_return_t (*fn)(nvml_
     return (int64_t)v;
 }
 
-int ferry__cuda_pcie_counters(ferry_be_device_t *dev, struct ferry_cuda_pcie *out)
+void ferry__cuda_nvml_link(struct ferry_be_device *dev, struct ferry_cuda_pcie *out)
 {
-    if (dev == NULL || out == NULL)
-        return ferry__error(FERRY_EINVAL, "cuda: pcie_counters: NULL device or out");
     const struct ferry_cuda_nvml *n = &dev->nvml;
     out->gen = (int)read_u(n, n->curr_gen);
     out->width = (int)read_u(n, n->curr_width);
     out->gen_max = (int)read_u(n, n->max_gen);
     out->width_max = (int)read_u(n, n->max_width);
+    out->tx_bytes_per_s = out->rx_bytes_per_s = out->replay_count = -1;
+}
+
+int ferry__cuda_pcie_counters(ferry_be_device_t *dev, struct ferry_cuda_pcie *out)
+{
+    if (dev == NULL || out == NULL)
+        return ferry__error(FERRY_EINVAL, "cuda: pcie_counters: NULL device or out");
+    const struct ferry_cuda_nvml *n = &dev->nvml;
+    ferry__cuda_nvml_link(dev, out);
     out->replay_count = read_u(n, n->replays);
-    out->tx_bytes_per_s = out->rx_bytes_per_s = -1;
     if (n->lib != NULL && n->dev != NULL && n->throughput != NULL) {
-        /* NVML counts in KB (1024 bytes) per second over a 20 ms sample. */
+        /* NVML reports KB/s (taken as 1024 bytes) over a 20 ms sample. */
         unsigned v = 0;
         if (n->throughput(n->dev, FERRY_NVML_PCIE_TX_BYTES, &v) == 0)
             out->tx_bytes_per_s = (int64_t)v * 1024;

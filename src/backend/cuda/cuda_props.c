@@ -12,7 +12,12 @@ double ferry__cuda_link_gbps(int gen, int width)
      * specifications: Gen1 2.5 and Gen2 5 GT/s with 8b/10b; Gen3 8, Gen4 16, Gen5 32 GT/s with
      * 128b/130b; Gen6 64 GT/s PAM4 in 256-byte FLITs of which 242 carry data. */
     static const double lane_gbit[] = {
-        0.0, 2.5 * 8 / 10, 5.0 * 8 / 10, 8.0 * 128 / 130, 16.0 * 128 / 130, 32.0 * 128 / 130,
+        0.0,
+        2.5 * 8 / 10,
+        5.0 * 8 / 10,
+        8.0 * 128 / 130,
+        16.0 * 128 / 130,
+        32.0 * 128 / 130,
         64.0 * 242 / 256,
     };
     if (gen <= 0 || gen > 6 || width <= 0)
@@ -28,9 +33,16 @@ int ferry__cuda_max_resident_grids(int cc_major, int cc_minor)
      * 5.3, 6.2 and 7.2, 4 for 3.2, 128 for 6.0 and 7.0. */
     int cc = cc_major * 10 + cc_minor;
     switch (cc) {
-    case 30: case 53: case 62: case 72: return 16;
+    case 30:
+    case 53:
+    case 62:
+    case 72: return 16;
     case 32: return 4;
-    case 35: case 37: case 50: case 52: case 61: return 32;
+    case 35:
+    case 37:
+    case 50:
+    case 52:
+    case 61: return 32;
     default: return cc < 30 ? 16 : 128;
     }
 }
@@ -65,7 +77,7 @@ int ferry__cuda_props(struct ferry_be_device *dev, ferry_device_props_t *out)
     size_t size = out->size;
     memset(out, 0, sizeof(*out));
     out->size = size;
-    snprintf(out->name, sizeof(out->name), "%s", p->name);
+    ferry__strlcpy(out->name, p->name, sizeof(out->name));
     snprintf(out->backend, sizeof(out->backend), "cuda");
     out->index = dev->index;
     out->simulated = false;
@@ -80,7 +92,7 @@ int ferry__cuda_props(struct ferry_be_device *dev, ferry_device_props_t *out)
     out->memory_bytes = (uint64_t)p->totalGlobalMem;
     out->l2_bytes = (uint64_t)p->l2CacheSize;
     struct ferry_cuda_pcie link;
-    ferry__cuda_pcie_counters(dev, &link);
+    ferry__cuda_nvml_link(dev, &link);
     out->pcie_gen = link.gen > 0 ? link.gen : 0;
     out->pcie_width = link.width > 0 ? link.width : 0;
     out->pcie_gen_max = link.gen_max > 0 ? link.gen_max : 0;
@@ -89,8 +101,7 @@ int ferry__cuda_props(struct ferry_be_device *dev, ferry_device_props_t *out)
     out->link_gbps = ferry__cuda_link_gbps(out->pcie_gen_max, out->pcie_width_max);
     out->numa_node = dev->numa_node;
     if (dev->nvml.driver_version[0] != '\0')
-        snprintf(out->driver_version, sizeof(out->driver_version), "%s",
-                 dev->nvml.driver_version);
+        ferry__strlcpy(out->driver_version, dev->nvml.driver_version, sizeof(out->driver_version));
     else
         version_text(dev->driver_version, out->driver_version, sizeof(out->driver_version));
     version_text(dev->runtime_version, out->runtime_version, sizeof(out->runtime_version));

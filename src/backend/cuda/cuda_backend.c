@@ -1,0 +1,592 @@
+/* The cuda backend's ops table: devices, registered (pinned) host memory, device memory,
+ * non-blocking streams with priorities, timed events polled with a bounded backoff, async
+ * copies and stage launches, each wrapped in an NVTX range for Nsight Systems. Every CUDA
+ * return code is checked and translated once, in cuda_error.c; no CUDA type leaves this folder.
+ */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "backend/cuda/cuda_internal.h"
+
+#if defined(__has_include)
+#if __has_include(<nvtx3/nvToolsExt.h>)
+#include <nvtx3/nvToolsExt.h>
+#define FERRY_HAVE_NVTX 1
+#endif
+#endif
+
+/* NVTX ranges around the enqueue calls: without a tool attached each is one predictable branch
+ * in the header-only nvtx3 library. */
+static void range_push(const char *name)
+{
+#ifdef FERRY_HAVE_NVTX
+    nvtxRangePushA(name);
+#else
+    (void)name;
+#endif
+}
+
+static void range_pop(void)
+{
+#ifdef FERRY_HAVE_NVTX
+    nvtxRangePop();
+#endif
+}
+
+/* event_wait_any's polling: spin (yielding) this long first, then sleep from WAIT_SLEEP_MIN_NS
+ * doubling up to WAIT_SLEEP_MAX_NS. FACTS.md: an empty kernel plus a synchronise round trip is
+ * 8.6 us and record + query 1.5 us, so a short spin catches quick completions; the sleeps keep
+ * a long wait off the CPU. Linux's default timer slack (50 us) stretches the short sleeps. */
+#define WAIT_SPIN_NS      20000ull
+#define WAIT_SLEEP_MIN_NS 4000ull
+#define WAIT_SLEEP_MAX_NS 100000ull
+
+/* ---- devices ----------------------------------------------------------------------------- */
+
+static int cuda_device_count(int *count, char *why, size_t why_len)
+{
+    if (count == NULL)
+        return ferry__error(FERRY_EINVAL, "cuda: device_count: NULL count");
+    /* FACTS.md: without a driver, cudaGetDeviceCount returns 35 and leaves the count as it was. */
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        *count = 0;
+        ferry__cuda_fail(e, "cudaGetDeviceCount");
+        if (why != NULL && why_len > 0)
+            snprintf(why, why_len, "%s", ferry__last_error_text());
+        return FERRY_ENODEV;
+    }
+    *count = n;
+    if (why != NULL && why_len > 0) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        if (n > 0)
+            why[0] = '\0';
+        else
+            snprintf(why, why_len, "cudaGetDeviceCount: 0 devices%s%s%s",
+                     vis ? " (CUDA_VISIBLE_DEVICES=\"" : "", vis ? vis : "", vis ? "\")" : "");
+    }
+    return 0;
+}
+
+static int cuda_device_open(int index, const ferry_be_open_params_t *params,
+                            ferry_be_device_t **out)
+{
+    (void)params; /* the profile and seed are the simulator's */
+    if (out == NULL)
+        return ferry__error(FERRY_EINVAL, "cuda: device_open: NULL out");
+    int n = 0, rc;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        ferry__cuda_fail(e, "cudaGetDeviceCount");
+        return FERRY_ENODEV;
+    }
+    if (index < 0 || index >= n)
+        return ferry__error(FERRY_ENODEV, "cuda: no device %d (%d visible)", index, n);
+    struct ferry_be_device *dev = calloc(1, sizeof(*dev));
+    if (dev == NULL)
+        return ferry__error(FERRY_ENOMEM, "cuda: out of memory opening device %d", index);
+    dev->index = index;
+    /* cudaSetDevice creates the primary context (CUDA >= 12): the first call that can find
+     * the device busy (46: exclusive-process mode, or lost after a reset, FACTS.md). */
+    e = cudaSetDevice(index);
+    if (e != cudaSuccess) {
+        rc = ferry__cuda_fail(e, "cudaSetDevice(%d)", index);
+        if (e == cudaErrorDevicesUnavailable)
+            rc = FERRY_ENODEV;
+        goto out_free;
+    }
+    ferry__cuda_forget_device();
+    if ((rc = ferry__cuda_use_device(index)) != 0)
+        goto out_free;
+    e = cudaGetDeviceProperties(&dev->prop, index);
+    if (e != cudaSuccess) {
+        rc = ferry__cuda_fail(e, "cudaGetDeviceProperties(%d)", index);
+        goto out_free;
+    }
+    e = cudaDeviceGetStreamPriorityRange(&dev->prio_least, &dev->prio_greatest);
+    if (e != cudaSuccess) {
+        rc = ferry__cuda_fail(e, "cudaDeviceGetStreamPriorityRange");
+        goto out_free;
+    }
+    e = cudaDriverGetVersion(&dev->driver_version);
+    if (e == cudaSuccess)
+        e = cudaRuntimeGetVersion(&dev->runtime_version);
+    if (e != cudaSuccess) {
+        rc = ferry__cuda_fail(e, "cudaDriverGetVersion");
+        goto out_free;
+    }
+    snprintf(dev->pci_bus_id, sizeof(dev->pci_bus_id), "%04x:%02x:%02x.0",
+             (unsigned)dev->prop.pciDomainID, (unsigned)dev->prop.pciBusID,
+             (unsigned)dev->prop.pciDeviceID);
+    dev->numa_node = ferry__cuda_numa_node(dev->pci_bus_id);
+    if ((rc = ferry__cuda_clock_open(dev)) != 0)
+        goto out_free;
+    ferry__cuda_nvml_open(dev);
+    ferry_log(FERRY_LOG_INFO, "cuda",
+              "device %d open: %s, cc %d.%d, %d SMs, %d copy engines, PCI %s, NUMA node %d, "
+              "NVML %s",
+              index, dev->prop.name, dev->prop.major, dev->prop.minor,
+              dev->prop.multiProcessorCount, dev->prop.asyncEngineCount, dev->pci_bus_id,
+              dev->numa_node, dev->nvml.lib ? "loaded" : "absent");
+    *out = dev;
+    return 0;
+out_free:
+    free(dev);
+    return rc;
+}
+
+static void cuda_device_close(ferry_be_device_t *dev)
+{
+    if (dev == NULL)
+        return;
+    /* Work on the device's streams belongs to pipelines, which are closed first. */
+    if (ferry__cuda_use_device(dev->index) != 0)
+        ferry_log(FERRY_LOG_WARN, "cuda", "device %d close: %s", dev->index,
+                  ferry__last_error_text());
+    ferry__cuda_clock_close(dev);
+    ferry__cuda_nvml_close(dev);
+    free(dev);
+}
+
+static int cuda_device_props(ferry_be_device_t *dev, ferry_device_props_t *out)
+{
+    if (dev == NULL || !FERRY_SIZE_OK(out, sizeof(ferry_device_props_t)))
+        return ferry__error(FERRY_EINVAL, "cuda: device_props: NULL device or props, or props "
+                                          "size not set (use FERRY_DEVICE_PROPS_INIT)");
+    return ferry__cuda_props(dev, out);
+}
+
+static uint64_t cuda_now_ns(ferry_be_device_t *dev)
+{
+    (void)dev;
+    return ferry__mono_ns(); /* the clock event times are expressed in (cuda_clock.c) */
+}
+
+/* ---- host memory ------------------------------------------------------------------------- */
+
+static int cuda_host_register(ferry_be_device_t *dev, void *p, size_t bytes)
+{
+    if (dev == NULL || p == NULL || bytes == 0)
+        return ferry__error(FERRY_EINVAL,
+                            "cuda: host_register: NULL device or pointer, or 0 bytes");
+    int rc = ferry__cuda_use_device(dev->index);
+    if (rc != 0)
+        return rc;
+    /* Registered malloc/mmap memory, never cudaMallocHost: FACTS.md measured that registered
+     * memory stays readable after a context loss while cudaMallocHost memory is unmapped.
+     * With unified addressing, Default registration is mapped and portable to every device. */
+    cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+    if (e == cudaSuccess)
+        return 0;
+    rc = ferry__cuda_fail(e, "cudaHostRegister(%p, %zu bytes)", p, bytes);
+    if (rc == FERRY_ESTICKY || rc == FERRY_ENODEV || rc == FERRY_EINVAL)
+        return rc;
+    char cause[256];
+    ferry__strlcpy(cause, ferry__last_error_text(), sizeof(cause));
+    char limit[64] = "unknown";
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+        if (rl.rlim_cur == RLIM_INFINITY)
+            snprintf(limit, sizeof(limit), "unlimited");
+        else
+            snprintf(limit, sizeof(limit), "%llu KiB", (unsigned long long)rl.rlim_cur / 1024);
+    }
+    return ferry__error(FERRY_EBACKEND,
+                        "cuda: cannot pin %zu bytes (%.1f MiB) of host memory at %p (%s); the "
+                        "locked-memory limit is %s: raise it (`ulimit -l unlimited`, or "
+                        "LimitMEMLOCK=infinity for a service) or use smaller pools",
+                        bytes, (double)bytes / 1048576.0, p, cause, limit);
+}
+
+static int cuda_host_unregister(ferry_be_device_t *dev, void *p)
+{
+    if (dev == NULL || p == NULL)
+        return ferry__error(FERRY_EINVAL, "cuda: host_unregister: NULL device or pointer");
+    int rc = ferry__cuda_use_device(dev->index);
+    if (rc != 0)
+        return rc;
+    cudaError_t e = cudaHostUnregister(p);
+    if (e != cudaSuccess)
+        return ferry__cuda_fail(e, "cudaHostUnregister(%p)", p);
+    return 0;
+}
+
+/* ---- device memory ----------------------------------------------------------------------- */
+
+static int cuda_mem_alloc(ferry_be_device_t *dev, size_t bytes, void **out)
+{
+    if (dev == NULL || out == NULL || bytes == 0)
+        return ferry__error(FERRY_EINVAL, "cuda: mem_alloc: NULL device or out, or 0 bytes");
+    int rc = ferry__cuda_use_device(dev->index);
+    if (rc != 0)
+        return rc;
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes); /* plain device memory: never managed memory */
+    if (e == cudaSuccess) {
+        *out = p;
+        return 0;
+    }
+    rc = ferry__cuda_fail(e, "cudaMalloc(%zu bytes)", bytes);
+    if (rc != FERRY_EDEVMEM)
+        return rc;
+    char cause[256];
+    ferry__strlcpy(cause, ferry__last_error_text(), sizeof(cause));
+    size_t free_b = 0, total_b = 0;
+    e = cudaMemGetInfo(&free_b, &total_b);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return ferry__error(FERRY_EDEVMEM,
+                            "cuda: device %d: cannot allocate %zu bytes (%.1f MiB) "
+                            "of device memory (%s)",
+                            dev->index, bytes, (double)bytes / 1048576.0, cause);
+    }
+    return ferry__error(FERRY_EDEVMEM,
+                        "cuda: device %d: cannot allocate %zu bytes (%.1f MiB) of device memory: "
+                        "%zu bytes (%.1f MiB) free of %zu (%s)",
+                        dev->index, bytes, (double)bytes / 1048576.0, free_b,
+                        (double)free_b / 1048576.0, total_b, cause);
+}
+
+static void cuda_mem_free(ferry_be_device_t *dev, void *p)
+{
+    if (dev == NULL || p == NULL)
+        return;
+    if (ferry__cuda_use_device(dev->index) != 0)
+        goto out_warn;
+    /* cudaFree waits for work that may still use the memory. */
+    cudaError_t e = cudaFree(p);
+    if (e != cudaSuccess) {
+        ferry__cuda_fail(e, "cudaFree(%p)", p);
+        goto out_warn;
+    }
+    return;
+out_warn:
+    ferry_log(FERRY_LOG_WARN, "cuda", "mem_free: %s", ferry__last_error_text());
+}
+
+/* ---- streams ----------------------------------------------------------------------------- */
+
+static int cuda_stream_create(ferry_be_device_t *dev, int priority, ferry_be_stream_t **out)
+{
+    if (dev == NULL || out == NULL)
+        return ferry__error(FERRY_EINVAL, "cuda: stream_create: NULL device or out");
+    int rc = ferry__cuda_use_device(dev->index);
+    if (rc != 0)
+        return rc;
+    struct ferry_be_stream *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return ferry__error(FERRY_ENOMEM, "cuda: stream_create: out of memory");
+    /* Non-blocking: no implicit synchronisation with the legacy default stream, which ferry
+     * never uses. CUDA clamps the priority into [greatest, least]; so does the record here. */
+    cudaError_t e = cudaStreamCreateWithPriority(&s->st, cudaStreamNonBlocking, priority);
+    if (e != cudaSuccess) {
+        rc = ferry__cuda_fail(e, "cudaStreamCreateWithPriority(priority %d)", priority);
+        free(s);
+        return rc;
+    }
+    s->dev = dev;
+    s->priority = priority < dev->prio_greatest ? dev->prio_greatest
+                  : priority > dev->prio_least  ? dev->prio_least
+                                                : priority;
+    *out = s;
+    return 0;
+}
+
+static void cuda_stream_destroy(ferry_be_stream_t *s)
+{
+    if (s == NULL)
+        return;
+    /* Returns at once; work already queued on the stream still completes. */
+    if (ferry__cuda_use_device(s->dev->index) == 0) {
+        cudaError_t e = cudaStreamDestroy(s->st);
+        if (e != cudaSuccess) {
+            ferry__cuda_fail(e, "cudaStreamDestroy");
+            ferry_log(FERRY_LOG_WARN, "cuda", "stream_destroy: %s", ferry__last_error_text());
+        }
+    }
+    free(s);
+}
+
+static void *cuda_stream_native(ferry_be_stream_t *s)
+{
+    return s != NULL ? (void *)s->st : NULL;
+}
+
+static int cuda_stream_sync(ferry_be_stream_t *s)
+{
+    if (s == NULL)
+        return ferry__error(FERRY_EINVAL, "cuda: stream_sync: NULL stream");
+    int rc = ferry__cuda_use_device(s->dev->index);
+    if (rc != 0)
+        return rc;
+    cudaError_t e = cudaStreamSynchronize(s->st);
+    if (e != cudaSuccess)
+        return ferry__cuda_fail(e, "cudaStreamSynchronize");
+    return 0;
+}
+
+/* ---- events ------------------------------------------------------------------------------ */
+
+static bool recorded(const struct ferry_be_event *e)
+{
+    return __atomic_load_n(&e->recorded, __ATOMIC_ACQUIRE) != 0;
+}
+
+static int cuda_event_create(ferry_be_device_t *dev, ferry_be_event_t **out)
+{
+    if (dev == NULL || out == NULL)
+        return ferry__error(FERRY_EINVAL, "cuda: event_create: NULL device or out");
+    int rc = ferry__cuda_use_device(dev->index);
+    if (rc != 0)
+        return rc;
+    struct ferry_be_event *ev = calloc(1, sizeof(*ev));
+    if (ev == NULL)
+        return ferry__error(FERRY_ENOMEM, "cuda: event_create: out of memory");
+    /* Timing enabled (event_time_ns needs it); no blocking sync: ferry polls, never waits. */
+    cudaError_t e = cudaEventCreateWithFlags(&ev->ev, cudaEventDefault);
+    if (e != cudaSuccess) {
+        rc = ferry__cuda_fail(e, "cudaEventCreateWithFlags");
+        free(ev);
+        return rc;
+    }
+    ev->dev = dev;
+    *out = ev;
+    return 0;
+}
+
+static void cuda_event_destroy(ferry_be_event_t *e)
+{
+    if (e == NULL)
+        return;
+    if (ferry__cuda_use_device(e->dev->index) == 0) {
+        cudaError_t r = cudaEventDestroy(e->ev);
+        if (r != cudaSuccess) {
+            ferry__cuda_fail(r, "cudaEventDestroy");
+            ferry_log(FERRY_LOG_WARN, "cuda", "event_destroy: %s", ferry__last_error_text());
+        }
+    }
+    free(e);
+}
+
+static int cuda_event_record(ferry_be_event_t *e, ferry_be_stream_t *s)
+{
+    if (e == NULL || s == NULL)
+        return ferry__error(FERRY_EINVAL, "cuda: event_record: NULL event or stream");
+    if (e->dev != s->dev)
+        return ferry__error(FERRY_EINVAL, "cuda: event_record: event and stream belong to "
+                                          "different devices");
+    int rc = ferry__cuda_use_device(s->dev->index);
+    if (rc != 0)
+        return rc;
+    cudaError_t r = cudaEventRecord(e->ev, s->st);
+    if (r != cudaSuccess)
+        return ferry__cuda_fail(r, "cudaEventRecord");
+    __atomic_store_n(&e->recorded, 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+static int cuda_stream_wait_event(ferry_be_stream_t *s, ferry_be_event_t *e)
+{
+    if (e == NULL || s == NULL)
+        return ferry__error(FERRY_EINVAL, "cuda: stream_wait_event: NULL event or stream");
+    int rc = ferry__cuda_use_device(s->dev->index);
+    if (rc != 0)
+        return rc;
+    /* The record in force now; later records of @e do not matter (CUDA semantics). */
+    cudaError_t r = cudaStreamWaitEvent(s->st, e->ev, cudaEventWaitDefault);
+    if (r != cudaSuccess)
+        return ferry__cuda_fail(r, "cudaStreamWaitEvent");
+    return 0;
+}
+
+/* 0 done, FERRY_EAGAIN not yet (no error text: it is not a failure), or the translated error
+ * the work before the event ran into. */
+static int query(struct ferry_be_event *e, size_t index, size_t n)
+{
+    if (!recorded(e))
+        return 0; /* never recorded counts as complete, as cudaEventQuery says */
+    cudaError_t r = cudaEventQuery(e->ev);
+    if (r == cudaSuccess)
+        return 0;
+    if (r == cudaErrorNotReady)
+        return FERRY_EAGAIN;
+    return ferry__cuda_fail(r, "cudaEventQuery(event %zu of %zu)", index, n);
+}
+
+static int cuda_event_query(ferry_be_event_t *e)
+{
+    if (e == NULL)
+        return ferry__error(FERRY_EINVAL, "cuda: event_query: NULL event");
+    int rc = ferry__cuda_use_device(e->dev->index);
+    if (rc != 0)
+        return rc;
+    return query(e, 0, 1);
+}
+
+static void sleep_ns(uint64_t ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u),
+                          .tv_nsec = (long)(ns % 1000000000u)};
+    nanosleep(&ts, NULL);
+}
+
+static int cuda_event_wait_any(ferry_be_event_t *const *evs, size_t n, uint64_t timeout_ns,
+                               size_t *which)
+{
+    if (evs == NULL || n == 0 || which == NULL)
+        return ferry__error(FERRY_EINVAL, "cuda: event_wait_any: no events or NULL which");
+    for (size_t i = 0; i < n; i++)
+        if (evs[i] == NULL || evs[i]->dev != evs[0]->dev)
+            return ferry__error(FERRY_EINVAL,
+                                "cuda: event_wait_any: event %zu is NULL or belongs to another "
+                                "device",
+                                i);
+    int rc = ferry__cuda_use_device(evs[0]->dev->index);
+    if (rc != 0)
+        return rc;
+    /* Poll, never cudaEventSynchronize: it has no timeout, and a hung kernel reports no error
+     * on a compute GPU (FACTS.md), so only our own deadline can end the wait. */
+    uint64_t start = ferry__mono_ns(), nap = WAIT_SLEEP_MIN_NS;
+    for (;;) {
+        for (size_t i = 0; i < n; i++) {
+            rc = query(evs[i], i, n);
+            if (rc != FERRY_EAGAIN) {
+                *which = i;
+                return rc;
+            }
+        }
+        uint64_t waited = ferry__mono_ns() - start;
+        if (waited >= timeout_ns)
+            return ferry__error(FERRY_ETIMEDOUT,
+                                "cuda: event_wait_any: none of %zu events completed within "
+                                "%llu ns",
+                                n, (unsigned long long)timeout_ns);
+        if (waited < WAIT_SPIN_NS) {
+            sched_yield();
+            continue;
+        }
+        uint64_t left = timeout_ns - waited;
+        sleep_ns(nap < left ? nap : left);
+        nap = nap * 2 < WAIT_SLEEP_MAX_NS ? nap * 2 : WAIT_SLEEP_MAX_NS;
+    }
+}
+
+static int cuda_event_time_ns(ferry_be_event_t *e, uint64_t *out)
+{
+    if (e == NULL || out == NULL)
+        return ferry__error(FERRY_EINVAL, "cuda: event_time_ns: NULL event or out");
+    if (!recorded(e)) {
+        *out = 0; /* never recorded: complete since time 0, as on the simulator */
+        return 0;
+    }
+    int rc = ferry__cuda_use_device(e->dev->index);
+    if (rc != 0)
+        return rc;
+    return ferry__cuda_clock_event_ns(e->dev, e->ev, out);
+}
+
+/* ---- work -------------------------------------------------------------------------------- */
+
+static int cuda_memcpy_h2d(ferry_be_stream_t *s, void *dst_dev, const void *src_host, size_t bytes)
+{
+    if (s == NULL || dst_dev == NULL || src_host == NULL)
+        return ferry__error(FERRY_EINVAL, "cuda: memcpy_h2d: NULL stream or pointer");
+    int rc = ferry__cuda_use_device(s->dev->index);
+    if (rc != 0)
+        return rc;
+    range_push("ferry H2D");
+    cudaError_t e = cudaMemcpyAsync(dst_dev, src_host, bytes, cudaMemcpyHostToDevice, s->st);
+    range_pop();
+    if (e != cudaSuccess)
+        return ferry__cuda_fail(e, "cudaMemcpyAsync(H2D, %zu bytes)", bytes);
+    return 0;
+}
+
+static int cuda_memcpy_d2h(ferry_be_stream_t *s, void *dst_host, const void *src_dev, size_t bytes)
+{
+    if (s == NULL || dst_host == NULL || src_dev == NULL)
+        return ferry__error(FERRY_EINVAL, "cuda: memcpy_d2h: NULL stream or pointer");
+    int rc = ferry__cuda_use_device(s->dev->index);
+    if (rc != 0)
+        return rc;
+    range_push("ferry D2H");
+    cudaError_t e = cudaMemcpyAsync(dst_host, src_dev, bytes, cudaMemcpyDeviceToHost, s->st);
+    range_pop();
+    if (e != cudaSuccess)
+        return ferry__cuda_fail(e, "cudaMemcpyAsync(D2H, %zu bytes)", bytes);
+    return 0;
+}
+
+static int cuda_launch(ferry_be_stream_t *s, const ferry_be_launch_t *l)
+{
+    if (s == NULL || l == NULL)
+        return ferry__error(FERRY_EINVAL, "cuda: launch: NULL stream or launch");
+    if (l->gpu == NULL)
+        return ferry__error(FERRY_ENOTSUP, "cuda: launch: the stage has no GPU function; the "
+                                           "cuda backend runs a stage only through its launcher "
+                                           "(set ferry_stage_t.gpu)");
+    int rc = ferry__cuda_use_device(s->dev->index);
+    if (rc != 0)
+        return rc;
+    /* cudaGetLastError after the launcher must see only what the launcher caused: clear an
+     * older non-sticky error of this thread (every ferry call already reported its own). A
+     * sticky one cannot be cleared and fails the launch now. */
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess && ferry__cuda_error_code((int)e) == FERRY_ESTICKY)
+        return ferry__cuda_fail(e, "before stage launch");
+    ferry__clear_error();
+    range_push("ferry compute");
+    int urc = l->gpu(&l->args, (void *)s->st, l->user);
+    range_pop();
+    /* The launcher may have made another device current. */
+    ferry__cuda_forget_device();
+    e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return ferry__cuda_fail(e, "stage launch (chunk %u of batch %llu)", l->args.chunk,
+                                (unsigned long long)l->args.batch_id);
+    if (urc == 0)
+        return 0;
+    if (urc > 0 || urc < FERRY_ERR_MIN_)
+        urc = FERRY_EKERNEL;
+    char inner[256];
+    ferry__strlcpy(inner, ferry__last_error_text(), sizeof(inner));
+    return ferry__error(urc,
+                        "cuda: launch: the stage's GPU function returned %s (chunk %u of "
+                        "batch %llu)%s%s",
+                        ferry_err_name(urc), l->args.chunk, (unsigned long long)l->args.batch_id,
+                        inner[0] ? ": " : "", inner);
+}
+
+const ferry_backend_ops_t ferry__cuda_backend = {
+    .name = "cuda",
+    .abi = FERRY_BACKEND_ABI,
+    .caps = FERRY_BE_CAP_NATIVE_STREAM,
+    .device_count = cuda_device_count,
+    .device_open = cuda_device_open,
+    .device_close = cuda_device_close,
+    .device_props = cuda_device_props,
+    .now_ns = cuda_now_ns,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
+    .mem_alloc = cuda_mem_alloc,
+    .mem_free = cuda_mem_free,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .stream_native = cuda_stream_native,
+    .stream_sync = cuda_stream_sync,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .stream_wait_event = cuda_stream_wait_event,
+    .event_query = cuda_event_query,
+    .event_wait_any = cuda_event_wait_any,
+    .event_time_ns = cuda_event_time_ns,
+    .memcpy_h2d = cuda_memcpy_h2d,
+    .memcpy_d2h = cuda_memcpy_d2h,
+    .launch = cuda_launch,
+};

@@ -1,0 +1,87 @@
+/* The built-in workloads' GPU launchers (ferry__workload_gpu_fn, declared in
+ * pipeline/workloads_gpu.h): each reads its parameters from the workload the stage's user
+ * pointer points to and queues ferry_k_workloads.cu's kernel on the pipeline's stream. */
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/ferry_k_workloads.h"
+#include "pipeline/workloads_gpu.h"
+
+#define SM_CACHE 64
+
+/* Multiprocessors of each device by ordinal, 0 until asked: the grid is sized from it. */
+static int sm_cache[SM_CACHE];
+
+static int current_sms(void)
+{
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0; /* the kernel launcher's default */
+    }
+    if (dev >= 0 && dev < SM_CACHE && (sms = __atomic_load_n(&sm_cache[dev], __ATOMIC_RELAXED)))
+        return sms;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (dev >= 0 && dev < SM_CACHE)
+        __atomic_store_n(&sm_cache[dev], sms, __ATOMIC_RELAXED);
+    return sms;
+}
+
+static const char *const kind_names[] = {"copy", "scale", "fma"};
+
+static int launch(int want, const ferry_kernel_args_t *a, void *stream, void *user)
+{
+    if (a == NULL || user == NULL)
+        return ferry__error(FERRY_EINVAL, "workload %s: NULL kernel arguments or workload",
+                            kind_names[want]);
+    int kind = -1;
+    unsigned intensity = 0;
+    float factor = 0;
+    ferry__workload_params(user, &kind, &intensity, &factor);
+    if (kind != want)
+        return ferry__error(FERRY_EINVAL,
+                            "workload %s: launcher called with a workload of kind %d (the stage's "
+                            "user pointer must be its ferry_workload_t)",
+                            kind_names[want], kind);
+    if (a->bytes == 0)
+        return 0;
+    if (a->in == NULL || a->out == NULL)
+        return ferry__error(FERRY_EINVAL, "workload %s: NULL device pointer", kind_names[want]);
+    int e = ferry_k_workload_launch(kind, intensity, factor, a->in, a->out, a->bytes, current_sms(),
+                                    stream);
+    if (e != 0)
+        return ferry__cuda_fail((cudaError_t)e, "workload %s kernel launch (%zu bytes)",
+                                kind_names[want], a->bytes);
+    return 0;
+}
+
+static int gpu_copy(const ferry_kernel_args_t *a, void *stream, void *user)
+{
+    return launch(FERRY_K_COPY, a, stream, user);
+}
+
+static int gpu_scale(const ferry_kernel_args_t *a, void *stream, void *user)
+{
+    return launch(FERRY_K_SCALE, a, stream, user);
+}
+
+static int gpu_fma(const ferry_kernel_args_t *a, void *stream, void *user)
+{
+    return launch(FERRY_K_FMA, a, stream, user);
+}
+
+ferry_gpu_fn ferry__workload_gpu_fn(const char *name)
+{
+    if (name == NULL)
+        return NULL;
+    if (strcmp(name, "copy") == 0)
+        return gpu_copy;
+    if (strcmp(name, "scale") == 0)
+        return gpu_scale;
+    if (strcmp(name, "fma") == 0)
+        return gpu_fma;
+    return NULL;
+}
