@@ -9,6 +9,8 @@ out=${OUT:-bench/results}
 mkdir -p "$out"
 root=$PWD/.carry/root
 export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}"
+export CPATH="$root/usr/include${CPATH:+:$CPATH}"
 export PATH="/usr/local/cuda/bin:$PATH"
 build=${BUILD:-build-gpu}
 log=$out/gpu-check.log
