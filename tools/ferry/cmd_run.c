@@ -12,27 +12,38 @@
 
 #include "cli.h"
 
+typedef struct run_totals {
+    uint64_t ok_gpu, ok_cpu, failed, mismatched, verified_bytes;
+    uint64_t first_bad_offset;
+    int io_error;
+} run_totals_t;
+
 typedef struct ring_entry {
-    unsigned char *in;  /* file input (NULL for generated data) */
+    unsigned char *in;  /* input of the batch: own buffer (file) or a slice of the pool */
     unsigned char *out; /* output of the batch */
+    unsigned char *own_in;
     size_t bytes;
-    uint64_t offset;
-    bool busy;
+    uint64_t offset;   /* in the stream */
+    size_t pool_off;   /* generated data: where the input and its reference sit in the pool */
+    int status, where;
 } ring_entry_t;
 
+/* Shared by the submitting thread, the pipeline's callback and the verifier threads. */
 typedef struct run_state {
-    uint64_t seed;
-    ferry_workload_t *wl;
     pthread_mutex_t lock;
-    pthread_cond_t cv;
+    pthread_cond_t cv_free, cv_done;
     ring_entry_t *ring;
     size_t nring;
-    /* completed batches waiting for verification, by ring index */
-    size_t *done;
-    int *done_status;
-    int *done_where;
-    size_t ndone;
+    size_t *freeq, nfree;
+    size_t *doneq, dhead, dcount;
+    bool stop;
+    run_totals_t t;
     uint64_t callbacks;
+    /* what verification needs */
+    ferry_workload_t *wl;
+    const unsigned char *ref; /* generated data: the reference output of the whole pool */
+    size_t batch_bytes;
+    int outfd;
 } run_state_t;
 
 /* Deterministic data: byte o of the stream is byte (o % 8) of word(o / 8), whatever the
@@ -65,31 +76,151 @@ static void gen_fill(uint64_t seed, uint64_t offset, unsigned char *dst, size_t 
     }
 }
 
-typedef struct gen_ctx {
-    uint64_t seed;
-    uint64_t base; /* the batch's offset in the stream */
-} gen_ctx_t;
-
-static int prepare_gen(void *slot, size_t bytes, size_t offset, void *arg)
+static ssize_t read_full(int fd, void *buf, size_t n, uint64_t off)
 {
-    const gen_ctx_t *g = arg;
-    gen_fill(g->seed, g->base + offset, slot, bytes);
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return -1;
+        if (k == 0)
+            break;
+        got += (size_t)k;
+    }
+    return (ssize_t)got;
+}
+
+static int write_full(int fd, const void *buf, size_t n, uint64_t off)
+{
+    size_t put = 0;
+    while (put < n) {
+        ssize_t k = pwrite(fd, (const char *)buf + put, n - put, (off_t)(off + put));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        put += (size_t)k;
+    }
     return 0;
 }
 
+typedef struct cb_ctx {
+    run_state_t *st;
+    size_t idx;
+} cb_ctx_t;
+
+/* The pipeline's callback (a ferry thread): hand the batch to the verifiers. */
 static void on_done(const ferry_batch_result_t *r, void *arg)
 {
-    /* arg points at the ring index stored in a per-entry cell; see submit loop */
-    size_t *cell = arg;
-    run_state_t *st = (run_state_t *)(void *)cell[1];
+    cb_ctx_t *c = arg;
+    run_state_t *st = c->st;
     pthread_mutex_lock(&st->lock);
-    st->done[st->ndone] = cell[0];
-    st->done_status[st->ndone] = r->status;
-    st->done_where[st->ndone] = (int)r->where;
-    st->ndone++;
+    st->ring[c->idx].status = r->status;
+    st->ring[c->idx].where = (int)r->where;
+    st->doneq[(st->dhead + st->dcount) % st->nring] = c->idx;
+    st->dcount++;
     st->callbacks++;
-    pthread_cond_broadcast(&st->cv);
+    pthread_cond_signal(&st->cv_done);
     pthread_mutex_unlock(&st->lock);
+}
+
+/* Compare one finished batch with the CPU reference (and write it out); runs on verifier
+ * threads, several at once, so that checking keeps up with a GPU. */
+static void verify_entry(run_state_t *st, ring_entry_t *e, unsigned char *scratch,
+                         run_totals_t *t)
+{
+    if (e->status != 0) {
+        t->failed++;
+        return;
+    }
+    if (e->where == FERRY_DONE_CPU)
+        t->ok_cpu++;
+    else
+        t->ok_gpu++;
+    const unsigned char *expect;
+    if (st->ref != NULL && e->bytes == st->batch_bytes) {
+        expect = st->ref + e->pool_off;
+    } else {
+        /* file input, or a short last batch whose tail bytes are copied, not transformed */
+        ferry_workload_reference(st->wl, e->in, scratch, e->bytes);
+        expect = scratch;
+    }
+    if (memcmp(expect, e->out, e->bytes) != 0) {
+        size_t k = 0;
+        while (expect[k] == e->out[k])
+            k++;
+        t->first_bad_offset = e->offset + k;
+        t->mismatched++;
+    } else {
+        t->verified_bytes += e->bytes;
+    }
+    if (st->outfd >= 0 && write_full(st->outfd, e->out, e->bytes, e->offset) != 0)
+        t->io_error = errno ? errno : EIO;
+}
+
+static void *verifier_main(void *arg)
+{
+    run_state_t *st = arg;
+    unsigned char *scratch = malloc(st->batch_bytes ? st->batch_bytes : 1);
+    pthread_mutex_lock(&st->lock);
+    for (;;) {
+        while (st->dcount == 0 && !st->stop)
+            pthread_cond_wait(&st->cv_done, &st->lock);
+        if (st->dcount == 0)
+            break;
+        size_t idx = st->doneq[st->dhead];
+        st->dhead = (st->dhead + 1) % st->nring;
+        st->dcount--;
+        pthread_mutex_unlock(&st->lock);
+        run_totals_t t = {0};
+        if (scratch == NULL)
+            t.io_error = ENOMEM;
+        else
+            verify_entry(st, &st->ring[idx], scratch, &t);
+        pthread_mutex_lock(&st->lock);
+        st->t.ok_gpu += t.ok_gpu;
+        st->t.ok_cpu += t.ok_cpu;
+        st->t.failed += t.failed;
+        st->t.verified_bytes += t.verified_bytes;
+        if (t.mismatched) {
+            if (st->t.mismatched == 0 || t.first_bad_offset < st->t.first_bad_offset)
+                st->t.first_bad_offset = t.first_bad_offset;
+            st->t.mismatched += t.mismatched;
+        }
+        if (t.io_error && !st->t.io_error)
+            st->t.io_error = t.io_error;
+        st->freeq[st->nfree++] = idx;
+        pthread_cond_signal(&st->cv_free);
+    }
+    pthread_mutex_unlock(&st->lock);
+    free(scratch);
+    return NULL;
+}
+
+/* Fill @pool with generated data and @ref with its reference output, in parallel. */
+typedef struct prep_job {
+    uint64_t seed;
+    unsigned char *pool, *ref;
+    size_t begin, end; /* multiples of 4 */
+    const ferry_workload_t *wl;
+} prep_job_t;
+
+static void *prep_main(void *arg)
+{
+    prep_job_t *j = arg;
+    gen_fill(j->seed, j->begin, j->pool + j->begin, j->end - j->begin);
+    ferry_workload_reference(j->wl, j->pool + j->begin, j->ref + j->begin, j->end - j->begin);
+    return NULL;
+}
+
+static unsigned helper_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    /* leave two CPUs to the pipeline's issuer and completion threads */
+    n = n > 3 ? n - 2 : 1;
+    return (unsigned)(n > 8 ? 8 : n);
 }
 
 typedef struct run_opts {
@@ -208,77 +339,6 @@ static int parse(int argc, char **argv, ferry_options_t *o, run_opts_t *r)
     return 0;
 }
 
-static ssize_t read_full(int fd, void *buf, size_t n, uint64_t off)
-{
-    size_t got = 0;
-    while (got < n) {
-        ssize_t k = pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return -1;
-        if (k == 0)
-            break;
-        got += (size_t)k;
-    }
-    return (ssize_t)got;
-}
-
-static int write_full(int fd, const void *buf, size_t n, uint64_t off)
-{
-    size_t put = 0;
-    while (put < n) {
-        ssize_t k = pwrite(fd, (const char *)buf + put, n - put, (off_t)(off + put));
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        put += (size_t)k;
-    }
-    return 0;
-}
-
-typedef struct run_totals {
-    uint64_t ok_gpu, ok_cpu, failed, mismatched, verified_bytes;
-    uint64_t first_bad_offset;
-    int io_error;
-} run_totals_t;
-
-/* Verify (and write) one completed batch; the ring entry becomes free. */
-static void settle(run_state_t *st, const run_opts_t *ro, int outfd, unsigned char *scratch,
-                   size_t idx, int status, int where, run_totals_t *t)
-{
-    ring_entry_t *e = &st->ring[idx];
-    if (status != 0) {
-        t->failed++;
-    } else {
-        if (where == FERRY_DONE_CPU)
-            t->ok_cpu++;
-        else
-            t->ok_gpu++;
-        if (e->in != NULL)
-            ferry_workload_reference(st->wl, e->in, scratch, e->bytes);
-        else {
-            gen_fill(st->seed, e->offset, scratch, e->bytes);
-            ferry_workload_reference(st->wl, scratch, scratch, e->bytes);
-        }
-        if (memcmp(scratch, e->out, e->bytes) != 0) {
-            size_t k = 0;
-            while (scratch[k] == e->out[k])
-                k++;
-            if (t->mismatched == 0)
-                t->first_bad_offset = e->offset + k;
-            t->mismatched++;
-        } else {
-            t->verified_bytes += e->bytes;
-        }
-        if (outfd >= 0 && write_full(outfd, e->out, e->bytes, e->offset) != 0)
-            t->io_error = errno ? errno : EIO;
-    }
-    (void)ro;
-    e->busy = false;
-}
-
 static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t *dev,
                           const ferry_pipeline_stats_t *s, const run_totals_t *t,
                           unsigned long long total, unsigned long long nbatches,
@@ -377,15 +437,20 @@ int cmd_run(int argc, char **argv)
         ferry_options_set(opts, "trace", "1");
 
     ferry_runtime_t *rt = NULL;
+    ferry_device_t *dev = NULL;
     ferry_pipeline_t *pl = NULL;
     ferry_workload_t *wl = NULL;
-    run_state_t st = {0};
-    size_t *cells = NULL;
-    unsigned char *scratch = NULL;
-    int infd = -1, outfd = -1;
-    run_totals_t t = {0};
+    run_state_t st = {.outfd = -1};
+    cb_ctx_t *cbs = NULL;
+    unsigned char *pool = NULL, *ref = NULL;
+    size_t pool_bytes = 0;
+    bool pool_pinned = false;
+    pthread_t verifiers[8];
+    unsigned nver = 0;
+    int infd = -1;
     pthread_mutex_init(&st.lock, NULL);
-    pthread_cond_init(&st.cv, NULL);
+    pthread_cond_init(&st.cv_free, NULL);
+    pthread_cond_init(&st.cv_done, NULL);
 
     unsigned long long total = ro.bytes;
     if (ro.input) {
@@ -402,8 +467,8 @@ int cmd_run(int argc, char **argv)
         total = (unsigned long long)sb.st_size;
     }
     if (ro.output) {
-        outfd = open(ro.output, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (outfd < 0) {
+        st.outfd = open(ro.output, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (st.outfd < 0) {
             cli_fail(cmd, "cannot write --output %s: %s", ro.output, strerror(errno));
             goto out;
         }
@@ -419,7 +484,6 @@ int cmd_run(int argc, char **argv)
     if (!ro.quiet && !ro.json && ferry_runtime_fallback_reason(rt)[0])
         fprintf(stderr, "ferry run: no GPU (%s); running on the simulated device\n",
                 ferry_runtime_fallback_reason(rt));
-    ferry_device_t *dev = NULL;
     int64_t devidx = 0;
     ferry_options_get_i64(opts, "device", &devidx);
     if (ferry_device_get(rt, (int)devidx, &dev) != 0) {
@@ -444,114 +508,135 @@ int cmd_run(int argc, char **argv)
     ferry_options_get_i64(opts, "seed", &seed);
     ferry_pipeline_stats_t plan = FERRY_PIPELINE_STATS_INIT;
     ferry_pipeline_stats(pl, &plan);
-    st.seed = (uint64_t)seed;
-    st.wl = wl;
 
+    /* Batches are whole floats (the workloads' granularity) so that every full batch has the
+     * same reference as its slice of the pool. */
     size_t bb = ro.batch_bytes < total ? (size_t)ro.batch_bytes : (size_t)total;
+    if (bb >= 4)
+        bb -= bb % 4;
     if (bb == 0)
         bb = 1;
     unsigned long long nbatches = total == 0 ? 0 : (total + bb - 1) / bb;
-    /* Enough buffers that the queue and every slot can be full while the main thread
-     * verifies: queue + depth + 2. */
-    st.nring = (size_t)plan.queue_depth + plan.depth + 2;
+    st.batch_bytes = bb;
+    st.wl = wl;
+    /* Enough entries that the queue and every slot can be full while others are verified. */
+    st.nring = (size_t)plan.queue_depth + plan.depth + 2 + helper_threads();
     if (st.nring > nbatches)
         st.nring = nbatches ? nbatches : 1;
     st.ring = calloc(st.nring, sizeof(*st.ring));
-    st.done = calloc(st.nring, sizeof(*st.done));
-    st.done_status = calloc(st.nring, sizeof(int));
-    st.done_where = calloc(st.nring, sizeof(int));
-    cells = calloc(st.nring * 2, sizeof(*cells));
-    gen_ctx_t *gens = calloc(st.nring, sizeof(*gens));
-    scratch = malloc(bb);
-    bool alloc_ok = st.ring && st.done && st.done_status && st.done_where && cells && gens &&
-                    scratch;
+    st.freeq = calloc(st.nring, sizeof(size_t));
+    st.doneq = calloc(st.nring, sizeof(size_t));
+    cbs = calloc(st.nring, sizeof(*cbs));
+    bool alloc_ok = st.ring && st.freeq && st.doneq && cbs;
     for (size_t i = 0; alloc_ok && i < st.nring; i++) {
-        st.ring[i].out = malloc(bb);
+        ring_entry_t *re = &st.ring[i];
+        re->out = malloc(bb);
         if (infd >= 0)
-            st.ring[i].in = malloc(bb);
-        alloc_ok = st.ring[i].out && (infd < 0 || st.ring[i].in);
-        cells[2 * i] = i;
-        cells[2 * i + 1] = (size_t)(void *)&st;
+            re->own_in = re->in = malloc(bb);
+        alloc_ok = re->out && (infd < 0 || re->in);
+        st.freeq[st.nfree++] = i;
+        cbs[i] = (cb_ctx_t){&st, i};
+    }
+    /* Generated data: a pool of whole batches (up to 1 GiB on a GPU, 256 MiB on the simulator,
+     * whose kernels run on this CPU) made once with its reference output; batches cycle over
+     * it, so checking a batch is one memcmp. A different --seed gives different data. */
+    if (alloc_ok && infd < 0 && nbatches > 0) {
+        size_t cap = ferry_device_is_simulated(dev) ? (256u << 20) : (1u << 30);
+        size_t k = cap / bb ? cap / bb : 1;
+        if (k > nbatches)
+            k = (size_t)nbatches;
+        pool_bytes = k * bb;
+        pool = malloc(pool_bytes);
+        ref = malloc(pool_bytes);
+        alloc_ok = pool && ref;
+        if (alloc_ok) {
+            unsigned nt = helper_threads();
+            pthread_t th[8];
+            prep_job_t jobs[8];
+            size_t step = (pool_bytes / nt + 3) & ~(size_t)3;
+            for (unsigned i = 0; i < nt; i++) {
+                size_t b0 = i * step < pool_bytes ? i * step : pool_bytes;
+                size_t b1 = b0 + step < pool_bytes ? b0 + step : pool_bytes;
+                jobs[i] = (prep_job_t){(uint64_t)seed, pool, ref, b0, b1, wl};
+                pthread_create(&th[i], NULL, prep_main, &jobs[i]);
+            }
+            for (unsigned i = 0; i < nt; i++)
+                pthread_join(th[i], NULL);
+            st.ref = ref;
+        }
     }
     if (!alloc_ok) {
         cli_fail(cmd, "out of host memory for %zu buffers of %zu bytes", st.nring, bb);
-        free(gens);
         goto out;
     }
-
-    uint64_t t0 = 0;
-    {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        t0 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    /* Pinned input and output: the copies go straight from and to them. Pinning may be
+     * refused (the memlock limit): then the pipeline stages through its own pinned slots. */
+    bool pinned_all = true;
+    if (pool != NULL)
+        pinned_all &= pool_pinned = ferry_host_register(dev, pool, pool_bytes) == 0;
+    for (size_t i = 0; i < st.nring; i++) {
+        pinned_all &= ferry_host_register(dev, st.ring[i].out, bb) == 0;
+        if (st.ring[i].own_in)
+            pinned_all &= ferry_host_register(dev, st.ring[i].own_in, bb) == 0;
     }
-    unsigned long long next = 0, settled = 0;
-    size_t ring_next = 0;
-    while (settled < nbatches) {
-        /* Settle completed batches first, so their buffers come back. */
+    if (!pinned_all && !ro.quiet)
+        fprintf(stderr, "ferry run: could not pin all buffers (%s); those are staged\n",
+                ferry_last_error());
+
+    nver = helper_threads();
+    for (unsigned i = 0; i < nver; i++)
+        if (pthread_create(&verifiers[i], NULL, verifier_main, &st) != 0) {
+            nver = i;
+            break;
+        }
+
+    struct timespec ts0, ts1;
+    clock_gettime(CLOCK_MONOTONIC, &ts0);
+    bool failed_submit = false;
+    for (unsigned long long i = 0; i < nbatches; i++) {
         pthread_mutex_lock(&st.lock);
-        bool need_wait = next >= nbatches || st.ring[ring_next].busy;
-        while (need_wait && st.ndone == 0)
-            pthread_cond_wait(&st.cv, &st.lock);
-        size_t n = st.ndone;
-        size_t idx[64];
-        int sts[64], wh[64];
-        if (n > 64)
-            n = 64;
-        for (size_t i = 0; i < n; i++) {
-            idx[i] = st.done[st.ndone - 1 - i];
-            sts[i] = st.done_status[st.ndone - 1 - i];
-            wh[i] = st.done_where[st.ndone - 1 - i];
-        }
-        st.ndone -= n;
+        while (st.nfree == 0)
+            pthread_cond_wait(&st.cv_free, &st.lock);
+        size_t idx = st.freeq[--st.nfree];
         pthread_mutex_unlock(&st.lock);
-        for (size_t i = 0; i < n; i++) {
-            settle(&st, &ro, outfd, scratch, idx[i], sts[i], wh[i], &t);
-            settled++;
+        ring_entry_t *re = &st.ring[idx];
+        re->offset = i * bb;
+        re->bytes = (size_t)(total - re->offset < bb ? total - re->offset : bb);
+        if (infd >= 0) {
+            ssize_t got = read_full(infd, re->in, re->bytes, re->offset);
+            if (got != (ssize_t)re->bytes) {
+                cli_fail(cmd, "reading --input %s at %llu: %s", ro.input,
+                         (unsigned long long)re->offset,
+                         got < 0 ? strerror(errno) : "file shrank");
+                failed_submit = true;
+                break;
+            }
+        } else {
+            re->pool_off = (size_t)(i % (pool_bytes / bb)) * bb;
+            re->in = pool + re->pool_off;
         }
-        if (next < nbatches && !st.ring[ring_next].busy) {
-            ring_entry_t *re = &st.ring[ring_next];
-            re->offset = next * bb;
-            re->bytes = (size_t)(total - re->offset < bb ? total - re->offset : bb);
-            ferry_batch_t b = FERRY_BATCH_INIT;
-            b.bytes = re->bytes;
-            b.out = re->out;
-            if (infd >= 0) {
-                ssize_t got = read_full(infd, re->in, re->bytes, re->offset);
-                if (got != (ssize_t)re->bytes) {
-                    cli_fail(cmd, "reading --input %s at %llu: %s", ro.input,
-                             (unsigned long long)re->offset,
-                             got < 0 ? strerror(errno) : "file shrank");
-                    ferry_pipeline_drain(pl);
-                    free(gens);
-                    goto out;
-                }
-                b.in = re->in;
-            } else {
-                gens[ring_next].seed = st.seed;
-                gens[ring_next].base = re->offset;
-                b.prepare = prepare_gen;
-                b.prepare_arg = &gens[ring_next];
-            }
-            re->busy = true;
-            int s = ferry_pipeline_submit(pl, &b, on_done, &cells[2 * ring_next], NULL);
-            if (s != 0) {
-                re->busy = false;
-                cli_fail(cmd, "submit: %s", ferry_last_error());
-                ferry_pipeline_drain(pl);
-                free(gens);
-                goto out;
-            }
-            next++;
-            ring_next = (ring_next + 1) % st.nring;
+        ferry_batch_t b = FERRY_BATCH_INIT;
+        b.in = re->in;
+        b.out = re->out;
+        b.bytes = re->bytes;
+        if (ferry_pipeline_submit(pl, &b, on_done, &cbs[idx], NULL) != 0) {
+            cli_fail(cmd, "submit: %s", ferry_last_error());
+            failed_submit = true;
+            break;
         }
     }
     ferry_pipeline_drain(pl);
-    free(gens);
-    struct timespec ts1;
+    pthread_mutex_lock(&st.lock);
+    st.stop = true;
+    pthread_cond_broadcast(&st.cv_done);
+    pthread_mutex_unlock(&st.lock);
+    for (unsigned i = 0; i < nver; i++)
+        pthread_join(verifiers[i], NULL);
+    nver = 0;
     clock_gettime(CLOCK_MONOTONIC, &ts1);
-    double wall = (double)((uint64_t)ts1.tv_sec * 1000000000ull + (uint64_t)ts1.tv_nsec - t0) /
-                  1e9;
+    double wall = (double)(ts1.tv_sec - ts0.tv_sec) + (double)(ts1.tv_nsec - ts0.tv_nsec) / 1e9;
+    if (failed_submit)
+        goto out;
 
     ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
     ferry_pipeline_stats(pl, &s);
@@ -559,38 +644,54 @@ int cmd_run(int argc, char **argv)
         cli_fail(cmd, "%s", ferry_last_error());
         goto out;
     }
-    if (t.io_error) {
-        cli_fail(cmd, "writing --output %s: %s", ro.output, strerror(t.io_error));
+    if (st.t.io_error) {
+        cli_fail(cmd, "writing --output %s: %s", ro.output, strerror(st.t.io_error));
         goto out;
     }
-    bool ok = t.failed == 0 && t.mismatched == 0 && st.callbacks == nbatches;
+    bool ok = st.t.failed == 0 && st.t.mismatched == 0 && st.callbacks == nbatches &&
+              st.t.verified_bytes == total;
     if (!ro.quiet)
-        print_summary(&ro, rt, dev, &s, &t, total, nbatches, s.chunk_bytes, wall, ok);
+        print_summary(&ro, rt, dev, &s, &st.t, total, nbatches, s.chunk_bytes, wall, ok);
     rc = ok ? CLI_OK : CLI_FAIL;
 
 out:
+    if (nver) {
+        pthread_mutex_lock(&st.lock);
+        st.stop = true;
+        pthread_cond_broadcast(&st.cv_done);
+        pthread_mutex_unlock(&st.lock);
+        for (unsigned i = 0; i < nver; i++)
+            pthread_join(verifiers[i], NULL);
+    }
     if (pl && ferry_pipeline_close(pl) != 0) {
         ferry_pipeline_drain(pl);
         ferry_pipeline_close(pl);
     }
-    ferry_workload_destroy(wl);
-    ferry_runtime_destroy(rt);
     for (size_t i = 0; st.ring && i < st.nring; i++) {
-        free(st.ring[i].in);
+        if (dev && st.ring[i].out)
+            ferry_host_unregister(dev, st.ring[i].out);
+        if (dev && st.ring[i].own_in)
+            ferry_host_unregister(dev, st.ring[i].own_in);
+        free(st.ring[i].own_in);
         free(st.ring[i].out);
     }
+    if (pool_pinned)
+        ferry_host_unregister(dev, pool);
+    free(pool);
+    free(ref);
+    ferry_workload_destroy(wl);
+    ferry_runtime_destroy(rt);
     free(st.ring);
-    free(st.done);
-    free(st.done_status);
-    free(st.done_where);
-    free(cells);
-    free(scratch);
+    free(st.freeq);
+    free(st.doneq);
+    free(cbs);
     if (infd >= 0)
         close(infd);
-    if (outfd >= 0 && close(outfd) != 0 && rc == CLI_OK)
+    if (st.outfd >= 0 && close(st.outfd) != 0 && rc == CLI_OK)
         rc = cli_fail(cmd, "closing --output %s: %s", ro.output, strerror(errno));
     pthread_mutex_destroy(&st.lock);
-    pthread_cond_destroy(&st.cv);
+    pthread_cond_destroy(&st.cv_free);
+    pthread_cond_destroy(&st.cv_done);
     ferry_options_destroy(opts);
     return rc;
 }
