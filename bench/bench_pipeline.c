@@ -1,11 +1,14 @@
 /* Host CPU cost of the pipeline per batch on the simulator: submit + issue + completion +
  * callback for small batches (one chunk each), in wall-clock ns per batch, median of runs.
  * This is ferry's own overhead plus the simulator's bookkeeping: the GPU's time is virtual and
- * costs nothing here. Also the pinned pool's alloc+free pair. */
+ * costs nothing here. Also the context switches per batch over the measured runs (all threads;
+ * steadier than wall time on a shared machine, and what thread hand-offs cost), and the pinned
+ * pool's alloc+free pair. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "benchlib.h"
 #include "ferry.h"
@@ -15,6 +18,15 @@ static int cpu_copy(const ferry_kernel_args_t *a, void *user)
     (void)user;
     memcpy(a->out, a->in, a->bytes);
     return 0;
+}
+
+/* Voluntary and involuntary context switches of the whole process so far. */
+static long context_switches(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return ru.ru_nvcsw + ru.ru_nivcsw;
 }
 
 static void done(const ferry_batch_result_t *r, void *arg)
@@ -54,7 +66,10 @@ int main(int argc, char **argv)
     static unsigned char in[64], out[64];
     double *per = calloc((size_t)runs, sizeof(double));
     atomic_ulong count = 0;
+    long csw0 = 0;
     for (int r = -1; r < runs; r++) { /* run -1 warms up */
+        if (r == 0)
+            csw0 = context_switches();
         int n = r < 0 ? batches / 10 : batches;
         uint64_t t0 = bench_now_ns();
         for (int i = 0; i < n; i++) {
@@ -72,8 +87,12 @@ int main(int argc, char **argv)
         if (r >= 0)
             per[r] = (double)(t1 - t0) / n;
     }
+    double csw = runs > 0 && batches > 0
+                     ? (double)(context_switches() - csw0) / ((double)batches * runs)
+                     : 0.0;
     bench_report("pipeline", "host_ns_per_batch_sim_64B", bench_median(per, (size_t)runs),
                  "ns/batch", 2000);
+    bench_report("pipeline", "context_switches_per_batch_sim_64B", csw, "switches/batch", 0);
     ferry_pipeline_close(p);
 
     /* pool alloc + free pair, uncontended */

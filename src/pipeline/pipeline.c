@@ -1,8 +1,12 @@
-/* The streaming pipeline: batches enter a bounded submission queue, an issuer thread cuts them
- * into chunks bound to slots (pinned host + device buffers + events), stages input that is not
- * pinned, and issues H2D -> compute -> D2H on dedicated streams linked by events, round-robin;
- * a completion thread polls the events, copies output out of pinned slots, recycles slots and
- * runs each batch's callback exactly once. */
+/* The streaming pipeline: batches enter a bounded submission queue and are cut into chunks bound
+ * to slots (pinned host + device buffers + events); input that is not pinned is staged, and each
+ * chunk's H2D -> compute -> D2H is issued on dedicated streams linked by events, round-robin. A
+ * completion thread polls the events, copies output out of pinned slots, recycles slots and runs
+ * each batch's callback exactly once. Issuing is a role, the issue token, not a thread: its
+ * holder issues in queue order. Small batches are issued by whoever is at hand (the submitting
+ * thread when nothing is queued and slots are free, the completion thread when it frees slots),
+ * everything else by the issuer thread; hand-offs between threads are lock-free pushes, and a
+ * thread is woken only when it sleeps. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,15 +18,31 @@
 
 enum { EV_H2D_START, EV_H2D_END, EV_COMP_START, EV_COMP_END, EV_D2H_START, EV_D2H_END, EV_N };
 
+/* A batch is "light" when any thread may issue it without blocking: no prepare callback (it is
+ * the caller's code and may block, and must run on a ferry thread), every chunk fits in the
+ * slots at once, and its staging copy is short. Measured on the 2-core VM: handing each small
+ * batch to the issuer thread cost ~0.3 context switches and ~4 us of host time per batch. */
+#define LIGHT_MAX_BYTES (64u << 10)
+/* Light batches a submitting thread issues from the queue, beyond its own, before it hands the
+ * rest to the issuer thread: a caller is not captured by other threads' work. */
+#define CALLER_QUEUE_BUDGET 16u
+/* Most chunks the completion thread retires per pass (depth is at most 64). */
+#define MAX_PASS 64
+/* How long the completion thread watches for new work before it sleeps: a small batch is issued
+ * in ~1-2 us, so this catches the next one, while a long idle period costs one futex sleep. */
+#define COMPLETION_SPIN_NS 10000u
+
 typedef struct batch_rec {
     uint64_t id;
     ferry_batch_t b;
     ferry_done_fn cb;
     void *arg;
     uint32_t nchunks;
-    uint32_t chunks_left; /* guarded by the pipeline's lock */
-    int status;
+    uint32_t chunks_left; /* completion thread only, once issued */
+    int status;           /* completion thread only */
+    bool light;
     uint64_t submit_ns;
+    struct batch_rec *next; /* free list, ready stack, finished list */
 } batch_rec_t;
 
 typedef struct slot {
@@ -48,6 +68,11 @@ typedef struct trace_rec {
     uint64_t start, end, bytes;
 } trace_rec_t;
 
+/* Who runs the queue. A borrowed thread (a submitter, the completion thread) issues light
+ * batches only and never waits for slots; the issuer thread issues anything, and waits for
+ * slots for the batches that are not light. */
+enum issue_role { ROLE_CALLER, ROLE_COMPLETER, ROLE_ISSUER };
+
 struct ferry_pipeline {
     ferry_device_t *dev;
     ferry_stage_t stage;
@@ -57,6 +82,7 @@ struct ferry_pipeline {
     bool single; /* one stream for everything */
     int copy_prio, comp_prio;
     bool nonblocking;
+    bool caller_issues; /* submitters may issue light batches on their own thread */
     size_t queue_depth;
     size_t stage_threshold;
     bool tracing;
@@ -72,43 +98,65 @@ struct ferry_pipeline {
     bool issuer_started, completer_started;
 
     pthread_mutex_t lock;
-    pthread_cond_t slot_cv;  /* a slot was freed */
-    pthread_cond_t work_cv;  /* in-flight work appeared, or the issuer went idle, or closing */
-    pthread_cond_t drain_cv; /* a batch completed */
-    slot_t *free_slots;
-    unsigned nfree_slots;
-    unsigned slot_wake; /* free slots that wake a waiting issuer */
-    slot_t *inflight_head, *inflight_tail;
-    size_t ninflight;
-    uint64_t inflight_seq; /* atomic: bumped by every push_inflight */
-    batch_rec_t **ready; /* empty batches waiting for their callback */
-    size_t nready, ready_cap;
-    bool closing;
-    bool issuer_done;
-    int issuer_idle; /* atomic: the issuer is blocked on the queue or on a slot */
-    uint64_t next_id;
-    uint64_t submitted, completed;
-    uint64_t chunk_counter;
+    pthread_cond_t issue_cv; /* the token was handed to the issuer thread, or closing */
+    pthread_cond_t slot_cv;  /* slots were freed for the issuer thread */
+    pthread_cond_t work_cv;  /* the completion thread sleeps here (work_seq moved) */
+    pthread_cond_t drain_cv; /* batches completed while a drain waits */
 
-    ferry_pipeline_stats_t st;
+    /* The issue token, under lock: its holder alone pops the queue, binds slots and issues,
+     * so batches are issued in queue order and one thread at a time drives the streams. */
+    bool token;
+    bool issuer_turn;     /* the token was handed to the issuer thread */
+    size_t nqueued;       /* accepted into the queue, not yet taken for issue (incl. pending) */
+    batch_rec_t *pending; /* popped by a holder that could not issue it yet; holder only */
+    uint64_t chunk_counter; /* round-robin position; holder only */
+    /* 1 while a holder is issuing; 0 when nobody is, or the issuer thread waits for a slot.
+     * On the simulator the completion thread advances virtual time only while it is 0, so host
+     * work in real time never overlaps with device time that has not been charged. */
+    int busy;
+
+    slot_t *free_slots; /* under lock */
+    unsigned nfree_slots;
+    unsigned slot_wake;  /* free slots that wake the issuer thread waiting for one */
+    bool slot_waiting;   /* the issuer thread waits on slot_cv */
+
+    /* Hand-over to the completion thread, lock-free: chunks issued (a stack, reversed by the
+     * completion thread) and empty batches; work_seq moves on every hand-over and whenever
+     * busy drops, and only a sleeping completion thread (comp_sleeping) is signalled. */
+    slot_t *incoming;
+    batch_rec_t *ready;
+    uint64_t work_seq;
+    int comp_sleeping;
+    bool comp_exit; /* under lock */
+
+    /* Batch records for reuse: submitters pop free_recs under lock and refill it from
+     * returned_recs, which the completion thread pushes to without the lock. Records live as
+     * long as the pipeline; their number is the most batches ever alive at once. */
+    batch_rec_t *free_recs;
+    batch_rec_t *returned_recs;
+
+    bool closing;
+    uint64_t next_id;
+    uint64_t submitted;     /* under lock */
+    uint64_t completed;     /* atomic: callbacks returned */
+    unsigned drain_waiters; /* atomic, changed under lock */
+
+    ferry_pipeline_stats_t st;   /* under lock, except the atomics below */
+    uint64_t chunks_issued;      /* atomic */
+    uint64_t staged_bytes;       /* atomic */
+    uint64_t done_gpu, failed;   /* atomic */
     uint64_t first_start, last_end;
     uint64_t stream_busy[FERRY_STATS_MAX_STREAMS];
 
     trace_rec_t *trace;
     size_t ntrace, trace_cap;
+
+    /* Simulator only: the device clock as last read by a pipeline thread (atomic). */
+    bool virtual_clock;
+    uint64_t clock_seen;
 };
 
 /* ---- helpers --------------------------------------------------------------------------- */
-
-static void set_idle(ferry_pipeline_t *p, int idle)
-{
-    __atomic_store_n(&p->issuer_idle, idle, __ATOMIC_RELEASE);
-    if (idle) {
-        pthread_mutex_lock(&p->lock);
-        pthread_cond_broadcast(&p->work_cv);
-        pthread_mutex_unlock(&p->lock);
-    }
-}
 
 static void trace_add(ferry_pipeline_t *p, const trace_rec_t *r)
 {
@@ -117,7 +165,7 @@ static void trace_add(ferry_pipeline_t *p, const trace_rec_t *r)
         trace_rec_t *n = realloc(p->trace, cap * sizeof(*n));
         if (n == NULL) {
             ferry_log(FERRY_LOG_WARN, "pipeline", "trace: out of memory, stopped recording");
-            p->tracing = false;
+            __atomic_store_n(&p->tracing, false, __ATOMIC_RELAXED); /* read by retire_chunk */
             return;
         }
         p->trace = n;
@@ -126,91 +174,80 @@ static void trace_add(ferry_pipeline_t *p, const trace_rec_t *r)
     p->trace[p->ntrace++] = *r;
 }
 
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+/* Tell the completion thread that something changed. The sequentially consistent pair (bump
+ * work_seq, then read comp_sleeping) against its (set comp_sleeping, then read work_seq) means
+ * at least one side sees the other: either it has not gone to sleep yet and sees the new
+ * work_seq, or we see it asleep and signal under the lock it sleeps with. */
+static void poke(ferry_pipeline_t *p, bool locked)
+{
+    __atomic_add_fetch(&p->work_seq, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&p->comp_sleeping, __ATOMIC_SEQ_CST)) {
+        if (!locked)
+            pthread_mutex_lock(&p->lock);
+        pthread_cond_signal(&p->work_cv);
+        if (!locked)
+            pthread_mutex_unlock(&p->lock);
+    }
+}
+
+static void set_busy(ferry_pipeline_t *p, bool busy, bool locked)
+{
+    __atomic_store_n(&p->busy, busy ? 1 : 0, __ATOMIC_SEQ_CST);
+    if (!busy)
+        poke(p, locked);
+}
+
+static void push_incoming(ferry_pipeline_t *p, slot_t *s)
+{
+    slot_t *old = __atomic_load_n(&p->incoming, __ATOMIC_RELAXED);
+    do
+        s->next_inflight = old;
+    while (!__atomic_compare_exchange_n(&p->incoming, &old, s, true, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED));
+}
+
+static void push_ready(ferry_pipeline_t *p, batch_rec_t *b)
+{
+    batch_rec_t *old = __atomic_load_n(&p->ready, __ATOMIC_RELAXED);
+    do
+        b->next = old;
+    while (!__atomic_compare_exchange_n(&p->ready, &old, b, true, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED));
+}
+
+/* The device clock, remembered for submit_stamp(). */
+static uint64_t read_clock(ferry_pipeline_t *p)
+{
+    uint64_t t = ferry_device_now_ns(p->dev);
+    uint64_t seen = __atomic_load_n(&p->clock_seen, __ATOMIC_RELAXED);
+    while (seen < t && !__atomic_compare_exchange_n(&p->clock_seen, &seen, t, true,
+                                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    return t;
+}
+
+/* A batch's submit time. A virtual clock is read under the simulated device's lock, which the
+ * issuing thread takes for each of a chunk's eleven calls: a submitter reading it meanwhile
+ * waited and was woken through the futex, ~0.9 syscalls a batch (measured, 64-byte batches).
+ * While a thread issues, a virtual clock reads what that thread read last, at most one chunk's
+ * host charges earlier: the value a read an instant before would have returned. */
+static uint64_t submit_stamp(ferry_pipeline_t *p)
+{
+    if (p->virtual_clock && __atomic_load_n(&p->busy, __ATOMIC_SEQ_CST))
+        return __atomic_load_n(&p->clock_seen, __ATOMIC_RELAXED);
+    return read_clock(p);
+}
+
 /* ---- completion -------------------------------------------------------------------------- */
-
-static void finish_batch(ferry_pipeline_t *p, batch_rec_t *b)
-{
-    ferry_batch_result_t r = {
-        .id = b->id,
-        .status = b->status,
-        .where = b->status == 0 ? FERRY_DONE_GPU : FERRY_DONE_FAILED,
-        .in = b->b.in,
-        .out = b->b.out,
-        .bytes = b->b.bytes,
-        .chunks = b->nchunks,
-        .submit_ns = b->submit_ns,
-        .done_ns = ferry_device_now_ns(p->dev),
-    };
-    b->cb(&r, b->arg);
-    pthread_mutex_lock(&p->lock);
-    if (b->status == 0)
-        p->st.batches_done_gpu++;
-    else
-        p->st.batches_failed++;
-    p->completed++;
-    pthread_cond_broadcast(&p->drain_cv);
-    pthread_mutex_unlock(&p->lock);
-    free(b);
-}
-
-/* Account one finished chunk (its events are complete, or it failed). Completion thread. */
-static void complete_chunk(ferry_pipeline_t *p, slot_t *s, int err)
-{
-    batch_rec_t *b = s->batch;
-    if (err == 0 && s->copy_out && b->b.out != NULL) {
-        ferry__parallel_memcpy(p->workers, (unsigned char *)b->b.out + s->offset, s->h_out,
-                               s->bytes, p->stage_threshold);
-    }
-    uint64_t t[EV_N] = {0};
-    bool timed = err == 0;
-    for (int i = 0; timed && i < EV_N; i++)
-        if (ferry__be_event_time_ns(p->dev, s->ev[i], &t[i]) != 0)
-            timed = false;
-
-    pthread_mutex_lock(&p->lock);
-    if (err != 0 && b->status == 0)
-        b->status = err;
-    if (err == 0) {
-        p->st.bytes_h2d += s->bytes;
-        p->st.bytes_d2h += s->bytes;
-        if (s->copy_out && b->b.out != NULL)
-            p->st.copied_out_bytes += s->bytes;
-    }
-    if (timed) {
-        uint64_t dh = t[EV_H2D_END] - t[EV_H2D_START], dc = t[EV_COMP_END] - t[EV_COMP_START],
-                 dd = t[EV_D2H_END] - t[EV_D2H_START];
-        p->st.busy_h2d_ns += dh;
-        p->st.busy_compute_ns += dc;
-        p->st.busy_d2h_ns += dd;
-        p->stream_busy[s->h2d] += dh;
-        p->stream_busy[s->comp] += dc;
-        p->stream_busy[s->d2h] += dd;
-        if (p->first_start == 0 || t[EV_H2D_START] < p->first_start)
-            p->first_start = t[EV_H2D_START];
-        if (t[EV_D2H_END] > p->last_end)
-            p->last_end = t[EV_D2H_END];
-        if (p->tracing) {
-            trace_rec_t r = {b->id, s->chunk, (uint16_t)s->h2d, 'h', t[EV_H2D_START],
-                             t[EV_H2D_END], s->bytes};
-            trace_add(p, &r);
-            r.stream = (uint16_t)s->comp, r.kind = 'c', r.start = t[EV_COMP_START];
-            r.end = t[EV_COMP_END];
-            trace_add(p, &r);
-            r.stream = (uint16_t)s->d2h, r.kind = 'd', r.start = t[EV_D2H_START];
-            r.end = t[EV_D2H_END];
-            trace_add(p, &r);
-        }
-    }
-    bool last = --b->chunks_left == 0;
-    s->batch = NULL;
-    s->next_free = p->free_slots;
-    p->free_slots = s;
-    p->nfree_slots++;
-    /* The issuer is woken once per completion pass (completion_main), not per slot. */
-    pthread_mutex_unlock(&p->lock);
-    if (last)
-        finish_batch(p, b);
-}
 
 /* Spin up to @max_ns for *@word to differ from @seen. */
 static bool spin_for_change(const uint64_t *word, uint64_t seen, uint64_t max_ns)
@@ -223,127 +260,308 @@ static bool spin_for_change(const uint64_t *word, uint64_t seen, uint64_t max_ns
          * to wake a scheduler tick (~4 ms) late. */
         if ((i & 63) == 63 && ferry__mono_ns() - t0 > max_ns)
             return false;
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
+        cpu_relax();
     }
 }
 
-static bool take_ready(ferry_pipeline_t *p, batch_rec_t **out)
+/* Completion thread: return once work_seq has moved past @seen. */
+static void wait_for_work(ferry_pipeline_t *p, uint64_t seen)
 {
-    if (p->nready == 0)
-        return false;
-    *out = p->ready[--p->nready];
-    return true;
+    if (spin_for_change(&p->work_seq, seen, COMPLETION_SPIN_NS))
+        return;
+    pthread_mutex_lock(&p->lock);
+    __atomic_store_n(&p->comp_sleeping, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&p->work_seq, __ATOMIC_SEQ_CST) == seen)
+        pthread_cond_wait(&p->work_cv, &p->lock);
+    __atomic_store_n(&p->comp_sleeping, 0, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&p->lock);
 }
+
+/* What one completion pass adds to the stats, gathered without the lock. */
+typedef struct pass_acc {
+    uint64_t bytes, copied_out, busy_h2d, busy_comp, busy_d2h;
+    uint64_t first_start, last_end;
+    uint64_t stream_busy[FERRY_STATS_MAX_STREAMS];
+    bool any_timed;
+    size_t ntrace;
+    trace_rec_t trace[3 * MAX_PASS];
+} pass_acc_t;
+
+/* Retire one chunk whose events are complete (or which failed): copy its output out, read its
+ * event times. Completion thread, no lock held. */
+static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, pass_acc_t *a)
+{
+    batch_rec_t *b = s->batch;
+    if (err != 0) {
+        ferry_log(FERRY_LOG_ERROR, "pipeline", "batch %llu chunk %u failed: %s (%s)",
+                  (unsigned long long)b->id, s->chunk, ferry_err_name(err),
+                  ferry__last_error_text());
+        if (b->status == 0)
+            b->status = err;
+        return;
+    }
+    if (s->copy_out && b->b.out != NULL) {
+        ferry__parallel_memcpy(p->workers, (unsigned char *)b->b.out + s->offset, s->h_out,
+                               s->bytes, p->stage_threshold);
+        a->copied_out += s->bytes;
+    }
+    a->bytes += s->bytes;
+    uint64_t t[EV_N];
+    for (int i = 0; i < EV_N; i++)
+        if (ferry__be_event_time_ns(p->dev, s->ev[i], &t[i]) != 0)
+            return;
+    uint64_t dh = t[EV_H2D_END] - t[EV_H2D_START], dc = t[EV_COMP_END] - t[EV_COMP_START],
+             dd = t[EV_D2H_END] - t[EV_D2H_START];
+    a->busy_h2d += dh;
+    a->busy_comp += dc;
+    a->busy_d2h += dd;
+    a->stream_busy[s->h2d] += dh;
+    a->stream_busy[s->comp] += dc;
+    a->stream_busy[s->d2h] += dd;
+    if (!a->any_timed || t[EV_H2D_START] < a->first_start)
+        a->first_start = t[EV_H2D_START];
+    if (!a->any_timed || t[EV_D2H_END] > a->last_end)
+        a->last_end = t[EV_D2H_END];
+    a->any_timed = true;
+    if (__atomic_load_n(&p->tracing, __ATOMIC_RELAXED)) {
+        trace_rec_t r = {b->id, s->chunk, (uint16_t)s->h2d, 'h', t[EV_H2D_START],
+                         t[EV_H2D_END], s->bytes};
+        a->trace[a->ntrace++] = r;
+        r.stream = (uint16_t)s->comp, r.kind = 'c', r.start = t[EV_COMP_START];
+        r.end = t[EV_COMP_END];
+        a->trace[a->ntrace++] = r;
+        r.stream = (uint16_t)s->d2h, r.kind = 'd', r.start = t[EV_D2H_START];
+        r.end = t[EV_D2H_END];
+        a->trace[a->ntrace++] = r;
+    }
+}
+
+/* Fold a pass into the stats. Under lock. */
+static void add_pass(ferry_pipeline_t *p, const pass_acc_t *a)
+{
+    p->st.bytes_h2d += a->bytes;
+    p->st.bytes_d2h += a->bytes;
+    p->st.copied_out_bytes += a->copied_out;
+    if (a->any_timed) {
+        p->st.busy_h2d_ns += a->busy_h2d;
+        p->st.busy_compute_ns += a->busy_comp;
+        p->st.busy_d2h_ns += a->busy_d2h;
+        for (unsigned i = 0; i < p->nstreams; i++)
+            p->stream_busy[i] += a->stream_busy[i];
+        if (p->first_start == 0 || a->first_start < p->first_start)
+            p->first_start = a->first_start;
+        if (a->last_end > p->last_end)
+            p->last_end = a->last_end;
+    }
+    for (size_t i = 0; i < a->ntrace && p->tracing; i++)
+        trace_add(p, &a->trace[i]);
+}
+
+static void run_queue(ferry_pipeline_t *p, enum issue_role role);
 
 static void *completion_main(void *arg)
 {
     ferry_pipeline_t *p = arg;
-    enum { MAXW = 64 };
-    ferry_be_event_t *waitev[MAXW];
-    slot_t *done[MAXW];
-    int errs[MAXW];
-    pthread_mutex_lock(&p->lock);
+    /* Chunks in flight, oldest first; this thread's alone. */
+    slot_t *head = NULL, *tail = NULL;
+    pass_acc_t *acc = malloc(sizeof(*acc));
+    if (acc == NULL) {
+        /* Cannot happen in practice (a few KiB at start); without it nothing completes. */
+        ferry_log(FERRY_LOG_ERROR, "pipeline", "completion thread: out of memory");
+        return NULL;
+    }
     for (;;) {
-        batch_rec_t *rb;
-        if (take_ready(p, &rb)) {
-            pthread_mutex_unlock(&p->lock);
-            finish_batch(p, rb);
-            pthread_mutex_lock(&p->lock);
-            continue;
+        uint64_t seen = __atomic_load_n(&p->work_seq, __ATOMIC_SEQ_CST);
+
+        /* Adopt what the issuers handed over: a stack, newest first, so reverse it. */
+        slot_t *in = __atomic_exchange_n(&p->incoming, NULL, __ATOMIC_ACQUIRE), *rev = NULL;
+        while (in != NULL) {
+            slot_t *next = in->next_inflight;
+            in->next_inflight = rev;
+            rev = in;
+            in = next;
         }
-        if (p->ninflight == 0) {
-            if (p->issuer_done)
-                break;
-            /* Spin a little before sleeping: with a steady stream of small batches the next
-             * chunk is usually microseconds away, and a futex sleep + wake costs more. */
-            uint64_t seq = __atomic_load_n(&p->inflight_seq, __ATOMIC_ACQUIRE);
-            pthread_mutex_unlock(&p->lock);
-            bool came = spin_for_change(&p->inflight_seq, seq, 20000);
-            pthread_mutex_lock(&p->lock);
-            if (!came && p->ninflight == 0 && !p->issuer_done && p->nready == 0)
-                pthread_cond_wait(&p->work_cv, &p->lock);
-            continue;
+        if (rev != NULL) {
+            if (tail != NULL)
+                tail->next_inflight = rev;
+            else
+                head = rev;
+            for (tail = rev; tail->next_inflight != NULL; tail = tail->next_inflight) {
+            }
         }
-        /* Poll every chunk in flight; streams finish out of order across streams. */
+        batch_rec_t *ready = __atomic_exchange_n(&p->ready, NULL, __ATOMIC_ACQUIRE);
+
+        /* Poll. Ops on one stream complete in order, so once a chunk's D2H is not done, the
+         * later chunks on the same D2H stream are not either: one query per stream suffices,
+         * and the same events are what a wait needs. */
+        slot_t *done[MAX_PASS];
+        int errs[MAX_PASS];
+        ferry_be_event_t *waitev[FERRY_STATS_MAX_STREAMS];
         size_t ndone = 0, nwait = 0;
-        slot_t *prev = NULL, *s = p->inflight_head;
-        while (s != NULL) {
+        uint32_t blocked = 0;
+        slot_t *prev = NULL, *s = head;
+        while (s != NULL && ndone < MAX_PASS) {
             slot_t *next = s->next_inflight;
-            int q = s->err ? s->err : ferry__be_event_query(p->dev, s->ev[EV_D2H_END]);
-            if (q != FERRY_EAGAIN && ndone < MAXW) {
-                /* unlink */
-                if (prev)
+            int q;
+            if (s->err != 0)
+                q = s->err;
+            else if (blocked & (1u << s->d2h))
+                q = FERRY_EAGAIN;
+            else
+                q = ferry__be_event_query(p->dev, s->ev[EV_D2H_END]);
+            if (q != FERRY_EAGAIN) {
+                if (prev != NULL)
                     prev->next_inflight = next;
                 else
-                    p->inflight_head = next;
-                if (p->inflight_tail == s)
-                    p->inflight_tail = prev;
-                p->ninflight--;
+                    head = next;
+                if (tail == s)
+                    tail = prev;
                 errs[ndone] = q;
                 done[ndone++] = s;
             } else {
-                if (q == FERRY_EAGAIN && nwait < MAXW)
+                if (!(blocked & (1u << s->d2h))) {
+                    blocked |= 1u << s->d2h;
                     waitev[nwait++] = s->ev[EV_D2H_END];
+                }
                 prev = s;
             }
             s = next;
         }
-        if (ndone > 0) {
-            pthread_mutex_unlock(&p->lock);
-            for (size_t i = 0; i < ndone; i++) {
-                if (errs[i] != 0)
-                    ferry_log(FERRY_LOG_ERROR, "pipeline",
-                              "batch %llu chunk %u failed: %s (%s)",
-                              (unsigned long long)done[i]->batch->id, done[i]->chunk,
-                              ferry_err_name(errs[i]), ferry__last_error_text());
-                complete_chunk(p, done[i], errs[i]);
+
+        /* Retire what is done, without the lock. */
+        memset(acc, 0, offsetof(pass_acc_t, trace));
+        batch_rec_t *fin = NULL, **fin_tail = &fin;
+        for (size_t i = 0; i < ndone; i++) {
+            slot_t *d = done[i];
+            batch_rec_t *b = d->batch;
+            retire_chunk(p, d, errs[i], acc);
+            if (--b->chunks_left == 0) {
+                b->next = NULL;
+                *fin_tail = b;
+                fin_tail = &b->next;
             }
+        }
+        /* Empty batches: oldest first, after the chunks (order among batches is not
+         * promised, but it reads better in logs). */
+        while (ready != NULL) {
+            batch_rec_t *next = ready->next;
+            ready->next = fin;
+            fin = ready;
+            ready = next;
+        }
+
+        bool take_token = false;
+        if (ndone > 0) {
             pthread_mutex_lock(&p->lock);
-            /* Wake the issuer when a quarter of the slots are free (at least one): it then
-             * issues several chunks per wake-up, while the device still has the rest queued. */
-            if (p->nfree_slots >= p->slot_wake)
+            add_pass(p, acc);
+            for (size_t i = 0; i < ndone; i++) {
+                done[i]->batch = NULL;
+                done[i]->next_free = p->free_slots;
+                p->free_slots = done[i];
+            }
+            p->nfree_slots += (unsigned)ndone;
+            /* The issuer thread waits for a quarter of the slots (at least one): it then issues
+             * several chunks per wake-up while the device still has the rest queued. */
+            if (p->slot_waiting && p->nfree_slots >= p->slot_wake)
                 pthread_cond_signal(&p->slot_cv);
+            /* Queued light batches that were short of slots: issue them here and now rather
+             * than wake a thread for it. */
+            if (!p->token && p->nqueued > 0) {
+                p->token = true;
+                __atomic_store_n(&p->busy, 1, __ATOMIC_SEQ_CST);
+                take_token = true;
+            }
+            pthread_mutex_unlock(&p->lock);
+        }
+        if (take_token)
+            run_queue(p, ROLE_COMPLETER);
+
+        if (fin != NULL) {
+            uint64_t now = read_clock(p);
+            uint64_t ok = 0, failed = 0, n = 0;
+            batch_rec_t *last = NULL;
+            for (batch_rec_t *b = fin; b != NULL; b = b->next) {
+                ferry_batch_result_t r = {
+                    .id = b->id,
+                    .status = b->status,
+                    .where = b->status == 0 ? FERRY_DONE_GPU : FERRY_DONE_FAILED,
+                    .in = b->b.in,
+                    .out = b->b.out,
+                    .bytes = b->b.bytes,
+                    .chunks = b->nchunks,
+                    .submit_ns = b->submit_ns,
+                    .done_ns = now,
+                };
+                b->cb(&r, b->arg);
+                if (b->status == 0)
+                    ok++;
+                else
+                    failed++;
+                last = b;
+                n++;
+            }
+            /* Counted before completed, so that stats read after a drain include them. */
+            __atomic_add_fetch(&p->done_gpu, ok, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&p->failed, failed, __ATOMIC_RELAXED);
+            batch_rec_t *old = __atomic_load_n(&p->returned_recs, __ATOMIC_RELAXED);
+            do
+                last->next = old;
+            while (!__atomic_compare_exchange_n(&p->returned_recs, &old, fin, true,
+                                                __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+            /* As poke() with comp_sleeping: a drain registers before it reads completed. */
+            __atomic_add_fetch(&p->completed, n, __ATOMIC_SEQ_CST);
+            if (__atomic_load_n(&p->drain_waiters, __ATOMIC_SEQ_CST) > 0) {
+                pthread_mutex_lock(&p->lock);
+                pthread_cond_broadcast(&p->drain_cv);
+                pthread_mutex_unlock(&p->lock);
+            }
             continue;
         }
-        if (__atomic_load_n(&p->issuer_idle, __ATOMIC_ACQUIRE)) {
+        if (ndone > 0 || take_token)
+            continue;
+
+        if (head == NULL) {
+            pthread_mutex_lock(&p->lock);
+            bool quit = p->comp_exit && __atomic_load_n(&p->incoming, __ATOMIC_ACQUIRE) == NULL &&
+                        __atomic_load_n(&p->ready, __ATOMIC_ACQUIRE) == NULL;
+            pthread_mutex_unlock(&p->lock);
+            if (quit)
+                break;
+            wait_for_work(p, seen);
+            continue;
+        }
+        if (__atomic_load_n(&p->busy, __ATOMIC_SEQ_CST) == 0) {
             /* Nothing more will be issued until something completes: wait on the device.
              * On the simulator this is what advances the virtual clock. */
-            pthread_mutex_unlock(&p->lock);
             size_t which = 0;
             int rc = ferry__be_event_wait_any(p->dev, waitev, nwait, 2000000, &which);
             if (rc != 0 && rc != FERRY_ETIMEDOUT)
                 ferry_log(FERRY_LOG_DEBUG, "pipeline", "event wait: %s", ferry_err_name(rc));
-            pthread_mutex_lock(&p->lock);
         } else {
-            /* The issuer is busy in real time: let it finish issuing before time moves. */
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 50000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
-            pthread_cond_timedwait(&p->work_cv, &p->lock, &ts);
+            /* An issuer is busy in real time: let it finish before device time moves. */
+            wait_for_work(p, seen);
         }
     }
-    pthread_mutex_unlock(&p->lock);
+    free(acc);
     return NULL;
 }
 
 /* ---- issue ------------------------------------------------------------------------------- */
 
+/* Issuer thread, holding the token: take a free slot, waiting for a quarter of them when none
+ * is free. While it waits it is idle (busy 0): the device may run ahead. */
 static slot_t *acquire_slot(ferry_pipeline_t *p)
 {
     pthread_mutex_lock(&p->lock);
     if (p->free_slots == NULL) {
-        __atomic_store_n(&p->issuer_idle, 1, __ATOMIC_RELEASE);
-        pthread_cond_broadcast(&p->work_cv);
-        while (p->free_slots == NULL ||
-               (p->nfree_slots < p->slot_wake && p->ninflight > 0 && !p->issuer_done))
+        p->slot_waiting = true;
+        set_busy(p, false, true);
+        /* Every slot not free is in flight (the holder has none between chunks), so slots
+         * come back; wait for slot_wake of them. */
+        while (p->nfree_slots < p->slot_wake)
             pthread_cond_wait(&p->slot_cv, &p->lock);
-        __atomic_store_n(&p->issuer_idle, 0, __ATOMIC_RELEASE);
+        p->slot_waiting = false;
+        set_busy(p, true, true);
     }
     slot_t *s = p->free_slots;
     p->free_slots = s->next_free;
@@ -352,28 +570,9 @@ static slot_t *acquire_slot(ferry_pipeline_t *p)
     return s;
 }
 
-static void push_inflight(ferry_pipeline_t *p, slot_t *s)
-{
-    pthread_mutex_lock(&p->lock);
-    s->next_inflight = NULL;
-    if (p->inflight_tail)
-        p->inflight_tail->next_inflight = s;
-    else
-        p->inflight_head = s;
-    p->inflight_tail = s;
-    /* The completion thread sleeps untimed only when nothing is in flight; otherwise it polls
-     * on its own, and waking it for every chunk would cost a context switch each. */
-    __atomic_add_fetch(&p->inflight_seq, 1, __ATOMIC_RELEASE);
-    if (p->ninflight++ == 0)
-        pthread_cond_broadcast(&p->work_cv);
-    pthread_mutex_unlock(&p->lock);
-}
-
 static bool is_pinned(ferry_pipeline_t *p, const void *ptr, size_t n)
 {
-    /* Only ferry's own pool is known to be pinned here; memory registered by the caller is
-     * staged too (correct, one extra host copy). */
-    return ferry_pool_owns(p->pool, ptr, n);
+    return ferry_pool_owns(p->pool, ptr, n) || ferry__rt_is_registered(p->dev, ptr, n);
 }
 
 /* Issue the three ops of one chunk. Returns 0 or the error of the first call that failed. */
@@ -394,9 +593,7 @@ static int issue_chunk(ferry_pipeline_t *p, slot_t *s)
             src = in;
         } else {
             ferry__parallel_memcpy(p->workers, s->h_in, in, s->bytes, p->stage_threshold);
-            pthread_mutex_lock(&p->lock);
-            p->st.staged_bytes += s->bytes;
-            pthread_mutex_unlock(&p->lock);
+            __atomic_add_fetch(&p->staged_bytes, s->bytes, __ATOMIC_RELAXED);
         }
     }
     void *dst = s->h_out;
@@ -440,80 +637,147 @@ static int issue_chunk(ferry_pipeline_t *p, slot_t *s)
     return 0;
 }
 
-static void issue_batch(ferry_pipeline_t *p, batch_rec_t *b)
+/* Bind chunk @c of @b to slot @s, issue it and hand it to the completion thread (the caller
+ * pokes it). Token holder only. */
+static void issue_one(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c, slot_t *s)
 {
-    if (b->b.bytes == 0) {
-        pthread_mutex_lock(&p->lock);
-        if (p->nready == p->ready_cap) {
-            size_t cap = p->ready_cap ? p->ready_cap * 2 : 16;
-            batch_rec_t **n = realloc(p->ready, cap * sizeof(*n));
-            if (n == NULL) {
-                /* Cannot queue it for the completion thread: complete it here, still once. */
-                pthread_mutex_unlock(&p->lock);
-                finish_batch(p, b);
-                return;
-            }
-            p->ready = n;
-            p->ready_cap = cap;
-        }
-        p->ready[p->nready++] = b;
-        pthread_cond_broadcast(&p->work_cv);
-        pthread_mutex_unlock(&p->lock);
+    uint64_t k = p->chunk_counter++;
+    s->batch = b;
+    s->chunk = c;
+    s->offset = (size_t)c * p->chunk;
+    s->bytes = b->b.bytes - s->offset < p->chunk ? b->b.bytes - s->offset : p->chunk;
+    if (p->single) {
+        s->h2d = s->comp = s->d2h = 0;
+    } else {
+        s->h2d = (unsigned)(k % p->ncopy);
+        s->comp = p->ncopy + (unsigned)(k % p->ncomp);
+        s->d2h = p->ncopy + p->ncomp + (unsigned)(k % p->ncopy);
+    }
+    s->err = 0;
+    int rc = issue_chunk(p, s);
+    if (rc != 0) {
+        ferry_log(FERRY_LOG_ERROR, "pipeline", "batch %llu chunk %u: issue failed: %s (%s)",
+                  (unsigned long long)b->id, c, ferry_err_name(rc), ferry__last_error_text());
+        /* Part of the chunk may be queued: let it finish before the slot is reused. */
+        ferry__be_stream_sync(p->dev, p->streams[s->h2d]);
+        ferry__be_stream_sync(p->dev, p->streams[s->comp]);
+        ferry__be_stream_sync(p->dev, p->streams[s->d2h]);
+        s->err = rc;
+    }
+    __atomic_add_fetch(&p->chunks_issued, 1, __ATOMIC_RELAXED);
+    if (p->virtual_clock)
+        read_clock(p); /* for submit_stamp() */
+    /* A failed chunk still goes through the completion thread, which counts the error once
+     * for its batch and frees the slot. */
+    push_incoming(p, s);
+}
+
+/* Issue a light batch whose slots (@sl, b->nchunks of them) are already taken. Once its last
+ * chunk is handed over, @b may be completed and reused: it is not read again. */
+static void issue_light(ferry_pipeline_t *p, batch_rec_t *b, slot_t *const *sl)
+{
+    uint32_t n = b->nchunks;
+    if (n == 0)
+        push_ready(p, b);
+    for (uint32_t c = 0; c < n; c++)
+        issue_one(p, b, c, sl[c]);
+    poke(p, false);
+}
+
+/* Issuer thread: any batch, waiting for slots chunk by chunk (@b as in issue_light). */
+static void issue_heavy(ferry_pipeline_t *p, batch_rec_t *b)
+{
+    uint32_t n = b->nchunks;
+    if (n == 0) {
+        push_ready(p, b);
+        poke(p, false);
         return;
     }
-    for (uint32_t c = 0; c < b->nchunks; c++) {
+    for (uint32_t c = 0; c < n; c++) {
         slot_t *s = acquire_slot(p);
-        uint64_t k = p->chunk_counter++;
-        s->batch = b;
-        s->chunk = c;
-        s->offset = (size_t)c * p->chunk;
-        s->bytes = b->b.bytes - s->offset < p->chunk ? b->b.bytes - s->offset : p->chunk;
-        if (p->single) {
-            s->h2d = s->comp = s->d2h = 0;
-        } else {
-            s->h2d = (unsigned)(k % p->ncopy);
-            s->comp = p->ncopy + (unsigned)(k % p->ncomp);
-            s->d2h = p->ncopy + p->ncomp + (unsigned)(k % p->ncopy);
+        issue_one(p, b, c, s);
+        poke(p, false);
+    }
+}
+
+/* Take @n free slots into @sl. Under lock, with at least @n free. */
+static void take_slots(ferry_pipeline_t *p, uint32_t n, slot_t **sl)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        sl[i] = p->free_slots;
+        p->free_slots = sl[i]->next_free;
+    }
+    p->nfree_slots -= n;
+}
+
+/* With the token held and the lock not: issue queued batches in order until the queue is
+ * empty, then release the token. A borrowed thread (@role caller or completer) issues light
+ * batches that have their slots free now, and otherwise stops: short of slots it releases
+ * the token (the completion thread takes it again when it frees slots, as something is in
+ * flight); for anything else it hands the token to the issuer thread. */
+static void run_queue(ferry_pipeline_t *p, enum issue_role role)
+{
+    unsigned budget = role == ROLE_CALLER ? CALLER_QUEUE_BUDGET : UINT32_MAX;
+    slot_t *sl[64];
+    for (;;) {
+        if (p->pending == NULL) {
+            pthread_mutex_lock(&p->lock);
+            if (p->nqueued == 0) {
+                p->token = false;
+                set_busy(p, false, true);
+                pthread_mutex_unlock(&p->lock);
+                return;
+            }
+            pthread_mutex_unlock(&p->lock);
+            /* Counted items are in the queue, and only the token holder pops. */
+            int rc = ferry__bqueue_pop(p->queue, &p->pending, false);
+            FERRY_ASSERT(rc == 0);
+            (void)rc;
         }
-        s->err = 0;
-        int rc = issue_chunk(p, s);
-        if (rc != 0) {
-            ferry_log(FERRY_LOG_ERROR, "pipeline", "batch %llu chunk %u: issue failed: %s (%s)",
-                      (unsigned long long)b->id, c, ferry_err_name(rc), ferry__last_error_text());
-            /* Part of the chunk may be queued: let it finish before the slot is reused. */
-            ferry__be_stream_sync(p->dev, p->streams[s->h2d]);
-            ferry__be_stream_sync(p->dev, p->streams[s->comp]);
-            ferry__be_stream_sync(p->dev, p->streams[s->d2h]);
-            s->err = rc;
-        }
+        batch_rec_t *b = p->pending;
         pthread_mutex_lock(&p->lock);
-        p->st.chunks++;
+        if (b->light && p->nfree_slots >= b->nchunks && (role == ROLE_ISSUER || budget > 0)) {
+            take_slots(p, b->nchunks, sl);
+            p->nqueued--;
+            p->pending = NULL;
+            pthread_mutex_unlock(&p->lock);
+            budget -= budget > 0;
+            issue_light(p, b, sl);
+            continue;
+        }
+        if (role == ROLE_ISSUER && !b->light) {
+            p->nqueued--;
+            p->pending = NULL;
+            pthread_mutex_unlock(&p->lock);
+            issue_heavy(p, b);
+            continue;
+        }
+        if (b->light && p->nfree_slots < b->nchunks) {
+            p->token = false;
+            set_busy(p, false, true);
+        } else {
+            p->issuer_turn = true;
+            pthread_cond_signal(&p->issue_cv);
+        }
         pthread_mutex_unlock(&p->lock);
-        /* A failed chunk still goes through the completion thread, which waits for the ops
-         * that were issued (their events) before it frees the slot: see completion_main. */
-        push_inflight(p, s);
+        return;
     }
 }
 
 static void *issuer_main(void *arg)
 {
     ferry_pipeline_t *p = arg;
-    for (;;) {
-        batch_rec_t *b = NULL;
-        int rc = ferry__bqueue_pop(p->queue, &b, false);
-        if (rc == FERRY_EAGAIN) {
-            set_idle(p, 1);
-            rc = ferry__bqueue_pop(p->queue, &b, true);
-            __atomic_store_n(&p->issuer_idle, 0, __ATOMIC_RELEASE);
-        }
-        if (rc != 0)
-            break; /* closed and empty */
-        issue_batch(p, b);
-    }
     pthread_mutex_lock(&p->lock);
-    p->issuer_done = true;
-    p->issuer_idle = 1;
-    pthread_cond_broadcast(&p->work_cv);
+    for (;;) {
+        while (!p->issuer_turn && !p->closing)
+            pthread_cond_wait(&p->issue_cv, &p->lock);
+        if (!p->issuer_turn)
+            break; /* closing, and the token is not ours: nothing is queued */
+        p->issuer_turn = false;
+        pthread_mutex_unlock(&p->lock);
+        run_queue(p, ROLE_ISSUER);
+        pthread_mutex_lock(&p->lock);
+    }
     pthread_mutex_unlock(&p->lock);
     return NULL;
 }
@@ -534,12 +798,16 @@ static void destroy(ferry_pipeline_t *p)
         return;
     if (p->queue)
         ferry__bqueue_close(p->queue);
+    pthread_mutex_lock(&p->lock);
+    p->closing = true;
+    pthread_cond_broadcast(&p->issue_cv);
+    pthread_mutex_unlock(&p->lock);
     if (p->issuer_started)
         pthread_join(p->issuer, NULL);
     if (p->completer_started) {
         pthread_mutex_lock(&p->lock);
-        p->issuer_done = true;
-        pthread_cond_broadcast(&p->work_cv);
+        p->comp_exit = true;
+        poke(p, true);
         pthread_mutex_unlock(&p->lock);
         pthread_join(p->completer, NULL);
     }
@@ -563,8 +831,16 @@ static void destroy(ferry_pipeline_t *p)
     ferry_pool_destroy(p->pool);
     ferry__workers_destroy(p->workers);
     ferry__bqueue_destroy(p->queue);
-    free(p->ready);
+    for (int i = 0; i < 2; i++) {
+        batch_rec_t *r = i == 0 ? p->free_recs : p->returned_recs;
+        while (r != NULL) {
+            batch_rec_t *next = r->next;
+            free(r);
+            r = next;
+        }
+    }
     free(p->trace);
+    pthread_cond_destroy(&p->issue_cv);
     pthread_cond_destroy(&p->slot_cv);
     pthread_cond_destroy(&p->work_cv);
     pthread_cond_destroy(&p->drain_cv);
@@ -675,13 +951,18 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     p->slot_wake = p->depth / 4 ? p->depth / 4 : 1;
     p->copy_prio = cprio;
     p->comp_prio = kprio;
+    /* CUDA binds a device to the calling thread (cudaSetDevice): ferry must not change the
+     * caller's current device behind its back, so on such backends only ferry's threads issue. */
+    p->caller_issues = (dev->ops->caps & FERRY_BE_CAP_NATIVE_STREAM) == 0;
     p->nonblocking = cfg->nonblocking == -1 ? ferry__opt_i64(o, FERRY__OPT_nonblocking) != 0
                                             : cfg->nonblocking == 1;
     p->stage_threshold = (size_t)ferry__opt_i64(o, FERRY__OPT_stage_threshold);
     if (p->stage_threshold == 0)
         p->stage_threshold = SIZE_MAX / 4;
     p->tracing = ferry__opt_i64(o, FERRY__OPT_trace) != 0;
+    p->virtual_clock = virt;
     ferry__mutex_init_adaptive(&p->lock);
+    pthread_cond_init(&p->issue_cv, NULL);
     pthread_cond_init(&p->slot_cv, NULL);
     pthread_cond_init(&p->work_cv, NULL);
     pthread_cond_init(&p->drain_cv, NULL);
@@ -777,45 +1058,87 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
             return ferry__error(FERRY_EINVAL, "ferry_pipeline_submit: in and out overlap "
                                               "partially");
     }
-    batch_rec_t *b = calloc(1, sizeof(*b));
-    if (b == NULL)
+    /* Cheap enough to issue on whichever thread holds the token, without waiting. */
+    bool light = batch->bytes == 0 || (batch->prepare == NULL &&
+                                       batch->bytes <= LIGHT_MAX_BYTES && nchunks <= p->depth);
+    uint64_t now = submit_stamp(p);
+    slot_t *sl[64];
+    pthread_mutex_lock(&p->lock);
+    if (p->closing) {
+        pthread_mutex_unlock(&p->lock);
+        return ferry__error(FERRY_ECLOSED, "ferry_pipeline_submit: pipeline is closing");
+    }
+    if (p->free_recs == NULL)
+        p->free_recs = __atomic_exchange_n(&p->returned_recs, NULL, __ATOMIC_ACQUIRE);
+    batch_rec_t *b = p->free_recs;
+    if (b != NULL) {
+        p->free_recs = b->next;
+    } else if ((b = malloc(sizeof(*b))) == NULL) {
+        pthread_mutex_unlock(&p->lock);
         return ferry__error(FERRY_ENOMEM, "ferry_pipeline_submit: out of memory");
+    }
+    uint64_t my_id = b->id = p->next_id++;
+    /* Nothing queued ahead of it and nobody issuing: issue it here, skipping the queue and
+     * the hand-off to the issuer thread. */
+    bool direct = p->caller_issues && light && !p->token && p->nqueued == 0 &&
+                  p->nfree_slots >= nchunks;
+    if (direct) {
+        p->token = true;
+        __atomic_store_n(&p->busy, 1, __ATOMIC_SEQ_CST);
+        take_slots(p, (uint32_t)nchunks, sl);
+        p->submitted++;
+        p->st.batches_submitted++;
+    }
+    pthread_mutex_unlock(&p->lock);
     b->b = *batch;
     b->b.size = sizeof(b->b);
     b->cb = cb;
     b->arg = arg;
     b->nchunks = (uint32_t)nchunks;
     b->chunks_left = (uint32_t)nchunks;
-    b->submit_ns = ferry_device_now_ns(p->dev);
-    pthread_mutex_lock(&p->lock);
-    if (p->closing) {
-        pthread_mutex_unlock(&p->lock);
-        free(b);
-        return ferry__error(FERRY_ECLOSED, "ferry_pipeline_submit: pipeline is closing");
+    b->status = 0;
+    b->light = light;
+    b->submit_ns = now;
+    b->next = NULL;
+    if (direct) {
+        /* From here b may already be completed and recycled. */
+        issue_light(p, b, sl);
+        run_queue(p, ROLE_CALLER);
+        if (id != NULL)
+            *id = my_id;
+        return 0;
     }
-    uint64_t my_id = b->id = p->next_id++;
-    pthread_mutex_unlock(&p->lock);
+
     bool waited = false;
     int rc = ferry__bqueue_push(p->queue, &b, !p->nonblocking, &waited);
-    /* From here b may already be completed and freed. */
+    bool run = false;
     pthread_mutex_lock(&p->lock);
     if (rc != 0) {
         if (rc == FERRY_EAGAIN)
             p->st.queue_full_eagain++;
+        b->next = p->free_recs; /* not queued, so still ours */
+        p->free_recs = b;
     } else {
         p->submitted++;
         p->st.batches_submitted++;
         if (waited)
             p->st.queue_full_waits++;
-        pthread_cond_broadcast(&p->work_cv);
+        p->nqueued++;
+        /* Nobody holds the token, so nobody would issue it: take the token and run the
+         * queue (handing it to the issuer thread if the batch at its head is not light). */
+        if (!p->token) {
+            p->token = true;
+            __atomic_store_n(&p->busy, 1, __ATOMIC_SEQ_CST);
+            run = true;
+        }
     }
     pthread_mutex_unlock(&p->lock);
-    if (rc != 0) {
-        free(b); /* not queued, so still ours */
+    if (rc != 0)
         return rc == FERRY_EAGAIN ? FERRY_EAGAIN
                                   : ferry__error(rc, "ferry_pipeline_submit: %s",
                                                  ferry_strerror(rc));
-    }
+    if (run)
+        run_queue(p, ROLE_CALLER);
     if (id != NULL)
         *id = my_id;
     return 0;
@@ -827,8 +1150,10 @@ int ferry_pipeline_drain(ferry_pipeline_t *p)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_drain: NULL pipeline");
     pthread_mutex_lock(&p->lock);
     uint64_t target = p->submitted;
-    while (p->completed < target)
+    __atomic_add_fetch(&p->drain_waiters, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&p->completed, __ATOMIC_SEQ_CST) < target)
         pthread_cond_wait(&p->drain_cv, &p->lock);
+    __atomic_sub_fetch(&p->drain_waiters, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&p->lock);
     return 0;
 }
@@ -838,8 +1163,9 @@ int ferry_pipeline_close(ferry_pipeline_t *p)
     if (p == NULL)
         return 0;
     pthread_mutex_lock(&p->lock);
-    if (p->completed != p->submitted) {
-        uint64_t n = p->submitted - p->completed;
+    uint64_t completed = __atomic_load_n(&p->completed, __ATOMIC_SEQ_CST);
+    if (completed != p->submitted) {
+        uint64_t n = p->submitted - completed;
         pthread_mutex_unlock(&p->lock);
         return ferry__error(FERRY_EBUSY, "ferry_pipeline_close: %llu batch(es) still in flight; "
                                          "drain first",
@@ -858,6 +1184,10 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
                                           "(use FERRY_PIPELINE_STATS_INIT)");
     pthread_mutex_lock(&p->lock);
     *out = p->st;
+    out->chunks = __atomic_load_n(&p->chunks_issued, __ATOMIC_RELAXED);
+    out->staged_bytes = __atomic_load_n(&p->staged_bytes, __ATOMIC_RELAXED);
+    out->batches_done_gpu = __atomic_load_n(&p->done_gpu, __ATOMIC_RELAXED);
+    out->batches_failed = __atomic_load_n(&p->failed, __ATOMIC_RELAXED);
     out->elapsed_ns = p->last_end > p->first_start ? p->last_end - p->first_start : 0;
     double secs = (double)out->elapsed_ns / 1e9;
     out->gbps_h2d = secs > 0 ? (double)out->bytes_h2d / secs / 1e9 : 0;
