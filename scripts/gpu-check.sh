@@ -85,7 +85,10 @@ for bb in "$build"/bench/bench_*; do "$bb" >>"$res" 2>>"$log"; done
 step "summary"
 python3 - "$res" "$tests_rc" <<'PY' | tee -a "$log"
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+rows = []
+for line in open(sys.argv[1]):
+    if line.startswith("{"):  # benchmarks may print comment lines too
+        rows.append(json.loads(line))
 meta = rows[0]["meta"]
 print(f"{meta['date']}  {meta['device']}  driver {meta['driver']}  commit {meta['commit']}")
 print(f"tests: {'PASS' if sys.argv[2] == '0' else 'FAIL (see ctest.log)'}")

@@ -8,6 +8,9 @@
  * everything else by the issuer thread; hand-offs between threads are lock-free pushes, and a
  * thread is woken only when it sleeps. */
 #include <errno.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +19,10 @@
 #include "core/runtime.h"
 #include "sched/sched.h"
 
-enum { EV_H2D_START, EV_H2D_END, EV_COMP_START, EV_COMP_END, EV_D2H_START, EV_D2H_END, EV_N };
+/* Three events per chunk, one after each op: they carry the dependencies and the end times.
+ * Start times are derived (retire_chunk): every record costs the issuing thread ~1-2 us, and
+ * on the H200 six records per chunk left the GPU waiting for the host below 4 MiB chunks. */
+enum { EV_H2D_END, EV_COMP_END, EV_D2H_END, EV_N };
 
 /* A batch is "light" when any thread may issue it without blocking: no prepare callback (it is
  * the caller's code and may block, and must run on a ferry thread), every chunk fits in the
@@ -52,6 +58,7 @@ typedef struct slot {
     struct slot *next_free;
     /* The chunk bound to the slot while it is in flight. */
     batch_rec_t *batch;
+    uint64_t issue_ns; /* device clock when its H2D was issued */
     uint32_t chunk;
     size_t offset, bytes;
     unsigned h2d, comp, d2h; /* stream indices into p->streams */
@@ -146,6 +153,7 @@ struct ferry_pipeline {
     uint64_t staged_bytes;       /* atomic */
     uint64_t done_gpu, failed;   /* atomic */
     uint64_t first_start, last_end;
+    uint64_t stream_end[FERRY_STATS_MAX_STREAMS]; /* completion thread: last end per stream */
     uint64_t stream_busy[FERRY_STATS_MAX_STREAMS];
 
     trace_rec_t *trace;
@@ -310,27 +318,42 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, pass_acc_t *a)
     for (int i = 0; i < EV_N; i++)
         if (ferry__be_event_time_ns(p->dev, s->ev[i], &t[i]) != 0)
             return;
-    uint64_t dh = t[EV_H2D_END] - t[EV_H2D_START], dc = t[EV_COMP_END] - t[EV_COMP_START],
-             dd = t[EV_D2H_END] - t[EV_D2H_START];
+    /* An op starts when its stream reaches it: after the previous op on that stream and after
+     * what it waits for (the issue, or the previous stage of the chunk). Exact for in-order
+     * streams retired in issue order; with several D2H streams, chunks may retire slightly
+     * out of order and a start is then clamped into [dependency, end]. */
+    uint64_t *le = p->stream_end;
+    uint64_t hs = s->issue_ns > le[s->h2d] ? s->issue_ns : le[s->h2d];
+    hs = hs < t[EV_H2D_END] ? hs : t[EV_H2D_END];
+    if (t[EV_H2D_END] > le[s->h2d])
+        le[s->h2d] = t[EV_H2D_END];
+    uint64_t cs = t[EV_H2D_END] > le[s->comp] ? t[EV_H2D_END] : le[s->comp];
+    cs = cs < t[EV_COMP_END] ? cs : t[EV_COMP_END];
+    if (t[EV_COMP_END] > le[s->comp])
+        le[s->comp] = t[EV_COMP_END];
+    uint64_t ds = t[EV_COMP_END] > le[s->d2h] ? t[EV_COMP_END] : le[s->d2h];
+    ds = ds < t[EV_D2H_END] ? ds : t[EV_D2H_END];
+    if (t[EV_D2H_END] > le[s->d2h])
+        le[s->d2h] = t[EV_D2H_END];
+    uint64_t dh = t[EV_H2D_END] - hs, dc = t[EV_COMP_END] - cs, dd = t[EV_D2H_END] - ds;
     a->busy_h2d += dh;
     a->busy_comp += dc;
     a->busy_d2h += dd;
     a->stream_busy[s->h2d] += dh;
     a->stream_busy[s->comp] += dc;
     a->stream_busy[s->d2h] += dd;
-    if (!a->any_timed || t[EV_H2D_START] < a->first_start)
-        a->first_start = t[EV_H2D_START];
+    if (!a->any_timed || hs < a->first_start)
+        a->first_start = hs;
     if (!a->any_timed || t[EV_D2H_END] > a->last_end)
         a->last_end = t[EV_D2H_END];
     a->any_timed = true;
     if (__atomic_load_n(&p->tracing, __ATOMIC_RELAXED)) {
-        trace_rec_t r = {b->id, s->chunk, (uint16_t)s->h2d, 'h', t[EV_H2D_START],
-                         t[EV_H2D_END], s->bytes};
+        trace_rec_t r = {b->id, s->chunk, (uint16_t)s->h2d, 'h', hs, t[EV_H2D_END], s->bytes};
         a->trace[a->ntrace++] = r;
-        r.stream = (uint16_t)s->comp, r.kind = 'c', r.start = t[EV_COMP_START];
+        r.stream = (uint16_t)s->comp, r.kind = 'c', r.start = cs;
         r.end = t[EV_COMP_END];
         a->trace[a->ntrace++] = r;
-        r.stream = (uint16_t)s->d2h, r.kind = 'd', r.start = t[EV_D2H_START];
+        r.stream = (uint16_t)s->d2h, r.kind = 'd', r.start = ds;
         r.end = t[EV_D2H_END];
         a->trace[a->ntrace++] = r;
     }
@@ -362,6 +385,11 @@ static void run_queue(ferry_pipeline_t *p, enum issue_role role);
 static void *completion_main(void *arg)
 {
     ferry_pipeline_t *p = arg;
+#ifdef __linux__
+    /* Linux stretches short sleeps by the thread's timer slack (50 us by default): the polls
+     * of a real device sleep a few microseconds and must wake on time. */
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+#endif
     /* Chunks in flight, oldest first; this thread's alone. */
     slot_t *head = NULL, *tail = NULL;
     pass_acc_t *acc = malloc(sizeof(*acc));
@@ -537,9 +565,14 @@ static void *completion_main(void *arg)
             int rc = ferry__be_event_wait_any(p->dev, waitev, nwait, 2000000, &which);
             if (rc != 0 && rc != FERRY_ETIMEDOUT)
                 ferry_log(FERRY_LOG_DEBUG, "pipeline", "event wait: %s", ferry_err_name(rc));
-        } else {
+        } else if (p->virtual_clock) {
             /* An issuer is busy in real time: let it finish before device time moves. */
             wait_for_work(p, seen);
+        } else {
+            /* A real device finishes work whether or not anyone issues: keep polling it, in
+             * short waits, so that slots come back as soon as their chunks are done. */
+            size_t which = 0;
+            (void)ferry__be_event_wait_any(p->dev, waitev, nwait, 50000, &which);
         }
     }
     free(acc);
@@ -619,18 +652,16 @@ static int issue_chunk(ferry_pipeline_t *p, slot_t *s)
         .blocks = (uint32_t)(p->dev->props.sms > 0 ? p->dev->props.sms : 1),
         .block_ns = (uint64_t)(p->stage.ns_per_byte * (double)s->bytes),
     };
-    if ((rc = ferry__be_event_record(d, s->ev[EV_H2D_START], sh)) != 0 ||
-        (rc = ferry__be_memcpy_h2d(d, sh, s->d_in, src, s->bytes)) != 0 ||
+    s->issue_ns = ferry_device_now_ns(d);
+    if ((rc = ferry__be_memcpy_h2d(d, sh, s->d_in, src, s->bytes)) != 0 ||
         (rc = ferry__be_event_record(d, s->ev[EV_H2D_END], sh)) != 0)
         return rc;
     /* On one stream, stream order already is the dependency. */
     if ((sc != sh && (rc = ferry__be_stream_wait_event(d, sc, s->ev[EV_H2D_END])) != 0) ||
-        (rc = ferry__be_event_record(d, s->ev[EV_COMP_START], sc)) != 0 ||
         (rc = ferry__be_launch(d, sc, &l)) != 0 ||
         (rc = ferry__be_event_record(d, s->ev[EV_COMP_END], sc)) != 0)
         return rc;
     if ((sd != sc && (rc = ferry__be_stream_wait_event(d, sd, s->ev[EV_COMP_END])) != 0) ||
-        (rc = ferry__be_event_record(d, s->ev[EV_D2H_START], sd)) != 0 ||
         (rc = ferry__be_memcpy_d2h(d, sd, dst, s->d_out, s->bytes)) != 0 ||
         (rc = ferry__be_event_record(d, s->ev[EV_D2H_END], sd)) != 0)
         return rc;

@@ -18,6 +18,6 @@ expect_rc "build example" 0 cmake --build "$TMP/ex"
 expect_rc "run example (CMake build)" 0 "$TMP/ex/stream_scale"
 expect_in "example verified" "$TMP/out" "batches ok"
 expect_rc "build example with pkg-config" 0 sh -c "PKG_CONFIG_PATH=$(dirname "$pc") cc -o '$TMP/ex2' '$src/examples/stream_scale.c' \$(PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --cflags --libs --static ferry)"
-expect_rc "run example (pkg-config build)" 0 env LD_LIBRARY_PATH="$TMP/prefix/lib:$TMP/prefix/lib64" "$TMP/ex2"
+expect_rc "run example (pkg-config build)" 0 env LD_LIBRARY_PATH="$TMP/prefix/lib:$TMP/prefix/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$TMP/ex2"
 [ -n "$cfgdir" ] && ok "CMake package in $(basename "$cfgdir")"
 finish

@@ -17,7 +17,7 @@ static void test_defaults(void **state)
     (void)state;
     ferry_options_t *o = NULL;
     assert_int_equal(ferry_options_create(&o), 0);
-    assert_int_equal(get(o, "depth"), 4);
+    assert_int_equal(get(o, "depth"), 8);
     assert_int_equal(get(o, "chunk_bytes"), 0);
     assert_int_equal(get(o, "copy_streams"), 1);
     assert_int_equal(get(o, "compute_streams"), 2);

@@ -43,7 +43,7 @@ static void range_pop(void)
  * a long wait off the CPU. Linux's default timer slack (50 us) stretches the short sleeps. */
 #define WAIT_SPIN_NS      20000ull
 #define WAIT_SLEEP_MIN_NS 4000ull
-#define WAIT_SLEEP_MAX_NS 100000ull
+#define WAIT_SLEEP_MAX_NS 20000ull
 
 /* ---- devices ----------------------------------------------------------------------------- */
 
