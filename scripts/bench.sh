@@ -21,7 +21,7 @@ mkdir -p bench/results
 echo "results: $out" >&2
 python3 - "$out" <<'PY'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 print("\n%-10s %-34s %12s  %-9s %s" % ("bench", "case", "value", "unit", "target"))
 for r in rows:
     if "bench" in r:
