@@ -27,6 +27,11 @@ else
     "(lambda c: c['available'] and c['devices'][0]['sms'] > 0)([b for b in j['backends'] if b['name'] == 'cuda'][0])"
 fi
 
+expect_rc "probe shows the environment" 0 env CUDA_DEVICE_MAX_CONNECTIONS=abc "$FERRY" probe --backend sim
+expect_in "connections variable listed" "$TMP/out" "CUDA_DEVICE_MAX_CONNECTIONS"
+expect_in "invalid value explained" "$TMP/out" "treats it as unset"
+expect_rc "probe environment json" 0 env CUDA_DEVICE_MAX_CONNECTIONS=16 "$FERRY" probe --backend sim --json
+json_check "environment in json" "$TMP/out" "j['environment']['CUDA_DEVICE_MAX_CONNECTIONS'] == '16' and j['environment']['CUDA_LAUNCH_BLOCKING'] is None"
 expect_rc "probe only sim" 0 "$FERRY" probe --backend sim --json
 json_check "only sim listed" "$TMP/out" "[b['name'] for b in j['backends']] == ['sim']"
 if [ $gpu = 0 ]; then

@@ -1,5 +1,6 @@
 /* `ferry probe`: the backends built in, whether each has a device (and why not), and every
  * device's properties; on the simulator, the profile it models. Text or --json. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -176,10 +177,46 @@ int cmd_probe(int argc, char **argv)
             printf("]}");
         ferry_runtime_destroy(rt);
     }
-    if (json)
-        printf("]}\n");
-    else if (!any)
-        printf("\nno usable device\n");
+    /* The environment that changes how CUDA behaves in this process (read at cuInit). */
+    static const char *const env_names[] = {
+        "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_DEVICE_MAX_COPY_CONNECTIONS", "CUDA_LAUNCH_BLOCKING",
+        "CUDA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+        NULL};
+    if (json) {
+        printf("],\"environment\":{");
+        for (int i = 0; env_names[i]; i++) {
+            const char *v = getenv(env_names[i]);
+            printf("%s\"%s\":", i ? "," : "", env_names[i]);
+            if (v)
+                cli_json_str(stdout, v);
+            else
+                printf("null");
+        }
+        printf("}}\n");
+    } else {
+        printf("\nenvironment (read by CUDA when it starts in a process)\n");
+        for (int i = 0; env_names[i]; i++) {
+            const char *v = getenv(env_names[i]);
+            printf("  %-36s %s%s%s\n", env_names[i], v ? "'" : "unset", v ? v : "", v ? "'" : "");
+        }
+        const char *c = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+        char *end = NULL;
+        long n = c ? strtol(c, &end, 10) : 0;
+        if (c == NULL)
+            printf("  hardware work queues per context: 8 (CUDA's default)\n");
+        else if (end == c || *end != '\0' || n < 1)
+            printf("  hardware work queues per context: 8: '%s' is not a valid value, and CUDA "
+                   "treats it as unset (valid: 1 to 32)\n",
+                   c);
+        else if (n > 32)
+            printf("  hardware work queues per context: %ld is above the documented 32: "
+                   "undocumented behaviour\n",
+                   n);
+        else
+            printf("  hardware work queues per context: %ld\n", n);
+        if (!any)
+            printf("\nno usable device\n");
+    }
     rc = any ? CLI_OK : CLI_FAIL;
     ferry_options_destroy(opts);
     return rc;
