@@ -70,8 +70,13 @@ step "ferry bench copy"
 "$ferry" bench copy --backend cuda --sizes 4K,64K,1M,4M,16M,64M,256M,1G --json >"$out/bench-copy.json" 2>>"$log"
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); j['kind']='bench_copy'; print(json.dumps(j))" "$out/bench-copy.json" >>"$res" 2>>"$log"
 
-step "ferry bench pipeline --compare"
+step "ferry probe --calibrate"
+"$ferry" probe --calibrate -o "$out/h200-calibrated.json" --backend cuda --json >"$out/calibration.json" 2>>"$log"
+python3 -c "import json,sys; j=json.load(open(sys.argv[1])); j['kind']='calibration'; print(json.dumps(j))" "$out/calibration.json" >>"$res" 2>>"$log"
+
+step "ferry bench pipeline --compare (simulator on the calibrated profile)"
 "$ferry" bench pipeline --backend cuda --chunks 256K,1M,4M,16M --streams 1,2 --intensity 0,64 --compare \
+  --compare-profile "$out/h200-calibrated.json" \
   --json >"$out/bench-pipeline.json" 2>>"$log"
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); j['kind']='bench_pipeline'; print(json.dumps(j))" "$out/bench-pipeline.json" >>"$res" 2>>"$log"
 
@@ -97,6 +102,11 @@ for r in rows:
     if "args" in r:
         print(f"{r['args']:48s} {r.get('backend','?'):7s} {'yes' if r.get('ok') else 'NO':3s} "
               f"{r.get('gbps_h2d',0):9.1f} {r.get('gbps_d2h',0):9.1f} {r.get('overlap',0):8.2f}")
+for r in rows:
+    if r.get("kind") == "calibration":
+        print(f"calibration: host copy {r['copy_submit_ns']:.0f} ns, launch {r['launch_ns']:.0f} ns, "
+              f"record {r['event_record_ns']:.0f} ns, wait {r['stream_wait_ns']:.0f} ns, "
+              f"both-ways factor {r['bidirectional_factor']:.3f}, kernel {r['d2d_gbps']:.0f} GB/s")
 for r in rows:
     if r.get("kind") == "bench_copy":
         big = [x for x in r["results"] if x["bytes"] >= 16 << 20 and x["memory"] == "pinned"]

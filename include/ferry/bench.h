@@ -42,6 +42,37 @@ typedef struct ferry_copy_bench_result {
 FERRY_EXTERN int ferry_bench_copy(ferry_device_t *dev, const ferry_copy_bench_config_t *cfg,
                                   ferry_copy_bench_result_t *out);
 
+#define FERRY_CALIBRATION_POINTS 6
+
+typedef struct ferry_calibration {
+    size_t size;                /* sizeof(ferry_calibration_t), set by the caller */
+    uint64_t bytes[FERRY_CALIBRATION_POINTS];    /* 4K, 64K, 1M, 4M, 16M, 64M */
+    double h2d_gbps[FERRY_CALIBRATION_POINTS];   /* best of the repetitions, pinned */
+    double d2h_gbps[FERRY_CALIBRATION_POINTS];
+    double bidirectional_factor; /* 64 MiB both at once: each direction's share of its rate */
+    double pageable_h2d_gbps, pageable_d2h_gbps; /* 64 MiB */
+    double copy_submit_ns;       /* host time of one async copy call (median) */
+    double launch_ns;            /* host time of one launch of the scale workload */
+    double event_record_ns;      /* host time of one event record */
+    double stream_wait_ns;       /* host time of one stream wait on an event */
+    double d2d_gbps;             /* the scale workload over 256 MiB: bytes / kernel time */
+} ferry_calibration_t;
+#define FERRY_CALIBRATION_INIT {.size = sizeof(ferry_calibration_t)}
+
+/** Measure the simulator's parameters on @p dev (times from device events; host call costs
+ *  from the device clock, which on the simulator is its virtual host clock, so calibrating
+ *  the simulator gives back its profile). Takes a few seconds on a GPU. Returns 0,
+ *  FERRY_EINVAL, FERRY_ENOMEM, FERRY_EDEVMEM, FERRY_EBACKEND. */
+FERRY_EXTERN int ferry_calibrate(ferry_device_t *dev, ferry_calibration_t *out);
+
+/** Write a simulator profile for @p dev from @p cal to @p path: the device's properties and
+ *  the measured numbers, with the rest (engine split, register costs, defaults) taken from the
+ *  profile at @p base (NULL: the installed h200.json); the result is loaded back and
+ *  validated. Returns 0, FERRY_EINVAL, FERRY_EPARSE (base), FERRY_EIO (writing). */
+FERRY_EXTERN int ferry_calibration_write_profile(ferry_device_t *dev,
+                                                 const ferry_calibration_t *cal,
+                                                 const char *base, const char *path);
+
 #ifdef __cplusplus
 }
 #endif

@@ -39,6 +39,19 @@ if [ $gpu = 0 ]; then
   expect_in "no usable device said" "$TMP/out" "no usable device"
 fi
 
+# calibrating the simulator gives back its own profile
+expect_rc "probe --calibrate" 0 "$FERRY" probe --calibrate -o "$TMP/cal.json" --backend sim --json
+json_check "calibration: 1 MiB H2D near 43.2" "$TMP/out" "abs([c for c in j['copy'] if c['bytes'] == 2**20][0]['h2d_gbps'] / 43.2 - 1) < 0.01"
+json_check "calibration: host costs of the profile" "$TMP/out" "j['copy_submit_ns'] == 2500 and j['launch_ns'] == 4600 and j['event_record_ns'] == 1500"
+json_check "calibration: shared link" "$TMP/out" "abs(j['bidirectional_factor'] - 0.87) < 0.01"
+json_check "calibrated profile is valid JSON with a name" "$TMP/cal.json" "'calibrated' in j['name'] and j['format'] == 'ferry-profile-1'"
+expect_rc "run on the calibrated profile" 0 "$FERRY" run --backend sim --profile "$TMP/cal.json" --bytes 64M
+expect_in "calibrated profile in use" "$TMP/out" "calibrated"
+expect_rc "--calibrate without -o" 2 "$FERRY" probe --calibrate
+expect_in "says what is missing" "$TMP/err" "-o FILE"
+expect_rc "--calibrate to an unwritable path" 1 "$FERRY" probe --calibrate -o "$TMP/no/dir/x.json" --backend sim
+expect_in "path named" "$TMP/err" "no/dir/x.json"
+
 expect_rc "options" 0 "$FERRY" options
 expect_in "options lists chunk_bytes" "$TMP/out" "FERRY_CHUNK_BYTES"
 expect_rc "options --json" 0 "$FERRY" options --json

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "ferry/bench.h"
 
 static void print_props_text(const ferry_device_props_t *p)
 {
@@ -61,22 +62,90 @@ static void print_props_json(const ferry_device_props_t *p)
 
 static int usage(void)
 {
-    printf("usage: ferry probe [--json] [--backend NAME] [--profile FILE]\n\n"
+    printf("usage: ferry probe [--json] [--backend NAME] [--profile FILE]\n"
+           "       ferry probe --calibrate -o FILE [--backend NAME] [--json]\n\n"
            "Show every backend built into ferry, whether it has a device here (and the reason\n"
            "when it does not), and each device's properties: name, compute capability, SMs,\n"
            "memory, copy engines, stream priorities, PCIe link, NUMA node, versions. The\n"
            "simulator shows the device profile it models.\n\n"
            "  --json            one JSON object\n"
            "  --backend NAME    probe only this backend (sim, cuda)\n"
-           "  --profile FILE    simulator profile to load (default: profiles/h200.json)\n");
+           "  --profile FILE    simulator profile to load (default: profiles/h200.json)\n"
+           "  --calibrate -o FILE\n"
+           "                    measure copies, the shared link, pageable rates, host call costs\n"
+           "                    and the kernel rate on the device, and write a simulator profile\n"
+           "                    (--backend sim --profile FILE then models this device)\n");
     return CLI_OK;
+}
+
+/* `ferry probe --calibrate -o FILE`: measure the device and write a simulator profile. */
+static int calibrate(ferry_options_t *opts, const char *backend, const char *path, bool json)
+{
+    const char *cmd = "probe";
+    ferry_runtime_config_t rc_ = FERRY_RUNTIME_CONFIG_INIT;
+    rc_.backend = backend;
+    rc_.options = opts;
+    ferry_runtime_t *rt = NULL;
+    ferry_device_t *dev = NULL;
+    int rc = CLI_FAIL;
+    if (ferry_runtime_create(&rc_, &rt) != 0) {
+        cli_fail(cmd, "%s", ferry_last_error());
+        return CLI_FAIL;
+    }
+    int64_t idx = 0;
+    ferry_options_get_i64(opts, "device", &idx);
+    ferry_calibration_t cal = FERRY_CALIBRATION_INIT;
+    if (ferry_device_get(rt, (int)idx, &dev) != 0 || ferry_calibrate(dev, &cal) != 0 ||
+        ferry_calibration_write_profile(dev, &cal, NULL, path) != 0) {
+        cli_fail(cmd, "calibration: %s", ferry_last_error());
+        goto out;
+    }
+    ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
+    ferry_device_props(dev, &p);
+    if (json) {
+        printf("{\"calibrated\":true,\"backend\":\"%s\",\"device\":", ferry_runtime_backend(rt));
+        cli_json_str(stdout, p.name);
+        printf(",\"profile\":");
+        cli_json_str(stdout, path);
+        printf(",\"copy\":[");
+        for (int i = 0; i < FERRY_CALIBRATION_POINTS; i++)
+            printf("%s{\"bytes\":%llu,\"h2d_gbps\":%.3f,\"d2h_gbps\":%.3f}", i ? "," : "",
+                   (unsigned long long)cal.bytes[i], cal.h2d_gbps[i], cal.d2h_gbps[i]);
+        printf("],\"bidirectional_factor\":%.4f,\"pageable_h2d_gbps\":%.3f,"
+               "\"pageable_d2h_gbps\":%.3f,\"copy_submit_ns\":%.0f,\"launch_ns\":%.0f,"
+               "\"event_record_ns\":%.0f,\"stream_wait_ns\":%.0f,\"d2d_gbps\":%.1f}\n",
+               cal.bidirectional_factor, cal.pageable_h2d_gbps, cal.pageable_d2h_gbps,
+               cal.copy_submit_ns, cal.launch_ns, cal.event_record_ns, cal.stream_wait_ns,
+               cal.d2d_gbps);
+    } else {
+        printf("calibrated %s (%s backend)\n", p.name, ferry_runtime_backend(rt));
+        printf("  copies (best GB/s)   ");
+        for (int i = 0; i < FERRY_CALIBRATION_POINTS; i++) {
+            char b[32];
+            printf("%s %.1f/%.1f", cli_bytes(cal.bytes[i], b, sizeof(b)), cal.h2d_gbps[i],
+                   cal.d2h_gbps[i]);
+            printf(i + 1 < FERRY_CALIBRATION_POINTS ? ", " : "  (H2D/D2H)\n");
+        }
+        printf("  both directions      each at %.3f of its rate\n", cal.bidirectional_factor);
+        printf("  pageable             H2D %.2f GB/s, D2H %.2f GB/s\n", cal.pageable_h2d_gbps,
+               cal.pageable_d2h_gbps);
+        printf("  host cost per call   copy %.0f ns, launch %.0f ns, event record %.0f ns, "
+               "stream wait %.0f ns\n",
+               cal.copy_submit_ns, cal.launch_ns, cal.event_record_ns, cal.stream_wait_ns);
+        printf("  kernel (scale)       %.0f GB/s over 256 MiB\n", cal.d2d_gbps);
+        printf("profile written to %s: use it with --backend sim --profile %s\n", path, path);
+    }
+    rc = CLI_OK;
+out:
+    ferry_runtime_destroy(rt);
+    return rc;
 }
 
 int cmd_probe(int argc, char **argv)
 {
     const char *cmd = "probe";
-    bool json = false;
-    const char *only = NULL;
+    bool json = false, cal = false;
+    const char *only = NULL, *outpath = NULL;
     ferry_options_t *opts = cli_options(cmd);
     if (opts == NULL)
         return CLI_FAIL;
@@ -91,6 +160,30 @@ int cmd_probe(int argc, char **argv)
         }
         if (cli_flag(&a, "json")) {
             json = true;
+            continue;
+        }
+        if (cli_flag(&a, "calibrate")) {
+            cal = true;
+            continue;
+        }
+        if ((r = cli_flag_value(&a, "output", &v)) != 0) {
+            if (r < 0)
+                goto out_usage;
+            outpath = v;
+            continue;
+        }
+        if (strncmp(argv[a.i], "-o", 2) == 0) {
+            if (argv[a.i][2] == '\0') {
+                if (a.i + 1 >= argc) {
+                    cli_usage_error(cmd, "-o needs a file name");
+                    goto out_usage;
+                }
+                outpath = argv[a.i + 1];
+                a.i += 2;
+            } else {
+                outpath = argv[a.i] + 2;
+                a.i++;
+            }
             continue;
         }
         if ((r = cli_flag_value(&a, "backend", &v)) != 0) {
@@ -112,6 +205,15 @@ int cmd_probe(int argc, char **argv)
         goto out_usage;
     }
 
+    if (cal || outpath) {
+        if (!cal || !outpath) {
+            cli_usage_error(cmd, "--calibrate and -o FILE go together");
+            goto out_usage;
+        }
+        rc = calibrate(opts, only, outpath, json);
+        ferry_options_destroy(opts);
+        return rc;
+    }
     const char *const *names = ferry_backend_names();
     const char *all[] = {"cuda", "sim", NULL};
     if (json)
