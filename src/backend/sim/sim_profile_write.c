@@ -98,7 +98,8 @@ int ferry_calibration_write_profile(ferry_device_t *dev, const ferry_calibration
              "properties from the device; copies timed with events, best of 10 (pageable of 5); "
              "host costs are medians on the device clock; d2d_gbps is the scale workload over "
              "256 MiB. The rest comes from %s.",
-             p->name, dev->ops->name, p->driver_version, p->runtime_version, when, bp.path);
+             p->name, dev->ops->name, p->driver_version, p->runtime_version, when,
+             strrchr(bp.path, '/') ? strrchr(bp.path, '/') + 1 : bp.path);
     /* The strict parser knows the source keys: the measured sections get the calibration. */
     set_str(source, "device", src);
     set_str(source, "copy", src);
