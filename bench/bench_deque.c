@@ -14,7 +14,7 @@
 #include "benchlib.h"
 #include "sched/sched.h"
 
-#define RUNS 7
+#define RUNS  7
 #define BENCH "deque"
 /* "submit+run well under 1 us": the pool cases are held to this. */
 #define POOL_TARGET_NS 1000.0

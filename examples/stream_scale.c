@@ -75,8 +75,8 @@ int main(void)
         }
     ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
     ferry_pipeline_stats(p, &st);
-    printf("%d/%d batches ok; H2D %.1f GB/s, D2H %.1f GB/s, overlap %.2f (%s time)\n", ok,
-           batches, st.gbps_h2d, st.gbps_d2h, st.overlap,
+    printf("%d/%d batches ok; H2D %.1f GB/s, D2H %.1f GB/s, overlap %.2f (%s time)\n", ok, batches,
+           st.gbps_h2d, st.gbps_d2h, st.overlap,
            ferry_device_is_simulated(dev) ? "simulated" : "measured");
     rc = ok == batches ? 0 : 1;
 out:

@@ -53,12 +53,15 @@ typedef struct ferry_runtime ferry_runtime_t;
 typedef struct ferry_device ferry_device_t;
 
 typedef struct ferry_runtime_config {
-    size_t size;             /* sizeof(ferry_runtime_config_t), set by the INIT macro */
-    const char *backend;     /* "auto", "sim" or "cuda"; NULL: the `backend` option */
-    const char *profile;     /* simulator device profile (JSON path); NULL: the `profile` option */
+    size_t size;         /* sizeof(ferry_runtime_config_t), set by the INIT macro */
+    const char *backend; /* "auto", "sim" or "cuda"; NULL: the `backend` option */
+    const char *profile; /* simulator device profile (JSON path); NULL: the `profile` option */
     const ferry_options_t *options; /* NULL: defaults plus FERRY_* environment; copied */
 } ferry_runtime_config_t;
-#define FERRY_RUNTIME_CONFIG_INIT {.size = sizeof(ferry_runtime_config_t)}
+#define FERRY_RUNTIME_CONFIG_INIT                                                                  \
+    {                                                                                              \
+        .size = sizeof(ferry_runtime_config_t)                                                     \
+    }
 
 /** Create a runtime on one backend. "auto" picks cuda when a GPU answers, else sim (the reason
  *  cuda was not taken is logged at info level and kept in ferry_runtime_fallback_reason()).
@@ -91,31 +94,34 @@ FERRY_EXTERN int ferry_device_count(ferry_runtime_t *rt);
 FERRY_EXTERN int ferry_device_get(ferry_runtime_t *rt, int index, ferry_device_t **out);
 
 typedef struct ferry_device_props {
-    size_t size;             /* sizeof(ferry_device_props_t), set by the caller (INIT macro) */
-    char name[128];          /* "NVIDIA H200" */
-    char backend[16];        /* "sim" or "cuda" */
-    int index;               /* device index within the backend */
-    bool simulated;          /* true on the sim backend: times are virtual */
-    int cc_major, cc_minor;  /* compute capability */
-    int sms;                 /* multiprocessors */
-    int copy_engines;        /* asyncEngineCount */
-    bool concurrent_kernels; /* a yes/no flag, not a count */
-    int max_resident_grids;  /* 128 on Hopper */
-    int priority_least;      /* numerically largest priority value (0 on the H200) */
-    int priority_greatest;   /* numerically smallest, the highest priority (-5 on the H200) */
-    uint64_t memory_bytes;   /* device memory */
-    uint64_t l2_bytes;       /* L2 cache */
-    int pcie_gen, pcie_width;     /* current link; 0 when unknown */
+    size_t size;              /* sizeof(ferry_device_props_t), set by the caller (INIT macro) */
+    char name[128];           /* "NVIDIA H200" */
+    char backend[16];         /* "sim" or "cuda" */
+    int index;                /* device index within the backend */
+    bool simulated;           /* true on the sim backend: times are virtual */
+    int cc_major, cc_minor;   /* compute capability */
+    int sms;                  /* multiprocessors */
+    int copy_engines;         /* asyncEngineCount */
+    bool concurrent_kernels;  /* a yes/no flag, not a count */
+    int max_resident_grids;   /* 128 on Hopper */
+    int priority_least;       /* numerically largest priority value (0 on the H200) */
+    int priority_greatest;    /* numerically smallest, the highest priority (-5 on the H200) */
+    uint64_t memory_bytes;    /* device memory */
+    uint64_t l2_bytes;        /* L2 cache */
+    int pcie_gen, pcie_width; /* current link; 0 when unknown */
     int pcie_gen_max, pcie_width_max; /* what the link can do; 0 when unknown */
-    double link_gbps;        /* theoretical GB/s per direction of the link; 0 when unknown */
-    int numa_node;           /* -1 when unknown */
-    char driver_version[32]; /* "580.159.04", or "simulated" */
-    char runtime_version[32];/* "13.0" */
-    char profile[256];       /* sim: profile file in use; cuda: empty */
-    char pci_bus_id[32];     /* "0000:17:00.0", empty when unknown */
+    double link_gbps;             /* theoretical GB/s per direction of the link; 0 when unknown */
+    int numa_node;                /* -1 when unknown */
+    char driver_version[32];      /* "580.159.04", or "simulated" */
+    char runtime_version[32];     /* "13.0" */
+    char profile[256];            /* sim: profile file in use; cuda: empty */
+    char pci_bus_id[32];          /* "0000:17:00.0", empty when unknown */
     uint64_t default_chunk_bytes; /* chunk size the pipeline uses when none is set */
 } ferry_device_props_t;
-#define FERRY_DEVICE_PROPS_INIT {.size = sizeof(ferry_device_props_t)}
+#define FERRY_DEVICE_PROPS_INIT                                                                    \
+    {                                                                                              \
+        .size = sizeof(ferry_device_props_t)                                                       \
+    }
 
 /** Fill @p out (whose size field the caller sets). Returns 0 or FERRY_EINVAL. Thread-safe. */
 FERRY_EXTERN int ferry_device_props(ferry_device_t *dev, ferry_device_props_t *out);
@@ -137,20 +143,26 @@ typedef struct ferry_pool_config {
     size_t slots;      /* used when bytes is 0; 0: 2 x the depth option */
     size_t align;      /* slot alignment, a power of two; 0: 4096 */
 } ferry_pool_config_t;
-#define FERRY_POOL_CONFIG_INIT {.size = sizeof(ferry_pool_config_t)}
+#define FERRY_POOL_CONFIG_INIT                                                                     \
+    {                                                                                              \
+        .size = sizeof(ferry_pool_config_t)                                                        \
+    }
 
 typedef struct ferry_pool_stats {
-    size_t size;          /* sizeof(ferry_pool_stats_t), set by the caller */
-    size_t bytes;         /* pinned bytes held */
-    size_t slot_bytes;    /* bytes per slot */
-    size_t slots;         /* slots in all */
-    size_t in_use;        /* slots handed out now */
-    size_t peak_in_use;   /* most slots ever handed out at once */
-    uint64_t allocs;      /* successful allocations */
-    uint64_t waits;       /* allocations that had to wait for a free slot */
-    uint64_t eagain;      /* non-blocking allocations refused because the pool was empty */
+    size_t size;        /* sizeof(ferry_pool_stats_t), set by the caller */
+    size_t bytes;       /* pinned bytes held */
+    size_t slot_bytes;  /* bytes per slot */
+    size_t slots;       /* slots in all */
+    size_t in_use;      /* slots handed out now */
+    size_t peak_in_use; /* most slots ever handed out at once */
+    uint64_t allocs;    /* successful allocations */
+    uint64_t waits;     /* allocations that had to wait for a free slot */
+    uint64_t eagain;    /* non-blocking allocations refused because the pool was empty */
 } ferry_pool_stats_t;
-#define FERRY_POOL_STATS_INIT {.size = sizeof(ferry_pool_stats_t)}
+#define FERRY_POOL_STATS_INIT                                                                      \
+    {                                                                                              \
+        .size = sizeof(ferry_pool_stats_t)                                                         \
+    }
 
 /** Pool bytes for the sizing rule: stages x largest chunk x 2 (double buffering). Returns 0,
  *  FERRY_EINVAL (zero argument, NULL) or FERRY_ERANGE (overflow). */
@@ -206,17 +218,20 @@ typedef int (*ferry_gpu_fn)(const ferry_kernel_args_t *args, void *stream, void 
 typedef int (*ferry_cpu_fn)(const ferry_kernel_args_t *args, void *user);
 
 typedef struct ferry_stage {
-    size_t size;          /* sizeof(ferry_stage_t), set by the INIT macro */
-    const char *name;     /* for logs, traces and failure records; copied */
-    ferry_gpu_fn gpu;     /* required on the cuda backend */
-    ferry_cpu_fn cpu;     /* required on the sim backend; optional fallback on cuda */
-    void *user;           /* passed to both; borrowed for the pipeline's lifetime */
-    double ns_per_byte;   /* cost hint: kernel time per byte with the whole GPU; 0: the
-                             profile's device-to-device rate (a memory-bound pass) */
-    size_t granularity;   /* chunks are cut at multiples of this many bytes from the batch's
-                             start (the element size of the stage's data); 0 or 1: anywhere */
+    size_t size;        /* sizeof(ferry_stage_t), set by the INIT macro */
+    const char *name;   /* for logs, traces and failure records; copied */
+    ferry_gpu_fn gpu;   /* required on the cuda backend */
+    ferry_cpu_fn cpu;   /* required on the sim backend; optional fallback on cuda */
+    void *user;         /* passed to both; borrowed for the pipeline's lifetime */
+    double ns_per_byte; /* cost hint: kernel time per byte with the whole GPU; 0: the
+                           profile's device-to-device rate (a memory-bound pass) */
+    size_t granularity; /* chunks are cut at multiples of this many bytes from the batch's
+                           start (the element size of the stage's data); 0 or 1: anywhere */
 } ferry_stage_t;
-#define FERRY_STAGE_INIT {.size = sizeof(ferry_stage_t)}
+#define FERRY_STAGE_INIT                                                                           \
+    {                                                                                              \
+        .size = sizeof(ferry_stage_t)                                                              \
+    }
 
 /* ---------------------------------------------------------------------------------------------
  * Pipelines
@@ -225,26 +240,28 @@ typedef struct ferry_stage {
 typedef struct ferry_pipeline ferry_pipeline_t;
 
 typedef struct ferry_pipeline_config {
-    size_t size;              /* sizeof(ferry_pipeline_config_t), set by the INIT macro */
-    ferry_device_t *device;   /* required; borrowed for the pipeline's lifetime */
+    size_t size;                /* sizeof(ferry_pipeline_config_t), set by the INIT macro */
+    ferry_device_t *device;     /* required; borrowed for the pipeline's lifetime */
     const ferry_stage_t *stage; /* required; copied */
-    size_t chunk_bytes;       /* 0: the chunk_bytes option (profile default when that is 0) */
-    unsigned depth;           /* chunks in flight (pinned and device slots); 0: option */
-    unsigned copy_streams;    /* streams per copy direction (H2D and D2H each); 0: option */
-    unsigned compute_streams; /* 0: option */
-    int copy_priority;        /* stream priority of copy streams; FERRY_PRIORITY_DEFAULT: option */
-    int compute_priority;     /* likewise for compute streams */
-    unsigned queue_depth;     /* bounded submission queue; 0: (2 x copy + compute) x 2 */
-    int nonblocking;          /* 1: submit returns FERRY_EAGAIN when full; 0: it blocks;
-                                 -1: the nonblocking option */
-    unsigned workers;         /* host worker threads; 0: option */
-    bool single_stream;       /* every op of every chunk on one stream: no overlap (the
-                                 baseline, and the last step before giving up on the GPU) */
+    size_t chunk_bytes;         /* 0: the chunk_bytes option (profile default when that is 0) */
+    unsigned depth;             /* chunks in flight (pinned and device slots); 0: option */
+    unsigned copy_streams;      /* streams per copy direction (H2D and D2H each); 0: option */
+    unsigned compute_streams;   /* 0: option */
+    int copy_priority;    /* stream priority of copy streams; FERRY_PRIORITY_DEFAULT: option */
+    int compute_priority; /* likewise for compute streams */
+    unsigned queue_depth; /* bounded submission queue; 0: (2 x copy + compute) x 2 */
+    int nonblocking;      /* 1: submit returns FERRY_EAGAIN when full; 0: it blocks;
+                             -1: the nonblocking option */
+    unsigned workers;     /* host worker threads; 0: option */
+    bool single_stream;   /* every op of every chunk on one stream: no overlap (the
+                             baseline, and the last step before giving up on the GPU) */
 } ferry_pipeline_config_t;
 #define FERRY_PRIORITY_DEFAULT (-1000)
 #define FERRY_PIPELINE_CONFIG_INIT                                                                 \
-    {.size = sizeof(ferry_pipeline_config_t), .copy_priority = FERRY_PRIORITY_DEFAULT,           \
-     .compute_priority = FERRY_PRIORITY_DEFAULT, .nonblocking = -1}
+    {                                                                                              \
+        .size = sizeof(ferry_pipeline_config_t), .copy_priority = FERRY_PRIORITY_DEFAULT,          \
+        .compute_priority = FERRY_PRIORITY_DEFAULT, .nonblocking = -1                              \
+    }
 
 /** Fill one chunk's pinned input directly (decode, generate) instead of copying from
  *  batch->in. @p slot holds @p bytes; @p offset is the chunk's offset within the batch.
@@ -260,23 +277,26 @@ typedef struct ferry_batch {
     ferry_prepare_fn prepare; /* optional: fill each chunk's input in place of in */
     void *prepare_arg;
 } ferry_batch_t;
-#define FERRY_BATCH_INIT {.size = sizeof(ferry_batch_t)}
+#define FERRY_BATCH_INIT                                                                           \
+    {                                                                                              \
+        .size = sizeof(ferry_batch_t)                                                              \
+    }
 
 typedef enum ferry_batch_where {
-    FERRY_DONE_GPU = 0,  /* the stage ran on the device (or the simulated device) */
-    FERRY_DONE_CPU = 1,  /* the stage's CPU function produced the output */
+    FERRY_DONE_GPU = 0,   /* the stage ran on the device (or the simulated device) */
+    FERRY_DONE_CPU = 1,   /* the stage's CPU function produced the output */
     FERRY_DONE_FAILED = 2 /* no output; status says why */
 } ferry_batch_where_t;
 
 typedef struct ferry_batch_result {
-    uint64_t id;          /* as returned by submit */
-    int status;           /* 0, or the FERRY_* code that failed the batch */
+    uint64_t id; /* as returned by submit */
+    int status;  /* 0, or the FERRY_* code that failed the batch */
     ferry_batch_where_t where;
-    const void *in;       /* the batch's buffers, handed back */
+    const void *in; /* the batch's buffers, handed back */
     void *out;
     size_t bytes;
-    uint32_t chunks;      /* chunks the batch was cut into */
-    uint64_t submit_ns;   /* device clock at submit and at completion */
+    uint32_t chunks;    /* chunks the batch was cut into */
+    uint64_t submit_ns; /* device clock at submit and at completion */
     uint64_t done_ns;
 } ferry_batch_result_t;
 
@@ -288,8 +308,7 @@ typedef void (*ferry_done_fn)(const ferry_batch_result_t *r, void *arg);
  *  here. @p cfg is read during the call; the stage is copied. On error *out is untouched.
  *  Returns 0, FERRY_EINVAL (NULL, missing stage function, value out of range with the
  *  option named in the last-error text), FERRY_ENOMEM, FERRY_EDEVMEM, FERRY_EBACKEND. */
-FERRY_EXTERN int ferry_pipeline_create(const ferry_pipeline_config_t *cfg,
-                                       ferry_pipeline_t **out);
+FERRY_EXTERN int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **out);
 
 /** Queue @p batch (copied; its buffers are borrowed until the callback). The bounded
  *  submission queue applies backpressure: a full queue blocks, or returns FERRY_EAGAIN in
@@ -310,11 +329,11 @@ FERRY_EXTERN int ferry_pipeline_close(ferry_pipeline_t *p);
 #define FERRY_STATS_MAX_STREAMS 32
 
 typedef struct ferry_pipeline_stats {
-    size_t size;               /* sizeof(ferry_pipeline_stats_t), set by the caller */
+    size_t size; /* sizeof(ferry_pipeline_stats_t), set by the caller */
     uint64_t batches_submitted, batches_done_gpu, batches_done_cpu, batches_failed;
     uint64_t chunks;
     uint64_t bytes_h2d, bytes_d2h;
-    uint64_t elapsed_ns;       /* device clock from the first copy's start to the last's end */
+    uint64_t elapsed_ns; /* device clock from the first copy's start to the last's end */
     uint64_t busy_h2d_ns, busy_compute_ns, busy_d2h_ns; /* time each engine class was busy */
     double gbps_h2d, gbps_d2h; /* bytes / elapsed, GB/s (1e9 bytes per second) */
     double overlap;            /* (busy_h2d + busy_compute + busy_d2h) / elapsed: 1 means
@@ -322,15 +341,18 @@ typedef struct ferry_pipeline_stats {
     unsigned streams;          /* streams in the plan (all kinds), <= FERRY_STATS_MAX_STREAMS */
     char stream_kind[FERRY_STATS_MAX_STREAMS]; /* 'h' H2D, 'c' compute, 'd' D2H, 'a' all */
     uint64_t stream_busy_ns[FERRY_STATS_MAX_STREAMS];
-    uint64_t queue_full_waits; /* submits that waited (blocking) on a full queue */
-    uint64_t queue_full_eagain;/* submits refused with FERRY_EAGAIN */
-    uint64_t staged_bytes;     /* input bytes copied into pinned slots by host workers */
-    uint64_t copied_out_bytes; /* output bytes copied out of pinned slots */
-    uint64_t chunk_bytes;      /* the plan in force: chunk size, slots, streams */
+    uint64_t queue_full_waits;  /* submits that waited (blocking) on a full queue */
+    uint64_t queue_full_eagain; /* submits refused with FERRY_EAGAIN */
+    uint64_t staged_bytes;      /* input bytes copied into pinned slots by host workers */
+    uint64_t copied_out_bytes;  /* output bytes copied out of pinned slots */
+    uint64_t chunk_bytes;       /* the plan in force: chunk size, slots, streams */
     unsigned depth, copy_streams, compute_streams, queue_depth;
-    unsigned slots_in_use;     /* slots bound to chunks in flight now (0 once drained) */
+    unsigned slots_in_use; /* slots bound to chunks in flight now (0 once drained) */
 } ferry_pipeline_stats_t;
-#define FERRY_PIPELINE_STATS_INIT {.size = sizeof(ferry_pipeline_stats_t)}
+#define FERRY_PIPELINE_STATS_INIT                                                                  \
+    {                                                                                              \
+        .size = sizeof(ferry_pipeline_stats_t)                                                     \
+    }
 
 /** Fill @p out (caller sets size). Consistent once drained. Returns 0 or FERRY_EINVAL. */
 FERRY_EXTERN int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out);

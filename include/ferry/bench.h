@@ -17,14 +17,17 @@ typedef enum ferry_copy_dir {
 } ferry_copy_dir_t;
 
 typedef struct ferry_copy_bench_config {
-    size_t size;       /* sizeof(ferry_copy_bench_config_t), set by the INIT macro */
-    size_t bytes;      /* bytes per copy (per direction for BOTH), 1 .. 16G */
+    size_t size;  /* sizeof(ferry_copy_bench_config_t), set by the INIT macro */
+    size_t bytes; /* bytes per copy (per direction for BOTH), 1 .. 16G */
     ferry_copy_dir_t dir;
-    bool pageable;     /* host memory from malloc instead of registered memory */
-    unsigned warmup;   /* untimed repetitions first; 0: 2 */
-    unsigned reps;     /* timed repetitions, 1 .. 10000; 0: 10 */
+    bool pageable;   /* host memory from malloc instead of registered memory */
+    unsigned warmup; /* untimed repetitions first; 0: 2 */
+    unsigned reps;   /* timed repetitions, 1 .. 10000; 0: 10 */
 } ferry_copy_bench_config_t;
-#define FERRY_COPY_BENCH_CONFIG_INIT {.size = sizeof(ferry_copy_bench_config_t)}
+#define FERRY_COPY_BENCH_CONFIG_INIT                                                               \
+    {                                                                                              \
+        .size = sizeof(ferry_copy_bench_config_t)                                                  \
+    }
 
 typedef struct ferry_copy_bench_result {
     size_t size;        /* sizeof(ferry_copy_bench_result_t), set by the caller */
@@ -33,7 +36,10 @@ typedef struct ferry_copy_bench_result {
     double best_us, median_us;
     unsigned reps;
 } ferry_copy_bench_result_t;
-#define FERRY_COPY_BENCH_RESULT_INIT {.size = sizeof(ferry_copy_bench_result_t)}
+#define FERRY_COPY_BENCH_RESULT_INIT                                                               \
+    {                                                                                              \
+        .size = sizeof(ferry_copy_bench_result_t)                                                  \
+    }
 
 /** Time copies of @p cfg->bytes on @p dev: host and device buffers are allocated (and host
  *  memory registered unless pageable) for the call and released before it returns; the host
@@ -45,19 +51,22 @@ FERRY_EXTERN int ferry_bench_copy(ferry_device_t *dev, const ferry_copy_bench_co
 #define FERRY_CALIBRATION_POINTS 6
 
 typedef struct ferry_calibration {
-    size_t size;                /* sizeof(ferry_calibration_t), set by the caller */
-    uint64_t bytes[FERRY_CALIBRATION_POINTS];    /* 4K, 64K, 1M, 4M, 16M, 64M */
-    double h2d_gbps[FERRY_CALIBRATION_POINTS];   /* best of the repetitions, pinned */
+    size_t size;                               /* sizeof(ferry_calibration_t), set by the caller */
+    uint64_t bytes[FERRY_CALIBRATION_POINTS];  /* 4K, 64K, 1M, 4M, 16M, 64M */
+    double h2d_gbps[FERRY_CALIBRATION_POINTS]; /* best of the repetitions, pinned */
     double d2h_gbps[FERRY_CALIBRATION_POINTS];
     double bidirectional_factor; /* 64 MiB both at once: each direction's share of its rate */
     double pageable_h2d_gbps, pageable_d2h_gbps; /* 64 MiB */
-    double copy_submit_ns;       /* host time of one async copy call (median) */
-    double launch_ns;            /* host time of one launch of the scale workload */
-    double event_record_ns;      /* host time of one event record */
-    double stream_wait_ns;       /* host time of one stream wait on an event */
-    double d2d_gbps;             /* the scale workload over 256 MiB: bytes / kernel time */
+    double copy_submit_ns;                       /* host time of one async copy call (median) */
+    double launch_ns;                            /* host time of one launch of the scale workload */
+    double event_record_ns;                      /* host time of one event record */
+    double stream_wait_ns;                       /* host time of one stream wait on an event */
+    double d2d_gbps; /* the scale workload over 256 MiB: bytes / kernel time */
 } ferry_calibration_t;
-#define FERRY_CALIBRATION_INIT {.size = sizeof(ferry_calibration_t)}
+#define FERRY_CALIBRATION_INIT                                                                     \
+    {                                                                                              \
+        .size = sizeof(ferry_calibration_t)                                                        \
+    }
 
 /** Measure the simulator's parameters on @p dev (times from device events; host call costs
  *  from the device clock, which on the simulator is its virtual host clock, so calibrating
@@ -70,8 +79,8 @@ FERRY_EXTERN int ferry_calibrate(ferry_device_t *dev, ferry_calibration_t *out);
  *  profile at @p base (NULL: the installed h200.json); the result is loaded back and
  *  validated. Returns 0, FERRY_EINVAL, FERRY_EPARSE (base), FERRY_EIO (writing). */
 FERRY_EXTERN int ferry_calibration_write_profile(ferry_device_t *dev,
-                                                 const ferry_calibration_t *cal,
-                                                 const char *base, const char *path);
+                                                 const ferry_calibration_t *cal, const char *base,
+                                                 const char *path);
 
 #ifdef __cplusplus
 }

@@ -64,8 +64,7 @@ FERRY_EXTERN int ferry_options_set(ferry_options_t *o, const char *name, const c
  *  Returns 0, FERRY_EINVAL (unknown name, NULL, or a string/double option). */
 FERRY_EXTERN int ferry_options_get_i64(const ferry_options_t *o, const char *name, int64_t *out);
 /** Value of a FERRY_OPT_DOUBLE option. Returns 0 or FERRY_EINVAL. */
-FERRY_EXTERN int ferry_options_get_double(const ferry_options_t *o, const char *name,
-                                          double *out);
+FERRY_EXTERN int ferry_options_get_double(const ferry_options_t *o, const char *name, double *out);
 /** Text of a string or enum option, owned by @p o and valid until it changes; NULL for an
  *  unknown name or a numeric option. */
 FERRY_EXTERN const char *ferry_options_get_str(const ferry_options_t *o, const char *name);

@@ -2,9 +2,9 @@
 #ifndef FERRY_VERSION_H
 #define FERRY_VERSION_H
 
-#define FERRY_VERSION_MAJOR 0
-#define FERRY_VERSION_MINOR 1
-#define FERRY_VERSION_PATCH 0
+#define FERRY_VERSION_MAJOR  0
+#define FERRY_VERSION_MINOR  1
+#define FERRY_VERSION_PATCH  0
 #define FERRY_VERSION_STRING "0.1.0"
 /* Monotonic number for compile-time checks: major * 10000 + minor * 100 + patch. */
 #define FERRY_VERSION_NUMBER                                                                       \

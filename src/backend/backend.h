@@ -16,7 +16,7 @@
 /* Capability bits. */
 #define FERRY_BE_CAP_VIRTUAL_CLOCK 0x1u /* time is modelled, not measured */
 #define FERRY_BE_CAP_NATIVE_STREAM 0x2u /* launches receive a native stream handle */
-#define FERRY_BE_CAP_HOST_COST 0x4u     /* host call costs are charged to a virtual host clock */
+#define FERRY_BE_CAP_HOST_COST     0x4u /* host call costs are charged to a virtual host clock */
 
 /* Opaque per-backend objects. Each backend defines these structs in its own folder. */
 typedef struct ferry_be_device ferry_be_device_t;
@@ -32,8 +32,8 @@ typedef struct ferry_be_open_params {
 
 /* One kernel launch. Copied by value by the backend at launch time. */
 typedef struct ferry_be_launch {
-    ferry_gpu_fn gpu;         /* cuda: called with the native stream */
-    ferry_cpu_fn cpu;         /* sim: run as the kernel, at the kernel's modelled end */
+    ferry_gpu_fn gpu; /* cuda: called with the native stream */
+    ferry_cpu_fn cpu; /* sim: run as the kernel, at the kernel's modelled end */
     void *user;
     ferry_kernel_args_t args; /* device pointers */
     /* Timing hints for the simulator (cuda ignores them): the kernel runs @blocks blocks of

@@ -10,8 +10,7 @@ const char *ferry_strerror(int err)
 {
     switch (err) {
 #define FERRY_ERROR_MSG_(name, value, msg)                                                         \
-    case value:                                                                                    \
-        return msg;
+    case value: return msg;
         FERRY_ERROR_TABLE(FERRY_ERROR_MSG_)
 #undef FERRY_ERROR_MSG_
     }
@@ -22,8 +21,7 @@ const char *ferry_err_name(int err)
 {
     switch (err) {
 #define FERRY_ERROR_NAME_(name, value, msg)                                                        \
-    case value:                                                                                    \
-        return #name;
+    case value: return #name;
         FERRY_ERROR_TABLE(FERRY_ERROR_NAME_)
 #undef FERRY_ERROR_NAME_
     }
@@ -39,12 +37,27 @@ int ferry__error(int code, const char *fmt, ...)
     return code;
 }
 
-const char *ferry__last_error_text(void) { return last_error; }
+const char *ferry__last_error_text(void)
+{
+    return last_error;
+}
 
-void ferry__clear_error(void) { last_error[0] = '\0'; }
+void ferry__clear_error(void)
+{
+    last_error[0] = '\0';
+}
 
-const char *ferry_last_error(void) { return last_error; }
+const char *ferry_last_error(void)
+{
+    return last_error;
+}
 
-unsigned ferry_version(void) { return FERRY_VERSION_NUMBER; }
+unsigned ferry_version(void)
+{
+    return FERRY_VERSION_NUMBER;
+}
 
-const char *ferry_version_string(void) { return FERRY_VERSION_STRING; }
+const char *ferry_version_string(void)
+{
+    return FERRY_VERSION_STRING;
+}

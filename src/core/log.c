@@ -27,7 +27,10 @@ static void level_from_env(void)
     /* A bad value is reported when options are parsed (ferry_options_apply_env). */
 }
 
-__attribute__((constructor)) static void log_init(void) { pthread_once(&level_once, level_from_env); }
+__attribute__((constructor)) static void log_init(void)
+{
+    pthread_once(&level_once, level_from_env);
+}
 
 void ferry_set_log_handler(ferry_log_fn fn, void *arg)
 {

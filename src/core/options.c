@@ -48,7 +48,10 @@ static void build_infos(void)
     __atomic_store_n(&infos_ready, 1, __ATOMIC_RELEASE);
 }
 
-size_t ferry_option_count(void) { return FERRY__OPT_COUNT; }
+size_t ferry_option_count(void)
+{
+    return FERRY__OPT_COUNT;
+}
 
 const ferry_option_info_t *ferry_option_at(size_t i)
 {
@@ -117,8 +120,8 @@ static int parse_value(size_t i, const char *text, const char *src, opt_value_t 
         if (rc == 0 && ((double)u < inf->min || (inf->max < 1.8e19 && (double)u > inf->max)))
             rc = FERRY_ERANGE;
         if (rc != 0)
-            return ferry__error(rc, "%s: '%s' is not accepted: an integer from %.0f to %.0f",
-                                src, text, inf->min, inf->max);
+            return ferry__error(rc, "%s: '%s' is not accepted: an integer from %.0f to %.0f", src,
+                                text, inf->min, inf->max);
         val->u = u;
         return 0;
     }
@@ -128,8 +131,8 @@ static int parse_value(size_t i, const char *text, const char *src, opt_value_t 
         if (rc == 0 && ((double)v < inf->min || (double)v > inf->max))
             rc = FERRY_ERANGE;
         if (rc != 0)
-            return ferry__error(rc, "%s: '%s' is not accepted: an integer from %.0f to %.0f",
-                                src, text, inf->min, inf->max);
+            return ferry__error(rc, "%s: '%s' is not accepted: an integer from %.0f to %.0f", src,
+                                text, inf->min, inf->max);
         val->i = v;
         return 0;
     }
@@ -139,8 +142,8 @@ static int parse_value(size_t i, const char *text, const char *src, opt_value_t 
         if (rc == 0 && (d < inf->min || d > inf->max))
             rc = FERRY_ERANGE;
         if (rc != 0)
-            return ferry__error(rc, "%s: '%s' is not accepted: a number from %g to %g", src,
-                                text, inf->min, inf->max);
+            return ferry__error(rc, "%s: '%s' is not accepted: a number from %g to %g", src, text,
+                                inf->min, inf->max);
         val->d = d;
         return 0;
     }
@@ -157,9 +160,8 @@ static int parse_value(size_t i, const char *text, const char *src, opt_value_t 
                 return 0;
             }
         }
-        return ferry__error(FERRY_EPARSE,
-                            "%s: '%s' is not accepted: 1/0, true/false, yes/no or on/off", src,
-                            text);
+        return ferry__error(
+            FERRY_EPARSE, "%s: '%s' is not accepted: 1/0, true/false, yes/no or on/off", src, text);
     }
     case FERRY_OPT_ENUM: {
         int k = choice_index(inf->choices, text);
@@ -322,8 +324,14 @@ const char *ferry_options_get_str(const ferry_options_t *o, const char *name)
     return o->s[i] ? o->s[i] : "";
 }
 
-int64_t ferry__opt_i64(const ferry_options_t *o, ferry__opt_id_t id) { return o->v[id].i; }
-double ferry__opt_double(const ferry_options_t *o, ferry__opt_id_t id) { return o->v[id].d; }
+int64_t ferry__opt_i64(const ferry_options_t *o, ferry__opt_id_t id)
+{
+    return o->v[id].i;
+}
+double ferry__opt_double(const ferry_options_t *o, ferry__opt_id_t id)
+{
+    return o->v[id].d;
+}
 const char *ferry__opt_str(const ferry_options_t *o, ferry__opt_id_t id)
 {
     return o->s[id] ? o->s[id] : "";

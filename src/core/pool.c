@@ -12,7 +12,7 @@
 struct ferry_pool {
     ferry_device_t *dev;
     unsigned char *base;
-    size_t bytes;      /* mapped and registered */
+    size_t bytes; /* mapped and registered */
     size_t slot_bytes;
     size_t slots;
     pthread_mutex_t lock;
@@ -46,9 +46,8 @@ int ferry_pool_create(ferry_device_t *dev, const ferry_pool_config_t *cfg, ferry
         return ferry__error(FERRY_EINVAL,
                             "ferry_pool_create: cfg->size not set (use FERRY_POOL_CONFIG_INIT)");
     const ferry_options_t *o = dev->rt->opts;
-    size_t align = (cfg && cfg->size > offsetof(ferry_pool_config_t, align) && cfg->align)
-                       ? cfg->align
-                       : 4096;
+    size_t align =
+        (cfg && cfg->size > offsetof(ferry_pool_config_t, align) && cfg->align) ? cfg->align : 4096;
     if ((align & (align - 1)) != 0 || align > (1u << 30))
         return ferry__rt_fail(dev->rt, ferry__error(FERRY_EINVAL,
                                                     "pool align %zu is not a power of two "
@@ -59,9 +58,8 @@ int ferry_pool_create(ferry_device_t *dev, const ferry_pool_config_t *cfg, ferry
     if (slot == 0)
         slot = 8u << 20;
     if (slot > ((size_t)1 << 40))
-        return ferry__rt_fail(dev->rt, ferry__error(FERRY_ERANGE,
-                                                    "pool slot_bytes %zu is larger than 1T",
-                                                    slot));
+        return ferry__rt_fail(
+            dev->rt, ferry__error(FERRY_ERANGE, "pool slot_bytes %zu is larger than 1T", slot));
     slot = (slot + align - 1) & ~(align - 1);
     size_t nslots;
     if (cfg && cfg->bytes) {
@@ -71,14 +69,13 @@ int ferry_pool_create(ferry_device_t *dev, const ferry_pool_config_t *cfg, ferry
                                                         "pool bytes %zu hold no slot of %zu bytes",
                                                         cfg->bytes, slot));
     } else {
-        nslots = (cfg && cfg->slots) ? cfg->slots
-                                     : 2 * (size_t)ferry__opt_i64(o, FERRY__OPT_depth);
+        nslots = (cfg && cfg->slots) ? cfg->slots : 2 * (size_t)ferry__opt_i64(o, FERRY__OPT_depth);
     }
     size_t total;
     if (__builtin_mul_overflow(nslots, slot, &total) || total > ((size_t)1 << 44))
-        return ferry__rt_fail(dev->rt, ferry__error(FERRY_ERANGE,
-                                                    "pool of %zu slots x %zu bytes is too large",
-                                                    nslots, slot));
+        return ferry__rt_fail(
+            dev->rt,
+            ferry__error(FERRY_ERANGE, "pool of %zu slots x %zu bytes is too large", nslots, slot));
     int rc = 0;
     ferry_pool_t *p = calloc(1, sizeof(*p));
     if (p == NULL)
@@ -146,8 +143,8 @@ int ferry_pool_alloc(ferry_pool_t *p, size_t bytes, bool wait, void **out)
     if (p == NULL || out == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pool_alloc: NULL argument");
     if (bytes == 0 || bytes > p->slot_bytes)
-        return ferry__error(FERRY_EINVAL, "ferry_pool_alloc: %zu bytes (accepted: 1 to %zu)",
-                            bytes, p->slot_bytes);
+        return ferry__error(FERRY_EINVAL, "ferry_pool_alloc: %zu bytes (accepted: 1 to %zu)", bytes,
+                            p->slot_bytes);
     pthread_mutex_lock(&p->lock);
     if (p->nfree == 0) {
         if (!wait) {
@@ -201,9 +198,8 @@ bool ferry_pool_owns(const ferry_pool_t *p, const void *ptr, size_t bytes)
 int ferry_pool_stats(ferry_pool_t *p, ferry_pool_stats_t *out)
 {
     if (p == NULL || out == NULL || out->size < sizeof(*out))
-        return ferry__error(FERRY_EINVAL,
-                            "ferry_pool_stats: NULL argument or size not set "
-                            "(use FERRY_POOL_STATS_INIT)");
+        return ferry__error(FERRY_EINVAL, "ferry_pool_stats: NULL argument or size not set "
+                                          "(use FERRY_POOL_STATS_INIT)");
     pthread_mutex_lock(&p->lock);
     out->bytes = p->bytes;
     out->slot_bytes = p->slot_bytes;

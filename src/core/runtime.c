@@ -88,17 +88,17 @@ int ferry_runtime_create(const ferry_runtime_config_t *cfg, ferry_runtime_t **ou
         goto out_free;
     ferry_set_log_level((ferry_log_level_t)ferry__opt_i64(rt->opts, FERRY__OPT_log_level));
 
-    const char *backend = (cfg && cfg->backend) ? cfg->backend
-                                                : ferry__opt_str(rt->opts, FERRY__OPT_backend);
-    const char *profile = (cfg && cfg->profile) ? cfg->profile
-                                                : ferry__opt_str(rt->opts, FERRY__OPT_profile);
+    const char *backend =
+        (cfg && cfg->backend) ? cfg->backend : ferry__opt_str(rt->opts, FERRY__OPT_backend);
+    const char *profile =
+        (cfg && cfg->profile) ? cfg->profile : ferry__opt_str(rt->opts, FERRY__OPT_profile);
     ferry__strlcpy(rt->profile, profile, sizeof(rt->profile));
     rc = pick_backend(rt, backend);
     if (rc != 0)
         goto out_free;
     if (rt->ops->abi != FERRY_BACKEND_ABI) {
-        rc = ferry__error(FERRY_EBACKEND, "backend %s has ABI %d, ferry expects %d",
-                          rt->ops->name, rt->ops->abi, FERRY_BACKEND_ABI);
+        rc = ferry__error(FERRY_EBACKEND, "backend %s has ABI %d, ferry expects %d", rt->ops->name,
+                          rt->ops->abi, FERRY_BACKEND_ABI);
         goto out_free;
     }
     rt->devs = calloc((size_t)rt->ndev, sizeof(*rt->devs));
@@ -220,9 +220,8 @@ out_unlock:
 int ferry_device_props(ferry_device_t *dev, ferry_device_props_t *out)
 {
     if (dev == NULL || out == NULL || out->size < offsetof(ferry_device_props_t, pci_bus_id))
-        return ferry__error(FERRY_EINVAL,
-                            "ferry_device_props: NULL argument or size not set "
-                            "(use FERRY_DEVICE_PROPS_INIT)");
+        return ferry__error(FERRY_EINVAL, "ferry_device_props: NULL argument or size not set "
+                                          "(use FERRY_DEVICE_PROPS_INIT)");
     size_t n = out->size < sizeof(*out) ? out->size : sizeof(*out);
     memcpy(out, &dev->props, n);
     out->size = n;
@@ -282,8 +281,9 @@ int ferry_host_register(ferry_device_t *dev, void *p, size_t bytes)
     int rc = 0;
     size_t i = reg_upper(rt, a);
     if ((i > 0 && rt->regs[i - 1].end > a) || (i < rt->nregs && rt->regs[i].start < a + bytes)) {
-        rc = ferry__error(FERRY_EINVAL, "ferry_host_register: [%p, +%zu) overlaps a range "
-                                        "already registered",
+        rc = ferry__error(FERRY_EINVAL,
+                          "ferry_host_register: [%p, +%zu) overlaps a range "
+                          "already registered",
                           p, bytes);
         goto out_unlock;
     }
@@ -316,8 +316,9 @@ int ferry_host_unregister(ferry_device_t *dev, void *p)
     size_t i = reg_upper(rt, (uintptr_t)p);
     int rc = 0;
     if (i == 0 || rt->regs[i - 1].start != (uintptr_t)p || rt->regs[i - 1].device != dev->index) {
-        rc = ferry__error(FERRY_EINVAL, "ferry_host_unregister: %p was not registered with "
-                                        "ferry_host_register on this device",
+        rc = ferry__error(FERRY_EINVAL,
+                          "ferry_host_unregister: %p was not registered with "
+                          "ferry_host_register on this device",
                           p);
         goto out_unlock;
     }

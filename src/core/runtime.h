@@ -31,7 +31,7 @@ struct ferry_runtime {
     struct ferry_reg_range {
         uintptr_t start, end;
         int device;
-    } *regs;
+    } * regs;
     size_t nregs, regs_cap;
 };
 

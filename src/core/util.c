@@ -64,9 +64,8 @@ int ferry_parse_size(const char *text, uint64_t *out)
         return ferry__error(FERRY_EINVAL, "ferry_parse_size: NULL argument");
     const char *p = text;
     if (!isdigit((unsigned char)*p))
-        return ferry__error(FERRY_EPARSE,
-                            "size '%s': expected digits with an optional K, M, G or T suffix",
-                            text);
+        return ferry__error(
+            FERRY_EPARSE, "size '%s': expected digits with an optional K, M, G or T suffix", text);
     uint64_t v = 0;
     while (isdigit((unsigned char)*p)) {
         unsigned d = (unsigned)(*p - '0');
@@ -77,10 +76,26 @@ int ferry_parse_size(const char *text, uint64_t *out)
     }
     unsigned shift = 0;
     switch (*p) {
-    case 'K': case 'k': shift = 10; p++; break;
-    case 'M': case 'm': shift = 20; p++; break;
-    case 'G': case 'g': shift = 30; p++; break;
-    case 'T': case 't': shift = 40; p++; break;
+    case 'K':
+    case 'k':
+        shift = 10;
+        p++;
+        break;
+    case 'M':
+    case 'm':
+        shift = 20;
+        p++;
+        break;
+    case 'G':
+    case 'g':
+        shift = 30;
+        p++;
+        break;
+    case 'T':
+    case 't':
+        shift = 40;
+        p++;
+        break;
     default: break;
     }
     if (shift != 0 && p[0] == 'i' && p[1] == 'B')

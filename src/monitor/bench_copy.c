@@ -25,8 +25,9 @@ int ferry_bench_copy(ferry_device_t *dev, const ferry_copy_bench_config_t *cfg,
         return ferry__error(FERRY_EINVAL, "ferry_bench_copy: bytes %zu (accepted: 1 to 16G)",
                             cfg->bytes);
     if ((unsigned)cfg->dir > FERRY_COPY_BOTH)
-        return ferry__error(FERRY_EINVAL, "ferry_bench_copy: direction %d (accepted: 0 H2D, "
-                                          "1 D2H, 2 both)",
+        return ferry__error(FERRY_EINVAL,
+                            "ferry_bench_copy: direction %d (accepted: 0 H2D, "
+                            "1 D2H, 2 both)",
                             (int)cfg->dir);
     unsigned reps = cfg->reps ? cfg->reps : 10, warm = cfg->warmup ? cfg->warmup : 2;
     if (reps > 10000 || warm > 10000)

@@ -110,16 +110,19 @@ int ferry_calibrate(ferry_device_t *dev, ferry_calibration_t *out)
         goto out;
     reg = true;
     if ((rc = ferry__be_stream_create(dev, dev->props.priority_least, &s)) != 0 ||
-        (rc = ferry__be_event_create(dev, &ev)) != 0 || (rc = ferry__be_event_create(dev, &e0)) != 0 ||
+        (rc = ferry__be_event_create(dev, &ev)) != 0 ||
+        (rc = ferry__be_event_create(dev, &e0)) != 0 ||
         (rc = ferry__be_event_create(dev, &e1)) != 0 ||
         (rc = ferry__be_mem_alloc(dev, big, &din)) != 0 ||
         (rc = ferry__be_mem_alloc(dev, big, &dout)) != 0)
         goto out;
     const ferry_stage_t *st = ferry_workload_stage(wl);
-    ferry_be_launch_t l = {.gpu = st->gpu, .cpu = st->cpu, .user = st->user,
-                           .args = {.size = sizeof(ferry_kernel_args_t), .in = din, .out = dout,
-                                    .bytes = 4},
-                           .blocks = 1};
+    ferry_be_launch_t l = {
+        .gpu = st->gpu,
+        .cpu = st->cpu,
+        .user = st->user,
+        .args = {.size = sizeof(ferry_kernel_args_t), .in = din, .out = dout, .bytes = 4},
+        .blocks = 1};
     if ((rc = ferry__be_event_record(dev, ev, s)) != 0 ||
         (rc = host_cost(dev, CAL_COPY, s, ev, din, h, &l, &c.copy_submit_ns)) != 0 ||
         (rc = host_cost(dev, CAL_LAUNCH, s, ev, din, h, &l, &c.launch_ns)) != 0 ||

@@ -113,9 +113,9 @@ struct ferry_pipeline {
     /* The issue token, under lock: its holder alone pops the queue, binds slots and issues,
      * so batches are issued in queue order and one thread at a time drives the streams. */
     bool token;
-    bool issuer_turn;     /* the token was handed to the issuer thread */
-    size_t nqueued;       /* accepted into the queue, not yet taken for issue (incl. pending) */
-    batch_rec_t *pending; /* popped by a holder that could not issue it yet; holder only */
+    bool issuer_turn;       /* the token was handed to the issuer thread */
+    size_t nqueued;         /* accepted into the queue, not yet taken for issue (incl. pending) */
+    batch_rec_t *pending;   /* popped by a holder that could not issue it yet; holder only */
     uint64_t chunk_counter; /* round-robin position; holder only */
     /* 1 while a holder is issuing; 0 when nobody is, or the issuer thread waits for a slot.
      * On the simulator the completion thread advances virtual time only while it is 0, so host
@@ -124,8 +124,8 @@ struct ferry_pipeline {
 
     slot_t *free_slots; /* under lock */
     unsigned nfree_slots;
-    unsigned slot_wake;  /* free slots that wake the issuer thread waiting for one */
-    bool slot_waiting;   /* the issuer thread waits on slot_cv */
+    unsigned slot_wake; /* free slots that wake the issuer thread waiting for one */
+    bool slot_waiting;  /* the issuer thread waits on slot_cv */
 
     /* Hand-over to the completion thread, lock-free: chunks issued (a stack, reversed by the
      * completion thread) and empty batches; work_seq moves on every hand-over and whenever
@@ -148,10 +148,10 @@ struct ferry_pipeline {
     uint64_t completed;     /* atomic: callbacks returned */
     unsigned drain_waiters; /* atomic, changed under lock */
 
-    ferry_pipeline_stats_t st;   /* under lock, except the atomics below */
-    uint64_t chunks_issued;      /* atomic */
-    uint64_t staged_bytes;       /* atomic */
-    uint64_t done_gpu, failed;   /* atomic */
+    ferry_pipeline_stats_t st; /* under lock, except the atomics below */
+    uint64_t chunks_issued;    /* atomic */
+    uint64_t staged_bytes;     /* atomic */
+    uint64_t done_gpu, failed; /* atomic */
     uint64_t first_start, last_end;
     uint64_t stream_end[FERRY_STATS_MAX_STREAMS]; /* completion thread: last end per stream */
     uint64_t stream_busy[FERRY_STATS_MAX_STREAMS];
@@ -228,8 +228,8 @@ static void push_ready(ferry_pipeline_t *p, batch_rec_t *b)
     batch_rec_t *old = __atomic_load_n(&p->ready, __ATOMIC_RELAXED);
     do
         b->next = old;
-    while (!__atomic_compare_exchange_n(&p->ready, &old, b, true, __ATOMIC_RELEASE,
-                                        __ATOMIC_RELAXED));
+    while (
+        !__atomic_compare_exchange_n(&p->ready, &old, b, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
 }
 
 /* The device clock, remembered for submit_stamp(). */
@@ -635,8 +635,7 @@ static int issue_chunk(ferry_pipeline_t *p, slot_t *s)
         dst = (unsigned char *)b->b.out + s->offset;
         s->copy_out = false;
     }
-    ferry_be_stream_t *sh = p->streams[s->h2d], *sc = p->streams[s->comp],
-                      *sd = p->streams[s->d2h];
+    ferry_be_stream_t *sh = p->streams[s->h2d], *sc = p->streams[s->comp], *sd = p->streams[s->d2h];
     ferry_be_launch_t l = {
         .gpu = p->stage.gpu,
         .cpu = p->stage.cpu,
@@ -818,8 +817,9 @@ static void *issuer_main(void *arg)
 static int check_range(const char *what, long long v, long long lo, long long hi)
 {
     if (v < lo || v > hi)
-        return ferry__error(FERRY_EINVAL, "pipeline %s=%lld is out of range (accepted: %lld to %lld)",
-                            what, v, lo, hi);
+        return ferry__error(FERRY_EINVAL,
+                            "pipeline %s=%lld is out of range (accepted: %lld to %lld)", what, v,
+                            lo, hi);
     return 0;
 }
 
@@ -884,8 +884,9 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     if (cfg == NULL || out == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_create: NULL config or out");
     if (cfg->size < offsetof(ferry_pipeline_config_t, workers))
-        return ferry__error(FERRY_EINVAL, "ferry_pipeline_create: cfg->size is %zu; use "
-                                          "FERRY_PIPELINE_CONFIG_INIT",
+        return ferry__error(FERRY_EINVAL,
+                            "ferry_pipeline_create: cfg->size is %zu; use "
+                            "FERRY_PIPELINE_CONFIG_INIT",
                             cfg->size);
     if (cfg->device == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_create: cfg->device is NULL");
@@ -899,10 +900,10 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
                                                          "(FERRY_STAGE_INIT)"));
     bool virt = ferry_device_is_simulated(dev);
     if (virt && st->cpu == NULL)
-        return ferry__rt_fail(dev->rt,
-                              ferry__error(FERRY_EINVAL, "stage '%s' has no CPU function: the "
-                                                         "simulator runs it as the kernel",
-                                           st->name ? st->name : "?"));
+        return ferry__rt_fail(dev->rt, ferry__error(FERRY_EINVAL,
+                                                    "stage '%s' has no CPU function: the "
+                                                    "simulator runs it as the kernel",
+                                                    st->name ? st->name : "?"));
     if (!virt && st->gpu == NULL)
         return ferry__rt_fail(dev->rt,
                               ferry__error(FERRY_EINVAL, "stage '%s' has no GPU launch function",
@@ -912,24 +913,24 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
                                                     "stage ns_per_byte %g out of range (0 to 1e6)",
                                                     st->ns_per_byte));
 
-    size_t chunk = cfg->chunk_bytes ? cfg->chunk_bytes
-                                    : (size_t)ferry__opt_i64(o, FERRY__OPT_chunk_bytes);
+    size_t chunk =
+        cfg->chunk_bytes ? cfg->chunk_bytes : (size_t)ferry__opt_i64(o, FERRY__OPT_chunk_bytes);
     if (chunk == 0)
         chunk = dev->props.default_chunk_bytes;
     if (chunk == 0)
         chunk = 8u << 20; /* FACTS.md: 4-16 MiB chunks reach 97-100% of the round-trip ceiling */
     size_t gran = st->size > offsetof(ferry_stage_t, granularity) ? st->granularity : 0;
     if (gran > (1u << 20))
-        return ferry__rt_fail(dev->rt, ferry__error(FERRY_EINVAL,
-                                                    "stage granularity %zu out of range (0 to 1M)",
-                                                    gran));
+        return ferry__rt_fail(
+            dev->rt,
+            ferry__error(FERRY_EINVAL, "stage granularity %zu out of range (0 to 1M)", gran));
     if (gran > 1 && chunk % gran != 0)
         chunk = chunk < gran ? gran : chunk - chunk % gran; /* elements never straddle chunks */
     long long depth = cfg->depth ? cfg->depth : ferry__opt_i64(o, FERRY__OPT_depth);
-    long long ncopy = cfg->copy_streams ? cfg->copy_streams
-                                        : ferry__opt_i64(o, FERRY__OPT_copy_streams);
-    long long ncomp = cfg->compute_streams ? cfg->compute_streams
-                                           : ferry__opt_i64(o, FERRY__OPT_compute_streams);
+    long long ncopy =
+        cfg->copy_streams ? cfg->copy_streams : ferry__opt_i64(o, FERRY__OPT_copy_streams);
+    long long ncomp =
+        cfg->compute_streams ? cfg->compute_streams : ferry__opt_i64(o, FERRY__OPT_compute_streams);
     int rc;
     if ((rc = check_range("chunk_bytes", (long long)chunk, 1, 1LL << 30)) != 0 ||
         (rc = check_range("depth", depth, 1, 64)) != 0 ||
@@ -975,8 +976,7 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     p->depth = (unsigned)depth;
     p->ncopy = (unsigned)ncopy;
     p->ncomp = (unsigned)ncomp;
-    p->single = cfg->size > offsetof(ferry_pipeline_config_t, single_stream) &&
-                cfg->single_stream;
+    p->single = cfg->size > offsetof(ferry_pipeline_config_t, single_stream) && cfg->single_stream;
     p->nstreams = p->single ? 1 : p->ncopy * 2 + p->ncomp;
     p->queue_depth = (size_t)qd;
     p->slot_wake = p->depth / 4 ? p->depth / 4 : 1;
@@ -1075,13 +1075,15 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_submit: batch->size not set "
                                           "(use FERRY_BATCH_INIT)");
     if (batch->bytes > 0 && (batch->in == NULL) == (batch->prepare == NULL))
-        return ferry__error(FERRY_EINVAL, "ferry_pipeline_submit: a batch of %zu bytes needs "
-                                          "exactly one of in and prepare",
+        return ferry__error(FERRY_EINVAL,
+                            "ferry_pipeline_submit: a batch of %zu bytes needs "
+                            "exactly one of in and prepare",
                             batch->bytes);
     uint64_t nchunks = batch->bytes / p->chunk + (batch->bytes % p->chunk != 0);
     if (nchunks > UINT32_MAX)
-        return ferry__error(FERRY_ERANGE, "ferry_pipeline_submit: %zu bytes make more than 2^32 "
-                                          "chunks of %zu",
+        return ferry__error(FERRY_ERANGE,
+                            "ferry_pipeline_submit: %zu bytes make more than 2^32 "
+                            "chunks of %zu",
                             batch->bytes, p->chunk);
     if (batch->out != NULL && batch->in != NULL && batch->out != batch->in) {
         uintptr_t a = (uintptr_t)batch->in, b = (uintptr_t)batch->out;
@@ -1090,8 +1092,8 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
                                               "partially");
     }
     /* Cheap enough to issue on whichever thread holds the token, without waiting. */
-    bool light = batch->bytes == 0 || (batch->prepare == NULL &&
-                                       batch->bytes <= LIGHT_MAX_BYTES && nchunks <= p->depth);
+    bool light = batch->bytes == 0 ||
+                 (batch->prepare == NULL && batch->bytes <= LIGHT_MAX_BYTES && nchunks <= p->depth);
     uint64_t now = submit_stamp(p);
     slot_t *sl[64];
     pthread_mutex_lock(&p->lock);
@@ -1111,8 +1113,8 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
     uint64_t my_id = b->id = p->next_id++;
     /* Nothing queued ahead of it and nobody issuing: issue it here, skipping the queue and
      * the hand-off to the issuer thread. */
-    bool direct = p->caller_issues && light && !p->token && p->nqueued == 0 &&
-                  p->nfree_slots >= nchunks;
+    bool direct =
+        p->caller_issues && light && !p->token && p->nqueued == 0 && p->nfree_slots >= nchunks;
     if (direct) {
         p->token = true;
         __atomic_store_n(&p->busy, 1, __ATOMIC_SEQ_CST);
@@ -1165,9 +1167,9 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
     }
     pthread_mutex_unlock(&p->lock);
     if (rc != 0)
-        return rc == FERRY_EAGAIN ? FERRY_EAGAIN
-                                  : ferry__error(rc, "ferry_pipeline_submit: %s",
-                                                 ferry_strerror(rc));
+        return rc == FERRY_EAGAIN
+                   ? FERRY_EAGAIN
+                   : ferry__error(rc, "ferry_pipeline_submit: %s", ferry_strerror(rc));
     if (run)
         run_queue(p, ROLE_CALLER);
     if (id != NULL)
@@ -1198,8 +1200,9 @@ int ferry_pipeline_close(ferry_pipeline_t *p)
     if (completed != p->submitted) {
         uint64_t n = p->submitted - completed;
         pthread_mutex_unlock(&p->lock);
-        return ferry__error(FERRY_EBUSY, "ferry_pipeline_close: %llu batch(es) still in flight; "
-                                         "drain first",
+        return ferry__error(FERRY_EBUSY,
+                            "ferry_pipeline_close: %llu batch(es) still in flight; "
+                            "drain first",
                             (unsigned long long)n);
     }
     p->closing = true;
@@ -1264,19 +1267,24 @@ int ferry_pipeline_write_trace(ferry_pipeline_t *p, const char *path)
     }
     /* Chrome trace format: pid 1 holds one track (tid) per stream, pid 2 one per engine class.
      * Times in microseconds. */
-    fprintf(f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"backend\":\"%s\",\"device\":\"%s\","
-               "\"simulated\":%s},\"traceEvents\":[\n",
+    fprintf(f,
+            "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"backend\":\"%s\",\"device\":\"%s\","
+            "\"simulated\":%s},\"traceEvents\":[\n",
             p->dev->ops->name, p->dev->props.name, p->dev->props.simulated ? "true" : "false");
-    fprintf(f, "{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"streams\"}},\n");
-    fprintf(f, "{\"ph\":\"M\",\"pid\":2,\"name\":\"process_name\",\"args\":{\"name\":\"engines\"}},\n");
+    fprintf(
+        f, "{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"streams\"}},\n");
+    fprintf(
+        f, "{\"ph\":\"M\",\"pid\":2,\"name\":\"process_name\",\"args\":{\"name\":\"engines\"}},\n");
     for (unsigned i = 0; i < p->nstreams; i++)
-        fprintf(f, "{\"ph\":\"M\",\"pid\":1,\"tid\":%u,\"name\":\"thread_name\",\"args\":"
-                   "{\"name\":\"stream %u (%s)\"}},\n",
+        fprintf(f,
+                "{\"ph\":\"M\",\"pid\":1,\"tid\":%u,\"name\":\"thread_name\",\"args\":"
+                "{\"name\":\"stream %u (%s)\"}},\n",
                 i, i, kind_name(p->stream_kind[i]));
     const char kinds[3] = {'h', 'c', 'd'};
     for (int k = 0; k < 3; k++)
-        fprintf(f, "{\"ph\":\"M\",\"pid\":2,\"tid\":%d,\"name\":\"thread_name\",\"args\":"
-                   "{\"name\":\"%s engine\"}},\n",
+        fprintf(f,
+                "{\"ph\":\"M\",\"pid\":2,\"tid\":%d,\"name\":\"thread_name\",\"args\":"
+                "{\"name\":\"%s engine\"}},\n",
                 k, kind_name(kinds[k]));
     uint64_t t0 = p->first_start;
     for (size_t i = 0; i < p->ntrace; i++) {
@@ -1284,14 +1292,16 @@ int ferry_pipeline_write_trace(ferry_pipeline_t *p, const char *path)
         double ts = (double)(r->start - t0) / 1e3, dur = (double)(r->end - r->start) / 1e3;
         int eng = r->kind == 'h' ? 0 : (r->kind == 'c' ? 1 : 2);
         for (int pid = 1; pid <= 2; pid++)
-            fprintf(f, "{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
-                       "\"name\":\"%s b%llu c%u\",\"cat\":\"%s\",\"args\":{\"batch\":%llu,"
-                       "\"chunk\":%u,\"bytes\":%llu}},\n",
+            fprintf(f,
+                    "{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+                    "\"name\":\"%s b%llu c%u\",\"cat\":\"%s\",\"args\":{\"batch\":%llu,"
+                    "\"chunk\":%u,\"bytes\":%llu}},\n",
                     pid, pid == 1 ? (int)r->stream : eng, ts, dur, kind_name(r->kind),
                     (unsigned long long)r->batch, r->chunk, kind_name(r->kind),
                     (unsigned long long)r->batch, r->chunk, (unsigned long long)r->bytes);
     }
-    fprintf(f, "{\"ph\":\"M\",\"pid\":1,\"name\":\"process_sort_index\",\"args\":{\"sort_index\":1}}\n]}\n");
+    fprintf(f, "{\"ph\":\"M\",\"pid\":1,\"name\":\"process_sort_index\",\"args\":{\"sort_index\":1}"
+               "}\n]}\n");
     int bad = ferror(f);
     if (fclose(f) != 0 || bad) {
         pthread_mutex_unlock(&p->lock);

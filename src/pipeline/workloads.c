@@ -20,7 +20,10 @@ struct ferry_workload {
 
 static const char *const names[] = {"copy", "scale", "fma", NULL};
 
-const char *const *ferry_workload_names(void) { return names; }
+const char *const *ferry_workload_names(void)
+{
+    return names;
+}
 
 static void transform(const struct ferry_workload *w, const void *in, void *out, size_t bytes)
 {
@@ -81,8 +84,9 @@ int ferry_workload_create(const char *name, const ferry_workload_params_t *param
                             name);
     unsigned intensity = params && params->intensity ? params->intensity : 64;
     if (intensity > 100000)
-        return ferry__error(FERRY_EINVAL, "workload intensity %u out of range (accepted: 1 to "
-                                          "100000)",
+        return ferry__error(FERRY_EINVAL,
+                            "workload intensity %u out of range (accepted: 1 to "
+                            "100000)",
                             intensity);
     float factor = params && params->factor != 0.0f ? params->factor : 1.0009765625f;
     if (!isfinite(factor))
@@ -108,7 +112,10 @@ int ferry_workload_create(const char *name, const ferry_workload_params_t *param
     return 0;
 }
 
-void ferry_workload_destroy(ferry_workload_t *w) { free(w); }
+void ferry_workload_destroy(ferry_workload_t *w)
+{
+    free(w);
+}
 
 const ferry_stage_t *ferry_workload_stage(const ferry_workload_t *w)
 {

@@ -31,9 +31,9 @@
  * about 35 us on the 2-vCPU EPYC KVM guest we measured (26 ns per pause). No sched_yield: there,
  * a thread that yielded a few times before blocking was woken ~3.8 ms late (one tick) behind a
  * busy waker, against ~30 us without. */
-#define SPIN_ROUNDS 24
-#define SPIN_MAX_PAUSES 64
-#define MEMCPY_MAX_PIECES 64
+#define SPIN_ROUNDS          24
+#define SPIN_MAX_PAUSES      64
+#define MEMCPY_MAX_PIECES    64
 #define MEMCPY_DEFAULT_PIECE ((size_t)256 * 1024)
 
 struct task {
@@ -572,7 +572,10 @@ int ferry__workers_submit(ferry_workers_t *w, ferry_task_fn fn, void *arg)
     return submit(w, fn, arg, NULL);
 }
 
-unsigned ferry__workers_count(const ferry_workers_t *w) { return w != NULL ? w->n : 0; }
+unsigned ferry__workers_count(const ferry_workers_t *w)
+{
+    return w != NULL ? w->n : 0;
+}
 
 bool ferry__workers_on_worker_thread(const ferry_workers_t *w)
 {

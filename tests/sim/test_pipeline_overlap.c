@@ -28,8 +28,8 @@ static void sink(const ferry_batch_result_t *r, void *arg)
         (*(int *)arg)++;
 }
 
-static ferry_pipeline_stats_t run(ferry_device_t *dev, size_t chunk, unsigned depth,
-                                  bool single, unsigned ncomp, size_t total)
+static ferry_pipeline_stats_t run(ferry_device_t *dev, size_t chunk, unsigned depth, bool single,
+                                  unsigned ncomp, size_t total)
 {
     ferry_stage_t s = FERRY_STAGE_INIT;
     s.name = "copy";

@@ -16,8 +16,8 @@
 #include "sched/sched.h"
 
 #define STRESS_PER_PRODUCER 100000u
-#define STRESS_PRODUCERS 4
-#define STRESS_CONSUMERS 4
+#define STRESS_PRODUCERS    4
+#define STRESS_CONSUMERS    4
 
 struct item {
     uint64_t id;
@@ -31,7 +31,10 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void sleep_ms(unsigned ms) { usleep(ms * 1000u); }
+static void sleep_ms(unsigned ms)
+{
+    usleep(ms * 1000u);
+}
 
 static int push_id(ferry_bqueue_t *q, uint64_t id, bool wait, bool *waited)
 {

@@ -14,9 +14,12 @@
 #include "sched/sched.h"
 
 #define CONCURRENT_ITEMS 1000000u
-#define THIEVES 3
+#define THIEVES          3
 
-static void *item(uintptr_t i) { return (void *)i; }
+static void *item(uintptr_t i)
+{
+    return (void *)i;
+}
 
 static void test_lifo_pop_fifo_steal(void **state)
 {

@@ -202,9 +202,9 @@ static void test_parse_size(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults),       cmocka_unit_test(test_table),
-        cmocka_unit_test(test_set_sizes),      cmocka_unit_test(test_set_ints_bools_enums),
-        cmocka_unit_test(test_env),            cmocka_unit_test(test_runtime_rejects_bad_env),
+        cmocka_unit_test(test_defaults),   cmocka_unit_test(test_table),
+        cmocka_unit_test(test_set_sizes),  cmocka_unit_test(test_set_ints_bools_enums),
+        cmocka_unit_test(test_env),        cmocka_unit_test(test_runtime_rejects_bad_env),
         cmocka_unit_test(test_parse_size),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

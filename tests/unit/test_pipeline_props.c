@@ -74,7 +74,8 @@ static void run_config(ferry_device_t *dev, uint64_t seed, int idx)
 {
     uint64_t rs = seed;
     bool big = test_rand_range(&rs, 0, 9) == 0;
-    size_t chunk = big ? (size_t)test_rand_range(&rs, 1 << 20, 64 << 20) : rand_size(&rs, 256 << 10);
+    size_t chunk =
+        big ? (size_t)test_rand_range(&rs, 1 << 20, 64 << 20) : rand_size(&rs, 256 << 10);
     ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
     cfg.device = dev;
     cfg.chunk_bytes = chunk;
@@ -163,21 +164,21 @@ static void run_config(ferry_device_t *dev, uint64_t seed, int idx)
         fail_msg("config %d seed %llu: stats: slots_in_use %u, done %llu/%zu, failed %llu, "
                  "eagain %llu/%llu",
                  idx, (unsigned long long)seed, st.slots_in_use,
-                 (unsigned long long)st.batches_done_gpu, nb,
-                 (unsigned long long)st.batches_failed, (unsigned long long)st.queue_full_eagain,
-                 (unsigned long long)eagain);
+                 (unsigned long long)st.batches_done_gpu, nb, (unsigned long long)st.batches_failed,
+                 (unsigned long long)st.queue_full_eagain, (unsigned long long)eagain);
     for (size_t i = 0; i < nb; i++) {
         bstate_t *b = &bs[i];
         if (atomic_load(&b->calls) != 1 || atomic_load(&b->bad) != 0 || b->seen_id != b->id)
             fail_msg("config %d seed %llu: batch %zu: %d callbacks, %d bad", idx,
-                     (unsigned long long)seed, i, atomic_load(&b->calls),
-                     atomic_load(&b->bad));
+                     (unsigned long long)seed, i, atomic_load(&b->calls), atomic_load(&b->bad));
         if (!b->discard) {
             if (memcmp(b->out + 1, b->expect, b->bytes) != 0)
                 fail_msg("config %d seed %llu: batch %zu (%zu bytes, chunk %zu, %s): output "
                          "differs",
                          idx, (unsigned long long)seed, i, b->bytes, chunk,
-                         b->prepared ? "prepared" : b->in_place ? "in place" : "staged");
+                         b->prepared   ? "prepared"
+                         : b->in_place ? "in place"
+                                       : "staged");
             if (!b->in_place && (b->out[0] != 0xA5 || b->out[b->bytes + 1] != 0xA5))
                 fail_msg("config %d seed %llu: batch %zu: wrote outside its buffer", idx,
                          (unsigned long long)seed, i);

@@ -38,7 +38,10 @@ static bool wait_count(atomic_size_t *c, size_t target)
     return true;
 }
 
-static void no_op(void *arg) { (void)arg; }
+static void no_op(void *arg)
+{
+    (void)arg;
+}
 
 static void test_arguments(void **state)
 {
@@ -188,7 +191,7 @@ static void test_many_tasks_four_submitters(void **state)
 /* ---- nested submits ------------------------------------------------------------------------ */
 
 #define TREE_FANOUT 4
-#define TREE_DEPTH 7 /* 21845 tasks */
+#define TREE_DEPTH  7 /* 21845 tasks */
 
 static struct tree {
     ferry_workers_t *w;
@@ -421,7 +424,7 @@ static void test_destroy_runs_pending(void **state)
 /* ---- parallel memcpy ------------------------------------------------------------------------ */
 
 #define MEMCPY_MAX ((size_t)9 << 20)
-#define GUARD 64
+#define GUARD      64
 
 struct copy_case {
     ferry_workers_t *w;
@@ -441,8 +444,11 @@ static void check_copy(ferry_workers_t *w, bool from_worker, unsigned char *dbuf
                        size_t min_piece)
 {
     memset(dbuf, 0xa5, doff + n + GUARD);
-    struct copy_case c = {.w = w, .dst = dbuf + doff, .src = (unsigned char *)sbuf + soff,
-                          .n = n, .min_piece = min_piece};
+    struct copy_case c = {.w = w,
+                          .dst = dbuf + doff,
+                          .src = (unsigned char *)sbuf + soff,
+                          .n = n,
+                          .min_piece = min_piece};
     if (from_worker) {
         ferry_taskgroup_t g;
         ferry__taskgroup_init(&g);
@@ -479,9 +485,22 @@ static void test_parallel_memcpy(void **state)
     assert_int_equal(ferry__workers_create(3, "cpy", &w3), 0);
     assert_int_equal(ferry__workers_create(1, "cpy1", &w1), 0);
 
-    const size_t sizes[] = {0,      1,       2,         3,          7,        63,
-                            64,     65,      4095,      4097,       65537,    (1 << 20) + 3,
-                            3 << 20, (5 << 20) - 1, MEMCPY_MAX - 7, MEMCPY_MAX};
+    const size_t sizes[] = {0,
+                            1,
+                            2,
+                            3,
+                            7,
+                            63,
+                            64,
+                            65,
+                            4095,
+                            4097,
+                            65537,
+                            (1 << 20) + 3,
+                            3 << 20,
+                            (5 << 20) - 1,
+                            MEMCPY_MAX - 7,
+                            MEMCPY_MAX};
     const size_t pieces[] = {0, 1, 7, 4096, 65536 + 3, 1 << 20};
     size_t cases = 0;
     for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {

@@ -90,12 +90,12 @@ int cli_parse_uint(const char *cmd, const char *flag, const char *v, unsigned lo
 {
     char *end = NULL;
     if (v[0] < '0' || v[0] > '9')
-        return cli_usage_error(cmd, "--%s '%s': expected an integer from %llu to %llu", flag, v,
-                               lo, hi);
+        return cli_usage_error(cmd, "--%s '%s': expected an integer from %llu to %llu", flag, v, lo,
+                               hi);
     unsigned long long x = strtoull(v, &end, 10);
     if (*end != '\0' || x < lo || x > hi)
-        return cli_usage_error(cmd, "--%s '%s': expected an integer from %llu to %llu", flag, v,
-                               lo, hi);
+        return cli_usage_error(cmd, "--%s '%s': expected an integer from %llu to %llu", flag, v, lo,
+                               hi);
     *out = x;
     return 0;
 }

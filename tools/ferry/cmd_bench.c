@@ -38,13 +38,14 @@ static int parse_list(const char *flag, const char *text, bool sizes, unsigned l
             rc = cli_usage_error("bench", "--%s: at most %d values", flag, max);
             break;
         }
-        if (sizes ? cli_parse_size("bench", flag, tok, &x) : cli_parse_uint("bench", flag, tok, lo, hi, &x)) {
+        if (sizes ? cli_parse_size("bench", flag, tok, &x)
+                  : cli_parse_uint("bench", flag, tok, lo, hi, &x)) {
             rc = CLI_USAGE;
             break;
         }
         if (x < lo || x > hi) {
-            rc = cli_usage_error("bench", "--%s: %s is out of range (%llu to %llu)", flag, tok,
-                                 lo, hi);
+            rc = cli_usage_error("bench", "--%s: %s is out of range (%llu to %llu)", flag, tok, lo,
+                                 hi);
             break;
         }
         v[k++] = x;
@@ -132,8 +133,8 @@ static int bench_copy(ferry_options_t *o, const bench_opts_t *bo)
         printf("bytes,direction,memory,best_gbps,median_gbps,best_us,median_us,reps\n");
     } else {
         device_line(rt, dev, stdout, false);
-        printf("%10s  %-5s %-8s %10s %10s %11s\n", "bytes", "dir", "memory", "best GB/s",
-               "median", "median us");
+        printf("%10s  %-5s %-8s %10s %10s %11s\n", "bytes", "dir", "memory", "best GB/s", "median",
+               "median us");
     }
     int nout = 0;
     for (int pg = 0; pg < (bo->no_pageable ? 1 : 2); pg++)
@@ -251,8 +252,10 @@ static int sweep(ferry_options_t *o, const bench_opts_t *bo, const char *backend
         for (int s = 0; s < bo->nstreams; s++)
             for (int k = 0; k < bo->nint; k++) {
                 sweep_row_t *row = &rows[n++];
-                *row = (sweep_row_t){.chunk = bo->chunks[c], .streams = bo->streams[s],
-                                     .intensity = bo->intensities[k], .ceiling = ceil_gbps};
+                *row = (sweep_row_t){.chunk = bo->chunks[c],
+                                     .streams = bo->streams[s],
+                                     .intensity = bo->intensities[k],
+                                     .ceiling = ceil_gbps};
                 ferry_workload_params_t wp = FERRY_WORKLOAD_PARAMS_INIT;
                 wp.intensity = (unsigned)row->intensity;
                 ferry_workload_t *wl = NULL;
@@ -379,8 +382,8 @@ static int bench_pipeline(ferry_options_t *o, const bench_opts_t *bo)
                        pred[i].h2d, pred[i].d2h, err);
             printf("}");
         } else if (bo->csv) {
-            printf("%llu,%llu,%llu,%.3f,%.3f,%.3f,%.3f,%.4f,%d", r->chunk, r->streams,
-                   r->intensity, r->h2d, r->d2h, r->overlap, r->ceiling, frac, r->ok);
+            printf("%llu,%llu,%llu,%.3f,%.3f,%.3f,%.3f,%.4f,%d", r->chunk, r->streams, r->intensity,
+                   r->h2d, r->d2h, r->overlap, r->ceiling, frac, r->ok);
             if (bo->compare)
                 printf(",%.3f,%.4f", pred[i].h2d, err);
             printf("\n");
@@ -419,16 +422,16 @@ int cmd_bench(int argc, char **argv)
     bool copy = strcmp(what, "copy") == 0, pipe = strcmp(what, "pipeline") == 0;
     if (!copy && !pipe)
         return cli_usage_error(cmd, "unknown benchmark '%s' (accepted: copy, pipeline)", what);
-    bench_opts_t bo = {.reps = 10,
-                       .sizes = {4096, 65536, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20,
-                                 1 << 30},
-                       .nsizes = 8,
-                       .chunks = {256 << 10, 1 << 20, 4 << 20, 16 << 20},
-                       .nchunks = 4,
-                       .streams = {1, 2},
-                       .nstreams = 2,
-                       .intensities = {0, 64},
-                       .nint = 2};
+    bench_opts_t bo = {
+        .reps = 10,
+        .sizes = {4096, 65536, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30},
+        .nsizes = 8,
+        .chunks = {256 << 10, 1 << 20, 4 << 20, 16 << 20},
+        .nchunks = 4,
+        .streams = {1, 2},
+        .nstreams = 2,
+        .intensities = {0, 64},
+        .nint = 2};
     ferry_options_t *o = cli_options(cmd);
     if (o == NULL)
         return CLI_FAIL;

@@ -21,15 +21,9 @@ static const char *type_name(ferry_option_type_t t)
 static void range_text(const ferry_option_info_t *o, char *buf, size_t len)
 {
     switch (o->type) {
-    case FERRY_OPT_ENUM:
-        snprintf(buf, len, "%s", o->choices);
-        break;
-    case FERRY_OPT_BOOL:
-        snprintf(buf, len, "0|1");
-        break;
-    case FERRY_OPT_STRING:
-        snprintf(buf, len, "text");
-        break;
+    case FERRY_OPT_ENUM: snprintf(buf, len, "%s", o->choices); break;
+    case FERRY_OPT_BOOL: snprintf(buf, len, "0|1"); break;
+    case FERRY_OPT_STRING: snprintf(buf, len, "text"); break;
     default:
         if (o->max >= 1.8e19)
             snprintf(buf, len, "%.0f..2^64-1", o->min);

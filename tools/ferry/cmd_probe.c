@@ -45,11 +45,11 @@ static void print_props_json(const ferry_device_props_t *p)
            "\"copy_engines\":%d,\"priority_least\":%d,\"priority_greatest\":%d,"
            "\"pcie_gen\":%d,\"pcie_width\":%d,\"pcie_gen_max\":%d,\"pcie_width_max\":%d,"
            "\"link_gbps\":%.3f,\"numa_node\":%d,\"driver_version\":",
-           p->simulated ? "true" : "false", p->cc_major, p->cc_minor, p->sms,
-           p->max_resident_grids, p->concurrent_kernels ? "true" : "false",
-           (unsigned long long)p->memory_bytes, (unsigned long long)p->l2_bytes, p->copy_engines,
-           p->priority_least, p->priority_greatest, p->pcie_gen, p->pcie_width, p->pcie_gen_max,
-           p->pcie_width_max, p->link_gbps, p->numa_node);
+           p->simulated ? "true" : "false", p->cc_major, p->cc_minor, p->sms, p->max_resident_grids,
+           p->concurrent_kernels ? "true" : "false", (unsigned long long)p->memory_bytes,
+           (unsigned long long)p->l2_bytes, p->copy_engines, p->priority_least,
+           p->priority_greatest, p->pcie_gen, p->pcie_width, p->pcie_gen_max, p->pcie_width_max,
+           p->link_gbps, p->numa_node);
     cli_json_str(stdout, p->driver_version);
     printf(",\"runtime_version\":");
     cli_json_str(stdout, p->runtime_version);
@@ -232,8 +232,9 @@ int cmd_probe(int argc, char **argv)
         char why[256] = "";
         int count = built ? ferry_backend_probe(b, why, sizeof(why)) : FERRY_ENODEV;
         if (!built)
-            snprintf(why, sizeof(why), "not built in (configure with FERRY_WITH_CUDA=ON where "
-                                       "nvcc is installed)");
+            snprintf(why, sizeof(why),
+                     "not built in (configure with FERRY_WITH_CUDA=ON where "
+                     "nvcc is installed)");
         ferry_runtime_t *rt = NULL;
         char err[512] = "";
         if (count > 0) {
@@ -280,10 +281,13 @@ int cmd_probe(int argc, char **argv)
         ferry_runtime_destroy(rt);
     }
     /* The environment that changes how CUDA behaves in this process (read at cuInit). */
-    static const char *const env_names[] = {
-        "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_DEVICE_MAX_COPY_CONNECTIONS", "CUDA_LAUNCH_BLOCKING",
-        "CUDA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-        NULL};
+    static const char *const env_names[] = {"CUDA_DEVICE_MAX_CONNECTIONS",
+                                            "CUDA_DEVICE_MAX_COPY_CONNECTIONS",
+                                            "CUDA_LAUNCH_BLOCKING",
+                                            "CUDA_VISIBLE_DEVICES",
+                                            "CUDA_MPS_PIPE_DIRECTORY",
+                                            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                                            NULL};
     if (json) {
         printf("],\"environment\":{");
         for (int i = 0; env_names[i]; i++) {

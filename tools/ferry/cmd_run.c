@@ -23,8 +23,8 @@ typedef struct ring_entry {
     unsigned char *out; /* output of the batch */
     unsigned char *own_in;
     size_t bytes;
-    uint64_t offset;   /* in the stream */
-    size_t pool_off;   /* generated data: where the input and its reference sit in the pool */
+    uint64_t offset; /* in the stream */
+    size_t pool_off; /* generated data: where the input and its reference sit in the pool */
     int status, where;
 } ring_entry_t;
 
@@ -128,8 +128,7 @@ static void on_done(const ferry_batch_result_t *r, void *arg)
 
 /* Compare one finished batch with the CPU reference (and write it out); runs on verifier
  * threads, several at once, so that checking keeps up with a GPU. */
-static void verify_entry(run_state_t *st, ring_entry_t *e, unsigned char *scratch,
-                         run_totals_t *t)
+static void verify_entry(run_state_t *st, ring_entry_t *e, unsigned char *scratch, run_totals_t *t)
 {
     if (e->status != 0) {
         t->failed++;
@@ -234,27 +233,26 @@ typedef struct run_opts {
 
 static int usage(void)
 {
-    printf(
-        "usage: ferry run [options]\n\n"
-        "Stream data through a built-in workload, check every byte against the CPU reference,\n"
-        "and print what happened: time, GB/s each way, overlap of copies and compute, engine\n"
-        "utilisation, batches. Runs on the GPU when one answers, else on the simulated H200\n"
-        "(its times are virtual, marked 'simulated').\n\n"
-        "  --bytes SIZE         bytes of generated data (default 4G; K, M, G suffixes)\n"
-        "  --input FILE         stream FILE instead of generated data\n"
-        "  --output FILE        write the transformed stream to FILE\n"
-        "  --workload NAME      copy, scale (default) or fma (tunable compute)\n"
-        "  --intensity N        fma: fused multiply-adds per float, 1..100000 (default 64)\n"
-        "  --batch-bytes SIZE   bytes per submitted batch (default 64M)\n"
-        "  --trace FILE         write a Chrome trace (open in ui.perfetto.dev)\n"
-        "  --single-stream      every op on one stream: the no-overlap baseline\n"
-        "  --json               print the summary as one JSON object\n"
-        "  --quiet              print nothing but errors (exit status tells)\n"
-        "  --backend auto|sim|cuda, --profile FILE, --chunk-bytes SIZE, --depth N,\n"
-        "  --copy-streams N, --compute-streams N, --queue-depth N, --seed N ...\n"
-        "                       any option of `ferry options`\n\n"
-        "Exit status: 0 when every batch completed and matched the reference, 1 otherwise,\n"
-        "2 on a usage error.\n");
+    printf("usage: ferry run [options]\n\n"
+           "Stream data through a built-in workload, check every byte against the CPU reference,\n"
+           "and print what happened: time, GB/s each way, overlap of copies and compute, engine\n"
+           "utilisation, batches. Runs on the GPU when one answers, else on the simulated H200\n"
+           "(its times are virtual, marked 'simulated').\n\n"
+           "  --bytes SIZE         bytes of generated data (default 4G; K, M, G suffixes)\n"
+           "  --input FILE         stream FILE instead of generated data\n"
+           "  --output FILE        write the transformed stream to FILE\n"
+           "  --workload NAME      copy, scale (default) or fma (tunable compute)\n"
+           "  --intensity N        fma: fused multiply-adds per float, 1..100000 (default 64)\n"
+           "  --batch-bytes SIZE   bytes per submitted batch (default 64M)\n"
+           "  --trace FILE         write a Chrome trace (open in ui.perfetto.dev)\n"
+           "  --single-stream      every op on one stream: the no-overlap baseline\n"
+           "  --json               print the summary as one JSON object\n"
+           "  --quiet              print nothing but errors (exit status tells)\n"
+           "  --backend auto|sim|cuda, --profile FILE, --chunk-bytes SIZE, --depth N,\n"
+           "  --copy-streams N, --compute-streams N, --queue-depth N, --seed N ...\n"
+           "                       any option of `ferry options`\n\n"
+           "Exit status: 0 when every batch completed and matched the reference, 1 otherwise,\n"
+           "2 on a usage error.\n");
     return CLI_OK;
 }
 
@@ -365,7 +363,10 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
                s->overlap, u_h, u_c, u_d);
         for (unsigned i = 0; i < s->streams; i++)
             printf("%s{\"index\":%u,\"kind\":\"%s\",\"busy_s\":%.9f,\"util\":%.4f}", i ? "," : "",
-                   i, s->stream_kind[i] == 'h' ? "h2d" : s->stream_kind[i] == 'c' ? "compute" : "d2h",
+                   i,
+                   s->stream_kind[i] == 'h'   ? "h2d"
+                   : s->stream_kind[i] == 'c' ? "compute"
+                                              : "d2h",
                    (double)s->stream_busy_ns[i] / 1e9,
                    el > 0 ? (double)s->stream_busy_ns[i] / 1e9 / el : 0);
         printf("],\"batches_ok_gpu\":%llu,\"batches_ok_cpu\":%llu,\"batches_failed\":%llu,"
@@ -383,10 +384,9 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
     char b1[32], b2[32], b3[32];
     const char *sim = p.simulated ? " (simulated)" : "";
     printf("ferry run: %s, %s in %llu batch(es) of up to %s, chunks of %s\n", ro->workload,
-           cli_bytes(total, b1, sizeof(b1)), nbatches,
-           cli_bytes(ro->batch_bytes, b2, sizeof(b2)), cli_bytes(chunk, b3, sizeof(b3)));
-    printf("  backend    %s, %s%s\n", ferry_runtime_backend(rt), p.name,
-           p.profile[0] ? "" : "");
+           cli_bytes(total, b1, sizeof(b1)), nbatches, cli_bytes(ro->batch_bytes, b2, sizeof(b2)),
+           cli_bytes(chunk, b3, sizeof(b3)));
+    printf("  backend    %s, %s%s\n", ferry_runtime_backend(rt), p.name, p.profile[0] ? "" : "");
     if (p.profile[0])
         printf("  profile    %s\n", p.profile);
     printf("  time       %.3f ms%s, wall %.2f s\n", el * 1e3, sim, wall_s);
@@ -401,7 +401,9 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
     printf("  streams   ");
     for (unsigned i = 0; i < s->streams; i++)
         printf(" %u:%s %.1f%%", i,
-               s->stream_kind[i] == 'h' ? "H2D" : s->stream_kind[i] == 'c' ? "compute" : "D2H",
+               s->stream_kind[i] == 'h'   ? "H2D"
+               : s->stream_kind[i] == 'c' ? "compute"
+                                          : "D2H",
                el > 0 ? (double)s->stream_busy_ns[i] / 1e9 / el * 100 : 0);
     printf("\n  batches    %llu ok on GPU, %llu ok on CPU, %llu failed\n",
            (unsigned long long)t->ok_gpu, (unsigned long long)t->ok_cpu,
@@ -606,8 +608,7 @@ int cmd_run(int argc, char **argv)
             ssize_t got = read_full(infd, re->in, re->bytes, re->offset);
             if (got != (ssize_t)re->bytes) {
                 cli_fail(cmd, "reading --input %s at %llu: %s", ro.input,
-                         (unsigned long long)re->offset,
-                         got < 0 ? strerror(errno) : "file shrank");
+                         (unsigned long long)re->offset, got < 0 ? strerror(errno) : "file shrank");
                 failed_submit = true;
                 break;
             }

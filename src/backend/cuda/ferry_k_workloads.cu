@@ -8,7 +8,8 @@
 
 #include "ferry_k_workloads.h"
 
-namespace {
+namespace
+{
 
 constexpr int kThreads = 256;
 constexpr int kBlocksPerSm = 2048 / kThreads; /* a full SM on cc 8.0/9.0 (2048 threads) */
@@ -49,8 +50,8 @@ __device__ __forceinline__ void copy_tail(const unsigned char *in, unsigned char
  * first @head words bring both to a 16-byte boundary and the body moves as uint4. */
 template <int Kind, bool Vec>
 __global__ void __launch_bounds__(kThreads)
-    k_words(const uint32_t *in, uint32_t *out, size_t n, size_t head, unsigned tail,
-            float factor, unsigned intensity)
+    k_words(const uint32_t *in, uint32_t *out, size_t n, size_t head, unsigned tail, float factor,
+            unsigned intensity)
 {
     size_t gid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -74,7 +75,7 @@ __global__ void __launch_bounds__(kThreads)
     for (size_t i = start + gid; i < n; i += stride)
         out[i] = apply<Kind>(in[i], factor, intensity);
     copy_tail(reinterpret_cast<const unsigned char *>(in + n),
-                    reinterpret_cast<unsigned char *>(out + n), tail, gid);
+              reinterpret_cast<unsigned char *>(out + n), tail, gid);
 }
 
 /* in or out not 4-byte aligned: assemble each element from bytes (little-endian, as the CPU's
@@ -88,8 +89,8 @@ __global__ void __launch_bounds__(kThreads)
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = gid; i < n; i += stride) {
         const unsigned char *p = in + 4 * i;
-        uint32_t w = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                     (uint32_t)p[3] << 24;
+        uint32_t w =
+            (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
         w = apply<Kind>(w, factor, intensity);
         unsigned char *q = out + 4 * i;
         q[0] = (unsigned char)w;
@@ -117,16 +118,16 @@ cudaError_t launch(unsigned intensity, float factor, const void *in, void *out, 
     unsigned tail = (unsigned)(bytes - n * 4);
     uintptr_t a = reinterpret_cast<uintptr_t>(in), b = reinterpret_cast<uintptr_t>(out);
     if (((a | b) & 3u) != 0) {
-        k_bytes<Kind><<<grid_for(n, sms), kThreads, 0, st>>>(
-            static_cast<const unsigned char *>(in), static_cast<unsigned char *>(out), n, tail,
-            factor, intensity);
+        k_bytes<Kind><<<grid_for(n, sms), kThreads, 0, st>>>(static_cast<const unsigned char *>(in),
+                                                             static_cast<unsigned char *>(out), n,
+                                                             tail, factor, intensity);
     } else if ((a & 15u) == (b & 15u)) {
         size_t head = ((16 - (a & 15u)) & 15u) / 4;
         if (head > n)
             head = n;
         k_words<Kind, true><<<grid_for((n - head) / 4 + 4, sms), kThreads, 0, st>>>(
-            static_cast<const uint32_t *>(in), static_cast<uint32_t *>(out), n, head, tail,
-            factor, intensity);
+            static_cast<const uint32_t *>(in), static_cast<uint32_t *>(out), n, head, tail, factor,
+            intensity);
     } else {
         k_words<Kind, false><<<grid_for(n, sms), kThreads, 0, st>>>(
             static_cast<const uint32_t *>(in), static_cast<uint32_t *>(out), n, 0, tail, factor,
@@ -146,13 +147,10 @@ extern "C" int ferry_k_workload_launch(int kind, unsigned intensity, float facto
         return (int)cudaErrorInvalidValue;
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     switch (kind) {
-    case FERRY_K_COPY:
-        return (int)launch<FERRY_K_COPY>(intensity, factor, in, out, bytes, sms, st);
+    case FERRY_K_COPY: return (int)launch<FERRY_K_COPY>(intensity, factor, in, out, bytes, sms, st);
     case FERRY_K_SCALE:
         return (int)launch<FERRY_K_SCALE>(intensity, factor, in, out, bytes, sms, st);
-    case FERRY_K_FMA:
-        return (int)launch<FERRY_K_FMA>(intensity, factor, in, out, bytes, sms, st);
-    default:
-        return (int)cudaErrorInvalidValue;
+    case FERRY_K_FMA: return (int)launch<FERRY_K_FMA>(intensity, factor, in, out, bytes, sms, st);
+    default: return (int)cudaErrorInvalidValue;
     }
 }

@@ -666,7 +666,7 @@ static int sim_launch(ferry_be_stream_t *s, const ferry_be_launch_t *l)
      * (FACTS.md: ~2.1 TB/s): a block's time is at least the share of that pass its wave has. */
     if (l->args.bytes > 0) {
         uint32_t waves_of = op->u.kern.blocks < (uint32_t)dev->prof.sms ? op->u.kern.blocks
-                                                                         : (uint32_t)dev->prof.sms;
+                                                                        : (uint32_t)dev->prof.sms;
         double pass_ns = (double)l->args.bytes / dev->prof.d2d_gbps;
         uint64_t floor_ns =
             (uint64_t)(pass_ns * (double)waves_of / (double)op->u.kern.blocks + 0.5);

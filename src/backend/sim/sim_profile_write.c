@@ -67,8 +67,8 @@ int ferry_calibration_write_profile(ferry_device_t *dev, const ferry_calibration
     cJSON *root = text ? cJSON_Parse(text) : NULL;
     free(text);
     if (root == NULL)
-        return ferry__rt_fail(dev->rt, ferry__error(FERRY_EPARSE, "cannot re-read profile %s",
-                                                    bp.path));
+        return ferry__rt_fail(dev->rt,
+                              ferry__error(FERRY_EPARSE, "cannot re-read profile %s", bp.path));
     const ferry_device_props_t *p = &dev->props;
     char name[200], when[32], src[1024];
     time_t now = time(NULL);
@@ -90,8 +90,8 @@ int ferry_calibration_write_profile(ferry_device_t *dev, const ferry_calibration
     if (!cJSON_IsObject(source) || !cJSON_IsObject(dv) || !cJSON_IsObject(pcie) ||
         !cJSON_IsObject(copy) || !cJSON_IsObject(host)) {
         cJSON_Delete(root);
-        return ferry__rt_fail(dev->rt, ferry__error(FERRY_EPARSE, "profile %s lacks a section",
-                                                    bp.path));
+        return ferry__rt_fail(dev->rt,
+                              ferry__error(FERRY_EPARSE, "profile %s lacks a section", bp.path));
     }
     snprintf(src, sizeof(src),
              "`ferry probe --calibrate` on %s (%s backend, driver %s, runtime %s) on %s: "
