@@ -66,6 +66,16 @@ int ferry__parse_double(const char *s, double *out);
 #include <pthread.h>
 int ferry__mutex_init_adaptive(pthread_mutex_t *m);
 
+/* One step of a spin-wait: tells the core (and a hyperthread sibling) that this is a spin. */
+static inline void ferry__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
 /* Monotonic wall clock in ns. */
 uint64_t ferry__mono_ns(void);
 /* Bounded string copy that always terminates (dst_len > 0). */

@@ -182,15 +182,6 @@ static void trace_add(ferry_pipeline_t *p, const trace_rec_t *r)
     p->trace[p->ntrace++] = *r;
 }
 
-static void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-
 /* Tell the completion thread that something changed. The sequentially consistent pair (bump
  * work_seq, then read comp_sleeping) against its (set comp_sleeping, then read work_seq) means
  * at least one side sees the other: either it has not gone to sleep yet and sees the new
@@ -268,7 +259,7 @@ static bool spin_for_change(const uint64_t *word, uint64_t seen, uint64_t max_ns
          * to wake a scheduler tick (~4 ms) late. */
         if ((i & 63) == 63 && ferry__mono_ns() - t0 > max_ns)
             return false;
-        cpu_relax();
+        ferry__cpu_relax();
     }
 }
 

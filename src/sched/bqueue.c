@@ -36,15 +36,6 @@ static size_t count_of(ferry_bqueue_t *q)
     return atomic_load_explicit(&q->count, memory_order_relaxed);
 }
 
-static void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-
 /* Called without the lock: watch for room (@want_room) or an item for a few microseconds. The
  * caller rechecks under the lock, so a stale read costs nothing but the spin. */
 static void spin_for(ferry_bqueue_t *q, bool want_room)
@@ -53,7 +44,7 @@ static void spin_for(ferry_bqueue_t *q, bool want_room)
         size_t n = count_of(q);
         if (want_room ? n < q->capacity : n > 0)
             return;
-        cpu_relax();
+        ferry__cpu_relax();
     }
 }
 

@@ -79,15 +79,6 @@ struct ferry_workers {
 
 static _Thread_local struct worker *tls_worker;
 
-static void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-
 static unsigned rand_below(struct worker *self, unsigned n)
 {
     /* xorshift64; multiply-shift maps it onto [0, n) without a division. */
@@ -296,7 +287,7 @@ static struct task *wait_for_task(ferry_workers_t *w, struct worker *self, ferry
             }
             unsigned pauses = 1u << (round < 6 ? round : 6);
             for (unsigned i = 0; i < pauses && i < SPIN_MAX_PAUSES; i++)
-                cpu_relax();
+                ferry__cpu_relax();
         }
         pthread_mutex_lock(&w->sleep_lock);
         atomic_fetch_add_explicit(&w->sleepers, 1, memory_order_seq_cst);
