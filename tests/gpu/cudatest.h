@@ -31,6 +31,26 @@ static inline ferry_runtime_t *cudatest_runtime(void)
     return rt;
 }
 
+/* The fixture every GPU test file uses: one runtime on the cuda backend and its device 0, in
+ * the file's globals rt and dev; skips the whole file without a GPU. */
+static ferry_runtime_t *rt;
+static ferry_device_t *dev;
+
+static inline int cudatest_setup(void **state)
+{
+    (void)state;
+    cudatest_require_gpu();
+    rt = cudatest_runtime();
+    return ferry_device_get(rt, 0, &dev);
+}
+
+static inline int cudatest_teardown(void **state)
+{
+    (void)state;
+    ferry_runtime_destroy(rt);
+    return 0;
+}
+
 /* @bytes bytes of floats with random sign and mantissa and exponent 0: +-[1, 2). A last partial
  * float gets random bytes. */
 static inline void cudatest_fill_floats(void *p, size_t bytes, uint64_t *state)

@@ -10,24 +10,6 @@
 #include "core/runtime.h"
 #include "cudatest.h"
 
-static ferry_runtime_t *rt;
-static ferry_device_t *dev;
-
-static int setup(void **state)
-{
-    (void)state;
-    cudatest_require_gpu();
-    rt = cudatest_runtime();
-    return ferry_device_get(rt, 0, &dev);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    ferry_runtime_destroy(rt);
-    return 0;
-}
-
 static void test_props(void **state)
 {
     (void)state;
@@ -189,5 +171,5 @@ int main(void)
         cmocka_unit_test(test_event_times),
         cmocka_unit_test(test_wait_any),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, cudatest_setup, cudatest_teardown);
 }

@@ -8,24 +8,6 @@
 #include "core/runtime.h"
 #include "cudatest.h"
 
-static ferry_runtime_t *rt;
-static ferry_device_t *dev;
-
-static int setup(void **state)
-{
-    (void)state;
-    cudatest_require_gpu();
-    rt = cudatest_runtime();
-    return ferry_device_get(rt, 0, &dev);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    ferry_runtime_destroy(rt);
-    return 0;
-}
-
 static void on_done(const ferry_batch_result_t *r, void *arg)
 {
     if (r->status == 0 && r->where == FERRY_DONE_GPU)
@@ -116,5 +98,5 @@ int main(void)
         cmocka_unit_test(test_oversized_alloc),
         cmocka_unit_test(test_registration_errors),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, cudatest_setup, cudatest_teardown);
 }

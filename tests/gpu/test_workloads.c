@@ -9,9 +9,6 @@
 #include "core/runtime.h"
 #include "cudatest.h"
 
-static ferry_runtime_t *rt;
-static ferry_device_t *dev;
-
 typedef struct wl_case {
     const char *name;
     unsigned intensity;
@@ -34,21 +31,6 @@ static ferry_workload_t *make(const wl_case_t *c)
         fail_msg("workload %s: %s", c->name, ferry_last_error());
     assert_non_null(ferry_workload_stage(w)->gpu);
     return w;
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    cudatest_require_gpu();
-    rt = cudatest_runtime();
-    return ferry_device_get(rt, 0, &dev);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    ferry_runtime_destroy(rt);
-    return 0;
 }
 
 typedef struct done {
@@ -225,5 +207,5 @@ int main(void)
         cmocka_unit_test(test_pipeline_bit_exact),
         cmocka_unit_test(test_kernel_alignments),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, cudatest_setup, cudatest_teardown);
 }

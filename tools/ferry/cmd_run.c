@@ -198,6 +198,20 @@ static void *verifier_main(void *arg)
     return NULL;
 }
 
+/* Let the verifiers finish what is queued, then join them. */
+static void stop_verifiers(run_state_t *st, pthread_t *th, unsigned *n)
+{
+    if (*n == 0)
+        return;
+    pthread_mutex_lock(&st->lock);
+    st->stop = true;
+    pthread_cond_broadcast(&st->cv_done);
+    pthread_mutex_unlock(&st->lock);
+    for (unsigned i = 0; i < *n; i++)
+        pthread_join(th[i], NULL);
+    *n = 0;
+}
+
 /* Fill @pool with generated data and @ref with its reference output, in parallel. */
 typedef struct prep_job {
     uint64_t seed;
@@ -627,13 +641,7 @@ int cmd_run(int argc, char **argv)
         }
     }
     ferry_pipeline_drain(pl);
-    pthread_mutex_lock(&st.lock);
-    st.stop = true;
-    pthread_cond_broadcast(&st.cv_done);
-    pthread_mutex_unlock(&st.lock);
-    for (unsigned i = 0; i < nver; i++)
-        pthread_join(verifiers[i], NULL);
-    nver = 0;
+    stop_verifiers(&st, verifiers, &nver);
     clock_gettime(CLOCK_MONOTONIC, &ts1);
     double wall = (double)(ts1.tv_sec - ts0.tv_sec) + (double)(ts1.tv_nsec - ts0.tv_nsec) / 1e9;
     if (failed_submit)
@@ -656,14 +664,7 @@ int cmd_run(int argc, char **argv)
     rc = ok ? CLI_OK : CLI_FAIL;
 
 out:
-    if (nver) {
-        pthread_mutex_lock(&st.lock);
-        st.stop = true;
-        pthread_cond_broadcast(&st.cv_done);
-        pthread_mutex_unlock(&st.lock);
-        for (unsigned i = 0; i < nver; i++)
-            pthread_join(verifiers[i], NULL);
-    }
+    stop_verifiers(&st, verifiers, &nver);
     if (pl && ferry_pipeline_close(pl) != 0) {
         ferry_pipeline_drain(pl);
         ferry_pipeline_close(pl);
