@@ -142,6 +142,10 @@ typedef struct ferry_pool_config {
     size_t slot_bytes; /* bytes per slot (rounded up to align); 0: the chunk_bytes option */
     size_t slots;      /* used when bytes is 0; 0: 2 x the depth option */
     size_t align;      /* slot alignment, a power of two; 0: 4096 */
+    /* When pinning is refused (a locked-memory limit, FERRY_EBACKEND), keep the memory
+     * pageable, warn, and report pinned = false in the stats instead of failing: copies
+     * still work, at pageable rates (FACTS.md: 6-13 GB/s). Pipelines set it. */
+    bool pageable_fallback;
 } ferry_pool_config_t;
 #define FERRY_POOL_CONFIG_INIT                                                                     \
     {                                                                                              \
@@ -158,6 +162,7 @@ typedef struct ferry_pool_stats {
     uint64_t allocs;    /* successful allocations */
     uint64_t waits;     /* allocations that had to wait for a free slot */
     uint64_t eagain;    /* non-blocking allocations refused because the pool was empty */
+    bool pinned;        /* false: pinning was refused and the pool fell back to pageable */
 } ferry_pool_stats_t;
 #define FERRY_POOL_STATS_INIT                                                                      \
     {                                                                                              \
@@ -171,7 +176,7 @@ FERRY_EXTERN int ferry_pool_bytes_for(size_t stages, size_t largest_chunk, size_
 /** Create a pinned host pool for @p dev: host memory allocated and registered (pinned) once,
  *  here, and never again. @p cfg is read during the call only; NULL means defaults. On error
  *  *out is untouched. Returns 0, FERRY_EINVAL, FERRY_ERANGE, FERRY_ENOMEM or FERRY_EBACKEND
- *  (pinning refused). Thread-safe. */
+ *  (pinning refused, unless cfg->pageable_fallback). Thread-safe. */
 FERRY_EXTERN int ferry_pool_create(ferry_device_t *dev, const ferry_pool_config_t *cfg,
                                    ferry_pool_t **out);
 /** Destroy @p pool. Slots still handed out become invalid. NULL is a no-op. */
@@ -184,7 +189,8 @@ FERRY_EXTERN int ferry_pool_alloc(ferry_pool_t *pool, size_t bytes, bool wait, v
 /** Return slot @p p to @p pool. Returns 0 or FERRY_EINVAL (not a slot start of this pool,
  *  or already free). Thread-safe. O(1). */
 FERRY_EXTERN int ferry_pool_free(ferry_pool_t *pool, void *p);
-/** True when [p, p + bytes) lies inside the pool's pinned memory. */
+/** True when [p, p + bytes) lies inside the pool's memory (pinned unless the pool fell back
+ *  to pageable memory: ferry_pool_stats_t.pinned). */
 FERRY_EXTERN bool ferry_pool_owns(const ferry_pool_t *pool, const void *p, size_t bytes);
 /** Fill @p out (caller sets size). Returns 0 or FERRY_EINVAL. Thread-safe. */
 FERRY_EXTERN int ferry_pool_stats(ferry_pool_t *pool, ferry_pool_stats_t *out);
@@ -348,6 +354,10 @@ typedef struct ferry_pipeline_stats {
     uint64_t chunk_bytes;       /* the plan in force: chunk size, slots, streams */
     unsigned depth, copy_streams, compute_streams, queue_depth;
     unsigned slots_in_use; /* slots bound to chunks in flight now (0 once drained) */
+    /* Chunks whose ops were timed. Every chunk with tracing or op_timing "all"; otherwise one
+     * in 31, and the busy figures above (and overlap) are scaled up from those. */
+    uint64_t chunks_timed;
+    bool host_pinned; /* false: pinning was refused; slots are pageable (slower, still correct) */
 } ferry_pipeline_stats_t;
 #define FERRY_PIPELINE_STATS_INIT                                                                  \
     {                                                                                              \

@@ -70,6 +70,12 @@ step "ferry bench copy"
 "$ferry" bench copy --backend cuda --sizes 4K,64K,1M,4M,16M,64M,256M,1G --json >"$out/bench-copy.json" 2>>"$log"
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); j['kind']='bench_copy'; print(json.dumps(j))" "$out/bench-copy.json" >>"$res" 2>>"$log"
 
+step "hand-written CUDA: a plain cudaMemcpyAsync loop, and the well-scheduled round trip"
+"$build"/bench/cuda_roundtrip copy --sizes 4K,64K,1M,4M,16M,64M,256M,1G >>"$res" 2>>"$log" \
+  || echo "cuda_roundtrip copy failed (see log)" | tee -a "$log"
+"$build"/bench/cuda_roundtrip roundtrip --chunks 256K,1M,4M,16M --compute-streams 2 --slots 4 \
+  --timing-events 0,1 >>"$res" 2>>"$log" || echo "cuda_roundtrip roundtrip failed (see log)" | tee -a "$log"
+
 step "ferry probe --calibrate"
 "$ferry" probe --calibrate -o "$out/h200-calibrated.json" --backend cuda --json >"$out/calibration.json" 2>>"$log"
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); j['kind']='calibration'; print(json.dumps(j))" "$out/calibration.json" >>"$res" 2>>"$log"
@@ -79,6 +85,11 @@ step "ferry bench pipeline --compare (simulator on the calibrated profile)"
   --compare-profile "$out/h200-calibrated.json" \
   --json >"$out/bench-pipeline.json" 2>>"$log"
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); j['kind']='bench_pipeline'; print(json.dumps(j))" "$out/bench-pipeline.json" >>"$res" 2>>"$log"
+
+step "ferry bench pipeline with every chunk timed (FERRY_OP_TIMING=all): what timing costs"
+FERRY_OP_TIMING=all "$ferry" bench pipeline --backend cuda --chunks 256K,1M,4M,16M --streams 2 --intensity 0 \
+  --json >"$out/bench-pipeline-all-timed.json" 2>>"$log"
+python3 -c "import json,sys; j=json.load(open(sys.argv[1])); j['kind']='bench_pipeline_all_timed'; print(json.dumps(j))" "$out/bench-pipeline-all-timed.json" >>"$res" 2>>"$log"
 
 step "peer: PyTorch + CuPy"
 timeout 300 python3 bench/peers/torch_pipeline.py --chunks 1M,4M,16M --streams 2,4 >>"$res" 2>>"$log" \
@@ -107,11 +118,19 @@ for r in rows:
         print(f"calibration: host copy {r['copy_submit_ns']:.0f} ns, launch {r['launch_ns']:.0f} ns, "
               f"record {r['event_record_ns']:.0f} ns, wait {r['stream_wait_ns']:.0f} ns, "
               f"both-ways factor {r['bidirectional_factor']:.3f}, kernel {r['d2d_gbps']:.0f} GB/s")
+raw_copy = {(r["direction"], r["bytes"]): r for r in rows
+            if r.get("peer") == "cuda" and r.get("kind") == "copy"}
 for r in rows:
     if r.get("kind") == "bench_copy":
         big = [x for x in r["results"] if x["bytes"] >= 16 << 20 and x["memory"] == "pinned"]
         print("copy (pinned, best GB/s): " + ", ".join(
             f"{x['direction']} {x['bytes'] >> 20}M {x['best_gbps']:.1f}" for x in big))
+        for x in big:
+            raw = raw_copy.get((x["direction"], x["bytes"]))
+            if raw:
+                print(f"copy {x['direction']:4s} {x['bytes'] >> 20:5d}M  ferry {x['best_gbps']:6.1f}  "
+                      f"plain cudaMemcpyAsync loop {raw['best_gbps']:6.1f}  "
+                      f"ratio {x['best_gbps'] / raw['best_gbps']:.3f}")
 best_ferry = {}
 for r in rows:
     if r.get("kind") == "bench_pipeline":
@@ -123,7 +142,22 @@ for r in rows:
             print(f"{c >> 10:8d}K {x['compute_streams']:3d} {x['intensity']:4d} {x['gbps_h2d']:7.2f} "
                   f"{x['gbps_d2h']:7.2f} {x['fraction'] * 100:6.1f} {x.get('sim_gbps_h2d', 0):7.2f} "
                   f"{x.get('sim_error', 0) * 100:+6.1f} {'yes' if x['verified'] else 'NO'}")
-peer = [r for r in rows if r.get("peer")]
+raw_rt = {}
+for r in rows:
+    if r.get("peer") == "cuda" and r.get("kind") == "roundtrip":
+        print(f"hand-written CUDA ring chunk {r['chunk_bytes'] >> 10}K slots {r['slots']} timing events "
+              f"{'on ' if r['timing_events'] else 'off'}: {r['gbps_each_way']:.2f} GB/s each way, "
+              f"verified {r['verified']}")
+        if not r["timing_events"]:
+            raw_rt[r["chunk_bytes"]] = r["gbps_each_way"]
+for c, v in sorted(best_ferry.items()):
+    if c in raw_rt:
+        print(f"ferry best at {c >> 10}K / hand-written CUDA ring: {v:.2f} / {raw_rt[c]:.2f} = {v / raw_rt[c]:.3f}x")
+for r in rows:
+    if r.get("kind") == "bench_pipeline_all_timed":
+        print("every chunk timed: " + ", ".join(
+            f"{x['chunk_bytes'] >> 10}K {x['gbps_h2d']:.2f} ({x['fraction'] * 100:.1f}%)" for x in r["results"]))
+peer = [r for r in rows if r.get("peer") == "torch+cupy"]
 if peer:
     best_peer = max(p["gbps_each_way"] for p in peer)
     for p in peer:

@@ -72,9 +72,10 @@ int ferry__be_stream_sync(ferry_device_t *d, ferry_be_stream_t *s)
     return d->ops->stream_sync ? d->ops->stream_sync(s) : notsup(d, "stream_sync");
 }
 
-int ferry__be_event_create(ferry_device_t *d, ferry_be_event_t **out)
+int ferry__be_event_create(ferry_device_t *d, unsigned flags, ferry_be_event_t **out)
 {
-    return d->ops->event_create ? d->ops->event_create(d->be, out) : notsup(d, "event_create");
+    return d->ops->event_create ? d->ops->event_create(d->be, flags, out)
+                                : notsup(d, "event_create");
 }
 
 void ferry__be_event_destroy(ferry_device_t *d, ferry_be_event_t *e)

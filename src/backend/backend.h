@@ -11,7 +11,10 @@
 
 #include "ferry.h"
 
-#define FERRY_BACKEND_ABI 1
+#define FERRY_BACKEND_ABI 2
+
+/* event_create flags. */
+#define FERRY_BE_EVENT_TIMING 1u
 
 /* Capability bits. */
 #define FERRY_BE_CAP_VIRTUAL_CLOCK 0x1u /* time is modelled, not measured */
@@ -75,8 +78,10 @@ typedef struct ferry_backend_ops {
     /* Block the host until all work on @s is done. */
     int (*stream_sync)(ferry_be_stream_t *s);
 
-    /* Events with timing. */
-    int (*event_create)(ferry_be_device_t *dev, ferry_be_event_t **out);
+    /* Events. Only events created with FERRY_BE_EVENT_TIMING answer event_time_ns: on a GPU a
+     * timed event costs its stream device time (a timestamp after the work drains; measured
+     * on the H200, docs/cuda.md), so dependencies use untimed ones. */
+    int (*event_create)(ferry_be_device_t *dev, unsigned flags, ferry_be_event_t **out);
     void (*event_destroy)(ferry_be_event_t *e);
     int (*event_record)(ferry_be_event_t *e, ferry_be_stream_t *s);
     int (*stream_wait_event)(ferry_be_stream_t *s, ferry_be_event_t *e);

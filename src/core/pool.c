@@ -109,9 +109,19 @@ int ferry_pool_create(ferry_device_t *dev, const ferry_pool_config_t *cfg, ferry
     /* First touch before registering, so the pages exist on this (the caller's) NUMA node. */
     memset(p->base, 0, total);
     rc = ferry__be_host_register(dev, p->base, total);
-    if (rc != 0)
+    bool fallback = cfg && cfg->size > offsetof(ferry_pool_config_t, pageable_fallback) &&
+                    cfg->pageable_fallback;
+    if (rc == FERRY_EBACKEND && fallback) {
+        ferry_log(FERRY_LOG_WARN, "pool",
+                  "%s; continuing with %zu bytes of pageable memory: copies run at pageable "
+                  "rates",
+                  ferry__last_error_text(), total);
+        rc = 0;
+    } else if (rc != 0) {
         goto out_free;
-    p->registered = true;
+    } else {
+        p->registered = true;
+    }
     for (size_t i = 0; i < nslots; i++)
         p->free_stack[i] = nslots - 1 - i; /* slot 0 is handed out first */
     p->nfree = nslots;
@@ -209,6 +219,7 @@ int ferry_pool_stats(ferry_pool_t *p, ferry_pool_stats_t *out)
     out->allocs = p->allocs;
     out->waits = p->waits;
     out->eagain = p->eagain;
+    out->pinned = p->registered;
     pthread_mutex_unlock(&p->lock);
     return 0;
 }

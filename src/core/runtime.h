@@ -50,7 +50,7 @@ int ferry__be_stream_create(ferry_device_t *d, int priority, ferry_be_stream_t *
 void ferry__be_stream_destroy(ferry_device_t *d, ferry_be_stream_t *s);
 void *ferry__be_stream_native(ferry_device_t *d, ferry_be_stream_t *s);
 int ferry__be_stream_sync(ferry_device_t *d, ferry_be_stream_t *s);
-int ferry__be_event_create(ferry_device_t *d, ferry_be_event_t **out);
+int ferry__be_event_create(ferry_device_t *d, unsigned flags, ferry_be_event_t **out);
 void ferry__be_event_destroy(ferry_device_t *d, ferry_be_event_t *e);
 int ferry__be_event_record(ferry_device_t *d, ferry_be_event_t *e, ferry_be_stream_t *s);
 int ferry__be_stream_wait_event(ferry_device_t *d, ferry_be_stream_t *s, ferry_be_event_t *e);

@@ -65,8 +65,8 @@ int ferry_bench_copy(ferry_device_t *dev, const ferry_copy_bench_config_t *cfg,
         }
         if ((rc = ferry__be_mem_alloc(dev, n, &devbuf[i])) != 0 ||
             (rc = ferry__be_stream_create(dev, dev->props.priority_least, &st[i])) != 0 ||
-            (rc = ferry__be_event_create(dev, &ev[2 * i])) != 0 ||
-            (rc = ferry__be_event_create(dev, &ev[2 * i + 1])) != 0)
+            (rc = ferry__be_event_create(dev, FERRY_BE_EVENT_TIMING, &ev[2 * i])) != 0 ||
+            (rc = ferry__be_event_create(dev, FERRY_BE_EVENT_TIMING, &ev[2 * i + 1])) != 0)
             break;
     }
     for (unsigned r = 0; rc == 0 && r < warm + reps; r++) {

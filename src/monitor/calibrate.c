@@ -110,9 +110,9 @@ int ferry_calibrate(ferry_device_t *dev, ferry_calibration_t *out)
         goto out;
     reg = true;
     if ((rc = ferry__be_stream_create(dev, dev->props.priority_least, &s)) != 0 ||
-        (rc = ferry__be_event_create(dev, &ev)) != 0 ||
-        (rc = ferry__be_event_create(dev, &e0)) != 0 ||
-        (rc = ferry__be_event_create(dev, &e1)) != 0 ||
+        (rc = ferry__be_event_create(dev, FERRY_BE_EVENT_TIMING, &ev)) != 0 ||
+        (rc = ferry__be_event_create(dev, FERRY_BE_EVENT_TIMING, &e0)) != 0 ||
+        (rc = ferry__be_event_create(dev, FERRY_BE_EVENT_TIMING, &e1)) != 0 ||
         (rc = ferry__be_mem_alloc(dev, big, &din)) != 0 ||
         (rc = ferry__be_mem_alloc(dev, big, &dout)) != 0)
         goto out;

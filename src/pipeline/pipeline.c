@@ -19,10 +19,28 @@
 #include "core/runtime.h"
 #include "sched/sched.h"
 
-/* Three events per chunk, one after each op: they carry the dependencies and the end times.
- * Start times are derived (retire_chunk): every record costs the issuing thread ~1-2 us, and
- * on the H200 six records per chunk left the GPU waiting for the host below 4 MiB chunks. */
+/* Three events per chunk, one after each op, carry the dependencies. They are untimed: on the
+ * H200 a timed event cost the round trip 2% at 16 MiB chunks and 21% at 256 KiB (a timestamp
+ * waits for its stream's work to drain; bench/results/2026-12-02-h200-explore-*). Times come
+ * from a second set of timed events, used in one of two ways:
+ *   TIME_ENDS    every chunk (tracing, or the op_timing option "all"): one timed event after
+ *                each op, start times derived (retire_chunk), as six records per chunk would
+ *                cost the issuing thread too much below 4 MiB chunks;
+ *   TIME_SAMPLE  one chunk in SAMPLE_EVERY otherwise: timed events before and after each op,
+ *                and the busy figures scaled up from the sampled chunks. */
 enum { EV_H2D_END, EV_COMP_END, EV_D2H_END, EV_N };
+enum {
+    TEV_H2D_START,
+    TEV_H2D_END,
+    TEV_COMP_START,
+    TEV_COMP_END,
+    TEV_D2H_START,
+    TEV_D2H_END,
+    TEV_N
+};
+enum chunk_timing { TIME_NONE, TIME_ENDS, TIME_SAMPLE };
+/* Prime, so that the sampled chunks visit every stream of a round-robin plan (at most 16). */
+#define SAMPLE_EVERY 31u
 
 /* A batch is "light" when any thread may issue it without blocking: no prepare callback (it is
  * the caller's code and may block, and must run on a ferry thread), every chunk fits in the
@@ -52,9 +70,12 @@ typedef struct batch_rec {
 } batch_rec_t;
 
 typedef struct slot {
-    unsigned char *h_in, *h_out; /* pinned pool slots */
-    void *d_in, *d_out;          /* device buffers */
-    ferry_be_event_t *ev[EV_N];
+    unsigned char *h_in, *h_out;  /* pinned pool slots */
+    void *d_in, *d_out;           /* device buffers */
+    ferry_be_event_t *ev[EV_N];   /* untimed */
+    ferry_be_event_t *tev[TEV_N]; /* timed */
+    ferry_be_event_t *dep[EV_N];  /* the chunk in flight's op ends: ev[], or tev[] when timed */
+    unsigned char timing;         /* enum chunk_timing of the chunk in flight */
     struct slot *next_free;
     /* The chunk bound to the slot while it is in flight. */
     batch_rec_t *batch;
@@ -93,6 +114,8 @@ struct ferry_pipeline {
     size_t queue_depth;
     size_t stage_threshold;
     bool tracing;
+    bool time_all;    /* every chunk timed (TIME_ENDS): tracing, or op_timing "all" */
+    bool host_pinned; /* the pool's slots are pinned (else pinning was refused) */
 
     ferry_pool_t *pool;
     slot_t *slots;
@@ -153,8 +176,12 @@ struct ferry_pipeline {
     uint64_t staged_bytes;     /* atomic */
     uint64_t done_gpu, failed; /* atomic */
     uint64_t first_start, last_end;
-    uint64_t stream_end[FERRY_STATS_MAX_STREAMS]; /* completion thread: last end per stream */
-    uint64_t stream_busy[FERRY_STATS_MAX_STREAMS];
+    bool any_retired;
+    uint64_t stream_end[FERRY_STATS_MAX_STREAMS];   /* completion thread: last end per stream */
+    uint64_t stream_busy[FERRY_STATS_MAX_STREAMS];  /* of the timed ops */
+    uint64_t stream_ops[FERRY_STATS_MAX_STREAMS];   /* ops retired, timed or not */
+    uint64_t stream_timed[FERRY_STATS_MAX_STREAMS]; /* ops timed */
+    uint64_t chunks_retired, chunks_timed;
 
     trace_rec_t *trace;
     size_t ntrace, trace_cap;
@@ -280,15 +307,20 @@ static void wait_for_work(ferry_pipeline_t *p, uint64_t seen)
 typedef struct pass_acc {
     uint64_t bytes, copied_out, busy_h2d, busy_comp, busy_d2h;
     uint64_t first_start, last_end;
+    uint64_t chunks, timed;
     uint64_t stream_busy[FERRY_STATS_MAX_STREAMS];
-    bool any_timed;
+    uint64_t stream_ops[FERRY_STATS_MAX_STREAMS];
+    uint64_t stream_timed[FERRY_STATS_MAX_STREAMS];
+    bool any;
     size_t ntrace;
     trace_rec_t trace[3 * MAX_PASS];
 } pass_acc_t;
 
 /* Retire one chunk whose events are complete (or which failed): copy its output out, read its
- * event times. Completion thread, no lock held. */
-static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, pass_acc_t *a)
+ * event times if it was timed. @now: the device clock at this pass, the end of an untimed
+ * chunk as far as the stats know (late by the polling latency, a few microseconds).
+ * Completion thread, no lock held. */
+static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, pass_acc_t *a)
 {
     batch_rec_t *b = s->batch;
     if (err != 0) {
@@ -305,47 +337,71 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, pass_acc_t *a)
         a->copied_out += s->bytes;
     }
     a->bytes += s->bytes;
-    uint64_t t[EV_N];
-    for (int i = 0; i < EV_N; i++)
-        if (ferry__be_event_time_ns(p->dev, s->ev[i], &t[i]) != 0)
-            return;
-    /* An op starts when its stream reaches it: after the previous op on that stream and after
-     * what it waits for (the issue, or the previous stage of the chunk). Exact for in-order
-     * streams retired in issue order; with several D2H streams, chunks may retire slightly
-     * out of order and a start is then clamped into [dependency, end]. */
+    a->chunks++;
+    a->stream_ops[s->h2d]++;
+    a->stream_ops[s->comp]++;
+    a->stream_ops[s->d2h]++;
+    /* The span runs from the first chunk's issue (its H2D cannot start earlier, and does start
+     * then on an idle pipeline) to the last D2H's end. */
+    uint64_t end = now;
+    uint64_t t[TEV_N];
+    bool timed = s->timing != TIME_NONE;
+    for (int i = 0; timed && i < TEV_N; i++) {
+        bool used = s->timing == TIME_SAMPLE || (i & 1);
+        t[i] = 0;
+        if (used && ferry__be_event_time_ns(p->dev, s->tev[i], &t[i]) != 0)
+            timed = false;
+    }
+    if (timed)
+        end = t[TEV_D2H_END];
+    if (!a->any || s->issue_ns < a->first_start)
+        a->first_start = s->issue_ns;
+    if (!a->any || end > a->last_end)
+        a->last_end = end;
+    a->any = true;
+    if (!timed)
+        return;
     uint64_t *le = p->stream_end;
-    uint64_t hs = s->issue_ns > le[s->h2d] ? s->issue_ns : le[s->h2d];
-    hs = hs < t[EV_H2D_END] ? hs : t[EV_H2D_END];
-    if (t[EV_H2D_END] > le[s->h2d])
-        le[s->h2d] = t[EV_H2D_END];
-    uint64_t cs = t[EV_H2D_END] > le[s->comp] ? t[EV_H2D_END] : le[s->comp];
-    cs = cs < t[EV_COMP_END] ? cs : t[EV_COMP_END];
-    if (t[EV_COMP_END] > le[s->comp])
-        le[s->comp] = t[EV_COMP_END];
-    uint64_t ds = t[EV_COMP_END] > le[s->d2h] ? t[EV_COMP_END] : le[s->d2h];
-    ds = ds < t[EV_D2H_END] ? ds : t[EV_D2H_END];
-    if (t[EV_D2H_END] > le[s->d2h])
-        le[s->d2h] = t[EV_D2H_END];
-    uint64_t dh = t[EV_H2D_END] - hs, dc = t[EV_COMP_END] - cs, dd = t[EV_D2H_END] - ds;
+    uint64_t hs, cs, ds;
+    if (s->timing == TIME_SAMPLE) {
+        hs = t[TEV_H2D_START], cs = t[TEV_COMP_START], ds = t[TEV_D2H_START];
+    } else {
+        /* An op starts when its stream reaches it: after the previous op on that stream and
+         * after what it waits for (the issue, or the previous stage of the chunk). Exact for
+         * in-order streams retired in issue order; with several D2H streams, chunks may retire
+         * slightly out of order and a start is then clamped into [dependency, end]. */
+        hs = s->issue_ns > le[s->h2d] ? s->issue_ns : le[s->h2d];
+        cs = t[TEV_H2D_END] > le[s->comp] ? t[TEV_H2D_END] : le[s->comp];
+        ds = t[TEV_COMP_END] > le[s->d2h] ? t[TEV_COMP_END] : le[s->d2h];
+    }
+    hs = hs < t[TEV_H2D_END] ? hs : t[TEV_H2D_END];
+    cs = cs < t[TEV_COMP_END] ? cs : t[TEV_COMP_END];
+    ds = ds < t[TEV_D2H_END] ? ds : t[TEV_D2H_END];
+    if (t[TEV_H2D_END] > le[s->h2d])
+        le[s->h2d] = t[TEV_H2D_END];
+    if (t[TEV_COMP_END] > le[s->comp])
+        le[s->comp] = t[TEV_COMP_END];
+    if (t[TEV_D2H_END] > le[s->d2h])
+        le[s->d2h] = t[TEV_D2H_END];
+    uint64_t dh = t[TEV_H2D_END] - hs, dc = t[TEV_COMP_END] - cs, dd = t[TEV_D2H_END] - ds;
+    a->timed++;
     a->busy_h2d += dh;
     a->busy_comp += dc;
     a->busy_d2h += dd;
     a->stream_busy[s->h2d] += dh;
     a->stream_busy[s->comp] += dc;
     a->stream_busy[s->d2h] += dd;
-    if (!a->any_timed || hs < a->first_start)
-        a->first_start = hs;
-    if (!a->any_timed || t[EV_D2H_END] > a->last_end)
-        a->last_end = t[EV_D2H_END];
-    a->any_timed = true;
+    a->stream_timed[s->h2d]++;
+    a->stream_timed[s->comp]++;
+    a->stream_timed[s->d2h]++;
     if (__atomic_load_n(&p->tracing, __ATOMIC_RELAXED)) {
-        trace_rec_t r = {b->id, s->chunk, (uint16_t)s->h2d, 'h', hs, t[EV_H2D_END], s->bytes};
+        trace_rec_t r = {b->id, s->chunk, (uint16_t)s->h2d, 'h', hs, t[TEV_H2D_END], s->bytes};
         a->trace[a->ntrace++] = r;
         r.stream = (uint16_t)s->comp, r.kind = 'c', r.start = cs;
-        r.end = t[EV_COMP_END];
+        r.end = t[TEV_COMP_END];
         a->trace[a->ntrace++] = r;
         r.stream = (uint16_t)s->d2h, r.kind = 'd', r.start = ds;
-        r.end = t[EV_D2H_END];
+        r.end = t[TEV_D2H_END];
         a->trace[a->ntrace++] = r;
     }
 }
@@ -356,16 +412,22 @@ static void add_pass(ferry_pipeline_t *p, const pass_acc_t *a)
     p->st.bytes_h2d += a->bytes;
     p->st.bytes_d2h += a->bytes;
     p->st.copied_out_bytes += a->copied_out;
-    if (a->any_timed) {
-        p->st.busy_h2d_ns += a->busy_h2d;
-        p->st.busy_compute_ns += a->busy_comp;
-        p->st.busy_d2h_ns += a->busy_d2h;
-        for (unsigned i = 0; i < p->nstreams; i++)
-            p->stream_busy[i] += a->stream_busy[i];
-        if (p->first_start == 0 || a->first_start < p->first_start)
+    p->st.busy_h2d_ns += a->busy_h2d;
+    p->st.busy_compute_ns += a->busy_comp;
+    p->st.busy_d2h_ns += a->busy_d2h;
+    p->chunks_retired += a->chunks;
+    p->chunks_timed += a->timed;
+    for (unsigned i = 0; i < p->nstreams; i++) {
+        p->stream_busy[i] += a->stream_busy[i];
+        p->stream_ops[i] += a->stream_ops[i];
+        p->stream_timed[i] += a->stream_timed[i];
+    }
+    if (a->any) {
+        if (!p->any_retired || a->first_start < p->first_start)
             p->first_start = a->first_start;
-        if (a->last_end > p->last_end)
+        if (!p->any_retired || a->last_end > p->last_end)
             p->last_end = a->last_end;
+        p->any_retired = true;
     }
     for (size_t i = 0; i < a->ntrace && p->tracing; i++)
         trace_add(p, &a->trace[i]);
@@ -427,7 +489,7 @@ static void *completion_main(void *arg)
             else if (blocked & (1u << s->d2h))
                 q = FERRY_EAGAIN;
             else
-                q = ferry__be_event_query(p->dev, s->ev[EV_D2H_END]);
+                q = ferry__be_event_query(p->dev, s->dep[EV_D2H_END]);
             if (q != FERRY_EAGAIN) {
                 if (prev != NULL)
                     prev->next_inflight = next;
@@ -440,7 +502,7 @@ static void *completion_main(void *arg)
             } else {
                 if (!(blocked & (1u << s->d2h))) {
                     blocked |= 1u << s->d2h;
-                    waitev[nwait++] = s->ev[EV_D2H_END];
+                    waitev[nwait++] = s->dep[EV_D2H_END];
                 }
                 prev = s;
             }
@@ -450,10 +512,11 @@ static void *completion_main(void *arg)
         /* Retire what is done, without the lock. */
         memset(acc, 0, offsetof(pass_acc_t, trace));
         batch_rec_t *fin = NULL, **fin_tail = &fin;
+        uint64_t pass_now = ndone > 0 ? ferry_device_now_ns(p->dev) : 0;
         for (size_t i = 0; i < ndone; i++) {
             slot_t *d = done[i];
             batch_rec_t *b = d->batch;
-            retire_chunk(p, d, errs[i], acc);
+            retire_chunk(p, d, errs[i], pass_now, acc);
             if (--b->chunks_left == 0) {
                 b->next = NULL;
                 *fin_tail = b;
@@ -642,18 +705,23 @@ static int issue_chunk(ferry_pipeline_t *p, slot_t *s)
         .blocks = (uint32_t)(p->dev->props.sms > 0 ? p->dev->props.sms : 1),
         .block_ns = (uint64_t)(p->stage.ns_per_byte * (double)s->bytes),
     };
+    bool sample = s->timing == TIME_SAMPLE;
+    ferry_be_event_t **dep = s->dep;
     s->issue_ns = ferry_device_now_ns(d);
-    if ((rc = ferry__be_memcpy_h2d(d, sh, s->d_in, src, s->bytes)) != 0 ||
-        (rc = ferry__be_event_record(d, s->ev[EV_H2D_END], sh)) != 0)
+    if ((sample && (rc = ferry__be_event_record(d, s->tev[TEV_H2D_START], sh)) != 0) ||
+        (rc = ferry__be_memcpy_h2d(d, sh, s->d_in, src, s->bytes)) != 0 ||
+        (rc = ferry__be_event_record(d, dep[EV_H2D_END], sh)) != 0)
         return rc;
     /* On one stream, stream order already is the dependency. */
-    if ((sc != sh && (rc = ferry__be_stream_wait_event(d, sc, s->ev[EV_H2D_END])) != 0) ||
+    if ((sc != sh && (rc = ferry__be_stream_wait_event(d, sc, dep[EV_H2D_END])) != 0) ||
+        (sample && (rc = ferry__be_event_record(d, s->tev[TEV_COMP_START], sc)) != 0) ||
         (rc = ferry__be_launch(d, sc, &l)) != 0 ||
-        (rc = ferry__be_event_record(d, s->ev[EV_COMP_END], sc)) != 0)
+        (rc = ferry__be_event_record(d, dep[EV_COMP_END], sc)) != 0)
         return rc;
-    if ((sd != sc && (rc = ferry__be_stream_wait_event(d, sd, s->ev[EV_COMP_END])) != 0) ||
+    if ((sd != sc && (rc = ferry__be_stream_wait_event(d, sd, dep[EV_COMP_END])) != 0) ||
+        (sample && (rc = ferry__be_event_record(d, s->tev[TEV_D2H_START], sd)) != 0) ||
         (rc = ferry__be_memcpy_d2h(d, sd, dst, s->d_out, s->bytes)) != 0 ||
-        (rc = ferry__be_event_record(d, s->ev[EV_D2H_END], sd)) != 0)
+        (rc = ferry__be_event_record(d, dep[EV_D2H_END], sd)) != 0)
         return rc;
     return 0;
 }
@@ -675,6 +743,11 @@ static void issue_one(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c, slot_t *s
         s->d2h = p->ncopy + p->ncomp + (unsigned)(k % p->ncopy);
     }
     s->err = 0;
+    s->timing = p->time_all ? TIME_ENDS : k % SAMPLE_EVERY == 0 ? TIME_SAMPLE : TIME_NONE;
+    bool timed = s->timing != TIME_NONE;
+    s->dep[EV_H2D_END] = timed ? s->tev[TEV_H2D_END] : s->ev[EV_H2D_END];
+    s->dep[EV_COMP_END] = timed ? s->tev[TEV_COMP_END] : s->ev[EV_COMP_END];
+    s->dep[EV_D2H_END] = timed ? s->tev[TEV_D2H_END] : s->ev[EV_D2H_END];
     int rc = issue_chunk(p, s);
     if (rc != 0) {
         ferry_log(FERRY_LOG_ERROR, "pipeline", "batch %llu chunk %u: issue failed: %s (%s)",
@@ -842,6 +915,8 @@ static void destroy(ferry_pipeline_t *p)
         slot_t *s = &p->slots[i];
         for (int e = 0; e < EV_N; e++)
             ferry__be_event_destroy(p->dev, s->ev[e]);
+        for (int e = 0; e < TEV_N; e++)
+            ferry__be_event_destroy(p->dev, s->tev[e]);
         ferry__be_mem_free(p->dev, s->d_in);
         ferry__be_mem_free(p->dev, s->d_out);
         if (s->h_in)
@@ -982,6 +1057,7 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     if (p->stage_threshold == 0)
         p->stage_threshold = SIZE_MAX / 4;
     p->tracing = ferry__opt_i64(o, FERRY__OPT_trace) != 0;
+    p->time_all = p->tracing || strcmp(ferry__opt_str(o, FERRY__OPT_op_timing), "all") == 0;
     p->virtual_clock = virt;
     ferry__mutex_init_adaptive(&p->lock);
     pthread_cond_init(&p->issue_cv, NULL);
@@ -999,8 +1075,12 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     ferry_pool_config_t pc = FERRY_POOL_CONFIG_INIT;
     pc.slot_bytes = chunk;
     pc.slots = (size_t)depth * 2;
+    pc.pageable_fallback = true;
     if ((rc = ferry_pool_create(dev, &pc, &p->pool)) != 0)
         goto out_fail;
+    ferry_pool_stats_t ps = FERRY_POOL_STATS_INIT;
+    ferry_pool_stats(p->pool, &ps);
+    p->host_pinned = ps.pinned;
     p->slots = calloc((size_t)depth, sizeof(*p->slots));
     if (p->slots == NULL) {
         rc = ferry__error(FERRY_ENOMEM, "pipeline: out of memory");
@@ -1018,8 +1098,14 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
             (rc = ferry__be_mem_alloc(dev, chunk, &s->d_out)) != 0)
             goto out_fail;
         for (int e = 0; e < EV_N; e++)
-            if ((rc = ferry__be_event_create(dev, &s->ev[e])) != 0)
+            if ((rc = ferry__be_event_create(dev, 0, &s->ev[e])) != 0)
                 goto out_fail;
+        for (int e = 0; e < TEV_N; e++)
+            if ((rc = ferry__be_event_create(dev, FERRY_BE_EVENT_TIMING, &s->tev[e])) != 0)
+                goto out_fail;
+        /* A slot never used has nothing in flight: its (never recorded) events are done. */
+        for (int e = 0; e < EV_N; e++)
+            s->dep[e] = s->ev[e];
         s->next_free = p->free_slots;
         p->free_slots = s;
         p->nfree_slots++;
@@ -1214,6 +1300,13 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
     out->batches_done_gpu = __atomic_load_n(&p->done_gpu, __ATOMIC_RELAXED);
     out->batches_failed = __atomic_load_n(&p->failed, __ATOMIC_RELAXED);
     out->elapsed_ns = p->last_end > p->first_start ? p->last_end - p->first_start : 0;
+    /* Sampled timing: the busy figures of the timed ops, scaled to all of them. */
+    out->chunks_timed = p->chunks_timed;
+    out->host_pinned = p->host_pinned;
+    double scale = p->chunks_timed ? (double)p->chunks_retired / (double)p->chunks_timed : 0;
+    out->busy_h2d_ns = (uint64_t)((double)p->st.busy_h2d_ns * scale);
+    out->busy_compute_ns = (uint64_t)((double)p->st.busy_compute_ns * scale);
+    out->busy_d2h_ns = (uint64_t)((double)p->st.busy_d2h_ns * scale);
     double secs = (double)out->elapsed_ns / 1e9;
     out->gbps_h2d = secs > 0 ? (double)out->bytes_h2d / secs / 1e9 : 0;
     out->gbps_d2h = secs > 0 ? (double)out->bytes_d2h / secs / 1e9 : 0;
@@ -1230,7 +1323,10 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
     out->slots_in_use = p->depth - p->nfree_slots;
     for (unsigned i = 0; i < p->nstreams; i++) {
         out->stream_kind[i] = p->stream_kind[i];
-        out->stream_busy_ns[i] = p->stream_busy[i];
+        out->stream_busy_ns[i] =
+            p->stream_timed[i] ? (uint64_t)((double)p->stream_busy[i] * (double)p->stream_ops[i] /
+                                            (double)p->stream_timed[i])
+                               : 0;
     }
     pthread_mutex_unlock(&p->lock);
     return 0;

@@ -83,9 +83,9 @@ static void test_event_times(void **state)
     ferry_be_stream_t *s = NULL;
     ferry_be_event_t *e1 = NULL, *e2 = NULL, *never = NULL;
     assert_int_equal(ferry__be_stream_create(dev, 0, &s), 0);
-    assert_int_equal(ferry__be_event_create(dev, &e1), 0);
-    assert_int_equal(ferry__be_event_create(dev, &e2), 0);
-    assert_int_equal(ferry__be_event_create(dev, &never), 0);
+    assert_int_equal(ferry__be_event_create(dev, FERRY_BE_EVENT_TIMING, &e1), 0);
+    assert_int_equal(ferry__be_event_create(dev, FERRY_BE_EVENT_TIMING, &e2), 0);
+    assert_int_equal(ferry__be_event_create(dev, FERRY_BE_EVENT_TIMING, &never), 0);
     uint64_t h1 = 0, h2 = 0, t = 1;
     /* Never recorded: complete, at time 0 (as on the simulator). */
     assert_int_equal(ferry__be_event_query(dev, never), 0);
@@ -111,6 +111,14 @@ static void test_event_times(void **state)
     assert_true(dd > dh - 1000000 && dd < dh + 1000000);
     int64_t again = (int64_t)t1_again - (int64_t)t1;
     assert_true(again > -5000 && again < 5000);
+    /* An untimed event (cudaEventDisableTiming) completes and has no time to give. */
+    ferry_be_event_t *plain = NULL;
+    assert_int_equal(ferry__be_event_create(dev, 0, &plain), 0);
+    assert_int_equal(ferry__be_event_record(dev, plain, s), 0);
+    assert_int_equal(ferry__be_stream_sync(dev, s), 0);
+    assert_int_equal(ferry__be_event_query(dev, plain), 0);
+    assert_int_equal(ferry__be_event_time_ns(dev, plain, &t), FERRY_ENOTSUP);
+    ferry__be_event_destroy(dev, plain);
     ferry__be_event_destroy(dev, e1);
     ferry__be_event_destroy(dev, e2);
     ferry__be_event_destroy(dev, never);
@@ -130,8 +138,8 @@ static void test_wait_any(void **state)
     ferry_be_stream_t *s = NULL;
     ferry_be_event_t *ev[2] = {NULL, NULL};
     assert_int_equal(ferry__be_stream_create(dev, 100, &s), 0); /* clamped by CUDA */
-    assert_int_equal(ferry__be_event_create(dev, &ev[0]), 0);
-    assert_int_equal(ferry__be_event_create(dev, &ev[1]), 0);
+    assert_int_equal(ferry__be_event_create(dev, FERRY_BE_EVENT_TIMING, &ev[0]), 0);
+    assert_int_equal(ferry__be_event_create(dev, FERRY_BE_EVENT_TIMING, &ev[1]), 0);
     for (int i = 0; i < 2; i++) {
         assert_int_equal(ferry__be_memcpy_h2d(dev, s, d, host, n), 0);
         assert_int_equal(ferry__be_event_record(dev, ev[i], s), 0);

@@ -43,9 +43,9 @@ static int setup(void **state)
         return -1;
     for (int i = 0; i < 2; i++)
         if (be->stream_create(f->dev, 0, &f->s[i]) != 0 ||
-            be->event_create(f->dev, &f->end[i]) != 0)
+            be->event_create(f->dev, FERRY_BE_EVENT_TIMING, &f->end[i]) != 0)
             return -1;
-    if (be->event_create(f->dev, &f->start) != 0)
+    if (be->event_create(f->dev, FERRY_BE_EVENT_TIMING, &f->start) != 0)
         return -1;
     *state = f;
     return 0;

@@ -46,8 +46,9 @@ static int setup(void **state)
     f->hbuf = malloc(MAX_BYTES);
     if (f->hbuf == NULL || be->host_register(f->dev, f->hbuf, MAX_BYTES) != 0 ||
         be->mem_alloc(f->dev, MAX_BYTES, &f->dbuf) != 0 ||
-        be->stream_create(f->dev, 0, &f->s) != 0 || be->event_create(f->dev, &f->e0) != 0 ||
-        be->event_create(f->dev, &f->e1) != 0)
+        be->stream_create(f->dev, 0, &f->s) != 0 ||
+        be->event_create(f->dev, FERRY_BE_EVENT_TIMING, &f->e0) != 0 ||
+        be->event_create(f->dev, FERRY_BE_EVENT_TIMING, &f->e1) != 0)
         return -1;
     memset(f->hbuf, 0x3c, MAX_BYTES);
     *state = f;

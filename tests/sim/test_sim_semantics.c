@@ -178,9 +178,9 @@ static void test_round_trip_bit_exact(void **state)
     assert_int_equal(be->stream_create(dev, 0, &h), 0);
     assert_int_equal(be->stream_create(dev, 0, &c), 0);
     assert_int_equal(be->stream_create(dev, 0, &d), 0);
-    assert_int_equal(be->event_create(dev, &eh), 0);
-    assert_int_equal(be->event_create(dev, &ec), 0);
-    assert_int_equal(be->event_create(dev, &ed), 0);
+    assert_int_equal(be->event_create(dev, FERRY_BE_EVENT_TIMING, &eh), 0);
+    assert_int_equal(be->event_create(dev, FERRY_BE_EVENT_TIMING, &ec), 0);
+    assert_int_equal(be->event_create(dev, FERRY_BE_EVENT_TIMING, &ed), 0);
 
     unsigned char key = 0xa5;
     ferry_be_launch_t l = kern(xor_kernel, &key, 132, 20000);
@@ -266,10 +266,10 @@ static void test_events_and_stream_wait(void **state)
     assert_int_equal(be->stream_create(dev, 0, &s1), 0);
     assert_int_equal(be->stream_create(dev, 0, &s2), 0);
     assert_int_equal(be->stream_create(dev, 0, &s3), 0);
-    assert_int_equal(be->event_create(dev, &e1), 0);
-    assert_int_equal(be->event_create(dev, &e1b), 0);
-    assert_int_equal(be->event_create(dev, &e2), 0);
-    assert_int_equal(be->event_create(dev, &never), 0);
+    assert_int_equal(be->event_create(dev, FERRY_BE_EVENT_TIMING, &e1), 0);
+    assert_int_equal(be->event_create(dev, FERRY_BE_EVENT_TIMING, &e1b), 0);
+    assert_int_equal(be->event_create(dev, FERRY_BE_EVENT_TIMING, &e2), 0);
+    assert_int_equal(be->event_create(dev, FERRY_BE_EVENT_TIMING, &never), 0);
 
     /* A never-recorded event is complete at time 0, and waiting on it waits for nothing. */
     uint64_t t = 99;
@@ -321,6 +321,20 @@ static void test_events_and_stream_wait(void **state)
     /* The re-record on idle s3 completed long before. */
     assert_true(ev_time(e1) < ev_time(e1b));
 
+    /* An untimed event orders and completes like any other, and has no time to give. */
+    ferry_be_event_t *plain = NULL, *bad = NULL;
+    assert_int_equal(be->event_create(dev, 0, &plain), 0);
+    assert_int_equal(be->event_create(dev, 2, &bad), FERRY_EINVAL);
+    assert_null(bad);
+    assert_int_equal(be->launch(s1, &k2), 0);
+    assert_int_equal(be->event_record(plain, s1), 0);
+    assert_int_equal(be->event_query(plain), FERRY_EAGAIN);
+    assert_int_equal(be->event_wait_any(&plain, 1, UINT64_MAX, &which), 0);
+    assert_int_equal(be->event_query(plain), 0);
+    assert_int_equal(be->event_time_ns(plain, &t), FERRY_ENOTSUP);
+    assert_non_null(strstr(ferry_last_error(), "without timing"));
+    be->event_destroy(plain);
+
     be->event_destroy(e1);
     be->event_destroy(e1b);
     be->event_destroy(e2);
@@ -338,7 +352,7 @@ static void test_wait_any_timeout_advances_the_clock(void **state)
     ferry_be_stream_t *s;
     ferry_be_event_t *e;
     assert_int_equal(be->stream_create(dev, 0, &s), 0);
-    assert_int_equal(be->event_create(dev, &e), 0);
+    assert_int_equal(be->event_create(dev, FERRY_BE_EVENT_TIMING, &e), 0);
     ferry_be_launch_t k = kern(nop_kernel, NULL, 1, 10000000);
     assert_int_equal(be->launch(s, &k), 0);
     assert_int_equal(be->event_record(e, s), 0);
@@ -368,7 +382,7 @@ static void test_host_costs(void **state)
     size_t n = 1 << 20;
     unsigned char *h = calloc(1, n);
     assert_int_equal(be->stream_create(dev, 0, &s), 0);
-    assert_int_equal(be->event_create(dev, &e), 0);
+    assert_int_equal(be->event_create(dev, FERRY_BE_EVENT_TIMING, &e), 0);
     assert_int_equal(be->mem_alloc(dev, n, &d), 0);
     assert_int_equal(be->host_register(dev, h, n), 0);
     uint64_t t = be->now_ns(dev);
@@ -463,9 +477,9 @@ static void run_priority(int lo_prio, int hi_prio, uint64_t *lo_end, uint64_t *h
     ferry_be_event_t *start, *elo, *ehi;
     assert_int_equal(be->stream_create(dev, lo_prio, &lo), 0);
     assert_int_equal(be->stream_create(dev, hi_prio, &hi), 0);
-    assert_int_equal(be->event_create(dev, &start), 0);
-    assert_int_equal(be->event_create(dev, &elo), 0);
-    assert_int_equal(be->event_create(dev, &ehi), 0);
+    assert_int_equal(be->event_create(dev, FERRY_BE_EVENT_TIMING, &start), 0);
+    assert_int_equal(be->event_create(dev, FERRY_BE_EVENT_TIMING, &elo), 0);
+    assert_int_equal(be->event_create(dev, FERRY_BE_EVENT_TIMING, &ehi), 0);
     ferry_be_launch_t kl = kern(nop_kernel, NULL, 264, 1000000);
     ferry_be_launch_t kh = kern(nop_kernel, NULL, 132, 1000000);
     assert_int_equal(be->event_record(start, lo), 0);
@@ -550,7 +564,7 @@ static void test_kernel_error_is_reported_not_sticky(void **state)
     assert_int_equal(be->stream_create(dev, 0, &other), 0);
     for (int chunk = 0; chunk < 2; chunk++)
         for (int i = 0; i < N1; i++)
-            assert_int_equal(be->event_create(dev, &e[chunk][i]), 0);
+            assert_int_equal(be->event_create(dev, FERRY_BE_EVENT_TIMING, &e[chunk][i]), 0);
     ferry_be_launch_t bad = kern(fail_kernel, NULL, 4, 10000);
     ferry_be_launch_t good = kern(nop_kernel, NULL, 4, 10000);
     for (int chunk = 0; chunk < 2; chunk++) {
@@ -791,7 +805,7 @@ static void random_workload(uint64_t seed, uint64_t *times, unsigned char *diges
     for (int i = 0; i < RW_STREAMS; i++)
         assert_int_equal(be->stream_create(dev, -(int)(i % 3), &s[i]), 0);
     for (int i = 0; i < RW_EVENTS; i++)
-        assert_int_equal(be->event_create(dev, &e[i]), 0);
+        assert_int_equal(be->event_create(dev, FERRY_BE_EVENT_TIMING, &e[i]), 0);
     unsigned char key = 0x5c;
     int nt = 0;
     for (int i = 0; i < RW_OPS; i++) {
@@ -900,7 +914,7 @@ static void test_threads(void **state)
         assert_int_equal(be->mem_alloc(dev, 4096, &a[i].d), 0);
         memset(a[i].d, i, 4096);
         assert_int_equal(be->stream_create(dev, 0, &a[i].s), 0);
-        assert_int_equal(be->event_create(dev, &a[i].e), 0);
+        assert_int_equal(be->event_create(dev, FERRY_BE_EVENT_TIMING, &a[i].e), 0);
     }
     for (int i = 0; i < TH_N; i++)
         assert_int_equal(pthread_create(&t[i], NULL, th_main, &a[i]), 0);

@@ -383,7 +383,9 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
                                               : "d2h",
                    (double)s->stream_busy_ns[i] / 1e9,
                    el > 0 ? (double)s->stream_busy_ns[i] / 1e9 / el : 0);
-        printf("],\"batches_ok_gpu\":%llu,\"batches_ok_cpu\":%llu,\"batches_failed\":%llu,"
+        printf("],\"host_pinned\":%s,\"chunks_timed\":%llu", s->host_pinned ? "true" : "false",
+               (unsigned long long)s->chunks_timed);
+        printf(",\"batches_ok_gpu\":%llu,\"batches_ok_cpu\":%llu,\"batches_failed\":%llu,"
                "\"batches_mismatched\":%llu,\"verified_bytes\":%llu,\"verified\":%s",
                (unsigned long long)t->ok_gpu, (unsigned long long)t->ok_cpu,
                (unsigned long long)t->failed, (unsigned long long)t->mismatched,
@@ -419,6 +421,8 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
                : s->stream_kind[i] == 'c' ? "compute"
                                           : "D2H",
                el > 0 ? (double)s->stream_busy_ns[i] / 1e9 / el * 100 : 0);
+    if (!s->host_pinned)
+        printf("\n  host       pageable: pinning was refused, copies ran at pageable rates");
     printf("\n  batches    %llu ok on GPU, %llu ok on CPU, %llu failed\n",
            (unsigned long long)t->ok_gpu, (unsigned long long)t->ok_cpu,
            (unsigned long long)t->failed);

@@ -337,18 +337,23 @@ static bool recorded(const struct ferry_be_event *e)
     return __atomic_load_n(&e->recorded, __ATOMIC_ACQUIRE) != 0;
 }
 
-static int cuda_event_create(ferry_be_device_t *dev, ferry_be_event_t **out)
+static int cuda_event_create(ferry_be_device_t *dev, unsigned flags, ferry_be_event_t **out)
 {
     if (dev == NULL || out == NULL)
         return ferry__error(FERRY_EINVAL, "cuda: event_create: NULL device or out");
+    if (flags & ~FERRY_BE_EVENT_TIMING)
+        return ferry__error(FERRY_EINVAL, "cuda: event_create: unknown flags 0x%x", flags);
     int rc = ferry__cuda_use_device(dev->index);
     if (rc != 0)
         return rc;
     struct ferry_be_event *ev = calloc(1, sizeof(*ev));
     if (ev == NULL)
         return ferry__error(FERRY_ENOMEM, "cuda: event_create: out of memory");
-    /* Timing enabled (event_time_ns needs it); no blocking sync: ferry polls, never waits. */
-    cudaError_t e = cudaEventCreateWithFlags(&ev->ev, cudaEventDefault);
+    /* Timing only when asked for: a timed event costs its stream a few microseconds of device
+     * time (docs/cuda.md). No blocking sync: ferry polls, never waits. */
+    ev->timing = (flags & FERRY_BE_EVENT_TIMING) != 0;
+    cudaError_t e =
+        cudaEventCreateWithFlags(&ev->ev, ev->timing ? cudaEventDefault : cudaEventDisableTiming);
     if (e != cudaSuccess) {
         rc = ferry__cuda_fail(e, "cudaEventCreateWithFlags");
         free(ev);
@@ -480,6 +485,9 @@ static int cuda_event_time_ns(ferry_be_event_t *e, uint64_t *out)
 {
     if (e == NULL || out == NULL)
         return ferry__error(FERRY_EINVAL, "cuda: event_time_ns: NULL event or out");
+    if (!e->timing)
+        return ferry__error(FERRY_ENOTSUP, "cuda: event_time_ns: the event was created without "
+                                           "timing");
     if (!recorded(e)) {
         *out = 0; /* never recorded: complete since time 0, as on the simulator */
         return 0;

@@ -70,6 +70,7 @@ struct ferry_be_event {
     struct ferry_be_device *dev;
     cudaEvent_t ev;
     int recorded; /* set (atomically) by the first record: never-recorded events are complete */
+    bool timing;  /* created with FERRY_BE_EVENT_TIMING */
 };
 
 /* The one translation of a CUDA runtime error: sets the calling thread's last-error text to

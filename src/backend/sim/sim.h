@@ -60,6 +60,9 @@ struct ferry_sim_profile {
     uint64_t stream_wait_ns;
     uint64_t register_ns_per_gib;
     uint64_t unregister_ns_per_gib;
+    /* Optional: the most host memory registered at once; beyond it host_register is refused
+     * as a locked-memory limit would refuse it (0, the default: no limit). */
+    uint64_t pin_limit_bytes;
     /* defaults */
     uint64_t default_chunk_bytes;
 };

@@ -260,10 +260,20 @@ static int sim_host_register(ferry_be_device_t *dev, void *p, size_t bytes)
                           p, bytes, (void *)dev->regs[i].p);
         goto out_unlock;
     }
+    uint64_t lim = dev->prof.pin_limit_bytes;
+    if (lim != 0 && (bytes > lim || dev->reg_bytes > lim - bytes)) {
+        rc = ferry__error(FERRY_EBACKEND,
+                          "sim: cannot pin %zu bytes of host memory: %llu bytes are pinned and "
+                          "the profile's host.pin_limit_bytes is %llu (as a locked-memory "
+                          "limit refuses it)",
+                          bytes, (unsigned long long)dev->reg_bytes, (unsigned long long)lim);
+        goto out_unlock;
+    }
     if (range_insert(&dev->regs, &dev->nregs, &dev->cap_regs, p, bytes) != 0) {
         rc = ferry__error(FERRY_ENOMEM, "sim: host_register: out of memory");
         goto out_unlock;
     }
+    dev->reg_bytes += bytes;
     /* FACTS.md: cudaHostRegister of 1 GiB took 49 ms. */
     charge(dev, per_gib_ns(dev->prof.register_ns_per_gib, bytes));
 out_unlock:
@@ -288,6 +298,7 @@ static int sim_host_unregister(ferry_be_device_t *dev, void *p)
     /* Copies in flight may still read or write the range: let them finish first. */
     ferry__sim_drain(dev);
     charge(dev, per_gib_ns(dev->prof.unregister_ns_per_gib, dev->regs[i].bytes));
+    dev->reg_bytes -= dev->regs[i].bytes;
     range_remove(dev->regs, &dev->nregs, i);
 out_unlock:
     unlock(dev);
@@ -420,14 +431,17 @@ static int sim_stream_sync(ferry_be_stream_t *s)
 
 /* ---- events ------------------------------------------------------------------------------ */
 
-static int sim_event_create(ferry_be_device_t *dev, ferry_be_event_t **out)
+static int sim_event_create(ferry_be_device_t *dev, unsigned flags, ferry_be_event_t **out)
 {
     if (dev == NULL || out == NULL)
         return ferry__error(FERRY_EINVAL, "sim: event_create: NULL device or out");
+    if (flags & ~FERRY_BE_EVENT_TIMING)
+        return ferry__error(FERRY_EINVAL, "sim: event_create: unknown flags 0x%x", flags);
     struct ferry_be_event *e = calloc(1, sizeof(*e));
     if (e == NULL)
         return ferry__error(FERRY_ENOMEM, "sim: event_create: out of memory");
     e->dev = dev;
+    e->timing = (flags & FERRY_BE_EVENT_TIMING) != 0;
     lock(dev);
     e->next = dev->events;
     if (dev->events != NULL)
@@ -568,6 +582,9 @@ static int sim_event_time_ns(ferry_be_event_t *e, uint64_t *out)
 {
     if (e == NULL || out == NULL)
         return ferry__error(FERRY_EINVAL, "sim: event_time_ns: NULL event or out");
+    if (!e->timing) /* as CUDA answers for an event created without timing */
+        return ferry__error(FERRY_ENOTSUP, "sim: event_time_ns: the event was created without "
+                                           "timing");
     struct ferry_be_device *dev = e->dev;
     int rc = 0;
     lock(dev);

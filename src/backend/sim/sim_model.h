@@ -70,6 +70,7 @@ struct ferry_be_stream {
 struct ferry_be_event {
     struct ferry_be_device *dev;
     struct sim_op *last; /* most recent record; NULL: never recorded (complete at time 0) */
+    bool timing;         /* created with FERRY_BE_EVENT_TIMING: event_time_ns answers */
     struct ferry_be_event *prev, *next;
 };
 
@@ -128,6 +129,7 @@ struct ferry_be_device {
     /* memory: sorted by address */
     struct sim_alloc *allocs, *regs;
     size_t nallocs, cap_allocs, nregs, cap_regs;
+    uint64_t reg_bytes; /* host bytes registered now (host.pin_limit_bytes) */
     uint64_t mem_used;
     int next_stream;
     struct ferry_be_stream *streams;

@@ -353,13 +353,10 @@ static int parse_copy(const struct pctx *c, const cJSON *root, struct ferry_sim_
 
 static int parse_host(const struct pctx *c, const cJSON *root, struct ferry_sim_profile *p)
 {
-    static const char *const keys[] = {"copy_submit_ns",
-                                       "launch_ns",
-                                       "event_record_ns",
-                                       "stream_wait_ns",
-                                       "register_ns_per_gib",
-                                       "unregister_ns_per_gib",
-                                       NULL};
+    static const char *const keys[] = {"copy_submit_ns",      "launch_ns",
+                                       "event_record_ns",     "stream_wait_ns",
+                                       "register_ns_per_gib", "unregister_ns_per_gib",
+                                       "pin_limit_bytes",     NULL};
     const int64_t max_call = 1000000000;    /* 1 s per call is already absurd */
     const int64_t max_gib = 100000000000LL; /* 100 s per GiB */
     const cJSON *o;
@@ -378,6 +375,10 @@ static int parse_host(const struct pctx *c, const cJSON *root, struct ferry_sim_
         rc = get_u64(c, o, "host", "register_ns_per_gib", 0, max_gib, &p->register_ns_per_gib);
     if (rc == 0)
         rc = get_u64(c, o, "host", "unregister_ns_per_gib", 0, max_gib, &p->unregister_ns_per_gib);
+    int64_t lim = 0;
+    if (rc == 0)
+        rc = get_int_opt(c, o, "host", "pin_limit_bytes", false, 0, 0, 1LL << 50, &lim);
+    p->pin_limit_bytes = (uint64_t)lim;
     return rc;
 }
 

@@ -1,0 +1,202 @@
+/* Trouble on a real GPU, handled: a locked-memory limit that may refuse pinning (the pipeline
+ * then runs on pageable slots and says so), and a GPU kept busy by another process (ferry
+ * shares it: slower, every byte right, no hang). Skips (exit 77) without a GPU.
+ *
+ * The other process is this executable run again with --hog FD SECONDS: it streams a heavy
+ * fma workload until SECONDS have passed, and writes a byte to FD once its work is running. */
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cudatest.h"
+
+extern char **environ;
+
+typedef struct done {
+    atomic_int ok, bad;
+} done_t;
+
+static void on_done(const ferry_batch_result_t *r, void *arg)
+{
+    done_t *d = arg;
+    atomic_fetch_add(r->status == 0 ? &d->ok : &d->bad, 1);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* @total bytes of random floats through `scale` in 4 MiB chunks on @d, checked bit for bit;
+ * returns the stats. */
+static ferry_pipeline_stats_t stream_scale(ferry_device_t *d, size_t total, uint64_t *seed)
+{
+    ferry_workload_t *wl = NULL;
+    assert_int_equal(ferry_workload_create("scale", NULL, &wl), 0);
+    unsigned char *in = malloc(total), *out = malloc(total), *ref = malloc(total);
+    assert_true(in && out && ref);
+    cudatest_fill_floats(in, total, seed);
+    assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
+    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
+    pc.device = d;
+    pc.stage = ferry_workload_stage(wl);
+    pc.chunk_bytes = 4u << 20;
+    pc.depth = 4;
+    ferry_pipeline_t *p = NULL;
+    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    done_t dn = {0};
+    size_t batch = 16u << 20;
+    int n = 0;
+    for (size_t off = 0; off < total; off += batch, n++) {
+        ferry_batch_t b = FERRY_BATCH_INIT;
+        b.in = in + off;
+        b.out = out + off;
+        b.bytes = total - off < batch ? total - off : batch;
+        assert_int_equal(ferry_pipeline_submit(p, &b, on_done, &dn, NULL), 0);
+    }
+    assert_int_equal(ferry_pipeline_drain(p), 0);
+    ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
+    assert_int_equal(ferry_pipeline_stats(p, &st), 0);
+    assert_int_equal(ferry_pipeline_close(p), 0);
+    assert_int_equal(atomic_load(&dn.ok), n);
+    assert_int_equal(atomic_load(&dn.bad), 0);
+    long diff = cudatest_first_diff(out, ref, total);
+    if (diff >= 0)
+        fail_msg("output differs from the CPU reference at byte %ld", diff);
+    free(in);
+    free(out);
+    free(ref);
+    ferry_workload_destroy(wl);
+    return st;
+}
+
+static void test_memlock_limit(void **state)
+{
+    (void)state;
+    uint64_t seed = test_seed(11);
+    struct rlimit old;
+    assert_int_equal(getrlimit(RLIMIT_MEMLOCK, &old), 0);
+    struct rlimit low = old;
+    low.rlim_cur = 64 << 10; /* lowering the soft limit needs no privilege */
+    assert_int_equal(setrlimit(RLIMIT_MEMLOCK, &low), 0);
+    /* Whether the driver honours the limit is its business: ask it with a plain pool. */
+    ferry_pool_config_t pc = FERRY_POOL_CONFIG_INIT;
+    pc.slot_bytes = 4u << 20;
+    pc.slots = 8;
+    ferry_pool_t *pool = NULL;
+    int rc = ferry_pool_create(dev, &pc, &pool);
+    bool refused = rc != 0;
+    if (refused) {
+        assert_int_equal(rc, FERRY_EBACKEND);
+        /* the message names the limit and how to raise it */
+        assert_non_null(strstr(ferry_last_error(), "ulimit -l"));
+    }
+    ferry_pool_destroy(pool);
+    ferry_pipeline_stats_t st = stream_scale(dev, 64u << 20, &seed);
+    assert_int_equal(setrlimit(RLIMIT_MEMLOCK, &old), 0);
+    printf("# memlock 64 KiB: pinning %s; pipeline on %s slots: %.1f GB/s each way\n",
+           refused ? "refused" : "still allowed by the driver",
+           st.host_pinned ? "pinned" : "pageable", st.gbps_h2d);
+    assert_true(st.host_pinned == !refused);
+}
+
+static void test_busy_gpu(void **state)
+{
+    (void)state;
+    uint64_t seed = test_seed(12);
+    /* The quiet figure first, then the same with the other process running. */
+    ferry_pipeline_stats_t quiet = stream_scale(dev, 512u << 20, &seed);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    char fd_arg[16], exe[4096];
+    snprintf(fd_arg, sizeof(fd_arg), "%d", fds[1]);
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    assert_true(n > 0);
+    exe[n] = '\0';
+    char *argv[] = {exe, "--hog", fd_arg, "6", NULL};
+    pid_t pid;
+    assert_int_equal(posix_spawn(&pid, exe, NULL, NULL, argv, environ), 0);
+    close(fds[1]);
+    struct pollfd pf = {.fd = fds[0], .events = POLLIN};
+    char c = 0;
+    int ready = poll(&pf, 1, 60000);
+    if (ready != 1 || read(fds[0], &c, 1) != 1) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        fail_msg("the other process did not start its GPU work within 60 s");
+    }
+    close(fds[0]);
+    double t0 = now_s();
+    ferry_pipeline_stats_t busy = stream_scale(dev, 512u << 20, &seed);
+    double t1 = now_s();
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    printf("# alone %.1f GB/s each way; beside a process running fma x2048 kernels %.1f GB/s "
+           "(%.2f s); that process exited %d\n",
+           quiet.gbps_h2d, busy.gbps_h2d, t1 - t0, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* The other process: heavy fma batches on its own runtime until @secs have passed. */
+static int hog(int fd, double secs)
+{
+    ferry_runtime_t *r = cudatest_runtime();
+    ferry_device_t *d = NULL;
+    ferry_workload_params_t wp = FERRY_WORKLOAD_PARAMS_INIT;
+    wp.intensity = 2048;
+    ferry_workload_t *wl = NULL;
+    ferry_pipeline_t *p = NULL;
+    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
+    size_t bytes = 64u << 20;
+    unsigned char *buf = calloc(1, bytes);
+    if (buf == NULL || ferry_device_get(r, 0, &d) != 0 ||
+        ferry_workload_create("fma", &wp, &wl) != 0)
+        return 1;
+    pc.device = d;
+    pc.stage = ferry_workload_stage(wl);
+    pc.chunk_bytes = 8u << 20;
+    if (ferry_pipeline_create(&pc, &p) != 0)
+        return 1;
+    done_t dn = {0};
+    double end = now_s() + secs;
+    int n = 0;
+    bool told = false;
+    while (now_s() < end) {
+        ferry_batch_t b = FERRY_BATCH_INIT;
+        b.in = buf;
+        b.out = buf;
+        b.bytes = bytes;
+        if (ferry_pipeline_submit(p, &b, on_done, &dn, NULL) != 0)
+            return 1;
+        n++;
+        if (!told && atomic_load(&dn.ok) > 0) {
+            told = write(fd, "r", 1) == 1;
+        }
+    }
+    if (ferry_pipeline_drain(p) != 0 || ferry_pipeline_close(p) != 0)
+        return 1;
+    if (!told && write(fd, "r", 1) != 1)
+        return 1;
+    ferry_workload_destroy(wl);
+    ferry_runtime_destroy(r);
+    free(buf);
+    return atomic_load(&dn.ok) == n && atomic_load(&dn.bad) == 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 4 && strcmp(argv[1], "--hog") == 0)
+        return hog(atoi(argv[2]), atof(argv[3]));
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_memlock_limit),
+        cmocka_unit_test(test_busy_gpu),
+    };
+    return cmocka_run_group_tests(tests, cudatest_setup, cudatest_teardown);
+}

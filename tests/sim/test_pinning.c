@@ -1,0 +1,150 @@
+/* Pinning refused: on a model whose profile limits pinned host memory (host.pin_limit_bytes,
+ * as a locked-memory limit does), a plain pool fails with a message that names the limit, a
+ * pipeline falls back to pageable slots, says so in its stats, and still returns every byte
+ * right, only slower. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "ferry/workloads.h"
+#include "testlib.h"
+
+/* The in-tree profile with host.pin_limit_bytes set; returns a temporary file's path. */
+static void write_limited_profile(char *path, size_t len, long long limit)
+{
+    FILE *f = fopen(FERRY_TEST_PROFILE, "rb");
+    assert_non_null(f);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    cJSON *host = cJSON_GetObjectItemCaseSensitive(root, "host");
+    assert_non_null(host);
+    cJSON_AddNumberToObject(host, "pin_limit_bytes", (double)limit);
+    char *out = cJSON_Print(root);
+    snprintf(path, len, "/tmp/ferry-pin-profile-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, out, strlen(out)), (ssize_t)strlen(out));
+    close(fd);
+    cJSON_free(out);
+    cJSON_Delete(root);
+}
+
+static ferry_runtime_t *runtime(const char *profile)
+{
+    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
+    cfg.backend = "sim";
+    cfg.profile = profile;
+    ferry_runtime_t *rt = NULL;
+    assert_int_equal(ferry_runtime_create(&cfg, &rt), 0);
+    return rt;
+}
+
+static void count(const ferry_batch_result_t *r, void *arg)
+{
+    int *c = arg;
+    c[r->status == 0 ? 0 : 1]++;
+}
+
+/* 32 MiB of random floats through `scale` in 1 MiB chunks; returns the stats. */
+static ferry_pipeline_stats_t stream(ferry_runtime_t *rt, uint64_t *seed)
+{
+    ferry_device_t *dev = NULL;
+    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_workload_t *wl = NULL;
+    assert_int_equal(ferry_workload_create("scale", NULL, &wl), 0);
+    const size_t total = 32u << 20;
+    float *in = malloc(total), *out = malloc(total), *ref = malloc(total);
+    assert_true(in && out && ref);
+    for (size_t i = 0; i < total / 4; i++)
+        in[i] = (float)(test_rand(seed) % 2000000) / 1000.0f - 1000.0f;
+    assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
+    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
+    pc.device = dev;
+    pc.stage = ferry_workload_stage(wl);
+    pc.chunk_bytes = 1u << 20;
+    pc.depth = 4;
+    ferry_pipeline_t *p = NULL;
+    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    int c[2] = {0, 0};
+    for (size_t off = 0; off < total; off += 4u << 20) {
+        ferry_batch_t b = FERRY_BATCH_INIT;
+        b.in = (char *)in + off;
+        b.out = (char *)out + off;
+        b.bytes = 4u << 20;
+        assert_int_equal(ferry_pipeline_submit(p, &b, count, c, NULL), 0);
+    }
+    assert_int_equal(ferry_pipeline_drain(p), 0);
+    ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
+    assert_int_equal(ferry_pipeline_stats(p, &st), 0);
+    assert_int_equal(ferry_pipeline_close(p), 0);
+    assert_int_equal(c[0], 8);
+    assert_int_equal(c[1], 0);
+    assert_memory_equal(out, ref, total);
+    free(in);
+    free(out);
+    free(ref);
+    ferry_workload_destroy(wl);
+    return st;
+}
+
+static void test_pinning_refused(void **state)
+{
+    (void)state;
+    uint64_t seed = test_seed(7);
+    char path[64];
+    write_limited_profile(path, sizeof(path), 1 << 20);
+    ferry_runtime_t *rt = runtime(path);
+    unlink(path);
+    ferry_device_t *dev = NULL;
+    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+
+    /* A plain pool (no fallback asked for) fails, naming the limit. */
+    ferry_pool_config_t pc = FERRY_POOL_CONFIG_INIT;
+    pc.slot_bytes = 1u << 20;
+    pc.slots = 4;
+    ferry_pool_t *pool = NULL;
+    assert_int_equal(ferry_pool_create(dev, &pc, &pool), FERRY_EBACKEND);
+    assert_null(pool);
+    assert_non_null(strstr(ferry_last_error(), "pin_limit_bytes"));
+    /* With the fallback: pageable, and the stats say so. */
+    pc.pageable_fallback = true;
+    assert_int_equal(ferry_pool_create(dev, &pc, &pool), 0);
+    ferry_pool_stats_t ps = FERRY_POOL_STATS_INIT;
+    assert_int_equal(ferry_pool_stats(pool, &ps), 0);
+    assert_false(ps.pinned);
+    ferry_pool_destroy(pool);
+    /* Within the limit, pinning works. */
+    pc.slots = 1;
+    pc.pageable_fallback = false;
+    assert_int_equal(ferry_pool_create(dev, &pc, &pool), 0);
+    assert_int_equal(ferry_pool_stats(pool, &ps), 0);
+    assert_true(ps.pinned);
+    ferry_pool_destroy(pool);
+
+    /* A pipeline needs 8 MiB of slots: it runs on pageable ones, every byte right. */
+    ferry_pipeline_stats_t limited = stream(rt, &seed);
+    ferry_runtime_destroy(rt);
+    rt = runtime(FERRY_TEST_PROFILE);
+    ferry_pipeline_stats_t normal = stream(rt, &seed);
+    ferry_runtime_destroy(rt);
+    printf("# pageable slots: %.2f GB/s each way; pinned: %.2f\n", limited.gbps_h2d,
+           normal.gbps_h2d);
+    assert_false(limited.host_pinned);
+    assert_true(normal.host_pinned);
+    /* FACTS.md: pageable copies run at 6-13 GB/s, pinned ones at ~55. */
+    assert_true(limited.gbps_h2d < 0.5 * normal.gbps_h2d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pinning_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
