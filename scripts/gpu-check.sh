@@ -22,7 +22,8 @@ nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width
   --format=csv,noheader 2>&1 | tee -a "$log"
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-commit=$(git rev-parse --short HEAD 2>/dev/null || cat .carry/commit 2>/dev/null || echo unknown)
+# .carry/commit first: the copy of the tree on the GPU machine may carry an older .git.
+commit=$(cat .carry/commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
 date=$(date -u +%Y-%m-%d)
 
 step "build"
@@ -42,6 +43,8 @@ step "tests"
 ctest --test-dir "$build" --output-on-failure -j 4 >"$out/ctest.log" 2>&1
 tests_rc=$?
 tail -n 25 "$out/ctest.log" | tee -a "$log"
+# what the trouble tests saw (pinning under a memlock limit, a GPU shared with another process)
+"$build"/tests/gpu_test_trouble 2>&1 | grep '^# ' | tee "$out/trouble.txt" | tee -a "$log"
 
 step "end to end: ferry run --backend cuda"
 res=$out/gpu-${date}-${commit}.jsonl
@@ -100,7 +103,7 @@ for bb in "$build"/bench/bench_*; do "$bb" >>"$res" 2>>"$log"; done
 
 step "summary"
 python3 - "$res" "$tests_rc" <<'PY' | tee -a "$log"
-import json, sys
+import json, os, sys
 rows = []
 for line in open(sys.argv[1]):
     if line.startswith("{"):  # benchmarks may print comment lines too
@@ -108,6 +111,11 @@ for line in open(sys.argv[1]):
 meta = rows[0]["meta"]
 print(f"{meta['date']}  {meta['device']}  driver {meta['driver']}  commit {meta['commit']}")
 print(f"tests: {'PASS' if sys.argv[2] == '0' else 'FAIL (see ctest.log)'}")
+try:
+    for line in open(os.path.join(os.path.dirname(sys.argv[1]), "trouble.txt")):
+        print("trouble " + line.strip())
+except OSError:
+    pass
 print(f"{'ferry run':48s} {'backend':7s} {'ok':3s} {'H2D GB/s':>9s} {'D2H GB/s':>9s} {'overlap':>8s}")
 for r in rows:
     if "args" in r:
