@@ -1,0 +1,57 @@
+/* CUDA_DEVICE_MAX_CONNECTIONS and CUDA_DEVICE_MAX_COPY_CONNECTIONS: how CUDA reads a value,
+ * ferry's strict parsing of the values it is asked to set, what a value costs in device memory,
+ * and a recommendation for a workload. The facts behind it (FACTS.md, measured on an H200 with
+ * CUDA 13.0): the documented range is 1..32, the default 8 (without MPS); 0 and "abc" behave
+ * as unset; 33 and 64 were used as given (memory grew) but are undocumented; the variable is
+ * read once, at cuInit, for every device of the process; ~64 KiB of device memory per compute
+ * connection and ~192 KiB per copy connection. */
+#ifndef FERRY_CONNECTIONS_H
+#define FERRY_CONNECTIONS_H
+
+#include "ferry.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FERRY_CONNECTIONS_DEFAULT 8u
+#define FERRY_CONNECTIONS_MAX 32u /* documented */
+#define FERRY_CONNECTIONS_COMPUTE_BYTES (64u << 10) /* device memory per compute connection */
+#define FERRY_CONNECTIONS_COPY_BYTES (192u << 10)   /* device memory per copy connection */
+
+typedef enum ferry_conn_status {
+    FERRY_CONN_UNSET = 0,     /* not set, or empty: the default */
+    FERRY_CONN_VALID,         /* an integer in 1..32 */
+    FERRY_CONN_UNDOCUMENTED,  /* an integer above 32: used as given (measured at 33 and 64) */
+    FERRY_CONN_IGNORED,       /* 0 or negative: behaves as unset (measured at 0) */
+    FERRY_CONN_MALFORMED      /* not a plain decimal integer ("abc", "8x", " 8") */
+} ferry_conn_status_t;
+
+typedef struct ferry_conn_reading {
+    ferry_conn_status_t status;
+    unsigned effective; /* the queues CUDA uses, as far as is known */
+    bool measured;      /* that reading was measured (FACTS.md), not inferred */
+    char note[200];     /* one sentence for people */
+} ferry_conn_reading_t;
+
+/** How CUDA reads @p text (NULL: the variable is not set) as a connections variable. Always
+ *  fills @p out and returns 0 (FERRY_EINVAL for a NULL @p out). */
+FERRY_EXTERN int ferry_connections_read(const char *text, ferry_conn_reading_t *out);
+
+/** Strict parsing of a value ferry is asked to set: a decimal integer in 1..32, nothing else
+ *  (no sign, spaces, suffix or leading zeros beyond "0"). @p what names the input in the error
+ *  text ("--connections", "FERRY_CONNECTIONS"). Returns 0, FERRY_EPARSE or FERRY_ERANGE. */
+FERRY_EXTERN int ferry_connections_parse(const char *what, const char *text, unsigned *out);
+
+/** Device memory per context for @p compute compute and @p copy copy connections, in bytes,
+ *  from the measured per-connection costs. */
+FERRY_EXTERN size_t ferry_connections_memory_bytes(unsigned compute, unsigned copy);
+
+/** True when CUDA has been initialised in this process (cuInit ran): a connections variable
+ *  set now would not be read. False when CUDA is not loaded, or loaded and not initialised. */
+FERRY_EXTERN bool ferry_cuda_initialized(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
