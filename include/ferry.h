@@ -358,6 +358,10 @@ typedef struct ferry_pipeline_stats {
      * in 31, and the busy figures above (and overlap) are scaled up from those. */
     uint64_t chunks_timed;
     bool host_pinned; /* false: pinning was refused; slots are pageable (slower, still correct) */
+    /* The hardware queues of the device's context (CUDA_DEVICE_MAX_CONNECTIONS as read at
+     * start) and the streams live pipelines had on it when this one was made, this one's
+     * included: above the queues, streams share them (logged as a warning). */
+    unsigned connections, context_streams;
 } ferry_pipeline_stats_t;
 #define FERRY_PIPELINE_STATS_INIT                                                                  \
     {                                                                                              \

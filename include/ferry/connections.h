@@ -14,17 +14,17 @@
 extern "C" {
 #endif
 
-#define FERRY_CONNECTIONS_DEFAULT 8u
-#define FERRY_CONNECTIONS_MAX 32u /* documented */
-#define FERRY_CONNECTIONS_COMPUTE_BYTES (64u << 10) /* device memory per compute connection */
-#define FERRY_CONNECTIONS_COPY_BYTES (192u << 10)   /* device memory per copy connection */
+#define FERRY_CONNECTIONS_DEFAULT       8u
+#define FERRY_CONNECTIONS_MAX           32u          /* documented */
+#define FERRY_CONNECTIONS_COMPUTE_BYTES (64u << 10)  /* device memory per compute connection */
+#define FERRY_CONNECTIONS_COPY_BYTES    (192u << 10) /* device memory per copy connection */
 
 typedef enum ferry_conn_status {
-    FERRY_CONN_UNSET = 0,     /* not set, or empty: the default */
-    FERRY_CONN_VALID,         /* an integer in 1..32 */
-    FERRY_CONN_UNDOCUMENTED,  /* an integer above 32: used as given (measured at 33 and 64) */
-    FERRY_CONN_IGNORED,       /* 0 or negative: behaves as unset (measured at 0) */
-    FERRY_CONN_MALFORMED      /* not a plain decimal integer ("abc", "8x", " 8") */
+    FERRY_CONN_UNSET = 0,    /* not set, or empty: the default */
+    FERRY_CONN_VALID,        /* an integer in 1..32 */
+    FERRY_CONN_UNDOCUMENTED, /* an integer above 32: used as given (measured at 33 and 64) */
+    FERRY_CONN_IGNORED,      /* 0 or negative: behaves as unset (measured at 0) */
+    FERRY_CONN_MALFORMED     /* not a plain decimal integer ("abc", "8x", " 8") */
 } ferry_conn_status_t;
 
 typedef struct ferry_conn_reading {
@@ -50,6 +50,36 @@ FERRY_EXTERN size_t ferry_connections_memory_bytes(unsigned compute, unsigned co
 /** True when CUDA has been initialised in this process (cuInit ran): a connections variable
  *  set now would not be read. False when CUDA is not loaded, or loaded and not initialised. */
 FERRY_EXTERN bool ferry_cuda_initialized(void);
+
+/** The measured law (FACTS.md): @p streams streams, each given kernel A (@p a_ns, one block)
+ *  then kernel B (@p b_ns, one block), issued stream by stream, take a x ceil(streams / C) with
+ *  C queues; issued round-robin (every A, then every B) they run concurrent at any C. */
+typedef struct ferry_conn_measure {
+    size_t size;                /* sizeof(ferry_conn_measure_t), set by the INIT macro */
+    unsigned streams;           /* streams the pattern ran on */
+    double a_ms, b_ms;          /* the kernels' lengths */
+    double total_ms;            /* stream by stream, median of the repetitions */
+    double roundrobin_ms;       /* round-robin, median */
+    double waves;               /* total / a: how many times A's length the pattern took */
+    double effective_queues;    /* streams / round(waves): the queues the pattern saw */
+    bool at_least;              /* one wave: the queues are at least `streams` */
+    double serialization;       /* total / roundrobin: 1 concurrent, up to `streams` serial */
+    uint64_t device_used_bytes; /* device memory in use with the streams created (total - free) */
+    uint64_t device_total_bytes;
+} ferry_conn_measure_t;
+#define FERRY_CONN_MEASURE_INIT                                                                    \
+    {                                                                                              \
+        .size = sizeof(ferry_conn_measure_t)                                                       \
+    }
+
+/** Run the pattern on @p dev (cuda: a spin kernel on the GPU's global timer; sim: the model)
+ *  @p reps times after a warm-up. @p streams 1..64, @p a_ns and @p b_ns 1 us..1 s, @p reps
+ *  1..100. The queues are those of this process: CUDA read the variable at cuInit, so one
+ *  value per process (`ferry connections --measure` starts one child per value). Returns 0,
+ *  FERRY_EINVAL, FERRY_ENOTSUP (ferry built without CUDA kernels for this backend) or a backend
+ *  error. */
+FERRY_EXTERN int ferry_connections_measure(ferry_device_t *dev, unsigned streams, uint64_t a_ns,
+                                           uint64_t b_ns, unsigned reps, ferry_conn_measure_t *out);
 
 #ifdef __cplusplus
 }

@@ -163,3 +163,9 @@ int ferry_backend_probe(const char *name, char *why, size_t why_len)
         snprintf(why, why_len, "%s", rc == 0 ? "" : buf);
     return rc == 0 ? count : ferry__error(rc, "backend %s: %s", name, buf);
 }
+
+int ferry__be_mem_info(ferry_device_t *d, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+    return d->ops->mem_info ? d->ops->mem_info(d->be, free_bytes, total_bytes)
+                            : notsup(d, "mem_info");
+}

@@ -102,6 +102,10 @@ typedef struct ferry_backend_ops {
     int (*memcpy_d2h)(ferry_be_stream_t *s, void *dst_host, const void *src_dev, size_t bytes);
 
     int (*launch)(ferry_be_stream_t *s, const ferry_be_launch_t *l);
+
+    /* Device memory free and in all, as the device reports it (cudaMemGetInfo: other
+     * processes' use included). */
+    int (*mem_info)(ferry_be_device_t *dev, uint64_t *free_bytes, uint64_t *total_bytes);
 } ferry_backend_ops_t;
 
 /* The registered backends, in `auto` priority order, NULL-terminated. */

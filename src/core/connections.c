@@ -45,8 +45,8 @@ int ferry_connections_read(const char *text, ferry_conn_reading_t *out)
         /* "abc" was measured to behave as unset; other shapes ("8x", " 8") were not. */
         bool alpha = text[0] < '0' || text[0] > '9';
         out->measured = alpha && text[0] != ' ' && text[0] != '-' && text[0] != '+';
-        snprintf(out->note, sizeof(out->note),
-                 "'%.40s' is not a plain integer: %s; set 1..32", text,
+        snprintf(out->note, sizeof(out->note), "'%.40s' is not a plain integer: %s; set 1..32",
+                 text,
                  out->measured ? "CUDA ignores it and uses the default, 8 (measured with 'abc')"
                                : "CUDA's reading is not documented (taken as the default, 8; "
                                  "`ferry connections --measure` tells)");

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/runtime.h"
+#include "ferry/connections.h"
 
 int ferry__rt_fail(ferry_runtime_t *rt, int code)
 {
@@ -63,6 +64,43 @@ static int pick_backend(ferry_runtime_t *rt, const char *name)
     return ferry__error(FERRY_ENODEV, "no backend has a device: %s", reasons);
 }
 
+/* The connections options: set the variables before the first CUDA call of the process, which
+ * is when CUDA reads them (FACTS.md). Once CUDA has started, a value it did not start with
+ * cannot take effect: that is an error, not a silent no-op. */
+static int apply_connections(const ferry_options_t *o)
+{
+    static const struct {
+        const char *var, *opt;
+        int id;
+    } vars[] = {
+        {"CUDA_DEVICE_MAX_CONNECTIONS", "connections", FERRY__OPT_connections},
+        {"CUDA_DEVICE_MAX_COPY_CONNECTIONS", "copy_connections", FERRY__OPT_copy_connections},
+    };
+    bool started = ferry_cuda_initialized();
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        int64_t want = ferry__opt_i64(o, (ferry__opt_id_t)vars[i].id);
+        if (want == 0)
+            continue;
+        char v[16];
+        snprintf(v, sizeof(v), "%lld", (long long)want);
+        const char *cur = getenv(vars[i].var);
+        if (cur != NULL && strcmp(cur, v) == 0)
+            continue; /* already what CUDA read, or will read */
+        if (started)
+            return ferry__error(FERRY_ESTATE,
+                                "option %s=%s: CUDA was already started in this process with "
+                                "%s=%s, and reads it only at start; a new process is needed "
+                                "(`ferry exec --connections %s -- CMD`)",
+                                vars[i].opt, v, vars[i].var, cur ? cur : "(unset)", v);
+        if (cur != NULL)
+            ferry_log(FERRY_LOG_INFO, "runtime", "option %s=%s replaces %s=%s", vars[i].opt, v,
+                      vars[i].var, cur);
+        if (setenv(vars[i].var, v, 1) != 0)
+            return ferry__error(FERRY_ENOMEM, "setenv %s failed", vars[i].var);
+    }
+    return 0;
+}
+
 int ferry_runtime_create(const ferry_runtime_config_t *cfg, ferry_runtime_t **out)
 {
     if (out == NULL)
@@ -87,6 +125,8 @@ int ferry_runtime_create(const ferry_runtime_config_t *cfg, ferry_runtime_t **ou
     if (rc != 0)
         goto out_free;
     ferry_set_log_level((ferry_log_level_t)ferry__opt_i64(rt->opts, FERRY__OPT_log_level));
+    if ((rc = apply_connections(rt->opts)) != 0)
+        goto out_free;
 
     const char *backend =
         (cfg && cfg->backend) ? cfg->backend : ferry__opt_str(rt->opts, FERRY__OPT_backend);
@@ -202,6 +242,9 @@ int ferry_device_get(ferry_runtime_t *rt, int index, ferry_device_t **out)
         d->rt = rt;
         d->ops = rt->ops;
         d->index = index;
+        ferry_conn_reading_t cr;
+        ferry_connections_read(getenv("CUDA_DEVICE_MAX_CONNECTIONS"), &cr);
+        d->connections = cr.effective;
         d->props.size = sizeof(d->props);
         rc = rt->ops->device_props(d->be, &d->props);
         if (rc != 0) {

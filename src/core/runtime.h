@@ -14,6 +14,11 @@ struct ferry_device {
     ferry_be_device_t *be;
     int index;
     ferry_device_props_t props;
+    /* CUDA_DEVICE_MAX_CONNECTIONS as CUDA read it when this process started CUDA (or as the
+     * simulator read it at open), and the streams that live pipelines keep on the device
+     * (atomic): the stream plan counts them against the queues. */
+    unsigned connections;
+    unsigned active_streams;
 };
 
 struct ferry_runtime {
@@ -51,6 +56,7 @@ void ferry__be_stream_destroy(ferry_device_t *d, ferry_be_stream_t *s);
 void *ferry__be_stream_native(ferry_device_t *d, ferry_be_stream_t *s);
 int ferry__be_stream_sync(ferry_device_t *d, ferry_be_stream_t *s);
 int ferry__be_event_create(ferry_device_t *d, unsigned flags, ferry_be_event_t **out);
+int ferry__be_mem_info(ferry_device_t *d, uint64_t *free_bytes, uint64_t *total_bytes);
 void ferry__be_event_destroy(ferry_device_t *d, ferry_be_event_t *e);
 int ferry__be_event_record(ferry_device_t *d, ferry_be_event_t *e, ferry_be_stream_t *s);
 int ferry__be_stream_wait_event(ferry_device_t *d, ferry_be_stream_t *s, ferry_be_event_t *e);

@@ -114,8 +114,10 @@ struct ferry_pipeline {
     size_t queue_depth;
     size_t stage_threshold;
     bool tracing;
-    bool time_all;    /* every chunk timed (TIME_ENDS): tracing, or op_timing "all" */
-    bool host_pinned; /* the pool's slots are pinned (else pinning was refused) */
+    bool time_all;            /* every chunk timed (TIME_ENDS): tracing, or op_timing "all" */
+    bool host_pinned;         /* the pool's slots are pinned (else pinning was refused) */
+    unsigned context_streams; /* streams active on the device when this pipeline was made */
+    bool counted_streams;     /* this pipeline's streams are in dev->active_streams */
 
     ferry_pool_t *pool;
     slot_t *slots;
@@ -891,6 +893,8 @@ static void destroy(ferry_pipeline_t *p)
 {
     if (p == NULL)
         return;
+    if (p->counted_streams)
+        __atomic_sub_fetch(&p->dev->active_streams, p->nstreams, __ATOMIC_RELAXED);
     if (p->queue)
         ferry__bqueue_close(p->queue);
     pthread_mutex_lock(&p->lock);
@@ -1056,6 +1060,20 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     p->stage_threshold = (size_t)ferry__opt_i64(o, FERRY__OPT_stage_threshold);
     if (p->stage_threshold == 0)
         p->stage_threshold = SIZE_MAX / 4;
+    /* The stream plan against the hardware queues: CUDA spreads a context's streams over
+     * CUDA_DEVICE_MAX_CONNECTIONS queues; more active streams than queues share them, and a
+     * stream can then wait behind another's blocked work. Round-robin issue (what ferry does)
+     * keeps them concurrent at any value (FACTS.md), so this is said, not refused. */
+    p->context_streams = __atomic_add_fetch(&dev->active_streams, p->nstreams, __ATOMIC_RELAXED);
+    p->counted_streams = true;
+    if (p->context_streams > dev->connections)
+        ferry_log(FERRY_LOG_WARN, "pipeline",
+                  "%u streams are active on device %d (this pipeline's %u included) and "
+                  "CUDA_DEVICE_MAX_CONNECTIONS gives %u queues: streams share queues; ferry "
+                  "issues round-robin, which keeps them concurrent (`ferry connections "
+                  "--recommend --streams %u`)",
+                  p->context_streams, dev->index, p->nstreams, dev->connections,
+                  p->context_streams);
     p->tracing = ferry__opt_i64(o, FERRY__OPT_trace) != 0;
     p->time_all = p->tracing || strcmp(ferry__opt_str(o, FERRY__OPT_op_timing), "all") == 0;
     p->virtual_clock = virt;
@@ -1303,6 +1321,8 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
     /* Sampled timing: the busy figures of the timed ops, scaled to all of them. */
     out->chunks_timed = p->chunks_timed;
     out->host_pinned = p->host_pinned;
+    out->connections = p->dev->connections;
+    out->context_streams = p->context_streams;
     double scale = p->chunks_timed ? (double)p->chunks_retired / (double)p->chunks_timed : 0;
     out->busy_h2d_ns = (uint64_t)((double)p->st.busy_h2d_ns * scale);
     out->busy_compute_ns = (uint64_t)((double)p->st.busy_compute_ns * scale);

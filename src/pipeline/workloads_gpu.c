@@ -10,6 +10,11 @@ ferry_gpu_fn ferry__workload_gpu_fn(const char *name)
     (void)name;
     return NULL;
 }
+
+ferry_gpu_fn ferry__spin_gpu_fn(void)
+{
+    return NULL;
+}
 #endif
 
 double ferry__workload_fma_ns_per_byte(unsigned intensity)

@@ -13,5 +13,8 @@ ferry_gpu_fn ferry__workload_gpu_fn(const char *name);
  * @factor the multiplier. */
 void ferry__workload_params(const void *user, int *kind, unsigned *intensity, float *factor);
 double ferry__workload_fma_ns_per_byte(unsigned intensity);
+/* A launcher that holds one block of the GPU for *(unsigned long long *)user nanoseconds (NULL
+ * without CUDA): the kernels of the connections measurement. */
+ferry_gpu_fn ferry__spin_gpu_fn(void);
 
 #endif

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cudatest.h"
+#include "ferry/connections.h"
 
 extern char **environ;
 
@@ -144,6 +145,34 @@ static void test_busy_gpu(void **state)
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* CUDA read CUDA_DEVICE_MAX_CONNECTIONS when the fixture's runtime started it: a runtime asking
+ * for another value now fails, saying a new process is needed; the value already in force is
+ * accepted. */
+static void test_connections_after_cuda_started(void **state)
+{
+    (void)state;
+    assert_true(ferry_cuda_initialized());
+    const char *cur = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    const char *other = cur != NULL && strcmp(cur, "3") == 0 ? "5" : "3";
+    ferry_options_t *o = NULL;
+    assert_int_equal(ferry_options_create(&o), 0);
+    assert_int_equal(ferry_options_set(o, "connections", other), 0);
+    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
+    cfg.backend = "cuda";
+    cfg.options = o;
+    ferry_runtime_t *r = NULL;
+    assert_int_equal(ferry_runtime_create(&cfg, &r), FERRY_ESTATE);
+    assert_null(r);
+    printf("# %s\n", ferry_last_error());
+    assert_non_null(strstr(ferry_last_error(), "new process"));
+    if (cur != NULL && atoi(cur) >= 1 && atoi(cur) <= 32) {
+        assert_int_equal(ferry_options_set(o, "connections", cur), 0);
+        assert_int_equal(ferry_runtime_create(&cfg, &r), 0);
+        ferry_runtime_destroy(r);
+    }
+    ferry_options_destroy(o);
+}
+
 /* The other process: heavy fma batches on its own runtime until @secs have passed. */
 static int hog(int fd, double secs)
 {
@@ -197,6 +226,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_memlock_limit),
         cmocka_unit_test(test_busy_gpu),
+        cmocka_unit_test(test_connections_after_cuda_started),
     };
     return cmocka_run_group_tests(tests, cudatest_setup, cudatest_teardown);
 }

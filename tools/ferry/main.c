@@ -14,6 +14,8 @@ static const struct {
     {"probe", cmd_probe, "show backends, devices and their properties"},
     {"bench", cmd_bench, "measure copies and the round-trip pipeline (copy | pipeline)"},
     {"options", cmd_options, "list every option, its variable, default and range"},
+    {"connections", cmd_connections,
+     "CUDA_DEVICE_MAX_CONNECTIONS: read, measure (--measure), recommend (--recommend)"},
 };
 
 static void usage(FILE *f)

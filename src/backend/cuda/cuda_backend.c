@@ -570,6 +570,22 @@ static int cuda_launch(ferry_be_stream_t *s, const ferry_be_launch_t *l)
                         inner[0] ? ": " : "", inner);
 }
 
+static int cuda_mem_info(ferry_be_device_t *dev, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+    if (dev == NULL || free_bytes == NULL || total_bytes == NULL)
+        return ferry__error(FERRY_EINVAL, "cuda: mem_info: NULL argument");
+    int rc = ferry__cuda_use_device(dev->index);
+    if (rc != 0)
+        return rc;
+    size_t f = 0, t = 0;
+    cudaError_t e = cudaMemGetInfo(&f, &t);
+    if (e != cudaSuccess)
+        return ferry__cuda_fail(e, "cudaMemGetInfo");
+    *free_bytes = f;
+    *total_bytes = t;
+    return 0;
+}
+
 const ferry_backend_ops_t ferry__cuda_backend = {
     .name = "cuda",
     .abi = FERRY_BACKEND_ABI,
@@ -597,4 +613,5 @@ const ferry_backend_ops_t ferry__cuda_backend = {
     .memcpy_h2d = cuda_memcpy_h2d,
     .memcpy_d2h = cuda_memcpy_d2h,
     .launch = cuda_launch,
+    .mem_info = cuda_mem_info,
 };

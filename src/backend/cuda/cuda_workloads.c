@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/ferry_k_spin.h"
 #include "backend/cuda/ferry_k_workloads.h"
 #include "pipeline/workloads_gpu.h"
 
@@ -71,6 +72,19 @@ static int gpu_scale(const ferry_kernel_args_t *a, void *stream, void *user)
 static int gpu_fma(const ferry_kernel_args_t *a, void *stream, void *user)
 {
     return launch(FERRY_K_FMA, a, stream, user);
+}
+
+/* The spin stage (workloads_gpu.h): @user points to the nanoseconds to hold one block. */
+static int gpu_spin(const ferry_kernel_args_t *a, void *stream, void *user)
+{
+    (void)a;
+    int e = ferry_k_spin_launch(*(const unsigned long long *)user, stream);
+    return e == 0 ? 0 : ferry__cuda_fail((cudaError_t)e, "spin kernel launch");
+}
+
+ferry_gpu_fn ferry__spin_gpu_fn(void)
+{
+    return gpu_spin;
 }
 
 ferry_gpu_fn ferry__workload_gpu_fn(const char *name)

@@ -9,6 +9,7 @@
 
 #include "backend/sim/sim_model.h"
 #include "core/internal.h"
+#include "ferry/connections.h"
 
 /* cudaMalloc returns at least 256-byte aligned memory; kernels may rely on it. */
 #define SIM_DEV_ALIGN 256
@@ -31,36 +32,25 @@ static void charge(struct ferry_be_device *dev, uint64_t ns)
     ferry__sim_advance_to(dev, dev->now + ns);
 }
 
-/* CUDA reads CUDA_DEVICE_MAX_CONNECTIONS at cuInit; we read it at open. FACTS.md: 1..32 is
- * documented (default 8), invalid values (0, abc) behave like unset, 33 and 64 were accepted
- * unclamped (undocumented). */
-static int read_connections(int dflt)
+/* CUDA reads CUDA_DEVICE_MAX_CONNECTIONS at cuInit; we read it at open, the way
+ * ferry_connections_read says CUDA reads it (FACTS.md: 1..32 documented, default 8; 0 and
+ * "abc" behave as unset; 33 and 64 were used unclamped). The model keeps at most 64 queues. */
+static int read_connections(const char *var, int dflt)
 {
-    const char *v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-    if (v == NULL)
-        return dflt;
-    long n = -1;
-    if (v[0] >= '0' && v[0] <= '9' && strlen(v) <= 6) {
-        char *end = NULL;
-        errno = 0;
-        n = strtol(v, &end, 10);
-        if (errno != 0 || *end != '\0')
-            n = -1;
+    const char *v = getenv(var);
+    ferry_conn_reading_t r;
+    ferry_connections_read(v, &r);
+    unsigned n = r.status == FERRY_CONN_VALID || r.status == FERRY_CONN_UNDOCUMENTED
+                     ? r.effective
+                     : (unsigned)dflt;
+    if (r.status != FERRY_CONN_UNSET && r.status != FERRY_CONN_VALID)
+        ferry_log(FERRY_LOG_WARN, "sim", "%s: %s", var, r.note);
+    if (n > SIM_CONNS_MAX_SEEN) {
+        ferry_log(FERRY_LOG_WARN, "sim", "%s=%u: the simulator models at most %d queues", var, n,
+                  SIM_CONNS_MAX_SEEN);
+        n = SIM_CONNS_MAX_SEEN;
     }
-    if (n >= 1 && n <= SIM_CONNS_MAX_DOC)
-        return (int)n;
-    if (n > SIM_CONNS_MAX_DOC && n <= SIM_CONNS_MAX_SEEN) {
-        ferry_log(FERRY_LOG_WARN, "sim",
-                  "CUDA_DEVICE_MAX_CONNECTIONS=%ld is above the documented 1..32; CUDA accepts it "
-                  "unclamped (measured), so the simulator uses %ld queues",
-                  n, n);
-        return (int)n;
-    }
-    ferry_log(FERRY_LOG_WARN, "sim",
-              "CUDA_DEVICE_MAX_CONNECTIONS=\"%s\" is not a number in 1..32; CUDA ignores it, so "
-              "the simulator uses the default %d",
-              v, dflt);
-    return dflt;
+    return (int)n;
 }
 
 /* ---- address ranges ---------------------------------------------------------------------- */
@@ -161,7 +151,9 @@ static int sim_device_open(int index, const ferry_be_open_params_t *params, ferr
         goto out_free;
     }
     dev->index = index;
-    dev->conns = read_connections(dev->prof.connections_default);
+    dev->conns = read_connections("CUDA_DEVICE_MAX_CONNECTIONS", dev->prof.connections_default);
+    dev->copy_conns =
+        read_connections("CUDA_DEVICE_MAX_COPY_CONNECTIONS", FERRY_CONNECTIONS_DEFAULT);
     rc = ferry__sim_model_init(dev);
     if (rc != 0)
         goto out_free;
@@ -721,6 +713,22 @@ int ferry__sim_stats(ferry_be_device_t *dev, struct ferry_sim_stats *out)
     return 0;
 }
 
+/* Device memory: the allocations plus what the connections cost a context (FACTS.md: ~64 KiB
+ * per compute connection, ~192 KiB per copy connection); the rest of a context's memory is
+ * not modelled. */
+static int sim_mem_info(ferry_be_device_t *dev, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+    if (dev == NULL || free_bytes == NULL || total_bytes == NULL)
+        return ferry__error(FERRY_EINVAL, "sim: mem_info: NULL argument");
+    lock(dev);
+    uint64_t used = dev->mem_used +
+                    ferry_connections_memory_bytes((unsigned)dev->conns, (unsigned)dev->copy_conns);
+    *total_bytes = dev->prof.memory_bytes;
+    *free_bytes = used < *total_bytes ? *total_bytes - used : 0;
+    unlock(dev);
+    return 0;
+}
+
 const ferry_backend_ops_t ferry__sim_backend = {
     .name = "sim",
     .abi = FERRY_BACKEND_ABI,
@@ -748,4 +756,5 @@ const ferry_backend_ops_t ferry__sim_backend = {
     .memcpy_h2d = sim_memcpy_h2d,
     .memcpy_d2h = sim_memcpy_d2h,
     .launch = sim_launch,
+    .mem_info = sim_mem_info,
 };

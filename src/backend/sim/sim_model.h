@@ -130,6 +130,7 @@ struct ferry_be_device {
     struct sim_alloc *allocs, *regs;
     size_t nallocs, cap_allocs, nregs, cap_regs;
     uint64_t reg_bytes; /* host bytes registered now (host.pin_limit_bytes) */
+    int copy_conns;     /* CUDA_DEVICE_MAX_COPY_CONNECTIONS as read at open (memory only) */
     uint64_t mem_used;
     int next_stream;
     struct ferry_be_stream *streams;

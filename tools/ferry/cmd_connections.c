@@ -1,0 +1,593 @@
+/* ferry connections: what this process's environment says about CUDA's hardware work queues and
+ * how CUDA will read it; --measure times the connections law (FACTS.md) in one child process per
+ * value, since CUDA reads the variable once, at cuInit; --recommend gives a value with reasons. */
+#include <errno.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "ferry/connections.h"
+
+extern char **environ;
+
+#define MAX_VALUES  32
+#define KERNEL_A_NS 2000000ull /* FACTS.md: kernel A 2 ms, one block */
+#define KERNEL_B_NS 100000ull  /* kernel B 0.1 ms */
+
+static int usage(void)
+{
+    printf(
+        "usage: ferry connections [--json]\n"
+        "       ferry connections --measure [--values 1,2,4,8,16,32] [--streams N] [--reps N]\n"
+        "                         [--backend auto|sim|cuda] [--json]\n"
+        "       ferry connections --recommend --streams N [--ordering strict] [--json]\n\n"
+        "CUDA_DEVICE_MAX_CONNECTIONS sets the hardware work queues of each CUDA context (1..32,\n"
+        "default 8). CUDA reads it once, at cuInit, for every GPU of the process.\n\n"
+        "  (no flag)        what the environment says and how CUDA reads it\n"
+        "  --measure        time N streams, each given kernel A (2 ms) then B (0.1 ms), issued\n"
+        "                   stream by stream: a x ceil(N / queues). One child process per value.\n"
+        "  --values LIST    values to measure (each 1..32); default 1,2,4,8,16,32\n"
+        "  --streams N      streams of the pattern (1..64, default 32); with --recommend, the\n"
+        "                   streams your process keeps active per GPU\n"
+        "  --reps N         repetitions per value, median reported (1..100, default 5)\n"
+        "  --recommend      a value for --streams N, with its reasons\n"
+        "  --ordering strict  launch order must decide which stream's kernel starts first\n"
+        "  --json           one JSON object\n\n"
+        "Apply a value with `ferry exec --connections N -- CMD` or `ferry env`.\n"
+        "docs/connections.md explains the law, the memory cost and the popular claims that are "
+        "false.\n");
+    return CLI_OK;
+}
+
+/* ---- report -------------------------------------------------------------------------------- */
+
+static const char *status_word(ferry_conn_status_t s)
+{
+    switch (s) {
+    case FERRY_CONN_UNSET: return "unset";
+    case FERRY_CONN_VALID: return "valid";
+    case FERRY_CONN_UNDOCUMENTED: return "undocumented";
+    case FERRY_CONN_IGNORED: return "ignored";
+    default: return "malformed";
+    }
+}
+
+static bool mps_present(char *where, size_t len)
+{
+    const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    struct stat sb;
+    if (dir != NULL && dir[0]) {
+        snprintf(where, len, "CUDA_MPS_PIPE_DIRECTORY=%s", dir);
+        return true;
+    }
+    /* nvidia-cuda-mps-control's default pipe directory */
+    if (stat("/tmp/nvidia-mps", &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        snprintf(where, len, "/tmp/nvidia-mps exists (an MPS control daemon's default pipes)");
+        return true;
+    }
+    snprintf(where, len, "no CUDA_MPS_PIPE_DIRECTORY, no /tmp/nvidia-mps");
+    return false;
+}
+
+static void json_var(const char *name, const char *raw, const ferry_conn_reading_t *r, bool comma)
+{
+    printf("%s\"%s\":{\"value\":", comma ? "," : "", name);
+    if (raw)
+        cli_json_str(stdout, raw);
+    else
+        printf("null");
+    printf(",\"status\":\"%s\",\"effective\":%u,\"measured\":%s,\"note\":", status_word(r->status),
+           r->effective, r->measured ? "true" : "false");
+    cli_json_str(stdout, r->note);
+    printf("}");
+}
+
+static int report(bool json)
+{
+    const char *conn = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    const char *copy = getenv("CUDA_DEVICE_MAX_COPY_CONNECTIONS");
+    const char *scale = getenv("CUDA_SCALE_LAUNCH_QUEUES");
+    const char *blocking = getenv("CUDA_LAUNCH_BLOCKING");
+    const char *fconn = getenv("FERRY_CONNECTIONS");
+    const char *fcopy = getenv("FERRY_COPY_CONNECTIONS");
+    ferry_conn_reading_t rc, rk;
+    ferry_connections_read(conn, &rc);
+    ferry_connections_read(copy, &rk);
+    char mps[160];
+    bool has_mps = mps_present(mps, sizeof(mps));
+    bool blocks = blocking != NULL && strcmp(blocking, "1") == 0;
+    size_t mem = ferry_connections_memory_bytes(rc.effective, rk.effective);
+    size_t mem_def =
+        ferry_connections_memory_bytes(FERRY_CONNECTIONS_DEFAULT, FERRY_CONNECTIONS_DEFAULT);
+    if (json) {
+        printf("{\"command\":\"connections\"");
+        json_var("CUDA_DEVICE_MAX_CONNECTIONS", conn, &rc, true);
+        json_var("CUDA_DEVICE_MAX_COPY_CONNECTIONS", copy, &rk, true);
+        printf(",\"CUDA_SCALE_LAUNCH_QUEUES\":");
+        scale ? cli_json_str(stdout, scale) : (void)printf("null");
+        printf(",\"CUDA_LAUNCH_BLOCKING\":");
+        blocking ? cli_json_str(stdout, blocking) : (void)printf("null");
+        printf(",\"launch_blocking\":%s,\"mps\":%s,\"mps_evidence\":", blocks ? "true" : "false",
+               has_mps ? "true" : "false");
+        cli_json_str(stdout, mps);
+        printf(",\"ferry_connections\":");
+        fconn ? cli_json_str(stdout, fconn) : (void)printf("null");
+        printf(",\"ferry_copy_connections\":");
+        fcopy ? cli_json_str(stdout, fcopy) : (void)printf("null");
+        printf(",\"connection_memory_bytes\":%zu,\"default_connection_memory_bytes\":%zu}\n", mem,
+               mem_def);
+        return CLI_OK;
+    }
+    printf("CUDA_DEVICE_MAX_CONNECTIONS       %s -> %u queues per context\n",
+           conn ? conn : "(not set)", rc.effective);
+    printf("    %s\n", rc.note);
+    printf("CUDA_DEVICE_MAX_COPY_CONNECTIONS  %s -> %u copy queues (compute capability 8.0 and "
+           "later)\n",
+           copy ? copy : "(not set)", rk.effective);
+    printf("    %s\n", rk.note);
+    printf("CUDA_SCALE_LAUNCH_QUEUES          %s\n",
+           scale ? scale
+                 : "(not set): scales the size of CUDA's launch queues (command buffers), not "
+                   "their number");
+    printf("CUDA_LAUNCH_BLOCKING              %s\n",
+           blocks     ? "1: every launch waits for the GPU: nothing overlaps (debugging only)"
+           : blocking ? blocking
+                      : "(not set)");
+    printf("MPS                               %s: %s\n", has_mps ? "likely" : "not detected", mps);
+    if (has_mps)
+        printf("    under MPS the default number of connections may differ from 8 (not measured "
+               "here): --measure tells\n");
+    if (fconn || fcopy)
+        printf("ferry                             FERRY_CONNECTIONS=%s FERRY_COPY_CONNECTIONS=%s: "
+               "ferry sets these before its first CUDA call\n",
+               fconn ? fconn : "-", fcopy ? fcopy : "-");
+    printf("device memory for these queues    ~%zu KiB per context (default 8+8: %zu KiB)\n",
+           mem >> 10, mem_def >> 10);
+    printf("\nCUDA reads these at cuInit, once per process, for every GPU it uses; nothing "
+           "reports\nthe value in effect (no nvidia-smi field, no NVML call): `ferry connections "
+           "--measure`\nmeasures it.\n");
+    return CLI_OK;
+}
+
+/* ---- measure ------------------------------------------------------------------------------- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The child: the pattern in this process, whose queues CUDA (or the model) read at start. One
+ * JSON line on stdout. */
+static int measure_one(ferry_options_t *o, unsigned streams, unsigned reps)
+{
+    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
+    cfg.options = o;
+    ferry_runtime_t *rt = NULL;
+    if (ferry_runtime_create(&cfg, &rt) != 0)
+        return cli_fail("connections", "%s", ferry_last_error());
+    ferry_device_t *dev = NULL;
+    ferry_conn_measure_t m = FERRY_CONN_MEASURE_INIT;
+    int rc = CLI_OK;
+    if (ferry_device_get(rt, 0, &dev) != 0 ||
+        ferry_connections_measure(dev, streams, KERNEL_A_NS, KERNEL_B_NS, reps, &m) != 0) {
+        rc = cli_fail("connections", "%s", ferry_last_error());
+    } else {
+        ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
+        ferry_device_props(dev, &p);
+        printf("{\"backend\":\"%s\",\"device\":", ferry_runtime_backend(rt));
+        cli_json_str(stdout, p.name);
+        printf(",\"streams\":%u,\"a_ms\":%.3f,\"b_ms\":%.3f,\"total_ms\":%.4f,"
+               "\"roundrobin_ms\":%.4f,\"waves\":%.3f,\"effective_queues\":%.2f,\"at_least\":%s,"
+               "\"serialization\":%.3f,\"device_used_bytes\":%llu}\n",
+               m.streams, m.a_ms, m.b_ms, m.total_ms, m.roundrobin_ms, m.waves, m.effective_queues,
+               m.at_least ? "true" : "false", m.serialization,
+               (unsigned long long)m.device_used_bytes);
+    }
+    ferry_runtime_destroy(rt);
+    return rc;
+}
+
+typedef struct child_result {
+    unsigned value;
+    bool ok;
+    char json[1024];
+    double total_ms, roundrobin_ms, eff, ser;
+    bool at_least;
+    unsigned long long used;
+    char backend[16], device[128];
+} child_result_t;
+
+static double num_after(const char *json, const char *key)
+{
+    const char *p = strstr(json, key);
+    return p ? strtod(p + strlen(key), NULL) : 0;
+}
+
+static void str_after(const char *json, const char *key, char *out, size_t len)
+{
+    const char *p = strstr(json, key);
+    out[0] = '\0';
+    if (p == NULL)
+        return;
+    p += strlen(key);
+    size_t n = 0;
+    while (p[n] && p[n] != '"' && n + 1 < len)
+        n++;
+    memcpy(out, p, n);
+    out[n] = '\0';
+}
+
+/* Run this executable again as the child for @value; parse its line. */
+static int run_child(const char *backend, unsigned value, unsigned streams, unsigned reps,
+                     child_result_t *r)
+{
+    char exe[4096], vbuf[16], sbuf[16], rbuf[16];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0)
+        return cli_fail("connections", "cannot find this executable: %s", strerror(errno));
+    exe[n] = '\0';
+    snprintf(vbuf, sizeof(vbuf), "%u", value);
+    snprintf(sbuf, sizeof(sbuf), "%u", streams);
+    snprintf(rbuf, sizeof(rbuf), "%u", reps);
+    int fds[2];
+    if (pipe(fds) != 0)
+        return cli_fail("connections", "pipe: %s", strerror(errno));
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    /* The variable is the child's alone; ferry's own option would override it there. */
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", vbuf, 1);
+    unsetenv("FERRY_CONNECTIONS");
+    char *argv[] = {exe,      "connections", "--measure-one", "--streams",     sbuf,
+                    "--reps", rbuf,          "--backend",     (char *)backend, NULL};
+    pid_t pid;
+    int e = posix_spawn(&pid, exe, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    if (e != 0) {
+        close(fds[0]);
+        return cli_fail("connections", "cannot start a child: %s", strerror(e));
+    }
+    size_t got = 0;
+    ssize_t k;
+    while (got + 1 < sizeof(r->json) &&
+           (k = read(fds[0], r->json + got, sizeof(r->json) - 1 - got)) != 0) {
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        got += (size_t)k;
+    }
+    r->json[got] = '\0';
+    close(fds[0]);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    r->value = value;
+    r->ok = WIFEXITED(st) && WEXITSTATUS(st) == 0 && strstr(r->json, "\"total_ms\":") != NULL;
+    if (!r->ok)
+        return cli_fail("connections",
+                        "the child for CUDA_DEVICE_MAX_CONNECTIONS=%u failed "
+                        "(exit %d; its message is above)",
+                        value, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    char *nl = strchr(r->json, '\n');
+    if (nl)
+        *nl = '\0';
+    r->total_ms = num_after(r->json, "\"total_ms\":");
+    r->roundrobin_ms = num_after(r->json, "\"roundrobin_ms\":");
+    r->eff = num_after(r->json, "\"effective_queues\":");
+    r->ser = num_after(r->json, "\"serialization\":");
+    r->at_least = strstr(r->json, "\"at_least\":true") != NULL;
+    r->used = (unsigned long long)num_after(r->json, "\"device_used_bytes\":");
+    str_after(r->json, "\"backend\":\"", r->backend, sizeof(r->backend));
+    str_after(r->json, "\"device\":\"", r->device, sizeof(r->device));
+    return CLI_OK;
+}
+
+static int measure(const char *backend, const unsigned *values, int nv, unsigned streams,
+                   unsigned reps, bool json)
+{
+    child_result_t *res = calloc((size_t)nv, sizeof(*res));
+    if (res == NULL)
+        return cli_fail("connections", "out of memory");
+    /* The parent touches no GPU: each child starts CUDA with its own value. */
+    const char *saved = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    char *keep = saved ? strdup(saved) : NULL;
+    double t0 = now_s();
+    int rc = CLI_OK;
+    for (int i = 0; i < nv && rc == CLI_OK; i++) {
+        rc = run_child(backend, values[i], streams, reps, &res[i]);
+        if (rc == CLI_OK && !json && isatty(STDERR_FILENO))
+            fprintf(stderr, "\rmeasured %d/%d", i + 1, nv);
+    }
+    if (!json && isatty(STDERR_FILENO))
+        fprintf(stderr, "\r\033[K");
+    double sweep = now_s() - t0;
+    if (keep) {
+        setenv("CUDA_DEVICE_MAX_CONNECTIONS", keep, 1);
+        free(keep);
+    } else {
+        unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    }
+    if (rc != CLI_OK) {
+        free(res);
+        return rc;
+    }
+    unsigned long long base = res[0].used;
+    unsigned base_v = res[0].value;
+    for (int i = 1; i < nv; i++)
+        if (res[i].value < base_v)
+            base = res[i].used, base_v = res[i].value;
+    double a = (double)KERNEL_A_NS / 1e6;
+    double worst = 0;
+    if (json) {
+        printf("{\"command\":\"connections\",\"mode\":\"measure\",\"backend\":\"%s\",\"device\":",
+               res[0].backend);
+        cli_json_str(stdout, res[0].device);
+        printf(",\"streams\":%u,\"a_ms\":%.3f,\"b_ms\":%.3f,\"reps\":%u,\"sweep_s\":%.3f,"
+               "\"results\":[",
+               streams, a, (double)KERNEL_B_NS / 1e6, reps, sweep);
+    } else {
+        printf("# %s: %s; %u streams, each kernel A (%.1f ms, one block) then B (%.1f ms), "
+               "issued stream by stream\n",
+               res[0].backend, res[0].device, streams, a, (double)KERNEL_B_NS / 1e6);
+        printf("# law (FACTS.md): a x ceil(streams / C) + b, at least the time to issue the "
+               "pattern; memory relative to C=%u\n",
+               base_v);
+        printf("%6s %10s %10s %7s %8s %8s %13s %12s\n", "C", "law ms", "measured", "err%", "queues",
+               "serial", "round-robin", "memory");
+    }
+    for (int i = 0; i < nv; i++) {
+        child_result_t *r = &res[i];
+        /* The law, a x ceil(streams / C) + b, with the host's time to issue the pattern as a
+         * floor: the last stream's A is issued after 2 x streams - 1 launches. The launch cost
+         * comes from the same child's round-robin run (streams launches, then a and b). */
+        double b = (double)KERNEL_B_NS / 1e6;
+        unsigned waves = (streams + r->value - 1) / r->value;
+        double launch = (r->roundrobin_ms - a - b) / streams;
+        launch = launch > 0 ? launch : 0;
+        double law = a * waves + b, issue = (2.0 * streams - 1) * launch + a + b;
+        law = law > issue ? law : issue;
+        double err = law > 0 ? (r->total_ms - law) / law : 0;
+        if (err < 0 ? -err > worst : err > worst)
+            worst = err < 0 ? -err : err;
+        long long dmem = (long long)r->used - (long long)base;
+        if (json) {
+            printf("%s{\"connections\":%u,\"law_ms\":%.4f,\"error\":%.4f,\"child\":%s,"
+                   "\"memory_vs_base_bytes\":%lld}",
+                   i ? "," : "", r->value, law, err, r->json, dmem);
+        } else {
+            char q[16];
+            snprintf(q, sizeof(q), "%s%.1f", r->at_least ? ">=" : "", r->eff);
+            printf("%6u %10.2f %10.2f %+7.1f %8s %8.2f %10.2f ms %+9.0f KiB\n", r->value, law,
+                   r->total_ms, err * 100, q, r->ser, r->roundrobin_ms, (double)dmem / 1024.0);
+        }
+    }
+    if (json)
+        printf("],\"worst_error\":%.4f}\n", worst);
+    else
+        printf("# sweep took %.2f s (one child process per value); worst difference from the "
+               "law %.1f%%\n",
+               sweep, worst * 100);
+    free(res);
+    return CLI_OK;
+}
+
+/* ---- recommend ----------------------------------------------------------------------------- */
+
+static int recommend(unsigned streams, bool strict, bool json)
+{
+    unsigned v;
+    char why[3][300];
+    if (strict) {
+        v = 1;
+        snprintf(why[0], sizeof(why[0]),
+                 "--ordering strict: with one queue, kernels start in the order they were "
+                 "launched across all streams (Megatron-LM, TransformerEngine and NeMo set 1 on "
+                 "Hopper so that a collective launched before a GEMM gets the SMs first)");
+        snprintf(why[1], sizeof(why[1]),
+                 "the cost: every stream shares that queue, so work queued behind an item that "
+                 "waits in another stream cannot start; %u streams each doing A then B issued "
+                 "stream by stream take %u x A instead of 1 x A",
+                 streams, streams);
+        snprintf(why[2], sizeof(why[2]),
+                 "copies keep their own queues (CUDA_DEVICE_MAX_COPY_CONNECTIONS) on compute "
+                 "capability 8.0 and later");
+    } else if (streams <= FERRY_CONNECTIONS_DEFAULT) {
+        v = FERRY_CONNECTIONS_DEFAULT;
+        snprintf(why[0], sizeof(why[0]),
+                 "%u active stream%s per context fit in the default 8 queues: no false "
+                 "dependencies; leaving the variable unset does the same",
+                 streams, streams == 1 ? "" : "s");
+        snprintf(why[1], sizeof(why[1]),
+                 "fewer queues would save only 64 KiB of device memory each");
+        snprintf(why[2], sizeof(why[2]), "NVIDIA advises queues >= active streams per context");
+    } else {
+        v = streams > FERRY_CONNECTIONS_MAX ? FERRY_CONNECTIONS_MAX : streams;
+        snprintf(why[0], sizeof(why[0]),
+                 "NVIDIA advises queues >= active streams per context: %u stream%s -> %u%s",
+                 streams, streams == 1 ? "" : "s", v,
+                 streams > FERRY_CONNECTIONS_MAX
+                     ? " (32 is the documented maximum: streams beyond it share queues; issue "
+                       "round-robin across streams, as ferry does, and they still run "
+                       "concurrently)"
+                     : "");
+        snprintf(why[1], sizeof(why[1]),
+                 "memory: ~64 KiB of device memory per queue per context, %+lld KiB against the "
+                 "default 8",
+                 ((long long)v - 8) * 64);
+        snprintf(why[2], sizeof(why[2]),
+                 "copy-bound pipelines did not care about this value when measured (FACTS.md); it "
+                 "matters when kernels wait on other streams");
+    }
+    if (json) {
+        printf("{\"command\":\"connections\",\"mode\":\"recommend\",\"streams\":%u,"
+               "\"ordering\":\"%s\",\"value\":%u,\"memory_bytes\":%zu,\"reasons\":[",
+               streams, strict ? "strict" : "any", v, ferry_connections_memory_bytes(v, 0));
+        for (int i = 0; i < 3; i++) {
+            printf(i ? "," : "");
+            cli_json_str(stdout, why[i]);
+        }
+        printf("]}\n");
+        return CLI_OK;
+    }
+    printf("CUDA_DEVICE_MAX_CONNECTIONS=%u\n", v);
+    for (int i = 0; i < 3; i++)
+        printf("  - %s\n", why[i]);
+    printf("apply: ferry exec --connections %u -- CMD   (or: ferry env --connections %u --format "
+           "sh)\n",
+           v, v);
+    return CLI_OK;
+}
+
+/* ---- main ---------------------------------------------------------------------------------- */
+
+int cmd_connections(int argc, char **argv)
+{
+    const char *cmd = "connections";
+    bool json = false, do_measure = false, do_recommend = false, one = false, strict = false;
+    unsigned values[MAX_VALUES] = {1, 2, 4, 8, 16, 32};
+    int nv = 6;
+    unsigned long long streams = 0, reps = 5;
+    ferry_options_t *o = cli_options(cmd);
+    if (o == NULL)
+        return CLI_FAIL;
+    cli_args_t a = {.argc = argc, .argv = argv, .i = 1, .cmd = cmd};
+    int rc = CLI_OK;
+    while (a.i < argc) {
+        const char *v = NULL;
+        int k;
+        if (strcmp(argv[a.i], "--help") == 0 || strcmp(argv[a.i], "-h") == 0) {
+            ferry_options_destroy(o);
+            return usage();
+        }
+        if (cli_flag(&a, "json")) {
+            json = true;
+            continue;
+        }
+        if (cli_flag(&a, "measure")) {
+            do_measure = true;
+            continue;
+        }
+        if (cli_flag(&a, "measure-one")) { /* the child of --measure */
+            one = true;
+            continue;
+        }
+        if (cli_flag(&a, "recommend")) {
+            do_recommend = true;
+            continue;
+        }
+        if ((k = cli_flag_value(&a, "ordering", &v)) != 0) {
+            if (k < 0)
+                goto usage_out;
+            if (strcmp(v, "strict") != 0) {
+                rc = cli_usage_error(cmd, "--ordering '%s' is not accepted (accepted: strict)", v);
+                goto out;
+            }
+            strict = true;
+            continue;
+        }
+        if ((k = cli_flag_value(&a, "streams", &v)) != 0) {
+            if (k < 0 || cli_parse_uint(cmd, "--streams", v, 1, 1024, &streams) != 0)
+                goto usage_out;
+            continue;
+        }
+        if ((k = cli_flag_value(&a, "reps", &v)) != 0) {
+            if (k < 0 || cli_parse_uint(cmd, "--reps", v, 1, 100, &reps) != 0)
+                goto usage_out;
+            continue;
+        }
+        if ((k = cli_flag_value(&a, "values", &v)) != 0) {
+            if (k < 0)
+                goto usage_out;
+            nv = 0;
+            char buf[256];
+            if (strlen(v) >= sizeof(buf)) {
+                rc = cli_usage_error(cmd, "--values: list too long");
+                goto out;
+            }
+            strcpy(buf, v);
+            /* strtok would skip empty items: walk the commas by hand to refuse them. */
+            for (char *s = buf, *comma;; s = comma + 1) {
+                comma = strchr(s, ',');
+                if (comma)
+                    *comma = '\0';
+                if (nv == MAX_VALUES) {
+                    rc = cli_usage_error(cmd, "--values: at most %d values", MAX_VALUES);
+                    goto out;
+                }
+                if (ferry_connections_parse("--values", s, &values[nv]) != 0) {
+                    rc = cli_usage_error(cmd, "%s", ferry_last_error());
+                    goto out;
+                }
+                nv++;
+                if (comma == NULL)
+                    break;
+            }
+            continue;
+        }
+        if ((k = cli_option_flag(&a, o)) != 0) {
+            if (k < 0)
+                goto usage_out;
+            continue;
+        }
+        rc = cli_usage_error(cmd, "unknown argument '%s'", argv[a.i]);
+        goto out;
+    }
+    if (do_measure + do_recommend + one > 1) {
+        rc = cli_usage_error(cmd, "--measure and --recommend exclude each other");
+        goto out;
+    }
+    if (strict && !do_recommend) {
+        rc = cli_usage_error(cmd, "--ordering goes with --recommend");
+        goto out;
+    }
+    if (do_recommend) {
+        if (streams == 0) {
+            rc = cli_usage_error(cmd, "--recommend needs --streams N (the streams your process "
+                                      "keeps active per GPU)");
+            goto out;
+        }
+        rc = recommend((unsigned)streams, strict, json);
+    } else if (do_measure || one) {
+        if (streams == 0)
+            streams = 32;
+        if (streams > 64) {
+            rc = cli_usage_error(cmd, "--streams %llu: the measurement runs 1 to 64 streams",
+                                 streams);
+            goto out;
+        }
+        if (one) {
+            rc = measure_one(o, (unsigned)streams, (unsigned)reps);
+        } else {
+            char backend[16] = "auto";
+            const char *b = ferry_options_get_str(o, "backend");
+            if (b != NULL)
+                snprintf(backend, sizeof(backend), "%s", b);
+            rc = measure(backend, values, nv, (unsigned)streams, (unsigned)reps, json);
+        }
+    } else {
+        if (streams != 0) {
+            rc = cli_usage_error(cmd, "--streams goes with --measure or --recommend");
+            goto out;
+        }
+        rc = report(json);
+    }
+out:
+    ferry_options_destroy(o);
+    return rc;
+usage_out:
+    ferry_options_destroy(o);
+    return CLI_USAGE;
+}
