@@ -14,6 +14,7 @@ static const struct {
     {"probe", cmd_probe, "show backends, devices and their properties"},
     {"bench", cmd_bench, "measure copies and the round-trip pipeline (copy | pipeline)"},
     {"options", cmd_options, "list every option, its variable, default and range"},
+    {"env", cmd_env, "print the snippet that makes CUDA_DEVICE_MAX_CONNECTIONS persistent"},
 };
 
 static void usage(FILE *f)
