@@ -56,5 +56,6 @@ int cmd_probe(int argc, char **argv);
 int cmd_options(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_connections(int argc, char **argv);
+int cmd_env(int argc, char **argv);
 
 #endif

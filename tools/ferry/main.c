@@ -16,6 +16,7 @@ static const struct {
     {"options", cmd_options, "list every option, its variable, default and range"},
     {"connections", cmd_connections,
      "CUDA_DEVICE_MAX_CONNECTIONS: read, measure (--measure), recommend (--recommend)"},
+    {"env", cmd_env, "print the snippet that makes CUDA_DEVICE_MAX_CONNECTIONS persistent"},
 };
 
 static void usage(FILE *f)
@@ -25,7 +26,7 @@ static void usage(FILE *f)
                "device-to-host copies overlapped; without a GPU it runs on a simulated H200.\n\n"
                "commands:\n");
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\n  ferry <command> --help    options of one command\n"
                "  ferry --version           version\n\n"
                "Every option in `ferry options` is also a flag (--chunk-bytes 8M) and an\n"
