@@ -37,7 +37,7 @@ expect_rc "env --help" 0 "$FERRY" env --help
 expect_in "help names --connections" "$TMP/out" "--connections"
 expect_in "help lists formats" "$TMP/out" "sh|profile.d|systemd|docker|k8s"
 expect_rc "ferry --help" 0 "$FERRY" --help
-expect_in "ferry --help lists env" "$TMP/out" "env        print the snippet that makes"
+expect_in "ferry --help lists env" "$TMP/out" "print the snippet that makes"
 
 for v in 0 -1 33 abc 8x "" " 8" 08 99999999999999999999; do
   expect_rc "--connections '$v'" 2 "$FERRY" env --connections "$v" --format sh
