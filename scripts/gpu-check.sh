@@ -98,6 +98,11 @@ step "peer: PyTorch + CuPy"
 timeout 300 python3 bench/peers/torch_pipeline.py --chunks 1M,4M,16M --streams 2,4 >>"$res" 2>>"$log" \
   || echo "peer failed (see log)" | tee -a "$log"
 
+step "ferry connections --measure (one child process per value)"
+"$ferry" connections --measure --backend cuda --json >"$out/connections.json" 2>>"$log"
+python3 -c "import json,sys; j=json.load(open(sys.argv[1])); j['kind']='connections'; print(json.dumps(j))" "$out/connections.json" >>"$res" 2>>"$log" \
+  || echo "connections sweep failed (see log)" | tee -a "$log"
+
 step "host benchmarks"
 for bb in "$build"/bench/bench_*; do "$bb" >>"$res" 2>>"$log"; done
 
@@ -174,6 +179,15 @@ if peer:
     for c, v in sorted(best_ferry.items()):
         if c >= 4 << 20:
             print(f"ferry best at {c >> 20}M / best peer: {v:.2f} / {best_peer:.2f} = {v / best_peer:.3f}x")
+for r in rows:
+    if r.get("kind") == "connections":
+        print(f"connections law, {r['streams']} streams of A {r['a_ms']} ms then B {r['b_ms']} ms "
+              f"(sweep {r['sweep_s']:.1f} s, worst error {r['worst_error'] * 100:.1f}%):")
+        for x in r["results"]:
+            c = x["child"]
+            print(f"  C={x['connections']:2d}  law {x['law_ms']:7.2f} ms  measured {c['total_ms']:7.2f} ms  "
+                  f"err {x['error'] * 100:+5.1f}%  queues {'>=' if c['at_least'] else ''}{c['effective_queues']:.1f}  "
+                  f"round-robin {c['roundrobin_ms']:.2f} ms  memory {x['memory_vs_base_bytes'] / 1024:+.0f} KiB")
 for r in rows:
     if "bench" in r:
         print(f"bench {r['bench']}/{r['case']}: {r['value']:.1f} {r['unit']}")
