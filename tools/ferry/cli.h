@@ -55,5 +55,6 @@ int cmd_run(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
 int cmd_options(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_exec(int argc, char **argv);
 
 #endif

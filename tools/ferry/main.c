@@ -14,6 +14,7 @@ static const struct {
     {"probe", cmd_probe, "show backends, devices and their properties"},
     {"bench", cmd_bench, "measure copies and the round-trip pipeline (copy | pipeline)"},
     {"options", cmd_options, "list every option, its variable, default and range"},
+    {"exec", cmd_exec, "run a command with CUDA_DEVICE_MAX_CONNECTIONS set, per GPU if asked"},
 };
 
 static void usage(FILE *f)
