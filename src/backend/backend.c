@@ -154,7 +154,7 @@ int ferry_backend_probe(const char *name, char *why, size_t why_len)
         return ferry__error(FERRY_ENODEV, "unknown backend '%s'", name ? name : "(null)");
     }
     int count = 0;
-    int rc = ops->device_count(&count, buf, sizeof(buf));
+    int rc = ops->device_count(NULL, &count, buf, sizeof(buf));
     if (rc == 0 && count <= 0) {
         rc = FERRY_ENODEV;
         snprintf(buf, sizeof(buf), "no device found");

@@ -11,7 +11,7 @@
 
 #include "ferry.h"
 
-#define FERRY_BACKEND_ABI 2
+#define FERRY_BACKEND_ABI 3
 
 /* event_create flags. */
 #define FERRY_BE_EVENT_TIMING 1u
@@ -52,8 +52,10 @@ typedef struct ferry_backend_ops {
     unsigned caps;    /* FERRY_BE_CAP_* */
 
     /* Number of devices without opening one; on failure a negative code and the reason in
-     * @why (e.g. "cudaGetDeviceCount: cudaErrorInsufficientDriver (35)"). */
-    int (*device_count)(int *count, char *why, size_t why_len);
+     * @why (e.g. "cudaGetDeviceCount: cudaErrorInsufficientDriver (35)"). @profile_path is
+     * the profile device_open will get (sim: it says how many devices it simulates; NULL:
+     * built-in search; cuda ignores it). */
+    int (*device_count)(const char *profile_path, int *count, char *why, size_t why_len);
 
     int (*device_open)(int index, const ferry_be_open_params_t *params, ferry_be_device_t **out);
     void (*device_close)(ferry_be_device_t *dev);

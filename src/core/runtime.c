@@ -19,6 +19,9 @@ int ferry__rt_fail(ferry_runtime_t *rt, int code)
 
 static int pick_backend(ferry_runtime_t *rt, const char *name)
 {
+    /* The count comes from the profile the devices will be opened with (the simulator's
+     * "devices"), not from the built-in one. */
+    const char *profile = rt->profile[0] ? rt->profile : NULL;
     if (strcmp(name, "auto") != 0) {
         const ferry_backend_ops_t *ops = ferry__backend_find(name);
         if (ops == NULL) {
@@ -31,7 +34,7 @@ static int pick_backend(ferry_runtime_t *rt, const char *name)
         }
         int count = 0;
         char why[256] = "";
-        int rc = ops->device_count(&count, why, sizeof(why));
+        int rc = ops->device_count(profile, &count, why, sizeof(why));
         if (rc != 0 || count <= 0)
             return ferry__error(rc ? rc : FERRY_ENODEV, "backend %s has no device: %s", name,
                                 why[0] ? why : "none found");
@@ -44,7 +47,7 @@ static int pick_backend(ferry_runtime_t *rt, const char *name)
         const ferry_backend_ops_t *ops = ferry__backends[i];
         int count = 0;
         char why[200] = "";
-        int rc = ops->device_count(&count, why, sizeof(why));
+        int rc = ops->device_count(profile, &count, why, sizeof(why));
         if (rc == 0 && count > 0) {
             rt->ops = ops;
             rt->ndev = count;

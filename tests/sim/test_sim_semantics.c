@@ -773,8 +773,18 @@ static void test_profile_and_props(void **state)
 
     int count = 0;
     char why[256];
-    assert_int_equal(be->device_count(&count, why, sizeof(why)), 0);
+    assert_int_equal(be->device_count(NULL, &count, why, sizeof(why)), 0);
     assert_int_equal(count, 1);
+    /* The count is the given profile's "devices", not the built-in profile's. */
+    static const struct mod two = {NULL, "devices", -1, NULL, "2", NULL};
+    char two_path[64];
+    write_variant(&two, two_path, sizeof(two_path));
+    assert_int_equal(be->device_count(two_path, &count, why, sizeof(why)), 0);
+    assert_int_equal(count, 2);
+    ferry_be_open_params_t two_params = {.profile_path = two_path};
+    assert_int_equal(be->device_open(1, &two_params, &dev), 0);
+    be->device_close(dev);
+    unlink(two_path);
     ferry_be_open_params_t params = {.profile_path = FERRY_TEST_PROFILE};
     assert_int_equal(be->device_open(1, &params, &dev), FERRY_ENODEV);
     assert_string_equal(be->name, "sim");

@@ -57,5 +57,6 @@ int cmd_options(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_connections(int argc, char **argv);
 int cmd_env(int argc, char **argv);
+int cmd_exec(int argc, char **argv);
 
 #endif

@@ -17,6 +17,7 @@ static const struct {
     {"connections", cmd_connections,
      "CUDA_DEVICE_MAX_CONNECTIONS: read, measure (--measure), recommend (--recommend)"},
     {"env", cmd_env, "print the snippet that makes CUDA_DEVICE_MAX_CONNECTIONS persistent"},
+    {"exec", cmd_exec, "run a command with CUDA_DEVICE_MAX_CONNECTIONS set, per GPU if asked"},
 };
 
 static void usage(FILE *f)

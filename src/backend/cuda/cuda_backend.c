@@ -47,8 +47,9 @@ static void range_pop(void)
 
 /* ---- devices ----------------------------------------------------------------------------- */
 
-static int cuda_device_count(int *count, char *why, size_t why_len)
+static int cuda_device_count(const char *profile_path, int *count, char *why, size_t why_len)
 {
+    (void)profile_path; /* the simulator's */
     if (count == NULL)
         return ferry__error(FERRY_EINVAL, "cuda: device_count: NULL count");
     /* FACTS.md: without a driver, cudaGetDeviceCount returns 35 and leaves the count as it was. */

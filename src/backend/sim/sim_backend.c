@@ -111,12 +111,17 @@ static void range_remove(struct sim_alloc *a, size_t *n, long i)
 
 /* ---- devices ----------------------------------------------------------------------------- */
 
-static int sim_device_count(int *count, char *why, size_t why_len)
+static int sim_device_count(const char *profile_path, int *count, char *why, size_t why_len)
 {
     struct ferry_sim_profile p;
     if (count == NULL)
         return ferry__error(FERRY_EINVAL, "sim: device_count: NULL count");
-    if (ferry__sim_profile_load_default(&p) == 0) {
+    /* The profile device_open will load decides the count: a profile with "devices": 2 is a
+     * two-GPU machine. */
+    int rc = profile_path != NULL && profile_path[0] != '\0'
+                 ? ferry__sim_profile_load(profile_path, &p)
+                 : ferry__sim_profile_load_default(&p);
+    if (rc == 0) {
         *count = p.devices;
         if (why != NULL && why_len > 0)
             why[0] = '\0';

@@ -1,0 +1,657 @@
+/* `ferry exec`: run a command with CUDA_DEVICE_MAX_CONNECTIONS (and the copy variant) set.
+ * CUDA reads the variable once, at cuInit, and one value applies to every GPU of a process, so
+ * different values for different GPUs need different processes: --per-device starts one child
+ * per device, each seeing only its GPU, passes signals on to them and exits with the worst
+ * status. With a single --connections value ferry simply execs the command. */
+#include <ctype.h>
+#include <errno.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "ferry/connections.h"
+
+extern char **environ;
+
+static const char *const cmd = "exec";
+
+#define RULE_SYNTAX                                                                                \
+    "expected MATCH=VALUE with MATCH one of index:K, name:TEXT, cc:X.Y, cc>=X.Y or * "             \
+    "(items separated by commas, first match wins: 'index:1=4,*=16')"
+
+typedef enum match_kind {
+    MATCH_ANY,        /* * */
+    MATCH_INDEX,      /* index:K */
+    MATCH_NAME,       /* name:TEXT, case-insensitive substring */
+    MATCH_CC,         /* cc:X.Y exactly */
+    MATCH_CC_AT_LEAST /* cc>=X.Y */
+} match_kind_t;
+
+typedef struct rule {
+    match_kind_t kind;
+    int index;        /* MATCH_INDEX */
+    int major, minor; /* MATCH_CC, MATCH_CC_AT_LEAST */
+    const char *text; /* MATCH_NAME; points into the copy of the rules string */
+    unsigned value;
+} rule_t;
+
+typedef struct child {
+    int device; /* ferry's device index */
+    char name[128];
+    int cc_major, cc_minor;
+    unsigned value; /* CUDA_DEVICE_MAX_CONNECTIONS for this device */
+    pid_t pid;      /* > 0 while the child may be signalled: started and not yet reaped */
+    bool started;
+} child_t;
+
+/* The signals a user or a job scheduler sends to stop or poke a job; each goes on to every
+ * child, since the children, not ferry, do the work. */
+static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+#define NFORWARDED (sizeof(forwarded) / sizeof(forwarded[0]))
+
+/* Read by the signal handler. Written only while the forwarded signals are blocked, so the
+ * handler never sees a half-made change. */
+static child_t *volatile g_children;
+static volatile int g_nchildren;
+
+static int usage(void)
+{
+    printf("usage: ferry exec --connections N [--copy-connections M] -- CMD [ARGS...]\n"
+           "       ferry exec --per-device RULES [--copy-connections M] [--backend auto|sim|cuda]\n"
+           "                  -- CMD [ARGS...]\n\n"
+           "Run CMD with CUDA_DEVICE_MAX_CONNECTIONS set: the hardware work queues CUDA opens per\n"
+           "context (1..32, default 8). CUDA reads the variable once, when it starts in a\n"
+           "process, and one value applies to every GPU of that process; so --per-device starts\n"
+           "one CMD per device, each seeing only its GPU (CUDA_VISIBLE_DEVICES) and told its\n"
+           "index (FERRY_DEVICE_INDEX).\n\n"
+           "  --connections N         CUDA_DEVICE_MAX_CONNECTIONS=N, 1..32; CMD replaces ferry\n"
+           "  --copy-connections M    also CUDA_DEVICE_MAX_COPY_CONNECTIONS=M, 1..32\n"
+           "  --per-device RULES      one CMD per device, N from the first rule that matches it:\n"
+           "                            index:K=N    device K, as `ferry probe` lists it\n"
+           "                            name:TEXT=N  the device name contains TEXT (any case)\n"
+           "                            cc:X.Y=N     compute capability X.Y exactly\n"
+           "                            cc>=X.Y=N    compute capability X.Y or later\n"
+           "                            *=N          any device\n"
+           "                          for example 'name:H200=16,cc>=9.0=8,*=4'\n"
+           "  --backend auto|sim|cuda where --per-device finds the devices (default: the\n"
+           "                          backend option, FERRY_BACKEND)\n\n"
+           "Exit status: with --connections, CMD's own (ferry becomes CMD). With --per-device,\n"
+           "the worst child's, a child killed by signal S counting as 128+S; SIGINT, SIGTERM,\n"
+           "SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to ferry are passed on to every child.\n"
+           "127 when CMD is not found, 126 when it cannot be run, 2 on a usage error.\n");
+    return CLI_OK;
+}
+
+/* Shell conventions for a command that cannot be run: 127 not found, 126 found but not
+ * runnable. */
+static int exec_failure_status(int err)
+{
+    return err == ENOENT ? 127 : 126;
+}
+
+static const char *signal_name(int sig, char *buf, size_t len)
+{
+    static const struct {
+        int sig;
+        const char *name;
+    } names[] = {{SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"},
+                 {SIGILL, "SIGILL"},   {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"},
+                 {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},   {SIGKILL, "SIGKILL"},
+                 {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+                 {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"},
+                 {SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"}};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (names[i].sig == sig)
+            return names[i].name;
+    snprintf(buf, len, "%d", sig);
+    return buf;
+}
+
+/* ---- rules ------------------------------------------------------------------------------ */
+
+/* A decimal number of at most 6 digits, all of [s, s + len), nothing else. */
+static bool parse_small(const char *s, size_t len, int *out)
+{
+    if (len == 0 || len > 6)
+        return false;
+    int v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return true;
+}
+
+/* "X.Y" with both parts decimal. */
+static bool parse_cc(const char *s, int *major, int *minor)
+{
+    const char *dot = strchr(s, '.');
+    return dot != NULL && parse_small(s, (size_t)(dot - s), major) &&
+           parse_small(dot + 1, strlen(dot + 1), minor);
+}
+
+/* Parse one MATCH=VALUE item (modified in place: the '=' becomes a NUL). Returns 0, or
+ * CLI_USAGE with the message printed. */
+static int parse_rule(char *item, rule_t *r)
+{
+    /* The last '=' separates the value, since "cc>=X.Y" has one of its own. */
+    char *eq = strrchr(item, '=');
+    if (eq == NULL || eq == item)
+        return cli_usage_error(cmd, "--per-device: '%s' is not a rule: " RULE_SYNTAX, item);
+    *eq = '\0';
+    const char *m = item;
+    bool ok = true;
+    if (strcmp(m, "*") == 0) {
+        r->kind = MATCH_ANY;
+    } else if (strncmp(m, "index:", 6) == 0) {
+        r->kind = MATCH_INDEX;
+        ok = parse_small(m + 6, strlen(m + 6), &r->index);
+    } else if (strncmp(m, "name:", 5) == 0) {
+        r->kind = MATCH_NAME;
+        r->text = m + 5;
+        ok = r->text[0] != '\0';
+    } else if (strncmp(m, "cc:", 3) == 0) {
+        r->kind = MATCH_CC;
+        ok = parse_cc(m + 3, &r->major, &r->minor);
+    } else if (strncmp(m, "cc>=", 4) == 0) {
+        r->kind = MATCH_CC_AT_LEAST;
+        ok = parse_cc(m + 4, &r->major, &r->minor);
+    } else {
+        ok = false;
+    }
+    if (!ok) {
+        *eq = '=';
+        return cli_usage_error(cmd, "--per-device: '%s' is not a rule: " RULE_SYNTAX, item);
+    }
+    if (ferry_connections_parse("--per-device", eq + 1, &r->value) != 0)
+        return cli_usage_error(cmd, "%s", ferry_last_error());
+    return 0;
+}
+
+/* Split @p text (modified in place) into rules. Returns 0 or CLI_USAGE (message printed). */
+static int parse_rules(char *text, rule_t **out, size_t *count)
+{
+    size_t n = 1;
+    for (const char *c = text; *c; c++)
+        n += *c == ',';
+    rule_t *rules = calloc(n, sizeof(*rules));
+    if (rules == NULL) {
+        fprintf(stderr, "ferry %s: out of memory\n", cmd);
+        return CLI_FAIL;
+    }
+    char *item = text;
+    for (size_t i = 0; i < n; i++) {
+        char *comma = strchr(item, ',');
+        if (comma != NULL)
+            *comma = '\0';
+        int rc = parse_rule(item, &rules[i]);
+        if (rc != 0) {
+            free(rules);
+            return rc;
+        }
+        item = comma != NULL ? comma + 1 : item + strlen(item);
+    }
+    *out = rules;
+    *count = n;
+    return 0;
+}
+
+static bool contains_nocase(const char *hay, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (; *hay; hay++) {
+        size_t i = 0;
+        while (i < n && hay[i] &&
+               tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i]))
+            i++;
+        if (i == n)
+            return true;
+    }
+    return false;
+}
+
+static const rule_t *match(const rule_t *rules, size_t n, const child_t *c)
+{
+    for (size_t i = 0; i < n; i++) {
+        const rule_t *r = &rules[i];
+        bool hit = false;
+        switch (r->kind) {
+        case MATCH_ANY: hit = true; break;
+        case MATCH_INDEX: hit = r->index == c->device; break;
+        case MATCH_NAME: hit = contains_nocase(c->name, r->text); break;
+        case MATCH_CC: hit = c->cc_major == r->major && c->cc_minor == r->minor; break;
+        case MATCH_CC_AT_LEAST:
+            hit = c->cc_major > r->major || (c->cc_major == r->major && c->cc_minor >= r->minor);
+            break;
+        }
+        if (hit)
+            return r;
+    }
+    return NULL;
+}
+
+/* ---- devices ---------------------------------------------------------------------------- */
+
+/* Enumerate the devices through ferry and give each its value. The runtime is destroyed before
+ * returning: the children must be started from a process that holds no device. Returns 0,
+ * CLI_FAIL or CLI_USAGE (message printed). */
+static int plan_children(const char *backend, const rule_t *rules, size_t nrules, child_t **out,
+                         int *count)
+{
+    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
+    cfg.backend = backend; /* NULL: the backend option (FERRY_BACKEND, else auto) */
+    ferry_runtime_t *rt = NULL;
+    child_t *children = NULL;
+    int rc = CLI_FAIL;
+    if (ferry_runtime_create(&cfg, &rt) != 0) {
+        fprintf(stderr, "ferry %s: cannot list the devices: %s\n", cmd, ferry_last_error());
+        return CLI_FAIL;
+    }
+    int n = ferry_device_count(rt);
+    if (n < 1) {
+        fprintf(stderr, "ferry %s: cannot list the devices: %s\n", cmd, ferry_last_error());
+        goto out;
+    }
+    children = calloc((size_t)n, sizeof(*children));
+    if (children == NULL) {
+        fprintf(stderr, "ferry %s: out of memory\n", cmd);
+        goto out;
+    }
+    for (int k = 0; k < n; k++) {
+        ferry_device_t *dev = NULL;
+        ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
+        if (ferry_device_get(rt, k, &dev) != 0 || ferry_device_props(dev, &p) != 0) {
+            fprintf(stderr, "ferry %s: device %d: %s\n", cmd, k, ferry_last_error());
+            goto out;
+        }
+        child_t *c = &children[k];
+        c->device = k;
+        snprintf(c->name, sizeof(c->name), "%s", p.name);
+        c->cc_major = p.cc_major;
+        c->cc_minor = p.cc_minor;
+        const rule_t *r = match(rules, nrules, c);
+        if (r == NULL) {
+            fprintf(stderr,
+                    "ferry %s: no --per-device rule matches device %d (%s, cc %d.%d); add a rule "
+                    "or '*=V'\n",
+                    cmd, k, c->name, c->cc_major, c->cc_minor);
+            rc = CLI_USAGE;
+            goto out;
+        }
+        c->value = r->value;
+    }
+    *out = children;
+    *count = n;
+    children = NULL;
+    rc = 0;
+out:
+    free(children);
+    ferry_runtime_destroy(rt);
+    return rc;
+}
+
+/* What each child's CUDA_VISIBLE_DEVICES should hold for ferry's device @p k. ferry numbers the
+ * devices CUDA lets it see; when the parent already restricts them (a job scheduler's
+ * CUDA_VISIBLE_DEVICES=2,3), device k is the k-th entry of that list, not physical GPU k.
+ * Returns false when the list has no k-th entry. */
+static bool visible_id(const char *parent, int k, char *buf, size_t len)
+{
+    if (parent == NULL) {
+        snprintf(buf, len, "%d", k);
+        return true;
+    }
+    const char *s = parent;
+    for (int i = 0; i < k; i++) {
+        s = strchr(s, ',');
+        if (s == NULL)
+            return false;
+        s++;
+    }
+    size_t n = strcspn(s, ",");
+    if (n == 0 || n >= len)
+        return false;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    return true;
+}
+
+/* ---- children and signals --------------------------------------------------------------- */
+
+static void forward_signal(int sig)
+{
+    int saved = errno;
+    child_t *children = g_children;
+    for (int k = 0; k < g_nchildren; k++)
+        if (children[k].pid > 0)
+            kill(children[k].pid, sig); /* a child that has just exited: nothing to do */
+    errno = saved;
+}
+
+/* Install the forwarding handler for each signal not ignored at start. A signal ignored on
+ * entry stays ignored, as a shell does it: `nohup ferry exec ...` must not pass a hangup on to
+ * the children (which inherit the ignoring). */
+static int install_forwarding(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = forward_signal;
+    /* No SA_RESTART: waitid returns EINTR and the wait loop retries it explicitly. */
+    if (sigemptyset(&sa.sa_mask) != 0)
+        return -1;
+    for (size_t i = 0; i < NFORWARDED; i++)
+        if (sigaddset(&sa.sa_mask, forwarded[i]) != 0)
+            return -1;
+    for (size_t i = 0; i < NFORWARDED; i++) {
+        struct sigaction old;
+        if (sigaction(forwarded[i], NULL, &old) != 0)
+            return -1;
+        if (old.sa_handler == SIG_IGN)
+            continue;
+        if (sigaction(forwarded[i], &sa, NULL) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int set_env(const char *name, const char *value)
+{
+    if (setenv(name, value, 1) != 0) {
+        fprintf(stderr, "ferry %s: cannot set %s: %s\n", cmd, name, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* True when the environment entry @p entry ("NAME=value") sets @p name. */
+static bool sets(const char *entry, const char *name)
+{
+    size_t n = strlen(name);
+    return strncmp(entry, name, n) == 0 && entry[n] == '=';
+}
+
+/* Start one child per device. Runs with the forwarded signals blocked, so that a signal that
+ * arrives while children are being started is delivered once they all run, and reaches each of
+ * them. Returns 0 or the exit status to give when a child could not be started (message
+ * printed; the children already started keep running and are stopped by the caller). */
+static int start_children(child_t *children, int n, const char *copy, char **argv,
+                          const sigset_t *child_mask)
+{
+    /* Each child's environment is built here rather than with setenv: the CUDA backend, once
+     * initialised to list the devices, leaves threads behind, and setenv is not safe beside
+     * them. It is ferry's environment less the variables set per child, then those. */
+    const char *parent_visible = getenv("CUDA_VISIBLE_DEVICES");
+    size_t nenv = 0;
+    while (environ[nenv] != NULL)
+        nenv++;
+    char **envp = calloc(nenv + 5, sizeof(*envp));
+    char(*visible)[96] = calloc((size_t)n, sizeof(*visible));
+    posix_spawnattr_t attr;
+    int rc = CLI_FAIL, e;
+    if (envp == NULL || visible == NULL) {
+        fprintf(stderr, "ferry %s: out of memory\n", cmd);
+        goto out_free;
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < nenv; i++)
+        if (!sets(environ[i], "CUDA_VISIBLE_DEVICES") &&
+            !sets(environ[i], "CUDA_DEVICE_MAX_CONNECTIONS") &&
+            !(copy != NULL && sets(environ[i], "CUDA_DEVICE_MAX_COPY_CONNECTIONS")) &&
+            !sets(environ[i], "FERRY_DEVICE_INDEX"))
+            envp[kept++] = environ[i];
+    /* Every device must have its GPU before any child starts. */
+    for (int k = 0; k < n; k++) {
+        char id[64];
+        if (!visible_id(parent_visible, k, id, sizeof(id))) {
+            fprintf(stderr,
+                    "ferry %s: CUDA_VISIBLE_DEVICES='%s' has no entry for device %d of %d: the "
+                    "devices ferry lists do not match it\n",
+                    cmd, parent_visible, k, n);
+            goto out_free;
+        }
+        snprintf(visible[k], sizeof(visible[k]), "CUDA_VISIBLE_DEVICES=%s", id);
+    }
+    if ((e = posix_spawnattr_init(&attr)) != 0) {
+        fprintf(stderr, "ferry %s: posix_spawnattr_init: %s\n", cmd, strerror(e));
+        goto out_free;
+    }
+    /* The children start with ferry's signal mask from before the blocking. */
+    if ((e = posix_spawnattr_setsigmask(&attr, child_mask)) != 0 ||
+        (e = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK)) != 0) {
+        fprintf(stderr, "ferry %s: posix_spawnattr: %s\n", cmd, strerror(e));
+        goto out_attr;
+    }
+    char copy_entry[64] = "";
+    if (copy != NULL)
+        snprintf(copy_entry, sizeof(copy_entry), "CUDA_DEVICE_MAX_COPY_CONNECTIONS=%s", copy);
+    for (int k = 0; k < n; k++) {
+        child_t *c = &children[k];
+        char value[64], index[64];
+        snprintf(value, sizeof(value), "CUDA_DEVICE_MAX_CONNECTIONS=%u", c->value);
+        snprintf(index, sizeof(index), "FERRY_DEVICE_INDEX=%d", k);
+        size_t m = kept;
+        envp[m++] = visible[k];
+        envp[m++] = value;
+        if (copy != NULL)
+            envp[m++] = copy_entry;
+        envp[m++] = index;
+        envp[m] = NULL;
+        pid_t pid = 0;
+        e = posix_spawnp(&pid, argv[0], NULL, &attr, argv, envp);
+        if (e != 0) {
+            fprintf(stderr, "ferry %s: cannot run '%s': %s\n", cmd, argv[0], strerror(e));
+            rc = exec_failure_status(e);
+            goto out_attr;
+        }
+        c->pid = pid;
+        c->started = true;
+        fprintf(stderr, "ferry %s: device %d (%s): CUDA_DEVICE_MAX_CONNECTIONS=%u, pid %ld\n", cmd,
+                k, c->name, c->value, (long)pid);
+    }
+    rc = 0;
+out_attr:
+    posix_spawnattr_destroy(&attr);
+out_free:
+    free(visible);
+    free(envp);
+    return rc;
+}
+
+/* Reap every started child; returns the worst status (exit code, or 128 + signal). */
+static int wait_children(child_t *children, int n, const sigset_t *block)
+{
+    int live = 0, worst = 0;
+    for (int k = 0; k < n; k++)
+        live += children[k].started;
+    while (live > 0) {
+        /* WNOWAIT leaves the child a zombie, so its pid cannot be reused while the handler may
+         * still signal it; the slot is cleared with the signals blocked, and only then reaped. */
+        siginfo_t si;
+        memset(&si, 0, sizeof(si));
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOWAIT) != 0) {
+            if (errno == EINTR)
+                continue;
+            fprintf(stderr, "ferry %s: waitid: %s\n", cmd, strerror(errno));
+            return worst > CLI_FAIL ? worst : CLI_FAIL;
+        }
+        child_t *c = NULL;
+        for (int k = 0; k < n; k++)
+            if (children[k].pid == si.si_pid)
+                c = &children[k];
+        if (sigprocmask(SIG_BLOCK, block, NULL) != 0)
+            fprintf(stderr, "ferry %s: sigprocmask: %s\n", cmd, strerror(errno));
+        if (c != NULL)
+            c->pid = 0;
+        int st = 0;
+        pid_t r;
+        do
+            r = waitpid(si.si_pid, &st, 0);
+        while (r < 0 && errno == EINTR);
+        if (sigprocmask(SIG_UNBLOCK, block, NULL) != 0)
+            fprintf(stderr, "ferry %s: sigprocmask: %s\n", cmd, strerror(errno));
+        if (r < 0) {
+            fprintf(stderr, "ferry %s: waitpid: %s\n", cmd, strerror(errno));
+            return worst > CLI_FAIL ? worst : CLI_FAIL;
+        }
+        if (c == NULL)
+            continue; /* not one of ours (none is expected) */
+        live--;
+        int status = 0;
+        char buf[16];
+        if (WIFEXITED(st)) {
+            status = WEXITSTATUS(st);
+            if (status != 0)
+                fprintf(stderr, "ferry %s: device %d exited %d\n", cmd, c->device, status);
+        } else if (WIFSIGNALED(st)) {
+            status = 128 + WTERMSIG(st);
+            fprintf(stderr, "ferry %s: device %d killed by signal %s\n", cmd, c->device,
+                    signal_name(WTERMSIG(st), buf, sizeof(buf)));
+        }
+        if (status > worst)
+            worst = status;
+    }
+    return worst;
+}
+
+static int run_per_device(const char *rules_text, const char *backend, const char *copy,
+                          char **argv)
+{
+    char *text = strdup(rules_text);
+    rule_t *rules = NULL;
+    size_t nrules = 0;
+    child_t *children = NULL;
+    int n = 0, rc;
+    if (text == NULL) {
+        fprintf(stderr, "ferry %s: out of memory\n", cmd);
+        return CLI_FAIL;
+    }
+    rc = parse_rules(text, &rules, &nrules);
+    if (rc != 0)
+        goto out;
+    rc = plan_children(backend, rules, nrules, &children, &n);
+    if (rc != 0)
+        goto out;
+
+    sigset_t block, old;
+    if (sigemptyset(&block) != 0) {
+        rc = cli_fail(cmd, "sigemptyset: %s", strerror(errno));
+        goto out;
+    }
+    for (size_t i = 0; i < NFORWARDED; i++)
+        if (sigaddset(&block, forwarded[i]) != 0) {
+            rc = cli_fail(cmd, "sigaddset: %s", strerror(errno));
+            goto out;
+        }
+    if (sigprocmask(SIG_BLOCK, &block, &old) != 0) {
+        rc = cli_fail(cmd, "sigprocmask: %s", strerror(errno));
+        goto out;
+    }
+    g_children = children;
+    g_nchildren = n;
+    if (install_forwarding() != 0) {
+        rc = cli_fail(cmd, "sigaction: %s", strerror(errno));
+        if (sigprocmask(SIG_SETMASK, &old, NULL) != 0)
+            fprintf(stderr, "ferry %s: sigprocmask: %s\n", cmd, strerror(errno));
+        goto out;
+    }
+    int start_rc = start_children(children, n, copy, argv, &old);
+    if (start_rc != 0) {
+        /* All devices or none: stop the children already running, then report why. */
+        for (int k = 0; k < n; k++)
+            if (children[k].pid > 0 && kill(children[k].pid, SIGTERM) != 0)
+                fprintf(stderr, "ferry %s: kill %ld: %s\n", cmd, (long)children[k].pid,
+                        strerror(errno));
+    }
+    if (sigprocmask(SIG_SETMASK, &old, NULL) != 0)
+        fprintf(stderr, "ferry %s: sigprocmask: %s\n", cmd, strerror(errno));
+    int worst = wait_children(children, n, &block);
+    rc = start_rc != 0 ? start_rc : worst;
+out:
+    free(children);
+    free(rules);
+    free(text);
+    return rc;
+}
+
+/* ---- the command ------------------------------------------------------------------------ */
+
+int cmd_exec(int argc, char **argv)
+{
+    const char *conn = NULL, *copy = NULL, *rules = NULL, *backend = NULL;
+    cli_args_t a = {.argc = argc, .argv = argv, .i = 1, .cmd = cmd};
+    int first = -1; /* index of CMD in argv */
+    while (a.i < argc) {
+        const char *v = NULL;
+        int r;
+        if (strcmp(argv[a.i], "--help") == 0 || strcmp(argv[a.i], "-h") == 0)
+            return usage();
+        if (strcmp(argv[a.i], "--") == 0) {
+            first = a.i + 1;
+            break;
+        }
+        if ((r = cli_flag_value(&a, "connections", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            conn = v;
+            continue;
+        }
+        if ((r = cli_flag_value(&a, "copy-connections", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            copy = v;
+            continue;
+        }
+        if ((r = cli_flag_value(&a, "per-device", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            rules = v;
+            continue;
+        }
+        if ((r = cli_flag_value(&a, "backend", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            if (strcmp(v, "auto") != 0 && strcmp(v, "sim") != 0 && strcmp(v, "cuda") != 0)
+                return cli_usage_error(cmd, "--backend '%s': accepted: auto|sim|cuda", v);
+            backend = v;
+            continue;
+        }
+        if (argv[a.i][0] == '-')
+            return cli_usage_error(cmd, "unknown argument '%s'", argv[a.i]);
+        return cli_usage_error(cmd, "'%s': put '--' before the command to run", argv[a.i]);
+    }
+    if ((conn == NULL) == (rules == NULL))
+        return cli_usage_error(cmd, "give exactly one of --connections N and --per-device RULES");
+    if (backend != NULL && rules == NULL)
+        return cli_usage_error(cmd, "--backend applies to --per-device only");
+    if (first < 0 || first >= argc)
+        return cli_usage_error(cmd, "no command: ferry exec ... -- CMD [ARGS...]");
+
+    unsigned n = 0, m = 0;
+    if ((conn != NULL && ferry_connections_parse("--connections", conn, &n) != 0) ||
+        (copy != NULL && ferry_connections_parse("--copy-connections", copy, &m) != 0))
+        return cli_usage_error(cmd, "%s", ferry_last_error());
+    char copy_text[16];
+    if (copy != NULL)
+        snprintf(copy_text, sizeof(copy_text), "%u", m);
+
+    if (rules != NULL)
+        return run_per_device(rules, backend, copy != NULL ? copy_text : NULL, argv + first);
+
+    /* One value for the whole process: become the command, so that its exit status and the
+     * signals sent to it are its own. */
+    char value[16];
+    snprintf(value, sizeof(value), "%u", n);
+    if (set_env("CUDA_DEVICE_MAX_CONNECTIONS", value) != 0 ||
+        (copy != NULL && set_env("CUDA_DEVICE_MAX_COPY_CONNECTIONS", copy_text) != 0))
+        return CLI_FAIL;
+    execvp(argv[first], argv + first);
+    int e = errno;
+    fprintf(stderr, "ferry %s: cannot run '%s': %s\n", cmd, argv[first], strerror(e));
+    return exec_failure_status(e);
+}
