@@ -103,7 +103,10 @@ static int report(bool json)
     char mps[160];
     bool has_mps = mps_present(mps, sizeof(mps));
     bool blocks = blocking != NULL && strcmp(blocking, "1") == 0;
-    size_t mem = ferry_connections_memory_bytes(rc.effective, rk.effective);
+    /* Measured: without its own variable, the copy queues follow CUDA_DEVICE_MAX_CONNECTIONS
+     * (each connection cost 256 KiB = 64 + 192 on the H200). */
+    unsigned copy_q = copy != NULL ? rk.effective : rc.effective;
+    size_t mem = ferry_connections_memory_bytes(rc.effective, copy_q);
     size_t mem_def =
         ferry_connections_memory_bytes(FERRY_CONNECTIONS_DEFAULT, FERRY_CONNECTIONS_DEFAULT);
     if (json) {
@@ -411,7 +414,7 @@ static int recommend(unsigned streams, bool strict, bool json)
                  "dependencies; leaving the variable unset does the same",
                  streams, streams == 1 ? "" : "s");
         snprintf(why[1], sizeof(why[1]),
-                 "fewer queues would save only 64 KiB of device memory each");
+                 "fewer queues would save only ~256 KiB of device memory each");
         snprintf(why[2], sizeof(why[2]), "NVIDIA advises queues >= active streams per context");
     } else {
         v = streams > FERRY_CONNECTIONS_MAX ? FERRY_CONNECTIONS_MAX : streams;
@@ -424,9 +427,10 @@ static int recommend(unsigned streams, bool strict, bool json)
                        "concurrently)"
                      : "");
         snprintf(why[1], sizeof(why[1]),
-                 "memory: ~64 KiB of device memory per queue per context, %+lld KiB against the "
-                 "default 8",
-                 ((long long)v - 8) * 64);
+                 "memory: ~256 KiB of device memory per queue per context (64 KiB compute + 192 "
+                 "KiB for the copy queues, which follow unless CUDA_DEVICE_MAX_COPY_CONNECTIONS "
+                 "is set; measured on the H200), %+lld KiB against the default 8",
+                 ((long long)v - 8) * 256);
         snprintf(why[2], sizeof(why[2]),
                  "copy-bound pipelines did not care about this value when measured (FACTS.md); it "
                  "matters when kernels wait on other streams");
@@ -434,7 +438,7 @@ static int recommend(unsigned streams, bool strict, bool json)
     if (json) {
         printf("{\"command\":\"connections\",\"mode\":\"recommend\",\"streams\":%u,"
                "\"ordering\":\"%s\",\"value\":%u,\"memory_bytes\":%zu,\"reasons\":[",
-               streams, strict ? "strict" : "any", v, ferry_connections_memory_bytes(v, 0));
+               streams, strict ? "strict" : "any", v, ferry_connections_memory_bytes(v, v));
         for (int i = 0; i < 3; i++) {
             printf(i ? "," : "");
             cli_json_str(stdout, why[i]);

@@ -157,8 +157,12 @@ static int sim_device_open(int index, const ferry_be_open_params_t *params, ferr
     }
     dev->index = index;
     dev->conns = read_connections("CUDA_DEVICE_MAX_CONNECTIONS", dev->prof.connections_default);
-    dev->copy_conns =
-        read_connections("CUDA_DEVICE_MAX_COPY_CONNECTIONS", FERRY_CONNECTIONS_DEFAULT);
+    /* Measured on the H200 (bench/results/2026-12-02-h200-e202cac.jsonl): with only
+     * CUDA_DEVICE_MAX_CONNECTIONS set, each connection took 256 KiB = 64 (compute) + 192
+     * (copy): the copy queues follow it unless their own variable is set. */
+    dev->copy_conns = getenv("CUDA_DEVICE_MAX_COPY_CONNECTIONS") != NULL
+                          ? read_connections("CUDA_DEVICE_MAX_COPY_CONNECTIONS", dev->conns)
+                          : dev->conns;
     rc = ferry__sim_model_init(dev);
     if (rc != 0)
         goto out_free;
