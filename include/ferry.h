@@ -362,6 +362,10 @@ typedef struct ferry_pipeline_stats {
      * start) and the streams live pipelines had on it when this one was made, this one's
      * included: above the queues, streams share them (logged as a warning). */
     unsigned connections, context_streams;
+    /* Faults: chunks the CPU fallback produced, failed GPU attempts recorded (one failure
+     * record each), and whether a sticky error ended the GPU path of this pipeline. */
+    uint64_t chunks_cpu, failure_records;
+    bool gpu_lost;
 } ferry_pipeline_stats_t;
 #define FERRY_PIPELINE_STATS_INIT                                                                  \
     {                                                                                              \

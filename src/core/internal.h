@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ferry.h"
 
@@ -80,6 +81,8 @@ static inline void ferry__cpu_relax(void)
 uint64_t ferry__mono_ns(void);
 /* Bounded string copy that always terminates (dst_len > 0). */
 void ferry__strlcpy(char *dst, const char *src, size_t dst_len);
+/* @s as a JSON string, quotes and escapes included (NULL: null). */
+void ferry__json_str(FILE *f, const char *s);
 /* Size-stamped struct check: the caller's struct must be at least as large as the first
  * version of it; @min_size is that. */
 #define FERRY_SIZE_OK(ptr, min_size) ((ptr) != NULL && (ptr)->size >= (min_size))

@@ -139,6 +139,13 @@ int ferry_runtime_create(const ferry_runtime_config_t *cfg, ferry_runtime_t **ou
     rc = pick_backend(rt, backend);
     if (rc != 0)
         goto out_free;
+    const char *inject = ferry__opt_str(rt->opts, FERRY__OPT_inject);
+    if (inject[0] != '\0' && strcmp(rt->ops->name, "sim") != 0) {
+        rc = ferry__error(FERRY_ENOTSUP,
+                          "option inject: faults are injected on the simulator only (--backend "
+                          "sim); on a GPU, tests/gpu plants real ones");
+        goto out_free;
+    }
     if (rt->ops->abi != FERRY_BACKEND_ABI) {
         rc = ferry__error(FERRY_EBACKEND, "backend %s has ABI %d, ferry expects %d", rt->ops->name,
                           rt->ops->abi, FERRY_BACKEND_ABI);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/runtime.h"
@@ -63,6 +64,7 @@ typedef struct batch_rec {
     void *arg;
     uint32_t nchunks;
     uint32_t chunks_left; /* completion thread only, once issued */
+    uint32_t cpu_chunks;  /* completion thread: chunks the CPU fallback produced */
     int status;           /* completion thread only */
     bool light;
     uint64_t submit_ns;
@@ -84,6 +86,9 @@ typedef struct slot {
     size_t offset, bytes;
     unsigned h2d, comp, d2h; /* stream indices into p->streams */
     bool copy_out;           /* output lands in h_out and must be copied to the batch */
+    const void *host_in;     /* the chunk's input in host memory (for the CPU fallback) */
+    bool gpu_skipped;        /* the GPU path was lost before this chunk was issued */
+    char errmsg[200];        /* an issue failure's message (the issuing thread's error text) */
     int err;
     struct slot *next_inflight;
 } slot_t;
@@ -177,6 +182,14 @@ struct ferry_pipeline {
     uint64_t chunks_issued;    /* atomic */
     uint64_t staged_bytes;     /* atomic */
     uint64_t done_gpu, failed; /* atomic */
+    uint64_t done_cpu;         /* atomic */
+    /* Faults. gpu_lost (atomic): a sticky error ended the GPU path; every later chunk takes the
+     * CPU fallback. The failure log and the counters below: completion thread only. */
+    int gpu_lost;
+    FILE *failure_log;
+    char failure_log_path[256];
+    uint64_t chunks_cpu, failure_records;           /* completion thread */
+    uint64_t chunks_cpu_seen, failure_records_seen; /* under lock: as of the last pass */
     uint64_t first_start, last_end;
     bool any_retired;
     uint64_t stream_end[FERRY_STATS_MAX_STREAMS];   /* completion thread: last end per stream */
@@ -309,7 +322,7 @@ static void wait_for_work(ferry_pipeline_t *p, uint64_t seen)
 typedef struct pass_acc {
     uint64_t bytes, copied_out, busy_h2d, busy_comp, busy_d2h;
     uint64_t first_start, last_end;
-    uint64_t chunks, timed;
+    uint64_t chunks, timed, bytes_cpu;
     uint64_t stream_busy[FERRY_STATS_MAX_STREAMS];
     uint64_t stream_ops[FERRY_STATS_MAX_STREAMS];
     uint64_t stream_timed[FERRY_STATS_MAX_STREAMS];
@@ -317,6 +330,92 @@ typedef struct pass_acc {
     size_t ntrace;
     trace_rec_t trace[3 * MAX_PASS];
 } pass_acc_t;
+
+/* One JSON line per failed attempt (option failure_log): enough to find the chunk again and to
+ * see what the device was asked to do. Completion thread. */
+static void write_failure_record(ferry_pipeline_t *p, const slot_t *s, int err, const char *msg,
+                                 const char *action, uint64_t now)
+{
+    p->failure_records++;
+    if (p->failure_log == NULL)
+        return;
+    const batch_rec_t *b = s->batch;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    char when[40];
+    strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+    FILE *f = p->failure_log;
+    fprintf(f,
+            "{\"time\":\"%s.%06ldZ\",\"device_ns\":%llu,\"batch\":%llu,\"attempt\":0,"
+            "\"stage\":",
+            when, ts.tv_nsec / 1000, (unsigned long long)now, (unsigned long long)b->id);
+    ferry__json_str(f, p->stage_name);
+    fprintf(f,
+            ",\"chunk\":%u,\"offset\":%zu,\"bytes\":%zu,\"streams\":{\"h2d\":%u,"
+            "\"compute\":%u,\"d2h\":%u},\"plan\":{\"copy_streams\":%u,\"compute_streams\":%u,"
+            "\"depth\":%u,\"chunk_bytes\":%zu},\"launch\":{\"blocks\":%d},"
+            "\"buffers\":{\"host_in\":\"%p\",\"out\":\"%p\",\"d_in\":\"%p\",\"d_out\":\"%p\"},"
+            "\"issue_ns\":%llu,\"level\":2,\"error\":\"%s\",\"message\":",
+            s->chunk, s->offset, s->bytes, s->h2d, s->comp, s->d2h, p->ncopy, p->ncomp, p->depth,
+            p->chunk, p->dev->props.sms > 0 ? p->dev->props.sms : 1, s->host_in,
+            b->b.out != NULL ? (void *)((unsigned char *)b->b.out + s->offset) : NULL, s->d_in,
+            s->d_out, (unsigned long long)s->issue_ns, ferry_err_name(err));
+    ferry__json_str(f, msg);
+    fprintf(f, ",\"action\":\"%s\",\"gpu_lost\":%s}\n", action,
+            __atomic_load_n(&p->gpu_lost, __ATOMIC_RELAXED) ? "true" : "false");
+    fflush(f);
+}
+
+/* A chunk's GPU attempt failed (@err): the ladder's level 2. A sticky error ends the GPU path
+ * for every later chunk. The stage's CPU function, if any, produces the output from the chunk's
+ * host input; otherwise the batch fails with the reason. Completion thread. */
+static void fall_back(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, pass_acc_t *a)
+{
+    batch_rec_t *b = s->batch;
+    char msg[256];
+    ferry__strlcpy(msg, s->errmsg[0] ? s->errmsg : ferry__last_error_text(), sizeof(msg));
+    if (err == FERRY_ESTICKY && !__atomic_exchange_n(&p->gpu_lost, 1, __ATOMIC_ACQ_REL))
+        ferry_log(FERRY_LOG_ERROR, "pipeline",
+                  "sticky error (%s): the GPU path of this process has ended; every batch in "
+                  "flight and every later one runs on the %s",
+                  msg, p->stage.cpu ? "stage's CPU function" : "CPU (no CPU function: they fail)");
+    int rc = err;
+    const char *action = "failed";
+    if (p->stage.cpu != NULL && s->host_in != NULL) {
+        unsigned char *out =
+            b->b.out != NULL ? (unsigned char *)b->b.out + s->offset : (unsigned char *)s->h_out;
+        ferry_kernel_args_t args = {.size = sizeof(args),
+                                    .in = s->host_in,
+                                    .out = out,
+                                    .bytes = s->bytes,
+                                    .offset = s->offset,
+                                    .batch_id = b->id,
+                                    .chunk = s->chunk,
+                                    .attempt = 1};
+        rc = p->stage.cpu(&args, p->stage.user);
+        if (rc > 0 || rc < FERRY_ERR_MIN_)
+            rc = FERRY_EKERNEL;
+        action = rc == 0 ? "cpu" : "failed";
+    }
+    /* A chunk that never reached the GPU (lost before) is not a failed attempt. */
+    if (!s->gpu_skipped) {
+        if (err != FERRY_ESTICKY || rc != 0)
+            ferry_log(rc == 0 ? FERRY_LOG_WARN : FERRY_LOG_ERROR, "pipeline",
+                      "batch %llu chunk %u: %s on the GPU (%s); %s", (unsigned long long)b->id,
+                      s->chunk, ferry_err_name(err), msg,
+                      rc == 0 ? "done by the CPU fallback" : "the batch fails");
+        write_failure_record(p, s, err, msg, action, now);
+    }
+    if (rc == 0) {
+        b->cpu_chunks++;
+        p->chunks_cpu++;
+        a->bytes_cpu += s->bytes;
+    } else if (b->status == 0) {
+        b->status = rc;
+    }
+}
 
 /* Retire one chunk whose events are complete (or which failed): copy its output out, read its
  * event times if it was timed. @now: the device clock at this pass, the end of an untimed
@@ -326,11 +425,7 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
 {
     batch_rec_t *b = s->batch;
     if (err != 0) {
-        ferry_log(FERRY_LOG_ERROR, "pipeline", "batch %llu chunk %u failed: %s (%s)",
-                  (unsigned long long)b->id, s->chunk, ferry_err_name(err),
-                  ferry__last_error_text());
-        if (b->status == 0)
-            b->status = err;
+        fall_back(p, s, err, now, a);
         return;
     }
     if (s->copy_out && b->b.out != NULL) {
@@ -418,6 +513,8 @@ static void add_pass(ferry_pipeline_t *p, const pass_acc_t *a)
     p->st.busy_compute_ns += a->busy_comp;
     p->st.busy_d2h_ns += a->busy_d2h;
     p->chunks_retired += a->chunks;
+    p->chunks_cpu_seen = p->chunks_cpu;
+    p->failure_records_seen = p->failure_records;
     p->chunks_timed += a->timed;
     for (unsigned i = 0; i < p->nstreams; i++) {
         p->stream_busy[i] += a->stream_busy[i];
@@ -562,13 +659,15 @@ static void *completion_main(void *arg)
 
         if (fin != NULL) {
             uint64_t now = read_clock(p);
-            uint64_t ok = 0, failed = 0, n = 0;
+            uint64_t ok = 0, on_cpu = 0, failed = 0, n = 0;
             batch_rec_t *last = NULL;
             for (batch_rec_t *b = fin; b != NULL; b = b->next) {
                 ferry_batch_result_t r = {
                     .id = b->id,
                     .status = b->status,
-                    .where = b->status == 0 ? FERRY_DONE_GPU : FERRY_DONE_FAILED,
+                    .where = b->status != 0      ? FERRY_DONE_FAILED
+                             : b->cpu_chunks > 0 ? FERRY_DONE_CPU
+                                                 : FERRY_DONE_GPU,
                     .in = b->b.in,
                     .out = b->b.out,
                     .bytes = b->b.bytes,
@@ -577,15 +676,18 @@ static void *completion_main(void *arg)
                     .done_ns = now,
                 };
                 b->cb(&r, b->arg);
-                if (b->status == 0)
-                    ok++;
-                else
+                if (b->status != 0)
                     failed++;
+                else if (b->cpu_chunks > 0)
+                    on_cpu++;
+                else
+                    ok++;
                 last = b;
                 n++;
             }
             /* Counted before completed, so that stats read after a drain include them. */
             __atomic_add_fetch(&p->done_gpu, ok, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&p->done_cpu, on_cpu, __ATOMIC_RELAXED);
             __atomic_add_fetch(&p->failed, failed, __ATOMIC_RELAXED);
             batch_rec_t *old = __atomic_load_n(&p->returned_recs, __ATOMIC_RELAXED);
             do
@@ -685,6 +787,11 @@ static int issue_chunk(ferry_pipeline_t *p, slot_t *s)
             __atomic_add_fetch(&p->staged_bytes, s->bytes, __ATOMIC_RELAXED);
         }
     }
+    s->host_in = src;
+    if (__atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE)) {
+        s->gpu_skipped = true;
+        return FERRY_ESTICKY; /* the input is staged: the CPU fallback takes it from here */
+    }
     void *dst = s->h_out;
     s->copy_out = true;
     if (b->b.out != NULL && is_pinned(p, (unsigned char *)b->b.out + s->offset, s->bytes)) {
@@ -745,15 +852,21 @@ static void issue_one(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c, slot_t *s
         s->d2h = p->ncopy + p->ncomp + (unsigned)(k % p->ncopy);
     }
     s->err = 0;
+    s->gpu_skipped = false;
+    s->host_in = NULL;
+    s->errmsg[0] = '\0';
     s->timing = p->time_all ? TIME_ENDS : k % SAMPLE_EVERY == 0 ? TIME_SAMPLE : TIME_NONE;
     bool timed = s->timing != TIME_NONE;
     s->dep[EV_H2D_END] = timed ? s->tev[TEV_H2D_END] : s->ev[EV_H2D_END];
     s->dep[EV_COMP_END] = timed ? s->tev[TEV_COMP_END] : s->ev[EV_COMP_END];
     s->dep[EV_D2H_END] = timed ? s->tev[TEV_D2H_END] : s->ev[EV_D2H_END];
     int rc = issue_chunk(p, s);
-    if (rc != 0) {
+    if (rc != 0 && s->gpu_skipped) {
+        s->err = rc; /* nothing was queued on the device */
+    } else if (rc != 0) {
+        ferry__strlcpy(s->errmsg, ferry__last_error_text(), sizeof(s->errmsg));
         ferry_log(FERRY_LOG_ERROR, "pipeline", "batch %llu chunk %u: issue failed: %s (%s)",
-                  (unsigned long long)b->id, c, ferry_err_name(rc), ferry__last_error_text());
+                  (unsigned long long)b->id, c, ferry_err_name(rc), s->errmsg);
         /* Part of the chunk may be queued: let it finish before the slot is reused. */
         ferry__be_stream_sync(p->dev, p->streams[s->h2d]);
         ferry__be_stream_sync(p->dev, p->streams[s->comp]);
@@ -895,6 +1008,8 @@ static void destroy(ferry_pipeline_t *p)
         return;
     if (p->counted_streams)
         __atomic_sub_fetch(&p->dev->active_streams, p->nstreams, __ATOMIC_RELAXED);
+    if (p->failure_log != NULL)
+        fclose(p->failure_log);
     if (p->queue)
         ferry__bqueue_close(p->queue);
     pthread_mutex_lock(&p->lock);
@@ -1074,6 +1189,16 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
                   "--recommend --streams %u`)",
                   p->context_streams, dev->index, p->nstreams, dev->connections,
                   p->context_streams);
+    const char *flog = ferry__opt_str(o, FERRY__OPT_failure_log);
+    if (flog != NULL && flog[0] != '\0') {
+        ferry__strlcpy(p->failure_log_path, flog, sizeof(p->failure_log_path));
+        p->failure_log = fopen(flog, "a");
+        if (p->failure_log == NULL) {
+            rc = ferry__error(FERRY_EIO, "option failure_log: cannot open '%s' for appending: %s",
+                              flog, strerror(errno));
+            goto out_fail;
+        }
+    }
     p->tracing = ferry__opt_i64(o, FERRY__OPT_trace) != 0;
     p->time_all = p->tracing || strcmp(ferry__opt_str(o, FERRY__OPT_op_timing), "all") == 0;
     p->virtual_clock = virt;
@@ -1113,8 +1238,21 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
         s->h_in = hi_;
         s->h_out = ho_;
         if ((rc = ferry__be_mem_alloc(dev, chunk, &s->d_in)) != 0 ||
-            (rc = ferry__be_mem_alloc(dev, chunk, &s->d_out)) != 0)
-            goto out_fail;
+            (rc = ferry__be_mem_alloc(dev, chunk, &s->d_out)) != 0) {
+            /* Memory pressure (the ladder's level 1): fewer chunks in flight, if one fits. */
+            if (rc != FERRY_EDEVMEM || i == 0)
+                goto out_fail;
+            ferry_log(FERRY_LOG_WARN, "pipeline",
+                      "device memory for %u slots is not there (%s): running with depth %u",
+                      p->depth, ferry__last_error_text(), i);
+            if (s->d_in != NULL)
+                ferry__be_mem_free(dev, s->d_in);
+            s->d_in = NULL;
+            p->depth = i;
+            p->slot_wake = p->depth / 4 ? p->depth / 4 : 1;
+            rc = 0;
+            break;
+        }
         for (int e = 0; e < EV_N; e++)
             if ((rc = ferry__be_event_create(dev, 0, &s->ev[e])) != 0)
                 goto out_fail;
@@ -1225,6 +1363,7 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
     b->nchunks = (uint32_t)nchunks;
     b->chunks_left = (uint32_t)nchunks;
     b->status = 0;
+    b->cpu_chunks = 0;
     b->light = light;
     b->submit_ns = now;
     b->next = NULL;
@@ -1316,6 +1455,10 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
     out->chunks = __atomic_load_n(&p->chunks_issued, __ATOMIC_RELAXED);
     out->staged_bytes = __atomic_load_n(&p->staged_bytes, __ATOMIC_RELAXED);
     out->batches_done_gpu = __atomic_load_n(&p->done_gpu, __ATOMIC_RELAXED);
+    out->batches_done_cpu = __atomic_load_n(&p->done_cpu, __ATOMIC_RELAXED);
+    out->chunks_cpu = p->chunks_cpu_seen;
+    out->failure_records = p->failure_records_seen;
+    out->gpu_lost = __atomic_load_n(&p->gpu_lost, __ATOMIC_RELAXED) != 0;
     out->batches_failed = __atomic_load_n(&p->failed, __ATOMIC_RELAXED);
     out->elapsed_ns = p->last_end > p->first_start ? p->last_end - p->first_start : 0;
     /* Sampled timing: the busy figures of the timed ops, scaled to all of them. */

@@ -243,6 +243,7 @@ typedef struct run_opts {
     unsigned long long batch_bytes;
     const char *input, *output, *trace;
     bool json, quiet, single_stream;
+    const ferry_options_t *opts;
 } run_opts_t;
 
 static int usage(void)
@@ -385,6 +386,9 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
                    el > 0 ? (double)s->stream_busy_ns[i] / 1e9 / el : 0);
         printf("],\"host_pinned\":%s,\"chunks_timed\":%llu", s->host_pinned ? "true" : "false",
                (unsigned long long)s->chunks_timed);
+        printf(",\"chunks_cpu\":%llu,\"failure_records\":%llu,\"gpu_lost\":%s",
+               (unsigned long long)s->chunks_cpu, (unsigned long long)s->failure_records,
+               s->gpu_lost ? "true" : "false");
         printf(",\"batches_ok_gpu\":%llu,\"batches_ok_cpu\":%llu,\"batches_failed\":%llu,"
                "\"batches_mismatched\":%llu,\"verified_bytes\":%llu,\"verified\":%s",
                (unsigned long long)t->ok_gpu, (unsigned long long)t->ok_cpu,
@@ -426,6 +430,16 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
     printf("\n  batches    %llu ok on GPU, %llu ok on CPU, %llu failed\n",
            (unsigned long long)t->ok_gpu, (unsigned long long)t->ok_cpu,
            (unsigned long long)t->failed);
+    if (s->gpu_lost)
+        printf("  faults     a sticky error ended the GPU path: later chunks ran on the CPU "
+               "fallback\n");
+    if (s->failure_records > 0 || s->chunks_cpu > 0) {
+        const char *flog = ro->opts ? ferry_options_get_str(ro->opts, "failure_log") : NULL;
+        printf("  failures   %llu failed GPU attempt(s), %llu chunk(s) done on the CPU; records: "
+               "%s\n",
+               (unsigned long long)s->failure_records, (unsigned long long)s->chunks_cpu,
+               flog && flog[0] ? flog : "none (set --failure-log FILE)");
+    }
     if (t->mismatched == 0 && t->failed == 0)
         printf("  verify     OK: all %s match the CPU reference\n",
                cli_bytes(t->verified_bytes, b1, sizeof(b1)));
@@ -449,6 +463,7 @@ int cmd_run(int argc, char **argv)
     if (opts == NULL)
         return CLI_FAIL;
     int pr = parse(argc, argv, opts, &ro);
+    ro.opts = opts;
     if (pr != 0) {
         ferry_options_destroy(opts);
         return pr < 0 ? usage() : pr;

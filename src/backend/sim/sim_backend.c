@@ -53,6 +53,16 @@ static int read_connections(const char *var, int dflt)
     return (int)n;
 }
 
+/* After a sticky fault every call fails, as CUDA's do after an illegal address (FACTS.md: no
+ * recovery inside the process). Under the device lock. */
+static int sticky_fail(const char *what)
+{
+    return ferry__error(FERRY_ESTICKY,
+                        "sim: %s: the context was corrupted by an injected sticky fault; no call "
+                        "succeeds in this process any more",
+                        what);
+}
+
 /* ---- address ranges ---------------------------------------------------------------------- */
 
 /* Index of the last range starting at or below @p, or -1. */
@@ -163,6 +173,15 @@ static int sim_device_open(int index, const ferry_be_open_params_t *params, ferr
     dev->copy_conns = getenv("CUDA_DEVICE_MAX_COPY_CONNECTIONS") != NULL
                           ? read_connections("CUDA_DEVICE_MAX_COPY_CONNECTIONS", dev->conns)
                           : dev->conns;
+    const char *inject = params != NULL && params->options != NULL
+                             ? ferry__opt_str(params->options, FERRY__OPT_inject)
+                             : "";
+    if ((rc = ferry__fault_spec_parse(inject, &dev->faults)) != 0)
+        goto out_free;
+    dev->fault_rng = (params != NULL ? params->seed : 1) ^ 0x5deece66dull;
+    if (dev->faults.n > 0)
+        ferry_log(FERRY_LOG_INFO, "sim", "device %d: %zu injected fault(s): %s", index,
+                  dev->faults.n, inject);
     rc = ferry__sim_model_init(dev);
     if (rc != 0)
         goto out_free;
@@ -314,7 +333,17 @@ static int sim_mem_alloc(ferry_be_device_t *dev, size_t bytes, void **out)
         return ferry__error(FERRY_EINVAL, "sim: mem_alloc: NULL device or out, or 0 bytes");
     int rc = 0;
     lock(dev);
-    /* FAULT HOOK: scheduled allocation failures would act here. */
+    if (dev->sticky) {
+        rc = sticky_fail("mem_alloc");
+        goto out_unlock;
+    }
+    if (ferry__sim_alloc_fault(dev) != 0) {
+        rc = ferry__error(FERRY_EDEVMEM,
+                          "sim: mem_alloc of %zu bytes: injected allocation failure "
+                          "(cudaErrorMemoryAllocation)",
+                          bytes);
+        goto out_unlock;
+    }
     if (bytes > dev->prof.memory_bytes - dev->mem_used) {
         rc = ferry__error(FERRY_EDEVMEM,
                           "sim: mem_alloc of %zu bytes: device memory exhausted (%llu of %llu "
@@ -419,10 +448,10 @@ static int sim_stream_sync(ferry_be_stream_t *s)
         return ferry__error(FERRY_EINVAL, "sim: stream_sync: NULL stream");
     struct ferry_be_device *dev = s->dev;
     lock(dev);
-    while (s->completed < s->submitted && ferry__sim_step(dev, SIM_NEVER)) {
+    while (!dev->sticky && s->completed < s->submitted && ferry__sim_step(dev, SIM_NEVER)) {
     }
     /* What an event recorded now would report. */
-    int rc = s->own_err != 0 ? s->own_err : s->in_err;
+    int rc = dev->sticky ? dev->sticky : s->own_err != 0 ? s->own_err : s->in_err;
     unlock(dev);
     if (rc != 0)
         return ferry__error(rc, "sim: stream_sync: work on or before this stream failed (%s)",
@@ -480,6 +509,10 @@ static int sim_event_record(ferry_be_event_t *e, ferry_be_stream_t *s)
     struct ferry_be_device *dev = s->dev;
     int rc = 0;
     lock(dev);
+    if (dev->sticky) {
+        rc = sticky_fail("event_record");
+        goto out_unlock;
+    }
     struct sim_op *op = ferry__sim_op_new(s, SIM_OP_RECORD);
     if (op == NULL) {
         rc = ferry__error(FERRY_ENOMEM, "sim: event_record: out of memory");
@@ -505,6 +538,10 @@ static int sim_stream_wait_event(ferry_be_stream_t *s, ferry_be_event_t *e)
     struct ferry_be_device *dev = s->dev;
     int rc = 0;
     lock(dev);
+    if (dev->sticky) {
+        rc = sticky_fail("stream_wait_event");
+        goto out_unlock;
+    }
     struct sim_op *op = ferry__sim_op_new(s, SIM_OP_WAIT);
     if (op == NULL) {
         rc = ferry__error(FERRY_ENOMEM, "sim: stream_wait_event: out of memory");
@@ -528,7 +565,10 @@ static int sim_event_query(ferry_be_event_t *e)
     struct ferry_be_device *dev = e->dev;
     lock(dev);
     /* Never recorded counts as complete, as cudaEventQuery says. */
-    int rc = e->last == NULL ? 0 : !e->last->done ? FERRY_EAGAIN : e->last->err;
+    int rc = dev->sticky       ? dev->sticky
+             : e->last == NULL ? 0
+             : !e->last->done  ? FERRY_EAGAIN
+                               : e->last->err;
     unlock(dev);
     if (rc != 0 && rc != FERRY_EAGAIN)
         return ferry__error(rc, "sim: event_query: work before the event failed (%s)",
@@ -552,6 +592,11 @@ static int sim_event_wait_any(ferry_be_event_t *const *evs, size_t n, uint64_t t
     lock(dev);
     uint64_t deadline = timeout_ns > SIM_NEVER - dev->now ? SIM_NEVER : dev->now + timeout_ns;
     for (;;) {
+        if (dev->sticky) {
+            *which = 0;
+            rc = dev->sticky;
+            goto out_unlock;
+        }
         for (size_t i = 0; i < n; i++) {
             const struct sim_op *last = evs[i]->last;
             if (last == NULL || last->done) {
@@ -589,13 +634,17 @@ static int sim_event_time_ns(ferry_be_event_t *e, uint64_t *out)
     struct ferry_be_device *dev = e->dev;
     int rc = 0;
     lock(dev);
-    if (e->last == NULL)
+    if (dev->sticky)
+        rc = dev->sticky;
+    else if (e->last == NULL)
         *out = 0; /* never recorded: complete since time 0 */
     else if (!e->last->done)
         rc = FERRY_EAGAIN;
     else
         *out = e->last->end_ns;
     unlock(dev);
+    if (rc == FERRY_ESTICKY)
+        return sticky_fail("event_time_ns");
     if (rc != 0)
         return ferry__error(rc, "sim: event_time_ns: the event has not completed yet");
     return 0;
@@ -613,6 +662,10 @@ static int sim_memcpy(ferry_be_stream_t *s, int dir, void *dst, const void *src,
     const void *host_ptr = dir == FERRY_SIM_H2D ? src : dst;
     int rc = 0;
     lock(dev);
+    if (dev->sticky) {
+        rc = sticky_fail(names[dir]);
+        goto out_unlock;
+    }
     if (bytes > 0 && !range_inside(dev->allocs, dev->nallocs, dev_ptr, bytes)) {
         rc = ferry__error(FERRY_EINVAL,
                           "sim: %s: device range [%p, +%zu) is not inside one "
@@ -673,6 +726,10 @@ static int sim_launch(ferry_be_stream_t *s, const ferry_be_launch_t *l)
     struct ferry_be_device *dev = s->dev;
     int rc = 0;
     lock(dev);
+    if (dev->sticky) {
+        rc = sticky_fail("launch");
+        goto out_unlock;
+    }
     struct sim_op *op = ferry__sim_op_new(s, SIM_OP_KERNEL);
     if (op == NULL) {
         rc = ferry__error(FERRY_ENOMEM, "sim: launch: out of memory");

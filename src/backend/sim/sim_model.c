@@ -92,6 +92,90 @@ static void account(struct ferry_be_device *dev)
 /* Recompute rates and completion times. Transfers in one direction share its asymptotic rate
  * equally; while both directions transfer, each gets bidir_factor of it (FACTS.md: 93.5-99.7 GB/s
  * in total, 1.7-1.8x one direction). Pageable copies are further capped at their own rate. */
+/* ---- faults (option inject; fault/spec.h) ------------------------------------------------- */
+
+static double fault_uniform(struct ferry_be_device *dev)
+{
+    uint64_t z = (dev->fault_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (double)((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
+}
+
+/* Whether fault @f fires for the event numbered @n (kernels, copies or allocations, 1-based),
+ * of batch @batch (UINT64_MAX: none), at device time now. One-shot triggers fire once. */
+static bool fault_fires(struct ferry_be_device *dev, struct ferry_fault *f, uint64_t n,
+                        uint64_t batch)
+{
+    bool hit = false;
+    switch (f->trigger) {
+    case FERRY_TRIG_BATCH: hit = !f->fired && batch == f->value; break;
+    case FERRY_TRIG_N: hit = !f->fired && n == f->value; break;
+    case FERRY_TRIG_TIME: hit = !f->fired && dev->now >= f->value; break;
+    case FERRY_TRIG_P: return fault_uniform(dev) < f->p;
+    }
+    if (hit)
+        f->fired = true;
+    return hit;
+}
+
+/* The fault a kernel ends with: 0, FERRY_EKERNEL or FERRY_ESTICKY. */
+static int kernel_fault(struct ferry_be_device *dev, const ferry_kernel_args_t *a)
+{
+    uint64_t n = ++dev->nlaunched;
+    for (size_t i = 0; i < dev->faults.n; i++) {
+        struct ferry_fault *f = &dev->faults.f[i];
+        if (f->kind != FERRY_FAULT_KERNEL && f->kind != FERRY_FAULT_STICKY)
+            continue;
+        if (fault_fires(dev, f, n, a->batch_id)) {
+            ferry_log(FERRY_LOG_INFO, "sim", "injected %s fault: kernel %llu (batch %llu chunk %u)",
+                      ferry__fault_kind_name(f->kind), (unsigned long long)n,
+                      (unsigned long long)a->batch_id, a->chunk);
+            return f->kind == FERRY_FAULT_STICKY ? FERRY_ESTICKY : FERRY_EKERNEL;
+        }
+    }
+    return 0;
+}
+
+/* The slow-link factor for a copy starting now (1: none). */
+static double copy_slowdown(struct ferry_be_device *dev)
+{
+    uint64_t n = ++dev->ncopies;
+    double factor = 1;
+    for (size_t i = 0; i < dev->faults.n; i++) {
+        struct ferry_fault *f = &dev->faults.f[i];
+        if (f->kind != FERRY_FAULT_SLOW)
+            continue;
+        if (f->trigger == FERRY_TRIG_P) {
+            if (fault_uniform(dev) < f->p && f->factor > factor)
+                factor = f->factor;
+            continue;
+        }
+        if (fault_fires(dev, f, n, UINT64_MAX)) {
+            dev->slow_from = dev->now;
+            dev->slow_until = f->for_ns ? dev->now + f->for_ns : SIM_NEVER;
+            dev->slow_factor = f->factor;
+            ferry_log(FERRY_LOG_INFO, "sim", "injected slow link: copies x%.1f from %llu ns",
+                      f->factor, (unsigned long long)dev->now);
+        }
+    }
+    if (dev->slow_factor > 1 && dev->now >= dev->slow_from && dev->now < dev->slow_until &&
+        dev->slow_factor > factor)
+        factor = dev->slow_factor;
+    return factor;
+}
+
+int ferry__sim_alloc_fault(struct ferry_be_device *dev)
+{
+    uint64_t n = ++dev->nallocs_made;
+    for (size_t i = 0; i < dev->faults.n; i++) {
+        struct ferry_fault *f = &dev->faults.f[i];
+        if (f->kind == FERRY_FAULT_ALLOC && fault_fires(dev, f, n, UINT64_MAX))
+            return FERRY_EDEVMEM;
+    }
+    return 0;
+}
+
 static void rerate(struct ferry_be_device *dev)
 {
     int active[2] = {0, 0};
@@ -107,7 +191,7 @@ static void rerate(struct ferry_be_device *dev)
             struct sim_engine *e = &dev->dirs[d].eng[i];
             if (e->phase != SIM_ENG_XFER)
                 continue;
-            e->rate = share < e->cap ? share : e->cap;
+            e->rate = (share < e->cap ? share : e->cap) / (e->slow > 1 ? e->slow : 1);
             e->end_ns = e->last_ns + (uint64_t)ceil(e->remaining / e->rate);
         }
     }
@@ -137,6 +221,7 @@ static void start_copies(struct ferry_be_device *dev, int d)
         op->start_ns = dev->now;
         e->op = op;
         e->cap = op->u.copy.pinned ? INFINITY : dev->prof.pageable_gbps[d];
+        e->slow = copy_slowdown(dev);
         uint64_t lat = ferry__sim_copy_latency_ns(&dev->prof, d, op->u.copy.bytes);
         if (lat > 0) {
             e->phase = SIM_ENG_LATENCY;
@@ -150,7 +235,6 @@ static void start_copies(struct ferry_be_device *dev, int d)
 static void finish_copy(struct ferry_be_device *dev, struct sim_engine *e)
 {
     struct sim_op *op = e->op;
-    /* FAULT HOOK: a slow link or a copy error would act here (not implemented). */
     if (op->u.copy.bytes > 0)
         memmove(op->u.copy.dst, op->u.copy.src, op->u.copy.bytes);
     dev->stats.copies[op->u.copy.dir]++;
@@ -244,8 +328,12 @@ static void add_pending(struct ferry_be_device *dev, struct sim_op *k)
 static void finish_kernel(struct ferry_be_device *dev, struct sim_op *k)
 {
     struct ferry_be_stream *s = k->stream;
-    /* FAULT HOOK: scheduled kernel errors, sticky errors and hangs would act here. */
-    int rc = k->u.kern.l.cpu(&k->u.kern.l.args, k->u.kern.l.user);
+    /* An injected fault replaces the kernel: its output is never written. */
+    int rc = dev->sticky ? dev->sticky : kernel_fault(dev, &k->u.kern.l.args);
+    if (rc == FERRY_ESTICKY)
+        dev->sticky = FERRY_ESTICKY;
+    else if (rc == 0)
+        rc = k->u.kern.l.cpu(&k->u.kern.l.args, k->u.kern.l.user);
     dev->stats.kernels++;
     /* Non-sticky: events recorded after this kernel on its stream report the error until a
      * later kernel of the stream succeeds; other streams see it only through event waits. */

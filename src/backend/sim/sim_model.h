@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/sim/sim.h"
+#include "fault/spec.h"
 
 #define SIM_NEVER UINT64_MAX
 
@@ -88,6 +89,7 @@ struct sim_engine {
     enum sim_engine_phase phase;
     uint64_t lat_end_ns;
     double remaining, rate, cap; /* bytes, bytes per ns */
+    double slow;                 /* a slow-link fault's factor on this copy (1: none) */
     uint64_t last_ns, end_ns;
 };
 
@@ -131,6 +133,12 @@ struct ferry_be_device {
     size_t nallocs, cap_allocs, nregs, cap_regs;
     uint64_t reg_bytes; /* host bytes registered now (host.pin_limit_bytes) */
     int copy_conns;     /* CUDA_DEVICE_MAX_COPY_CONNECTIONS as read at open (memory only) */
+    /* The fault schedule (option inject) and its state. */
+    struct ferry_fault_spec faults;
+    uint64_t fault_rng, nallocs_made, ncopies, nlaunched;
+    int sticky;                     /* FERRY_ESTICKY once a sticky fault fired: every call fails */
+    uint64_t slow_from, slow_until; /* a time-triggered slow window */
+    double slow_factor;
     uint64_t mem_used;
     int next_stream;
     struct ferry_be_stream *streams;
@@ -157,6 +165,8 @@ void ferry__sim_advance_to(struct ferry_be_device *dev, uint64_t t);
 bool ferry__sim_step(struct ferry_be_device *dev, uint64_t limit);
 /* Run until every submitted op has completed (the clock goes to the last completion). */
 void ferry__sim_drain(struct ferry_be_device *dev);
+/* An injected allocation failure for the allocation being made: 0 or FERRY_EDEVMEM. */
+int ferry__sim_alloc_fault(struct ferry_be_device *dev);
 
 void ferry__sim_stream_free(struct ferry_be_stream *s);
 

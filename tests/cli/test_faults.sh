@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# ferry run --inject: faults on the simulator end to end. Every batch completes and verifies;
+# the summary counts batches done on the GPU and on the CPU, the failed attempts and where
+# their records went; a sticky fault ends the GPU path; bad specs and log paths are refused.
+. "$(dirname "$0")/lib.sh"
+run() { "$FERRY" run --backend sim --bytes 128M --batch-bytes 16M --chunk-bytes 4M "$@"; }
+
+expect_rc "kernel fault" 0 run --inject kernel@batch=2 --failure-log "$TMP/f1.jsonl" --json
+json_check "verified, one batch helped by the CPU" "$TMP/out" \
+  "j['verified'] and j['batches_ok_cpu'] == 1 and j['batches_ok_gpu'] == 7 and j['failure_records'] == 1 and not j['gpu_lost']"
+if [ "$(wc -l <"$TMP/f1.jsonl")" -eq 1 ]; then ok "one failure record"; else bad "records: $(wc -l <"$TMP/f1.jsonl")"; fi
+json_check "the record names the batch, the error and the action" "$TMP/f1.jsonl" \
+  "j['batch'] == 2 and j['chunk'] == 0 and j['error'] == 'EKERNEL' and j['action'] == 'cpu' and j['level'] == 2 and 'plan' in j and 'buffers' in j"
+
+expect_rc "sticky fault" 0 run --inject sticky@n=5 --failure-log "$TMP/f2.jsonl"
+expect_in "summary says the GPU path ended" "$TMP/out" "ended the GPU path"
+expect_in "summary names the records" "$TMP/out" "$TMP/f2.jsonl"
+expect_in "still verified" "$TMP/out" "verify     OK"
+expect_rc "sticky fault, json" 0 run --inject sticky@n=5 --json
+json_check "gpu lost, every batch verified" "$TMP/out" \
+  "j['gpu_lost'] and j['verified'] and j['batches_failed'] == 0 and j['batches_ok_cpu'] >= 6"
+
+expect_rc "random faults" 0 run --inject kernel@p=0.3 --json
+json_check "random faults: nothing lost" "$TMP/out" \
+  "j['verified'] and j['batches_ok_gpu'] + j['batches_ok_cpu'] == 8 and j['failure_records'] == j['chunks_cpu']"
+
+expect_rc "slow link" 0 run --inject slow@n=1:x=8 --json
+json_check "slow link: slower, verified" "$TMP/out" "j['verified'] and j['gbps_h2d'] < 12"
+
+expect_rc "allocation failure" 0 run --inject alloc@n=3 --json
+json_check "fewer slots, verified" "$TMP/out" "j['verified']"
+
+expect_rc "bad spec" 1 run --inject kernel@batch
+expect_in "bad spec named" "$TMP/err" "kernel@batch"
+expect_in "accepted spec shown" "$TMP/err" "KIND@TRIGGER"
+expect_rc "unknown fault kind" 1 run --inject meteor@n=1
+expect_in "kinds listed" "$TMP/err" "kernel|sticky|alloc|slow"
+expect_rc "bad failure log" 1 run --failure-log /nonexistent/dir/f.jsonl
+expect_in "log path named" "$TMP/err" "/nonexistent/dir/f.jsonl"
+finish

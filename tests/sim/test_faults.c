@@ -1,0 +1,299 @@
+/* Faults on the simulator: the fault-spec parser (every shape it accepts and refuses), and fault
+ * walks: each kind of fault at many points of a stream of batches. Whatever goes wrong, every
+ * batch completes exactly once, its output is bit-exact (from the GPU or from the CPU
+ * fallback), a failed attempt leaves one failure record, and a sticky fault sends everything
+ * after it to the CPU. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fault/spec.h"
+#include "ferry/workloads.h"
+#include "testlib.h"
+
+static void test_spec_parser(void **state)
+{
+    (void)state;
+    struct ferry_fault_spec s;
+    assert_int_equal(ferry__fault_spec_parse("", &s), 0);
+    assert_int_equal(s.n, 0);
+    assert_int_equal(ferry__fault_spec_parse(
+                         "kernel@batch=5,sticky@n=3,alloc@p=0.5,slow@time=1.5ms:x=4:for=2s", &s),
+                     0);
+    assert_int_equal(s.n, 4);
+    assert_int_equal(s.f[0].kind, FERRY_FAULT_KERNEL);
+    assert_int_equal(s.f[0].trigger, FERRY_TRIG_BATCH);
+    assert_int_equal(s.f[0].value, 5);
+    assert_int_equal(s.f[1].kind, FERRY_FAULT_STICKY);
+    assert_int_equal(s.f[1].value, 3);
+    assert_true(s.f[2].p == 0.5);
+    assert_int_equal(s.f[3].value, 1500000);
+    assert_true(s.f[3].factor == 4);
+    assert_int_equal(s.f[3].for_ns, 2000000000ull);
+    static const char *const bad[] = {
+        "kernel",           "kernel@",        "kernel@batch",   "kernel@batch=x", "hang@batch=1",
+        "kernel@n=0",       "kernel@p=0",     "kernel@p=1.5",   "kernel@p=abc",   "kernel@time=5",
+        "kernel@time=5min", "alloc@time=1ms", "alloc@batch=1",  "slow@time=1ms",  "slow@n=1:x=1",
+        "slow@n=1:x=2000",  "slow@n=1:y=2",   "kernel@n=1:x=2", "kernel@n=1,",    ",kernel@n=1",
+        "kernel@n=1,,x",    "kernel@when=1",  " kernel@n=1",    "kernel@n=-1",    "slow@n=1:for=0s",
+        "slow@n=1:x=2:for"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int rc = ferry__fault_spec_parse(bad[i], &s);
+        if (rc != FERRY_EPARSE && rc != FERRY_ERANGE)
+            fail_msg("'%s' was accepted (rc %d)", bad[i], rc);
+        assert_non_null(strstr(ferry_last_error(), "accepted"));
+        assert_int_equal(s.n, 0);
+    }
+    char many[4096] = "";
+    for (int i = 0; i < 40; i++)
+        strcat(many, i ? ",kernel@n=1" : "kernel@n=1");
+    assert_int_equal(ferry__fault_spec_parse(many, &s), FERRY_ERANGE);
+}
+
+typedef struct done {
+    atomic_int calls[64];
+    atomic_int gpu, cpu, failed;
+} done_t;
+
+static void on_done(const ferry_batch_result_t *r, void *arg)
+{
+    done_t *d = arg;
+    atomic_fetch_add(&d->calls[r->id % 64], 1);
+    atomic_fetch_add(r->where == FERRY_DONE_GPU   ? &d->gpu
+                     : r->where == FERRY_DONE_CPU ? &d->cpu
+                                                  : &d->failed,
+                     1);
+}
+
+typedef struct walk {
+    int gpu, cpu, failed;
+    unsigned records; /* lines in the failure log */
+    ferry_pipeline_stats_t st;
+} walk_t;
+
+/* 24 batches of 4 chunks (1 MiB chunks) of random floats through `scale`, with the fault
+ * schedule @spec; checks exactly-once and the output of every batch that did not fail. */
+static walk_t walk(const char *spec, uint64_t seed)
+{
+    char log[64];
+    snprintf(log, sizeof(log), "/tmp/ferry-faults-XXXXXX");
+    int fd = mkstemp(log);
+    assert_true(fd >= 0);
+    close(fd);
+    ferry_options_t *o = NULL;
+    assert_int_equal(ferry_options_create(&o), 0);
+    assert_int_equal(ferry_options_set(o, "inject", spec), 0);
+    assert_int_equal(ferry_options_set(o, "failure_log", log), 0);
+    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
+    cfg.backend = "sim";
+    cfg.profile = FERRY_TEST_PROFILE;
+    cfg.options = o;
+    ferry_runtime_t *rt = NULL;
+    if (ferry_runtime_create(&cfg, &rt) != 0)
+        fail_msg("runtime with inject '%s': %s", spec, ferry_last_error());
+    ferry_options_destroy(o);
+    ferry_device_t *dev = NULL;
+    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_workload_t *wl = NULL;
+    assert_int_equal(ferry_workload_create("scale", NULL, &wl), 0);
+    ferry_stage_t st = *ferry_workload_stage(wl);
+    const size_t chunk = 1u << 20, per = 4 * chunk, nb = 24, total = nb * per;
+    unsigned char *in = malloc(total), *out = malloc(total), *ref = malloc(total);
+    assert_true(in && out && ref);
+    uint64_t rs = seed;
+    for (size_t i = 0; i < total; i += 4) {
+        uint32_t w = ((uint32_t)test_rand(&rs) & 0x807fffffu) | 0x3f800000u;
+        memcpy(in + i, &w, 4);
+    }
+    memset(out, 0xAB, total);
+    assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
+    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
+    pc.device = dev;
+    pc.stage = &st;
+    pc.chunk_bytes = chunk;
+    ferry_pipeline_t *p = NULL;
+    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    static done_t d;
+    memset(&d, 0, sizeof(d));
+    for (size_t b = 0; b < nb; b++) {
+        ferry_batch_t bt = FERRY_BATCH_INIT;
+        bt.in = in + b * per;
+        bt.out = out + b * per;
+        bt.bytes = per;
+        assert_int_equal(ferry_pipeline_submit(p, &bt, on_done, &d, NULL), 0);
+    }
+    assert_int_equal(ferry_pipeline_drain(p), 0);
+    walk_t w = {0};
+    w.st.size = sizeof(w.st);
+    assert_int_equal(ferry_pipeline_stats(p, &w.st), 0);
+    assert_int_equal(ferry_pipeline_close(p), 0);
+    for (size_t b = 0; b < nb; b++)
+        if (atomic_load(&d.calls[b]) != 1)
+            fail_msg("inject '%s': batch %zu completed %d times", spec, b,
+                     atomic_load(&d.calls[b]));
+    w.gpu = atomic_load(&d.gpu);
+    w.cpu = atomic_load(&d.cpu);
+    w.failed = atomic_load(&d.failed);
+    assert_int_equal(w.gpu + w.cpu + w.failed, (int)nb);
+    if (w.failed == 0 && memcmp(out, ref, total) != 0)
+        fail_msg("inject '%s': output differs from the CPU reference", spec);
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    char line[2048];
+    while (fgets(line, sizeof(line), f) != NULL) {
+        w.records++;
+        assert_non_null(strstr(line, "\"batch\":"));
+        assert_non_null(strstr(line, "\"error\":\""));
+        assert_non_null(strstr(line, "\"plan\":"));
+    }
+    fclose(f);
+    unlink(log);
+    free(in);
+    free(out);
+    free(ref);
+    ferry_workload_destroy(wl);
+    ferry_runtime_destroy(rt);
+    return w;
+}
+
+static void test_kernel_fault_walk(void **state)
+{
+    (void)state;
+    uint64_t seed = test_seed(21);
+    /* Every batch in turn: its first kernel fails, the CPU redoes that chunk. */
+    for (int b = 0; b < 24; b += 1) {
+        char spec[64];
+        snprintf(spec, sizeof(spec), "kernel@batch=%d", b);
+        walk_t w = walk(spec, seed + (uint64_t)b);
+        assert_int_equal(w.cpu, 1);
+        assert_int_equal(w.gpu, 23);
+        assert_int_equal(w.records, 1);
+        assert_int_equal(w.st.chunks_cpu, 1);
+        assert_false(w.st.gpu_lost);
+    }
+    /* Kernel number K of the stream (any chunk), at many points. */
+    for (int k = 1; k <= 96; k += 7) {
+        char spec[64];
+        snprintf(spec, sizeof(spec), "kernel@n=%d", k);
+        walk_t w = walk(spec, seed + 100 + (uint64_t)k);
+        assert_int_equal(w.cpu, 1);
+        assert_int_equal(w.records, 1);
+    }
+    /* Random kernel faults: whatever hits, nothing is lost and every record is accounted. */
+    walk_t w = walk("kernel@p=0.2", seed);
+    printf("# p=0.2: %d batches on GPU, %d with CPU help, %u records\n", w.gpu, w.cpu, w.records);
+    assert_int_equal(w.records, w.st.chunks_cpu);
+    assert_true(w.cpu > 0);
+}
+
+static void test_sticky_fault_walk(void **state)
+{
+    (void)state;
+    uint64_t seed = test_seed(22);
+    for (int k = 1; k <= 96; k += 5) {
+        char spec[64];
+        snprintf(spec, sizeof(spec), "sticky@n=%d", k);
+        walk_t w = walk(spec, seed + (uint64_t)k);
+        /* The batches whose chunks were all done before the fault stay on the GPU; everything
+         * from the faulting chunk's batch on is finished by the CPU. */
+        int first = (k - 1) / 4;
+        assert_true(w.st.gpu_lost);
+        assert_int_equal(w.failed, 0);
+        assert_true(w.gpu <= first);
+        assert_true(w.cpu >= 24 - first - 8); /* a few later batches may have finished first */
+        assert_true(w.records >= 1);
+        assert_true(w.records <= 8 * 4); /* the chunks in flight, at most depth x streams */
+    }
+    walk_t w = walk("sticky@time=3ms", seed);
+    assert_true(w.st.gpu_lost);
+    assert_int_equal(w.gpu + w.cpu, 24);
+}
+
+static void test_slow_link_and_memory(void **state)
+{
+    (void)state;
+    uint64_t seed = test_seed(23);
+    walk_t fast = walk("", seed);
+    walk_t slow = walk("slow@n=1:x=5", seed);
+    printf("# slow link: %.1f GB/s, normal %.1f GB/s\n", slow.st.gbps_h2d, fast.st.gbps_h2d);
+    assert_int_equal(slow.gpu, 24);
+    assert_int_equal(slow.records, 0);
+    assert_true(slow.st.gbps_h2d < 0.35 * fast.st.gbps_h2d);
+    walk_t window = walk("slow@time=1ms:x=10:for=2ms", seed);
+    assert_int_equal(window.gpu, 24);
+    assert_true(window.st.gbps_h2d < fast.st.gbps_h2d && window.st.gbps_h2d > slow.st.gbps_h2d);
+    /* Memory pressure when the slots are made: fewer slots, same results. */
+    walk_t mem = walk("alloc@n=7", seed);
+    assert_int_equal(mem.gpu, 24);
+    assert_int_equal(mem.st.depth, 3);
+}
+
+/* Without a CPU function a failed chunk fails its batch, once, with the reason. */
+static int gpu_only_cpu(const ferry_kernel_args_t *a, void *user)
+{
+    (void)user;
+    if (a->attempt > 0)
+        return FERRY_ENOTSUP; /* stands in for "no CPU function" on the simulator */
+    const float *in = a->in;
+    float *out = a->out;
+    for (size_t i = 0; i < a->bytes / 4; i++)
+        out[i] = in[i] * 1.0009765625f;
+    return 0;
+}
+
+static void test_no_fallback_fails_once(void **state)
+{
+    (void)state;
+    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
+    ferry_options_t *o = NULL;
+    assert_int_equal(ferry_options_create(&o), 0);
+    assert_int_equal(ferry_options_set(o, "inject", "kernel@batch=2"), 0);
+    cfg.backend = "sim";
+    cfg.profile = FERRY_TEST_PROFILE;
+    cfg.options = o;
+    ferry_runtime_t *rt = NULL;
+    assert_int_equal(ferry_runtime_create(&cfg, &rt), 0);
+    ferry_options_destroy(o);
+    ferry_device_t *dev = NULL;
+    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_stage_t st = FERRY_STAGE_INIT;
+    st.name = "gpu-only";
+    st.cpu = gpu_only_cpu;
+    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
+    pc.device = dev;
+    pc.stage = &st;
+    pc.chunk_bytes = 1u << 20;
+    ferry_pipeline_t *p = NULL;
+    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    static done_t d;
+    memset(&d, 0, sizeof(d));
+    float *buf = calloc(1, 16u << 20);
+    for (int b = 0; b < 4; b++) {
+        ferry_batch_t bt = FERRY_BATCH_INIT;
+        bt.in = (char *)buf + b * (4u << 20);
+        bt.out = (char *)buf + b * (4u << 20);
+        bt.bytes = 4u << 20;
+        assert_int_equal(ferry_pipeline_submit(p, &bt, on_done, &d, NULL), 0);
+    }
+    assert_int_equal(ferry_pipeline_drain(p), 0);
+    assert_int_equal(ferry_pipeline_close(p), 0);
+    for (int b = 0; b < 4; b++)
+        assert_int_equal(atomic_load(&d.calls[b]), 1);
+    assert_int_equal(atomic_load(&d.failed), 1);
+    assert_int_equal(atomic_load(&d.gpu), 3);
+    free(buf);
+    ferry_runtime_destroy(rt);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spec_parser),
+        cmocka_unit_test(test_kernel_fault_walk),
+        cmocka_unit_test(test_sticky_fault_walk),
+        cmocka_unit_test(test_slow_link_and_memory),
+        cmocka_unit_test(test_no_fallback_fails_once),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
