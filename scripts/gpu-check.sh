@@ -44,7 +44,8 @@ ctest --test-dir "$build" --output-on-failure -j 4 >"$out/ctest.log" 2>&1
 tests_rc=$?
 tail -n 25 "$out/ctest.log" | tee -a "$log"
 # what the trouble tests saw (pinning under a memlock limit, a GPU shared with another process)
-"$build"/tests/gpu_test_trouble 2>&1 | grep '^# ' | tee "$out/trouble.txt" | tee -a "$log"
+{ "$build"/tests/gpu_test_trouble 2>&1; "$build"/tests/gpu_test_sticky 2>&1; } | grep '^# ' | grep -v '^# seed' \
+  | tee "$out/trouble.txt" | tee -a "$log"
 
 step "end to end: ferry run --backend cuda"
 res=$out/gpu-${date}-${commit}.jsonl
