@@ -3,6 +3,7 @@
  * batch 3 of a stream of 16 batches through `scale`. Every batch must still complete exactly
  * once, bit-exact, the faulting chunk and everything after it through the CPU fallback, with
  * failure records written and gpu_lost reported. Skips (exit 77) without a GPU. */
+#include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
@@ -137,8 +138,18 @@ static void run_child(const char *kind)
     char *argv[] = {exe, "--child", (char *)kind, log, NULL};
     pid_t pid;
     assert_int_equal(posix_spawn(&pid, exe, NULL, NULL, argv, environ), 0);
+    /* A hang after the fault is a failure, not a stuck test: 60 s, then the child is killed. */
     int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
+    pid_t got = 0;
+    for (int i = 0; i < 600 && (got = waitpid(pid, &status, WNOHANG)) == 0; i++)
+        usleep(100000);
+    if (got == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        unlink(log);
+        fail_msg("the child (%s) did not finish within 60 s after the fault", kind);
+    }
+    assert_int_equal(got, pid);
     FILE *f = fopen(log, "r");
     assert_non_null(f);
     char line[4096];
