@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     for (size_t i = 0; rc == 0 && i < s.n; i++) {
         const struct ferry_fault *f = &s.f[i];
-        if (f->kind > FERRY_FAULT_SLOW || f->trigger > FERRY_TRIG_P)
+        if (f->kind > FERRY_FAULT_HANG_HARD || f->trigger > FERRY_TRIG_P)
             abort();
         if (f->trigger == FERRY_TRIG_P && !(f->p > 0 && f->p <= 1))
             abort();

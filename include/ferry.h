@@ -366,6 +366,10 @@ typedef struct ferry_pipeline_stats {
      * record each), and whether a sticky error ended the GPU path of this pipeline. */
     uint64_t chunks_cpu, failure_records;
     bool gpu_lost;
+    /* Deadlines: chunks that passed theirs (the abort flag was raised), and whether a kernel
+     * that ignored the flag ended the GPU path (a hang). */
+    uint64_t deadlines_passed;
+    bool gpu_hung;
 } ferry_pipeline_stats_t;
 #define FERRY_PIPELINE_STATS_INIT                                                                  \
     {                                                                                              \

@@ -169,3 +169,8 @@ int ferry__be_mem_info(ferry_device_t *d, uint64_t *free_bytes, uint64_t *total_
     return d->ops->mem_info ? d->ops->mem_info(d->be, free_bytes, total_bytes)
                             : notsup(d, "mem_info");
 }
+
+int ferry__be_abort_kernels(ferry_device_t *d)
+{
+    return d->ops->abort_kernels ? d->ops->abort_kernels(d->be) : notsup(d, "abort_kernels");
+}

@@ -108,6 +108,11 @@ typedef struct ferry_backend_ops {
     /* Device memory free and in all, as the device reports it (cudaMemGetInfo: other
      * processes' use included). */
     int (*mem_info)(ferry_be_device_t *dev, uint64_t *free_bytes, uint64_t *total_bytes);
+
+    /* Raise the abort flag that long kernels poll: kernels that see it return early with an
+     * error. Returns how many kernels stopped when the backend knows (sim), else 0. NULL: the
+     * backend has no abort flag yet (cuda). */
+    int (*abort_kernels)(ferry_be_device_t *dev);
 } ferry_backend_ops_t;
 
 /* The registered backends, in `auto` priority order, NULL-terminated. */

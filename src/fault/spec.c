@@ -10,11 +10,10 @@
 #include "core/internal.h"
 
 #define ACCEPTED                                                                                   \
-    "KIND@TRIGGER[:PARAM...] with KIND kernel|sticky|alloc|slow, TRIGGER "                         \
-    "batch=N|n=K|time=DUR|p=X, "                                                                   \
-    "PARAM x=F|for=DUR (slow), items separated by ','"
+    "KIND@TRIGGER[:PARAM...] with KIND kernel|sticky|alloc|slow|hang|hang-hard, TRIGGER "           \
+    "batch=N|n=K|time=DUR|p=X, PARAM x=F|for=DUR (slow), items separated by ','"
 
-static const char *const kinds[] = {"kernel", "sticky", "alloc", "slow"};
+static const char *const kinds[] = {"kernel", "sticky", "alloc", "slow", "hang", "hang-hard"};
 
 const char *ferry__fault_kind_name(enum ferry_fault_kind k)
 {
@@ -119,7 +118,7 @@ static int parse_item(char *item, struct ferry_fault *f)
         if (!parse_u64(tv, &f->value))
             return fail(FERRY_EPARSE, shown, "batch= takes a batch id (a decimal integer)");
         if (f->kind == FERRY_FAULT_ALLOC || f->kind == FERRY_FAULT_SLOW)
-            return fail(FERRY_EPARSE, shown, "batch= applies to kernel and sticky faults");
+            return fail(FERRY_EPARSE, shown, "batch= applies to kernel, sticky and hang faults");
     } else if (strcmp(trig, "n") == 0) {
         f->trigger = FERRY_TRIG_N;
         if (!parse_u64(tv, &f->value) || f->value == 0)

@@ -2,7 +2,7 @@
  *
  *   SPEC    := ITEM (',' ITEM)*
  *   ITEM    := KIND '@' TRIGGER (':' PARAM)*
- *   KIND    := kernel | sticky | alloc | slow
+ *   KIND    := kernel | sticky | alloc | slow | hang | hang-hard
  *   TRIGGER := batch=N      the first kernel of batch id N (kernel, sticky)
  *            | n=K          the K-th kernel launched, allocation made or copy started (1-based)
  *            | time=DUR     the first kernel or copy that ends at or after DUR of device time
@@ -12,7 +12,9 @@
  *   DUR     := a number with ns, us, ms or s
  *
  * kernel: the kernel fails with a non-sticky error (FERRY_EKERNEL); sticky: the kernel corrupts
- * the context, as an illegal address does (FERRY_ESTICKY from then on); alloc: the allocation
+ * the context, as an illegal address does (FERRY_ESTICKY from then on); hang: the kernel never
+ * ends by itself but polls ferry's abort flag and stops when it is raised; hang-hard: the kernel
+ * never ends at all (it ignores the flag); alloc: the allocation
  * fails as out of device memory (FERRY_EDEVMEM); slow: the link slows down. Parsing is strict:
  * anything else is an error that names the item and what is accepted. */
 #ifndef FERRY_FAULT_SPEC_H
@@ -26,7 +28,9 @@ enum ferry_fault_kind {
     FERRY_FAULT_KERNEL,
     FERRY_FAULT_STICKY,
     FERRY_FAULT_ALLOC,
-    FERRY_FAULT_SLOW
+    FERRY_FAULT_SLOW,
+    FERRY_FAULT_HANG,
+    FERRY_FAULT_HANG_HARD
 };
 enum ferry_fault_trigger { FERRY_TRIG_BATCH, FERRY_TRIG_N, FERRY_TRIG_TIME, FERRY_TRIG_P };
 

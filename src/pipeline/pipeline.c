@@ -88,6 +88,9 @@ typedef struct slot {
     bool copy_out;           /* output lands in h_out and must be copied to the batch */
     const void *host_in;     /* the chunk's input in host memory (for the CPU fallback) */
     bool gpu_skipped;        /* the GPU path was lost before this chunk was issued */
+    bool aborted;            /* passed its deadline: the abort flag was raised at abort_ns */
+    bool abandoned;          /* hung for good: the slot is never used again */
+    uint64_t abort_ns;
     char errmsg[200];        /* an issue failure's message (the issuing thread's error text) */
     int err;
     struct slot *next_inflight;
@@ -186,9 +189,20 @@ struct ferry_pipeline {
     /* Faults. gpu_lost (atomic): a sticky error ended the GPU path; every later chunk takes the
      * CPU fallback. The failure log and the counters below: completion thread only. */
     int gpu_lost;
+    int hang_lost; /* the GPU path ended because a kernel ignored the abort flag (atomic) */
+    double deadline_factor;
+    uint64_t deadline_floor_ns;
+    uint64_t lat_ewma_ns; /* completion thread: running mean of issue-to-end latency */
+    /* Completion thread: when the oldest chunk of each D2H stream became the oldest (the
+     * previous one retired): a chunk's deadline runs from then or from its issue, whichever is
+     * later, so that chunks queued behind a slow one are not blamed for it. */
+    uint64_t head_since[FERRY_STATS_MAX_STREAMS];
+    uint64_t deadlines_passed, deadlines_seen;
+    unsigned char *cpu_tmp; /* token holder: input and output of CPU-direct chunks (2 x chunk) */
     FILE *failure_log;
     char failure_log_path[256];
     uint64_t chunks_cpu, failure_records;           /* completion thread */
+    uint64_t chunks_cpu_direct;                     /* atomic: CPU chunks that needed no slot */
     uint64_t chunks_cpu_seen, failure_records_seen; /* under lock: as of the last pass */
     uint64_t first_start, last_end;
     bool any_retired;
@@ -409,11 +423,13 @@ static void fall_back(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, pas
         write_failure_record(p, s, err, msg, action, now);
     }
     if (rc == 0) {
-        b->cpu_chunks++;
+        __atomic_add_fetch(&b->cpu_chunks, 1, __ATOMIC_RELAXED);
         p->chunks_cpu++;
         a->bytes_cpu += s->bytes;
-    } else if (b->status == 0) {
-        b->status = rc;
+    } else {
+        int zero = 0;
+        __atomic_compare_exchange_n(&b->status, &zero, rc, false, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
     }
 }
 
@@ -451,6 +467,9 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     }
     if (timed)
         end = t[TEV_D2H_END];
+    /* The running latency behind the deadlines (issue to end, queueing included). */
+    uint64_t lat = end > s->issue_ns ? end - s->issue_ns : 0;
+    p->lat_ewma_ns = p->lat_ewma_ns ? (7 * p->lat_ewma_ns + lat) / 8 : lat;
     if (!a->any || s->issue_ns < a->first_start)
         a->first_start = s->issue_ns;
     if (!a->any || end > a->last_end)
@@ -534,6 +553,51 @@ static void add_pass(ferry_pipeline_t *p, const pass_acc_t *a)
 
 static void run_queue(ferry_pipeline_t *p, enum issue_role role);
 
+/* The deadline of a chunk: the running mean latency x factor + floor. A chunk past it raises the
+ * abort flag (kernels that poll it stop with an error, and the chunk is redone on the CPU); a
+ * chunk still not done a floor later hangs for good: the GPU path ends (hang_lost), every chunk
+ * in flight is redone on the CPU and its slot abandoned. Completion thread, on the device
+ * clock (virtual time on the simulator). */
+static void check_deadlines(ferry_pipeline_t *p, slot_t *head)
+{
+    uint64_t now = ferry_device_now_ns(p->dev);
+    uint64_t deadline =
+        p->deadline_floor_ns + (uint64_t)(p->deadline_factor * (double)p->lat_ewma_ns);
+    uint32_t seen = 0;
+    for (slot_t *s = head; s != NULL; s = s->next_inflight) {
+        if (seen & (1u << s->d2h) || s->err != 0)
+            continue;
+        seen |= 1u << s->d2h;
+        uint64_t since = s->issue_ns > p->head_since[s->d2h] ? s->issue_ns : p->head_since[s->d2h];
+        if (!s->aborted && now > since && now - since > deadline) {
+            s->aborted = true;
+            s->abort_ns = now;
+            p->deadlines_passed++;
+            int n = ferry__be_abort_kernels(p->dev);
+            ferry_log(FERRY_LOG_WARN, "pipeline",
+                      "batch %llu chunk %u passed its deadline (%.1f ms at the head, deadline "
+                      "%.1f ms): abort flag raised%s",
+                      (unsigned long long)s->batch->id, s->chunk, (double)(now - since) / 1e6,
+                      (double)deadline / 1e6,
+                      n > 0 ? "; a kernel stopped" : n == 0 ? "" : " (not supported here)");
+        } else if (s->aborted && now - s->abort_ns > p->deadline_floor_ns) {
+            __atomic_store_n(&p->hang_lost, 1, __ATOMIC_RELEASE);
+            if (!__atomic_exchange_n(&p->gpu_lost, 1, __ATOMIC_ACQ_REL))
+                ferry_log(FERRY_LOG_ERROR, "pipeline",
+                          "batch %llu chunk %u is still not done %.1f ms after the abort flag: "
+                          "the GPU is hung, its path in this process has ended; every batch in "
+                          "flight and every later one runs on the %s",
+                          (unsigned long long)s->batch->id, s->chunk,
+                          (double)(now - s->abort_ns) / 1e6,
+                          p->stage.cpu ? "stage's CPU function" : "CPU (no CPU function: they fail)");
+            pthread_mutex_lock(&p->lock);
+            pthread_cond_broadcast(&p->slot_cv);
+            pthread_mutex_unlock(&p->lock);
+            return;
+        }
+    }
+}
+
 static void *completion_main(void *arg)
 {
     ferry_pipeline_t *p = arg;
@@ -583,9 +647,15 @@ static void *completion_main(void *arg)
         while (s != NULL && ndone < MAX_PASS) {
             slot_t *next = s->next_inflight;
             int q;
-            if (s->err != 0)
+            if (s->err != 0) {
                 q = s->err;
-            else if (blocked & (1u << s->d2h))
+            } else if (__atomic_load_n(&p->hang_lost, __ATOMIC_ACQUIRE)) {
+                q = FERRY_ETIMEDOUT; /* may never finish: redone on the CPU, slot abandoned */
+                s->abandoned = true;
+                snprintf(s->errmsg, sizeof(s->errmsg),
+                         "in flight when a kernel ignored the abort flag and the GPU path ended "
+                         "(a hang)");
+            } else if (blocked & (1u << s->d2h))
                 q = FERRY_EAGAIN;
             else
                 q = ferry__be_event_query(p->dev, s->dep[EV_D2H_END]);
@@ -616,7 +686,8 @@ static void *completion_main(void *arg)
             slot_t *d = done[i];
             batch_rec_t *b = d->batch;
             retire_chunk(p, d, errs[i], pass_now, acc);
-            if (--b->chunks_left == 0) {
+            p->head_since[d->d2h] = pass_now;
+            if (__atomic_sub_fetch(&b->chunks_left, 1, __ATOMIC_ACQ_REL) == 0) {
                 b->next = NULL;
                 *fin_tail = b;
                 fin_tail = &b->next;
@@ -631,16 +702,29 @@ static void *completion_main(void *arg)
             ready = next;
         }
 
+        /* Deadlines: the oldest chunk of each D2H stream still in flight (after this pass's
+         * retirements, which start the clock of the chunks behind them). */
+        if (head != NULL && !__atomic_load_n(&p->hang_lost, __ATOMIC_ACQUIRE))
+            check_deadlines(p, head);
+
         bool take_token = false;
         if (ndone > 0) {
             pthread_mutex_lock(&p->lock);
             add_pass(p, acc);
+            unsigned freed = 0;
             for (size_t i = 0; i < ndone; i++) {
                 done[i]->batch = NULL;
+                if (done[i]->abandoned)
+                    continue; /* its kernel may still run: never reused */
                 done[i]->next_free = p->free_slots;
                 p->free_slots = done[i];
+                freed++;
             }
-            p->nfree_slots += (unsigned)ndone;
+            p->nfree_slots += freed;
+            p->deadlines_seen = p->deadlines_passed;
+            /* The GPU path ended: an issuer waiting for slots goes to the CPU instead. */
+            if (p->slot_waiting && __atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE))
+                pthread_cond_broadcast(&p->slot_cv);
             /* The issuer thread waits for a quarter of the slots (at least one): it then issues
              * several chunks per wake-up while the device still has the rest queued. */
             if (p->slot_waiting && p->nfree_slots >= p->slot_wake)
@@ -748,13 +832,18 @@ static slot_t *acquire_slot(ferry_pipeline_t *p)
         p->slot_waiting = true;
         set_busy(p, false, true);
         /* Every slot not free is in flight (the holder has none between chunks), so slots
-         * come back; wait for slot_wake of them. */
-        while (p->nfree_slots < p->slot_wake)
+         * come back; wait for slot_wake of them, unless the GPU path ends meanwhile (slots of
+         * hung chunks never come back). */
+        while (p->nfree_slots < p->slot_wake && !__atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE))
             pthread_cond_wait(&p->slot_cv, &p->lock);
         p->slot_waiting = false;
         set_busy(p, true, true);
     }
     slot_t *s = p->free_slots;
+    if (s == NULL) {
+        pthread_mutex_unlock(&p->lock);
+        return NULL;
+    }
     p->free_slots = s->next_free;
     p->nfree_slots--;
     pthread_mutex_unlock(&p->lock);
@@ -853,6 +942,7 @@ static void issue_one(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c, slot_t *s
     }
     s->err = 0;
     s->gpu_skipped = false;
+    s->aborted = false;
     s->host_in = NULL;
     s->errmsg[0] = '\0';
     s->timing = p->time_all ? TIME_ENDS : k % SAMPLE_EVERY == 0 ? TIME_SAMPLE : TIME_NONE;
@@ -893,6 +983,56 @@ static void issue_light(ferry_pipeline_t *p, batch_rec_t *b, slot_t *const *sl)
     poke(p, false);
 }
 
+/* The GPU path has ended: chunks [@c0, @c1) of @b run on the stage's CPU function here, on the
+ * token holder's thread, with no slot (slots of hung chunks may never come back). The batch is
+ * handed to the completion thread once its last chunk is accounted. */
+static void cpu_direct(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c0, uint32_t c1)
+{
+    int rc = 0;
+    if (p->stage.cpu == NULL) {
+        rc = ferry__error(FERRY_ESTICKY, "pipeline: the GPU path has ended and stage '%s' has no "
+                                         "CPU function",
+                          p->stage_name);
+    } else if (p->cpu_tmp == NULL && (p->cpu_tmp = malloc(2 * p->chunk)) == NULL) {
+        rc = ferry__error(FERRY_ENOMEM, "pipeline: no memory for the CPU path");
+    }
+    uint32_t ok = 0;
+    for (uint32_t c = c0; rc == 0 && c < c1; c++) {
+        size_t off = (size_t)c * p->chunk;
+        size_t n = b->b.bytes - off < p->chunk ? b->b.bytes - off : p->chunk;
+        const void *in = (const unsigned char *)b->b.in + off;
+        if (b->b.prepare != NULL) {
+            rc = b->b.prepare(p->cpu_tmp, n, off, b->b.prepare_arg);
+            if (rc != 0)
+                break;
+            in = p->cpu_tmp;
+        }
+        void *out = b->b.out != NULL ? (unsigned char *)b->b.out + off : p->cpu_tmp + p->chunk;
+        ferry_kernel_args_t args = {.size = sizeof(args),
+                                    .in = in,
+                                    .out = out,
+                                    .bytes = n,
+                                    .offset = off,
+                                    .batch_id = b->id,
+                                    .chunk = c,
+                                    .attempt = 1};
+        rc = p->stage.cpu(&args, p->stage.user);
+        ok += rc == 0;
+    }
+    if (rc > 0 || rc < FERRY_ERR_MIN_)
+        rc = FERRY_EKERNEL;
+    __atomic_add_fetch(&b->cpu_chunks, ok, __ATOMIC_RELAXED);
+    int zero = 0;
+    if (rc != 0)
+        __atomic_compare_exchange_n(&b->status, &zero, rc, false, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
+    __atomic_add_fetch(&p->chunks_cpu_direct, ok, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&p->chunks_issued, c1 - c0, __ATOMIC_RELAXED);
+    if (__atomic_sub_fetch(&b->chunks_left, c1 - c0, __ATOMIC_ACQ_REL) == 0)
+        push_ready(p, b);
+    poke(p, false);
+}
+
 /* Issuer thread: any batch, waiting for slots chunk by chunk (@b as in issue_light). */
 static void issue_heavy(ferry_pipeline_t *p, batch_rec_t *b)
 {
@@ -903,7 +1043,11 @@ static void issue_heavy(ferry_pipeline_t *p, batch_rec_t *b)
         return;
     }
     for (uint32_t c = 0; c < n; c++) {
-        slot_t *s = acquire_slot(p);
+        slot_t *s = __atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE) ? NULL : acquire_slot(p);
+        if (s == NULL) {
+            cpu_direct(p, b, c, n);
+            return;
+        }
         issue_one(p, b, c, s);
         poke(p, false);
     }
@@ -944,6 +1088,16 @@ static void run_queue(ferry_pipeline_t *p, enum issue_role role)
             (void)rc;
         }
         batch_rec_t *b = p->pending;
+        if (__atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE) && b->nchunks > 0 &&
+            (role == ROLE_ISSUER || b->light)) {
+            /* No GPU any more: the batch goes straight to the CPU function. */
+            pthread_mutex_lock(&p->lock);
+            p->nqueued--;
+            p->pending = NULL;
+            pthread_mutex_unlock(&p->lock);
+            cpu_direct(p, b, 0, b->nchunks);
+            continue;
+        }
         pthread_mutex_lock(&p->lock);
         if (b->light && p->nfree_slots >= b->nchunks && (role == ROLE_ISSUER || budget > 0)) {
             take_slots(p, b->nchunks, sl);
@@ -1010,6 +1164,7 @@ static void destroy(ferry_pipeline_t *p)
         __atomic_sub_fetch(&p->dev->active_streams, p->nstreams, __ATOMIC_RELAXED);
     if (p->failure_log != NULL)
         fclose(p->failure_log);
+    free(p->cpu_tmp);
     if (p->queue)
         ferry__bqueue_close(p->queue);
     pthread_mutex_lock(&p->lock);
@@ -1189,6 +1344,8 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
                   "--recommend --streams %u`)",
                   p->context_streams, dev->index, p->nstreams, dev->connections,
                   p->context_streams);
+    p->deadline_factor = ferry__opt_double(o, FERRY__OPT_deadline_factor);
+    p->deadline_floor_ns = (uint64_t)ferry__opt_i64(o, FERRY__OPT_deadline_floor_ms) * 1000000u;
     const char *flog = ferry__opt_str(o, FERRY__OPT_failure_log);
     if (flog != NULL && flog[0] != '\0') {
         ferry__strlcpy(p->failure_log_path, flog, sizeof(p->failure_log_path));
@@ -1456,7 +1613,10 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
     out->staged_bytes = __atomic_load_n(&p->staged_bytes, __ATOMIC_RELAXED);
     out->batches_done_gpu = __atomic_load_n(&p->done_gpu, __ATOMIC_RELAXED);
     out->batches_done_cpu = __atomic_load_n(&p->done_cpu, __ATOMIC_RELAXED);
-    out->chunks_cpu = p->chunks_cpu_seen;
+    out->chunks_cpu =
+        p->chunks_cpu_seen + __atomic_load_n(&p->chunks_cpu_direct, __ATOMIC_RELAXED);
+    out->deadlines_passed = p->deadlines_seen;
+    out->gpu_hung = __atomic_load_n(&p->hang_lost, __ATOMIC_RELAXED) != 0;
     out->failure_records = p->failure_records_seen;
     out->gpu_lost = __atomic_load_n(&p->gpu_lost, __ATOMIC_RELAXED) != 0;
     out->batches_failed = __atomic_load_n(&p->failed, __ATOMIC_RELAXED);

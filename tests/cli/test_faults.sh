@@ -30,11 +30,18 @@ json_check "slow link: slower, verified" "$TMP/out" "j['verified'] and j['gbps_h
 expect_rc "allocation failure" 0 run --inject alloc@n=3 --json
 json_check "fewer slots, verified" "$TMP/out" "j['verified']"
 
+expect_rc "hang that polls the abort flag" 0 run --inject hang@batch=3 --json
+json_check "hang: one deadline, one batch redone, GPU path kept" "$TMP/out" \
+  "j['verified'] and j['deadlines_passed'] == 1 and j['batches_ok_cpu'] == 1 and not j['gpu_lost']"
+expect_rc "hang that ignores it" 0 run --inject hang-hard@batch=3
+expect_in "summary says the GPU hung" "$TMP/out" "a hung kernel"
+expect_in "still verified after a hang" "$TMP/out" "verify     OK"
+
 expect_rc "bad spec" 1 run --inject kernel@batch
 expect_in "bad spec named" "$TMP/err" "kernel@batch"
 expect_in "accepted spec shown" "$TMP/err" "KIND@TRIGGER"
 expect_rc "unknown fault kind" 1 run --inject meteor@n=1
-expect_in "kinds listed" "$TMP/err" "kernel|sticky|alloc|slow"
+expect_in "kinds listed" "$TMP/err" "kernel|sticky|alloc|slow|hang|hang-hard"
 expect_rc "bad failure log" 1 run --failure-log /nonexistent/dir/f.jsonl
 expect_in "log path named" "$TMP/err" "/nonexistent/dir/f.jsonl"
 finish

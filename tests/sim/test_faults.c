@@ -32,7 +32,7 @@ static void test_spec_parser(void **state)
     assert_true(s.f[3].factor == 4);
     assert_int_equal(s.f[3].for_ns, 2000000000ull);
     static const char *const bad[] = {
-        "kernel",           "kernel@",        "kernel@batch",   "kernel@batch=x", "hang@batch=1",
+        "kernel",           "kernel@",        "kernel@batch",   "kernel@batch=x", "meteor@batch=1",
         "kernel@n=0",       "kernel@p=0",     "kernel@p=1.5",   "kernel@p=abc",   "kernel@time=5",
         "kernel@time=5min", "alloc@time=1ms", "alloc@batch=1",  "slow@time=1ms",  "slow@n=1:x=1",
         "slow@n=1:x=2000",  "slow@n=1:y=2",   "kernel@n=1:x=2", "kernel@n=1,",    ",kernel@n=1",
@@ -229,6 +229,33 @@ static void test_slow_link_and_memory(void **state)
     assert_int_equal(mem.st.depth, 3);
 }
 
+/* Hangs: a kernel that never ends by itself. One that polls the abort flag is stopped once its
+ * chunk passes the deadline, and only that chunk is redone on the CPU; one that ignores the flag
+ * ends the GPU path a floor later, and everything in flight and after goes to the CPU. Either
+ * way nothing is lost and the output is exact. */
+static void test_hang_walk(void **state)
+{
+    (void)state;
+    uint64_t seed = test_seed(24);
+    for (int b = 0; b < 24; b += 5) {
+        char spec[64];
+        snprintf(spec, sizeof(spec), "hang@batch=%d", b);
+        walk_t w = walk(spec, seed + (uint64_t)b);
+        assert_int_equal(w.st.deadlines_passed, 1);
+        assert_false(w.st.gpu_lost);
+        assert_int_equal(w.cpu, 1);
+        assert_int_equal(w.gpu, 23);
+        assert_int_equal(w.records, 1);
+        snprintf(spec, sizeof(spec), "hang-hard@batch=%d", b);
+        w = walk(spec, seed + 50 + (uint64_t)b);
+        assert_true(w.st.gpu_lost);
+        assert_true(w.st.gpu_hung);
+        assert_int_equal(w.failed, 0);
+        assert_true(w.gpu <= b);
+        assert_true(w.records >= 1);
+    }
+}
+
 /* Without a CPU function a failed chunk fails its batch, once, with the reason. */
 static int gpu_only_cpu(const ferry_kernel_args_t *a, void *user)
 {
@@ -293,6 +320,7 @@ int main(void)
         cmocka_unit_test(test_kernel_fault_walk),
         cmocka_unit_test(test_sticky_fault_walk),
         cmocka_unit_test(test_slow_link_and_memory),
+        cmocka_unit_test(test_hang_walk),
         cmocka_unit_test(test_no_fallback_fails_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

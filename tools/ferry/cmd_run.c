@@ -386,9 +386,11 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
                    el > 0 ? (double)s->stream_busy_ns[i] / 1e9 / el : 0);
         printf("],\"host_pinned\":%s,\"chunks_timed\":%llu", s->host_pinned ? "true" : "false",
                (unsigned long long)s->chunks_timed);
-        printf(",\"chunks_cpu\":%llu,\"failure_records\":%llu,\"gpu_lost\":%s",
+        printf(",\"chunks_cpu\":%llu,\"failure_records\":%llu,\"gpu_lost\":%s,"
+               "\"gpu_hung\":%s,\"deadlines_passed\":%llu",
                (unsigned long long)s->chunks_cpu, (unsigned long long)s->failure_records,
-               s->gpu_lost ? "true" : "false");
+               s->gpu_lost ? "true" : "false", s->gpu_hung ? "true" : "false",
+               (unsigned long long)s->deadlines_passed);
         printf(",\"batches_ok_gpu\":%llu,\"batches_ok_cpu\":%llu,\"batches_failed\":%llu,"
                "\"batches_mismatched\":%llu,\"verified_bytes\":%llu,\"verified\":%s",
                (unsigned long long)t->ok_gpu, (unsigned long long)t->ok_cpu,
@@ -430,9 +432,12 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
     printf("\n  batches    %llu ok on GPU, %llu ok on CPU, %llu failed\n",
            (unsigned long long)t->ok_gpu, (unsigned long long)t->ok_cpu,
            (unsigned long long)t->failed);
+    if (s->deadlines_passed > 0)
+        printf("  deadlines  %llu chunk(s) passed their deadline; the abort flag was raised\n",
+               (unsigned long long)s->deadlines_passed);
     if (s->gpu_lost)
-        printf("  faults     a sticky error ended the GPU path: later chunks ran on the CPU "
-               "fallback\n");
+        printf("  faults     %s ended the GPU path: later chunks ran on the CPU fallback\n",
+               s->gpu_hung ? "a hung kernel (it ignored the abort flag)" : "a sticky error");
     if (s->failure_records > 0 || s->chunks_cpu > 0) {
         const char *flog = ro->opts ? ferry_options_get_str(ro->opts, "failure_log") : NULL;
         printf("  failures   %llu failed GPU attempt(s), %llu chunk(s) done on the CPU; records: "

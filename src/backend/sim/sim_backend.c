@@ -450,8 +450,12 @@ static int sim_stream_sync(ferry_be_stream_t *s)
     lock(dev);
     while (!dev->sticky && s->completed < s->submitted && ferry__sim_step(dev, SIM_NEVER)) {
     }
-    /* What an event recorded now would report. */
-    int rc = dev->sticky ? dev->sticky : s->own_err != 0 ? s->own_err : s->in_err;
+    /* What an event recorded now would report; a stream stuck behind a hung kernel reports
+     * that it will never finish (CUDA would block forever). */
+    int rc = dev->sticky                       ? dev->sticky
+             : s->completed < s->submitted ? FERRY_ETIMEDOUT
+             : s->own_err != 0             ? s->own_err
+                                           : s->in_err;
     unlock(dev);
     if (rc != 0)
         return ferry__error(rc, "sim: stream_sync: work on or before this stream failed (%s)",
@@ -795,6 +799,16 @@ static int sim_mem_info(ferry_be_device_t *dev, uint64_t *free_bytes, uint64_t *
     return 0;
 }
 
+static int sim_abort_kernels(ferry_be_device_t *dev)
+{
+    if (dev == NULL)
+        return ferry__error(FERRY_EINVAL, "sim: abort_kernels: NULL device");
+    lock(dev);
+    int n = ferry__sim_abort(dev);
+    unlock(dev);
+    return n;
+}
+
 const ferry_backend_ops_t ferry__sim_backend = {
     .name = "sim",
     .abi = FERRY_BACKEND_ABI,
@@ -823,4 +837,5 @@ const ferry_backend_ops_t ferry__sim_backend = {
     .memcpy_d2h = sim_memcpy_d2h,
     .launch = sim_launch,
     .mem_info = sim_mem_info,
+    .abort_kernels = sim_abort_kernels,
 };

@@ -119,19 +119,31 @@ static bool fault_fires(struct ferry_be_device *dev, struct ferry_fault *f, uint
     return hit;
 }
 
-/* The fault a kernel ends with: 0, FERRY_EKERNEL or FERRY_ESTICKY. */
+/* The fault a kernel ends with: 0, FERRY_EKERNEL, FERRY_ESTICKY, or SIM_HANG / SIM_HANG_HARD
+ * (it does not end). */
+enum { SIM_HANG = 1, SIM_HANG_HARD = 2 };
 static int kernel_fault(struct ferry_be_device *dev, const ferry_kernel_args_t *a)
 {
     uint64_t n = ++dev->nlaunched;
     for (size_t i = 0; i < dev->faults.n; i++) {
         struct ferry_fault *f = &dev->faults.f[i];
-        if (f->kind != FERRY_FAULT_KERNEL && f->kind != FERRY_FAULT_STICKY)
+        if (f->kind != FERRY_FAULT_KERNEL && f->kind != FERRY_FAULT_STICKY &&
+            f->kind != FERRY_FAULT_HANG && f->kind != FERRY_FAULT_HANG_HARD)
             continue;
         if (fault_fires(dev, f, n, a->batch_id)) {
             ferry_log(FERRY_LOG_INFO, "sim", "injected %s fault: kernel %llu (batch %llu chunk %u)",
                       ferry__fault_kind_name(f->kind), (unsigned long long)n,
                       (unsigned long long)a->batch_id, a->chunk);
-            return f->kind == FERRY_FAULT_STICKY ? FERRY_ESTICKY : FERRY_EKERNEL;
+            switch (f->kind) {
+            case FERRY_FAULT_STICKY:
+                return FERRY_ESTICKY;
+            case FERRY_FAULT_HANG:
+                return SIM_HANG;
+            case FERRY_FAULT_HANG_HARD:
+                return SIM_HANG_HARD;
+            default:
+                return FERRY_EKERNEL;
+            }
         }
     }
     return 0;
@@ -330,6 +342,16 @@ static void finish_kernel(struct ferry_be_device *dev, struct sim_op *k)
     struct ferry_be_stream *s = k->stream;
     /* An injected fault replaces the kernel: its output is never written. */
     int rc = dev->sticky ? dev->sticky : kernel_fault(dev, &k->u.kern.l.args);
+    if (rc == SIM_HANG || rc == SIM_HANG_HARD) {
+        /* It never ends: it keeps its grid slot and its stream, until an abort stops a kernel
+         * that polls the flag. Past the table's end it is simply never found again. */
+        if (dev->nhung < SIM_HUNG_MAX) {
+            dev->hung[dev->nhung].op = k;
+            dev->hung[dev->nhung].polls = rc == SIM_HANG;
+            dev->nhung++;
+        }
+        return;
+    }
     if (rc == FERRY_ESTICKY)
         dev->sticky = FERRY_ESTICKY;
     else if (rc == 0)
@@ -563,4 +585,33 @@ void ferry__sim_model_fini(struct ferry_be_device *dev)
     dev->pending = NULL;
     dev->waves = NULL;
     dev->dirs[0].eng = dev->dirs[1].eng = NULL;
+}
+
+int ferry__sim_abort(struct ferry_be_device *dev)
+{
+    int stopped = 0;
+    for (int i = 0; i < dev->nhung;) {
+        if (!dev->hung[i].polls) {
+            i++;
+            continue;
+        }
+        struct sim_op *k = dev->hung[i].op;
+        dev->hung[i] = dev->hung[--dev->nhung];
+        /* The kernel saw the flag and returned early: an error, not a sticky one. */
+        k->stream->own_err = FERRY_ETIMEDOUT;
+        dev->stats.kernels++;
+        dev->stats.kernel_errors++;
+        dev->resident--;
+        complete(dev, k);
+        stopped++;
+    }
+    if (stopped > 0) { /* what waited on them goes on, as after any kernel's end */
+        account(dev);
+        schedule_blocks(dev);
+        for (int d = 0; d < 2; d++)
+            start_copies(dev, d);
+        settle(dev);
+        rerate(dev);
+    }
+    return stopped;
 }

@@ -15,6 +15,7 @@
 #include "fault/spec.h"
 
 #define SIM_NEVER UINT64_MAX
+#define SIM_HUNG_MAX 64
 
 enum sim_op_kind { SIM_OP_COPY, SIM_OP_KERNEL, SIM_OP_RECORD, SIM_OP_WAIT };
 
@@ -137,6 +138,11 @@ struct ferry_be_device {
     struct ferry_fault_spec faults;
     uint64_t fault_rng, nallocs_made, ncopies, nlaunched;
     int sticky;                     /* FERRY_ESTICKY once a sticky fault fired: every call fails */
+    struct {
+        struct sim_op *op;
+        bool polls; /* stops when the abort flag is raised (hang); else never (hang-hard) */
+    } hung[SIM_HUNG_MAX];
+    int nhung;
     uint64_t slow_from, slow_until; /* a time-triggered slow window */
     double slow_factor;
     uint64_t mem_used;
@@ -167,6 +173,9 @@ bool ferry__sim_step(struct ferry_be_device *dev, uint64_t limit);
 void ferry__sim_drain(struct ferry_be_device *dev);
 /* An injected allocation failure for the allocation being made: 0 or FERRY_EDEVMEM. */
 int ferry__sim_alloc_fault(struct ferry_be_device *dev);
+/* Raise the abort flag: hung kernels that poll it end now with FERRY_ETIMEDOUT. Returns how
+ * many stopped. Under the device lock. */
+int ferry__sim_abort(struct ferry_be_device *dev);
 
 void ferry__sim_stream_free(struct ferry_be_stream *s);
 
