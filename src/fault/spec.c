@@ -10,7 +10,7 @@
 #include "core/internal.h"
 
 #define ACCEPTED                                                                                   \
-    "KIND@TRIGGER[:PARAM...] with KIND kernel|sticky|alloc|slow|hang|hang-hard, TRIGGER "           \
+    "KIND@TRIGGER[:PARAM...] with KIND kernel|sticky|alloc|slow|hang|hang-hard, TRIGGER "          \
     "batch=N|n=K|time=DUR|p=X, PARAM x=F|for=DUR (slow), items separated by ','"
 
 static const char *const kinds[] = {"kernel", "sticky", "alloc", "slow", "hang", "hang-hard"};

@@ -91,7 +91,7 @@ typedef struct slot {
     bool aborted;            /* passed its deadline: the abort flag was raised at abort_ns */
     bool abandoned;          /* hung for good: the slot is never used again */
     uint64_t abort_ns;
-    char errmsg[200];        /* an issue failure's message (the issuing thread's error text) */
+    char errmsg[200]; /* an issue failure's message (the issuing thread's error text) */
     int err;
     struct slot *next_inflight;
 } slot_t;
@@ -579,17 +579,19 @@ static void check_deadlines(ferry_pipeline_t *p, slot_t *head)
                       "%.1f ms): abort flag raised%s",
                       (unsigned long long)s->batch->id, s->chunk, (double)(now - since) / 1e6,
                       (double)deadline / 1e6,
-                      n > 0 ? "; a kernel stopped" : n == 0 ? "" : " (not supported here)");
+                      n > 0    ? "; a kernel stopped"
+                      : n == 0 ? ""
+                               : " (not supported here)");
         } else if (s->aborted && now - s->abort_ns > p->deadline_floor_ns) {
             __atomic_store_n(&p->hang_lost, 1, __ATOMIC_RELEASE);
             if (!__atomic_exchange_n(&p->gpu_lost, 1, __ATOMIC_ACQ_REL))
-                ferry_log(FERRY_LOG_ERROR, "pipeline",
-                          "batch %llu chunk %u is still not done %.1f ms after the abort flag: "
-                          "the GPU is hung, its path in this process has ended; every batch in "
-                          "flight and every later one runs on the %s",
-                          (unsigned long long)s->batch->id, s->chunk,
-                          (double)(now - s->abort_ns) / 1e6,
-                          p->stage.cpu ? "stage's CPU function" : "CPU (no CPU function: they fail)");
+                ferry_log(
+                    FERRY_LOG_ERROR, "pipeline",
+                    "batch %llu chunk %u is still not done %.1f ms after the abort flag: "
+                    "the GPU is hung, its path in this process has ended; every batch in "
+                    "flight and every later one runs on the %s",
+                    (unsigned long long)s->batch->id, s->chunk, (double)(now - s->abort_ns) / 1e6,
+                    p->stage.cpu ? "stage's CPU function" : "CPU (no CPU function: they fail)");
             pthread_mutex_lock(&p->lock);
             pthread_cond_broadcast(&p->slot_cv);
             pthread_mutex_unlock(&p->lock);
@@ -990,8 +992,9 @@ static void cpu_direct(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c0, uint32_
 {
     int rc = 0;
     if (p->stage.cpu == NULL) {
-        rc = ferry__error(FERRY_ESTICKY, "pipeline: the GPU path has ended and stage '%s' has no "
-                                         "CPU function",
+        rc = ferry__error(FERRY_ESTICKY,
+                          "pipeline: the GPU path has ended and stage '%s' has no "
+                          "CPU function",
                           p->stage_name);
     } else if (p->cpu_tmp == NULL && (p->cpu_tmp = malloc(2 * p->chunk)) == NULL) {
         rc = ferry__error(FERRY_ENOMEM, "pipeline: no memory for the CPU path");
@@ -1613,8 +1616,7 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
     out->staged_bytes = __atomic_load_n(&p->staged_bytes, __ATOMIC_RELAXED);
     out->batches_done_gpu = __atomic_load_n(&p->done_gpu, __ATOMIC_RELAXED);
     out->batches_done_cpu = __atomic_load_n(&p->done_cpu, __ATOMIC_RELAXED);
-    out->chunks_cpu =
-        p->chunks_cpu_seen + __atomic_load_n(&p->chunks_cpu_direct, __ATOMIC_RELAXED);
+    out->chunks_cpu = p->chunks_cpu_seen + __atomic_load_n(&p->chunks_cpu_direct, __ATOMIC_RELAXED);
     out->deadlines_passed = p->deadlines_seen;
     out->gpu_hung = __atomic_load_n(&p->hang_lost, __ATOMIC_RELAXED) != 0;
     out->failure_records = p->failure_records_seen;

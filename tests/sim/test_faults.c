@@ -72,7 +72,7 @@ typedef struct walk {
     ferry_pipeline_stats_t st;
 } walk_t;
 
-/* 24 batches of 4 chunks (1 MiB chunks) of random floats through `scale`, with the fault
+/* 24 batches of 4 chunks (256 KiB chunks) of random floats through `scale`, with the fault
  * schedule @spec; checks exactly-once and the output of every batch that did not fail. */
 static walk_t walk(const char *spec, uint64_t seed)
 {
@@ -98,7 +98,7 @@ static walk_t walk(const char *spec, uint64_t seed)
     ferry_workload_t *wl = NULL;
     assert_int_equal(ferry_workload_create("scale", NULL, &wl), 0);
     ferry_stage_t st = *ferry_workload_stage(wl);
-    const size_t chunk = 1u << 20, per = 4 * chunk, nb = 24, total = nb * per;
+    const size_t chunk = 256u << 10, per = 4 * chunk, nb = 24, total = nb * per;
     unsigned char *in = malloc(total), *out = malloc(total), *ref = malloc(total);
     assert_true(in && out && ref);
     uint64_t rs = seed;
@@ -157,12 +157,19 @@ static walk_t walk(const char *spec, uint64_t seed)
     return w;
 }
 
+/* Sanitizer builds (FERRY_TEST_SCALE=sanitizer) walk fewer points: the same code, run slower. */
+static int step(int normal)
+{
+    const char *s = getenv("FERRY_TEST_SCALE");
+    return s != NULL && strcmp(s, "sanitizer") == 0 ? normal * 4 : normal;
+}
+
 static void test_kernel_fault_walk(void **state)
 {
     (void)state;
     uint64_t seed = test_seed(21);
     /* Every batch in turn: its first kernel fails, the CPU redoes that chunk. */
-    for (int b = 0; b < 24; b += 1) {
+    for (int b = 0; b < 24; b += step(1)) {
         char spec[64];
         snprintf(spec, sizeof(spec), "kernel@batch=%d", b);
         walk_t w = walk(spec, seed + (uint64_t)b);
@@ -173,7 +180,7 @@ static void test_kernel_fault_walk(void **state)
         assert_false(w.st.gpu_lost);
     }
     /* Kernel number K of the stream (any chunk), at many points. */
-    for (int k = 1; k <= 96; k += 7) {
+    for (int k = 1; k <= 96; k += step(7)) {
         char spec[64];
         snprintf(spec, sizeof(spec), "kernel@n=%d", k);
         walk_t w = walk(spec, seed + 100 + (uint64_t)k);
@@ -191,7 +198,7 @@ static void test_sticky_fault_walk(void **state)
 {
     (void)state;
     uint64_t seed = test_seed(22);
-    for (int k = 1; k <= 96; k += 5) {
+    for (int k = 1; k <= 96; k += step(5)) {
         char spec[64];
         snprintf(spec, sizeof(spec), "sticky@n=%d", k);
         walk_t w = walk(spec, seed + (uint64_t)k);
@@ -205,7 +212,7 @@ static void test_sticky_fault_walk(void **state)
         assert_true(w.records >= 1);
         assert_true(w.records <= 8 * 4); /* the chunks in flight, at most depth x streams */
     }
-    walk_t w = walk("sticky@time=3ms", seed);
+    walk_t w = walk("sticky@time=0.3ms", seed);
     assert_true(w.st.gpu_lost);
     assert_int_equal(w.gpu + w.cpu, 24);
 }
@@ -215,12 +222,12 @@ static void test_slow_link_and_memory(void **state)
     (void)state;
     uint64_t seed = test_seed(23);
     walk_t fast = walk("", seed);
-    walk_t slow = walk("slow@n=1:x=5", seed);
+    walk_t slow = walk("slow@n=1:x=20", seed);
     printf("# slow link: %.1f GB/s, normal %.1f GB/s\n", slow.st.gbps_h2d, fast.st.gbps_h2d);
     assert_int_equal(slow.gpu, 24);
     assert_int_equal(slow.records, 0);
     assert_true(slow.st.gbps_h2d < 0.35 * fast.st.gbps_h2d);
-    walk_t window = walk("slow@time=1ms:x=10:for=2ms", seed);
+    walk_t window = walk("slow@time=0.2ms:x=20:for=0.4ms", seed);
     assert_int_equal(window.gpu, 24);
     assert_true(window.st.gbps_h2d < fast.st.gbps_h2d && window.st.gbps_h2d > slow.st.gbps_h2d);
     /* Memory pressure when the slots are made: fewer slots, same results. */
@@ -237,7 +244,7 @@ static void test_hang_walk(void **state)
 {
     (void)state;
     uint64_t seed = test_seed(24);
-    for (int b = 0; b < 24; b += 5) {
+    for (int b = 0; b < 24; b += step(5)) {
         char spec[64];
         snprintf(spec, sizeof(spec), "hang@batch=%d", b);
         walk_t w = walk(spec, seed + (uint64_t)b);
@@ -316,12 +323,9 @@ static void test_no_fallback_fails_once(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_spec_parser),
-        cmocka_unit_test(test_kernel_fault_walk),
-        cmocka_unit_test(test_sticky_fault_walk),
-        cmocka_unit_test(test_slow_link_and_memory),
-        cmocka_unit_test(test_hang_walk),
-        cmocka_unit_test(test_no_fallback_fails_once),
+        cmocka_unit_test(test_spec_parser),       cmocka_unit_test(test_kernel_fault_walk),
+        cmocka_unit_test(test_sticky_fault_walk), cmocka_unit_test(test_slow_link_and_memory),
+        cmocka_unit_test(test_hang_walk),         cmocka_unit_test(test_no_fallback_fails_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,8 +10,8 @@
 #include "ferry/workloads.h"
 #include "testlib.h"
 
-#define SLICE 64 /* bytes per batch */
-#define RING 8192 /* batches whose buffers are live at once (slices of one buffer) */
+#define SLICE 64   /* bytes per batch */
+#define RING  8192 /* batches whose buffers are live at once (slices of one buffer) */
 
 typedef struct soak {
     ferry_pipeline_t *p;
@@ -74,8 +74,7 @@ static void test_soak(void **state)
     uint64_t n = env ? strtoull(env, NULL, 10) : 1000000;
     ferry_options_t *o = NULL;
     assert_int_equal(ferry_options_create(&o), 0);
-    assert_int_equal(ferry_options_set(o, "inject", "kernel@p=0.0005,slow@n=5000:x=3:for=5ms"),
-                     0);
+    assert_int_equal(ferry_options_set(o, "inject", "kernel@p=0.0005,slow@n=5000:x=3:for=5ms"), 0);
     ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
     cfg.backend = "sim";
     cfg.profile = FERRY_TEST_PROFILE;

@@ -452,7 +452,7 @@ static int sim_stream_sync(ferry_be_stream_t *s)
     }
     /* What an event recorded now would report; a stream stuck behind a hung kernel reports
      * that it will never finish (CUDA would block forever). */
-    int rc = dev->sticky                       ? dev->sticky
+    int rc = dev->sticky                   ? dev->sticky
              : s->completed < s->submitted ? FERRY_ETIMEDOUT
              : s->own_err != 0             ? s->own_err
                                            : s->in_err;

@@ -135,14 +135,10 @@ static int kernel_fault(struct ferry_be_device *dev, const ferry_kernel_args_t *
                       ferry__fault_kind_name(f->kind), (unsigned long long)n,
                       (unsigned long long)a->batch_id, a->chunk);
             switch (f->kind) {
-            case FERRY_FAULT_STICKY:
-                return FERRY_ESTICKY;
-            case FERRY_FAULT_HANG:
-                return SIM_HANG;
-            case FERRY_FAULT_HANG_HARD:
-                return SIM_HANG_HARD;
-            default:
-                return FERRY_EKERNEL;
+            case FERRY_FAULT_STICKY: return FERRY_ESTICKY;
+            case FERRY_FAULT_HANG: return SIM_HANG;
+            case FERRY_FAULT_HANG_HARD: return SIM_HANG_HARD;
+            default: return FERRY_EKERNEL;
             }
         }
     }

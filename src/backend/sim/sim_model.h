@@ -14,7 +14,7 @@
 #include "backend/sim/sim.h"
 #include "fault/spec.h"
 
-#define SIM_NEVER UINT64_MAX
+#define SIM_NEVER    UINT64_MAX
 #define SIM_HUNG_MAX 64
 
 enum sim_op_kind { SIM_OP_COPY, SIM_OP_KERNEL, SIM_OP_RECORD, SIM_OP_WAIT };
@@ -137,7 +137,7 @@ struct ferry_be_device {
     /* The fault schedule (option inject) and its state. */
     struct ferry_fault_spec faults;
     uint64_t fault_rng, nallocs_made, ncopies, nlaunched;
-    int sticky;                     /* FERRY_ESTICKY once a sticky fault fired: every call fails */
+    int sticky; /* FERRY_ESTICKY once a sticky fault fired: every call fails */
     struct {
         struct sim_op *op;
         bool polls; /* stops when the abort flag is raised (hang); else never (hang-hard) */
