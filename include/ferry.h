@@ -370,6 +370,10 @@ typedef struct ferry_pipeline_stats {
      * that ignored the flag ended the GPU path (a hang). */
     uint64_t deadlines_passed;
     bool gpu_hung;
+    /* The ladder's level 1: the level now (0 the plan as configured, 1 one compute stream, 2 at
+     * most 2 chunks in flight, 3 synchronous) and the steps taken down and back up. */
+    unsigned ladder_level;
+    uint64_t ladder_steps_down, ladder_steps_up;
 } ferry_pipeline_stats_t;
 #define FERRY_PIPELINE_STATS_INIT                                                                  \
     {                                                                                              \

@@ -40,6 +40,8 @@ enum {
     TEV_N
 };
 enum chunk_timing { TIME_NONE, TIME_ENDS, TIME_SAMPLE };
+#define LADDER_MAX     3
+#define LADDER_HEALTHY 64u
 /* Prime, so that the sampled chunks visit every stream of a round-robin plan (at most 16). */
 #define SAMPLE_EVERY 31u
 
@@ -190,6 +192,13 @@ struct ferry_pipeline {
      * CPU fallback. The failure log and the counters below: completion thread only. */
     int gpu_lost;
     int hang_lost; /* the GPU path ended because a kernel ignored the abort flag (atomic) */
+    /* The ladder's level 1 (atomic level; the rest completion thread): after a non-sticky
+     * failure one step down, after LADDER_HEALTHY good chunks in a row one step back up.
+     * 0 the plan as configured; 1 one compute stream; 2 at most 2 chunks in flight; 3
+     * synchronous: one stream, one chunk in flight. */
+    int level;
+    unsigned healthy;
+    uint64_t steps_down, steps_up;
     double deadline_factor;
     uint64_t deadline_floor_ns;
     uint64_t lat_ewma_ns; /* completion thread: running mean of issue-to-end latency */
@@ -198,6 +207,7 @@ struct ferry_pipeline {
      * later, so that chunks queued behind a slow one are not blamed for it. */
     uint64_t head_since[FERRY_STATS_MAX_STREAMS];
     uint64_t deadlines_passed, deadlines_seen;
+    uint64_t steps_down_seen, steps_up_seen; /* under lock, as of the last pass */
     unsigned char *cpu_tmp; /* token holder: input and output of CPU-direct chunks (2 x chunk) */
     FILE *failure_log;
     char failure_log_path[256];
@@ -395,6 +405,21 @@ static void fall_back(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, pas
                   "sticky error (%s): the GPU path of this process has ended; every batch in "
                   "flight and every later one runs on the %s",
                   msg, p->stage.cpu ? "stage's CPU function" : "CPU (no CPU function: they fail)");
+    /* The ladder's level 1: a non-sticky failure takes a step down (fewer streams, fewer chunks
+     * in flight, then synchronous). */
+    if (err != FERRY_ESTICKY && !s->gpu_skipped &&
+        !__atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE)) {
+        p->healthy = 0;
+        int lv = __atomic_load_n(&p->level, __ATOMIC_RELAXED);
+        if (lv < LADDER_MAX) {
+            __atomic_store_n(&p->level, lv + 1, __ATOMIC_RELAXED);
+            p->steps_down++;
+            ferry_log(FERRY_LOG_WARN, "pipeline", "ladder: down to level %d (%s)", lv + 1,
+                      lv + 1 == 1   ? "one compute stream"
+                      : lv + 1 == 2 ? "at most 2 chunks in flight"
+                                    : "synchronous: one stream, one chunk");
+        }
+    }
     int rc = err;
     const char *action = "failed";
     if (p->stage.cpu != NULL && s->host_in != NULL) {
@@ -467,6 +492,13 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     }
     if (timed)
         end = t[TEV_D2H_END];
+    /* Healthy chunks in a row climb the ladder back, one level per LADDER_HEALTHY. */
+    if (++p->healthy >= LADDER_HEALTHY && __atomic_load_n(&p->level, __ATOMIC_RELAXED) > 0) {
+        int lv = __atomic_sub_fetch(&p->level, 1, __ATOMIC_RELAXED);
+        p->healthy = 0;
+        p->steps_up++;
+        ferry_log(FERRY_LOG_INFO, "pipeline", "ladder: back up to level %d", lv);
+    }
     /* The running latency behind the deadlines (issue to end, queueing included). */
     uint64_t lat = end > s->issue_ns ? end - s->issue_ns : 0;
     p->lat_ewma_ns = p->lat_ewma_ns ? (7 * p->lat_ewma_ns + lat) / 8 : lat;
@@ -724,12 +756,15 @@ static void *completion_main(void *arg)
             }
             p->nfree_slots += freed;
             p->deadlines_seen = p->deadlines_passed;
+            p->steps_down_seen = p->steps_down;
+            p->steps_up_seen = p->steps_up;
             /* The GPU path ended: an issuer waiting for slots goes to the CPU instead. */
             if (p->slot_waiting && __atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE))
                 pthread_cond_broadcast(&p->slot_cv);
             /* The issuer thread waits for a quarter of the slots (at least one): it then issues
              * several chunks per wake-up while the device still has the rest queued. */
-            if (p->slot_waiting && p->nfree_slots >= p->slot_wake)
+            if (p->slot_waiting && (p->nfree_slots >= p->slot_wake ||
+                                    __atomic_load_n(&p->level, __ATOMIC_RELAXED) >= 2))
                 pthread_cond_signal(&p->slot_cv);
             /* Queued light batches that were short of slots: issue them here and now rather
              * than wake a thread for it. */
@@ -825,6 +860,13 @@ static void *completion_main(void *arg)
 
 /* ---- issue ------------------------------------------------------------------------------- */
 
+/* Chunks the ladder lets be in flight now. Under lock. */
+static unsigned inflight_limit(const ferry_pipeline_t *p)
+{
+    int level = __atomic_load_n(&p->level, __ATOMIC_RELAXED);
+    return level >= 3 ? 1u : level == 2 ? (p->depth < 2 ? p->depth : 2u) : p->depth;
+}
+
 /* Issuer thread, holding the token: take a free slot, waiting for a quarter of them when none
  * is free. While it waits it is idle (busy 0): the device may run ahead. */
 static slot_t *acquire_slot(ferry_pipeline_t *p)
@@ -838,6 +880,15 @@ static slot_t *acquire_slot(ferry_pipeline_t *p)
          * hung chunks never come back). */
         while (p->nfree_slots < p->slot_wake && !__atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE))
             pthread_cond_wait(&p->slot_cv, &p->lock);
+        p->slot_waiting = false;
+        set_busy(p, true, true);
+    }
+    /* The ladder may hold fewer chunks in flight than there are slots. */
+    while (p->depth - p->nfree_slots >= inflight_limit(p) &&
+           !__atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE)) {
+        p->slot_waiting = true;
+        set_busy(p, false, true);
+        pthread_cond_wait(&p->slot_cv, &p->lock);
         p->slot_waiting = false;
         set_busy(p, true, true);
     }
@@ -935,11 +986,12 @@ static void issue_one(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c, slot_t *s
     s->chunk = c;
     s->offset = (size_t)c * p->chunk;
     s->bytes = b->b.bytes - s->offset < p->chunk ? b->b.bytes - s->offset : p->chunk;
-    if (p->single) {
+    int level = __atomic_load_n(&p->level, __ATOMIC_RELAXED);
+    if (p->single || level >= 3) {
         s->h2d = s->comp = s->d2h = 0;
     } else {
         s->h2d = (unsigned)(k % p->ncopy);
-        s->comp = p->ncopy + (unsigned)(k % p->ncomp);
+        s->comp = p->ncopy + (level >= 1 ? 0u : (unsigned)(k % p->ncomp));
         s->d2h = p->ncopy + p->ncomp + (unsigned)(k % p->ncopy);
     }
     s->err = 0;
@@ -1102,7 +1154,9 @@ static void run_queue(ferry_pipeline_t *p, enum issue_role role)
             continue;
         }
         pthread_mutex_lock(&p->lock);
-        if (b->light && p->nfree_slots >= b->nchunks && (role == ROLE_ISSUER || budget > 0)) {
+        if (b->light && p->nfree_slots >= b->nchunks &&
+            p->depth - p->nfree_slots + b->nchunks <= inflight_limit(p) &&
+            (role == ROLE_ISSUER || budget > 0)) {
             take_slots(p, b->nchunks, sl);
             p->nqueued--;
             p->pending = NULL;
@@ -1111,7 +1165,7 @@ static void run_queue(ferry_pipeline_t *p, enum issue_role role)
             issue_light(p, b, sl);
             continue;
         }
-        if (role == ROLE_ISSUER && !b->light) {
+        if (role == ROLE_ISSUER) { /* anything the light path did not take, slots awaited */
             p->nqueued--;
             p->pending = NULL;
             pthread_mutex_unlock(&p->lock);
@@ -1618,6 +1672,9 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
     out->batches_done_cpu = __atomic_load_n(&p->done_cpu, __ATOMIC_RELAXED);
     out->chunks_cpu = p->chunks_cpu_seen + __atomic_load_n(&p->chunks_cpu_direct, __ATOMIC_RELAXED);
     out->deadlines_passed = p->deadlines_seen;
+    out->ladder_level = (unsigned)__atomic_load_n(&p->level, __ATOMIC_RELAXED);
+    out->ladder_steps_down = p->steps_down_seen;
+    out->ladder_steps_up = p->steps_up_seen;
     out->gpu_hung = __atomic_load_n(&p->hang_lost, __ATOMIC_RELAXED) != 0;
     out->failure_records = p->failure_records_seen;
     out->gpu_lost = __atomic_load_n(&p->gpu_lost, __ATOMIC_RELAXED) != 0;

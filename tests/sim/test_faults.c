@@ -263,6 +263,30 @@ static void test_hang_walk(void **state)
     }
 }
 
+/* The ladder's level 1: each non-sticky failure takes a step down (one compute stream, at most
+ * 2 chunks in flight, synchronous), 64 good chunks in a row a step back up; results stay exact
+ * at every level. */
+static void test_ladder(void **state)
+{
+    (void)state;
+    uint64_t seed = test_seed(25);
+    walk_t one = walk("kernel@batch=2", seed);
+    printf("# one fault: down %llu, up %llu, level %u\n",
+           (unsigned long long)one.st.ladder_steps_down, (unsigned long long)one.st.ladder_steps_up,
+           one.st.ladder_level);
+    assert_int_equal(one.st.ladder_steps_down, 1);
+    assert_int_equal(one.st.ladder_steps_up, 1); /* 88 good chunks follow */
+    assert_int_equal(one.st.ladder_level, 0);
+    walk_t three = walk("kernel@n=5,kernel@n=6,kernel@n=7", seed);
+    assert_int_equal(three.st.ladder_steps_down, 3);
+    assert_int_equal(three.cpu, 1); /* kernels 5-7: chunks 0-2 of batch 1 */
+    assert_true(three.st.ladder_steps_up >= 1);
+    walk_t late = walk("kernel@n=93,kernel@n=94,kernel@n=95", seed);
+    assert_int_equal(late.st.ladder_level, 3); /* no good chunks left to climb back */
+    walk_t rnd = walk("kernel@p=0.2", seed);
+    assert_true(rnd.st.ladder_steps_down > 0);
+}
+
 /* Without a CPU function a failed chunk fails its batch, once, with the reason. */
 static int gpu_only_cpu(const ferry_kernel_args_t *a, void *user)
 {
@@ -325,7 +349,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_parser),       cmocka_unit_test(test_kernel_fault_walk),
         cmocka_unit_test(test_sticky_fault_walk), cmocka_unit_test(test_slow_link_and_memory),
-        cmocka_unit_test(test_hang_walk),         cmocka_unit_test(test_no_fallback_fails_once),
+        cmocka_unit_test(test_hang_walk),
+        cmocka_unit_test(test_ladder),         cmocka_unit_test(test_no_fallback_fails_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

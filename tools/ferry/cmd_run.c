@@ -387,10 +387,12 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
         printf("],\"host_pinned\":%s,\"chunks_timed\":%llu", s->host_pinned ? "true" : "false",
                (unsigned long long)s->chunks_timed);
         printf(",\"chunks_cpu\":%llu,\"failure_records\":%llu,\"gpu_lost\":%s,"
-               "\"gpu_hung\":%s,\"deadlines_passed\":%llu",
+               "\"gpu_hung\":%s,\"deadlines_passed\":%llu,\"ladder_steps_down\":%llu,"
+               "\"ladder_steps_up\":%llu,\"ladder_level\":%u",
                (unsigned long long)s->chunks_cpu, (unsigned long long)s->failure_records,
                s->gpu_lost ? "true" : "false", s->gpu_hung ? "true" : "false",
-               (unsigned long long)s->deadlines_passed);
+               (unsigned long long)s->deadlines_passed, (unsigned long long)s->ladder_steps_down,
+               (unsigned long long)s->ladder_steps_up, s->ladder_level);
         printf(",\"batches_ok_gpu\":%llu,\"batches_ok_cpu\":%llu,\"batches_failed\":%llu,"
                "\"batches_mismatched\":%llu,\"verified_bytes\":%llu,\"verified\":%s",
                (unsigned long long)t->ok_gpu, (unsigned long long)t->ok_cpu,
@@ -432,6 +434,11 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
     printf("\n  batches    %llu ok on GPU, %llu ok on CPU, %llu failed\n",
            (unsigned long long)t->ok_gpu, (unsigned long long)t->ok_cpu,
            (unsigned long long)t->failed);
+    if (s->ladder_steps_down > 0)
+        printf("  ladder     %llu step(s) down (fewer streams, fewer chunks in flight), %llu back "
+               "up; level %u at the end\n",
+               (unsigned long long)s->ladder_steps_down, (unsigned long long)s->ladder_steps_up,
+               s->ladder_level);
     if (s->deadlines_passed > 0)
         printf("  deadlines  %llu chunk(s) passed their deadline; the abort flag was raised\n",
                (unsigned long long)s->deadlines_passed);
