@@ -55,3 +55,23 @@ ferry_runtime_t *test_sim_runtime(void)
         fail_msg("ferry_runtime_create(sim): %s: %s", ferry_err_name(rc), ferry_last_error());
     return rt;
 }
+
+ferry_runtime_t *test_sim_runtime_with(const char *const *kv)
+{
+    ferry_options_t *o = NULL;
+    if (ferry_options_create(&o) != 0)
+        fail_msg("ferry_options_create: %s", ferry_last_error());
+    for (size_t i = 0; kv != NULL && kv[i] != NULL; i += 2)
+        if (ferry_options_set(o, kv[i], kv[i + 1]) != 0)
+            fail_msg("option %s=%s: %s", kv[i], kv[i + 1], ferry_last_error());
+    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
+    cfg.backend = "sim";
+    cfg.profile = FERRY_TEST_PROFILE;
+    cfg.options = o;
+    ferry_runtime_t *rt = NULL;
+    int rc = ferry_runtime_create(&cfg, &rt);
+    ferry_options_destroy(o);
+    if (rc != 0)
+        fail_msg("ferry_runtime_create(sim): %s: %s", ferry_err_name(rc), ferry_last_error());
+    return rt;
+}

@@ -22,5 +22,7 @@ uint64_t test_rand_range(uint64_t *state, uint64_t lo, uint64_t hi);
 void test_fill_random(void *p, size_t n, uint64_t *state);
 /* A runtime on the sim backend with the in-tree H200 profile; fails the test on error. */
 ferry_runtime_t *test_sim_runtime(void);
+/* The same with options set first: @kv is NULL or name, value, name, value, ..., NULL. */
+ferry_runtime_t *test_sim_runtime_with(const char *const *kv);
 
 #endif

@@ -72,20 +72,8 @@ static void test_strict_parse(void **state)
 
 static ferry_runtime_t *runtime_with(const char *name, const char *value)
 {
-    ferry_options_t *o = NULL;
-    assert_int_equal(ferry_options_create(&o), 0);
-    if (name != NULL)
-        assert_int_equal(ferry_options_set(o, name, value), 0);
-    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
-    cfg.backend = "sim";
-    cfg.profile = FERRY_TEST_PROFILE;
-    cfg.options = o;
-    ferry_runtime_t *rt = NULL;
-    int rc = ferry_runtime_create(&cfg, &rt);
-    ferry_options_destroy(o);
-    if (rc != 0)
-        fail_msg("runtime: %s", ferry_last_error());
-    return rt;
+    const char *const kv[] = {name, value, NULL};
+    return test_sim_runtime_with(kv);
 }
 
 static ferry_pipeline_t *pipeline(ferry_device_t *dev, const ferry_stage_t *st, unsigned ncomp)

@@ -81,18 +81,8 @@ static walk_t walk(const char *spec, uint64_t seed)
     int fd = mkstemp(log);
     assert_true(fd >= 0);
     close(fd);
-    ferry_options_t *o = NULL;
-    assert_int_equal(ferry_options_create(&o), 0);
-    assert_int_equal(ferry_options_set(o, "inject", spec), 0);
-    assert_int_equal(ferry_options_set(o, "failure_log", log), 0);
-    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
-    cfg.backend = "sim";
-    cfg.profile = FERRY_TEST_PROFILE;
-    cfg.options = o;
-    ferry_runtime_t *rt = NULL;
-    if (ferry_runtime_create(&cfg, &rt) != 0)
-        fail_msg("runtime with inject '%s': %s", spec, ferry_last_error());
-    ferry_options_destroy(o);
+    const char *const kv[] = {"inject", spec, "failure_log", log, NULL};
+    ferry_runtime_t *rt = test_sim_runtime_with(kv);
     ferry_device_t *dev = NULL;
     assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
     ferry_workload_t *wl = NULL;
@@ -303,16 +293,8 @@ static int gpu_only_cpu(const ferry_kernel_args_t *a, void *user)
 static void test_no_fallback_fails_once(void **state)
 {
     (void)state;
-    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
-    ferry_options_t *o = NULL;
-    assert_int_equal(ferry_options_create(&o), 0);
-    assert_int_equal(ferry_options_set(o, "inject", "kernel@batch=2"), 0);
-    cfg.backend = "sim";
-    cfg.profile = FERRY_TEST_PROFILE;
-    cfg.options = o;
-    ferry_runtime_t *rt = NULL;
-    assert_int_equal(ferry_runtime_create(&cfg, &rt), 0);
-    ferry_options_destroy(o);
+    const char *const kv[] = {"inject", "kernel@batch=2", NULL};
+    ferry_runtime_t *rt = test_sim_runtime_with(kv);
     ferry_device_t *dev = NULL;
     assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
     ferry_stage_t st = FERRY_STAGE_INIT;
@@ -347,10 +329,13 @@ static void test_no_fallback_fails_once(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_spec_parser),       cmocka_unit_test(test_kernel_fault_walk),
-        cmocka_unit_test(test_sticky_fault_walk), cmocka_unit_test(test_slow_link_and_memory),
+        cmocka_unit_test(test_spec_parser),
+        cmocka_unit_test(test_kernel_fault_walk),
+        cmocka_unit_test(test_sticky_fault_walk),
+        cmocka_unit_test(test_slow_link_and_memory),
         cmocka_unit_test(test_hang_walk),
-        cmocka_unit_test(test_ladder),         cmocka_unit_test(test_no_fallback_fails_once),
+        cmocka_unit_test(test_ladder),
+        cmocka_unit_test(test_no_fallback_fails_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

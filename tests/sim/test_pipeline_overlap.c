@@ -99,17 +99,8 @@ static void test_overlap_reaches_ceiling(void **state)
 
 static ferry_runtime_t *runtime_with_timing(const char *mode)
 {
-    ferry_options_t *o = NULL;
-    assert_int_equal(ferry_options_create(&o), 0);
-    assert_int_equal(ferry_options_set(o, "op_timing", mode), 0);
-    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
-    cfg.backend = "sim";
-    cfg.profile = FERRY_TEST_PROFILE;
-    cfg.options = o;
-    ferry_runtime_t *rt = NULL;
-    assert_int_equal(ferry_runtime_create(&cfg, &rt), 0);
-    ferry_options_destroy(o);
-    return rt;
+    const char *const kv[] = {"op_timing", mode, NULL};
+    return test_sim_runtime_with(kv);
 }
 
 /* Sampled timing (one chunk in 31, the default) reports what timing every chunk reports: each

@@ -72,16 +72,8 @@ static void test_soak(void **state)
     (void)state;
     const char *env = getenv("FERRY_SOAK_BATCHES");
     uint64_t n = env ? strtoull(env, NULL, 10) : 1000000;
-    ferry_options_t *o = NULL;
-    assert_int_equal(ferry_options_create(&o), 0);
-    assert_int_equal(ferry_options_set(o, "inject", "kernel@p=0.0005,slow@n=5000:x=3:for=5ms"), 0);
-    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
-    cfg.backend = "sim";
-    cfg.profile = FERRY_TEST_PROFILE;
-    cfg.options = o;
-    ferry_runtime_t *rt = NULL;
-    assert_int_equal(ferry_runtime_create(&cfg, &rt), 0);
-    ferry_options_destroy(o);
+    const char *const kv[] = {"inject", "kernel@p=0.0005,slow@n=5000:x=3:for=5ms", NULL};
+    ferry_runtime_t *rt = test_sim_runtime_with(kv);
     ferry_device_t *dev = NULL;
     assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
     ferry_workload_t *wl = NULL;
