@@ -16,6 +16,9 @@ need=(
   "libcjson-dev:/usr/include/cjson/cJSON.h"
   "libcmocka-dev:/usr/include/cmocka.h"
   "python3:/usr/bin/python3"
+  # the metrics tests parse ferry's exposition with a real Prometheus parser, and scrape it
+  "python3-prometheus-client:/usr/lib/python3/dist-packages/prometheus_client/__init__.py"
+  "curl:/usr/bin/curl"
 )
 
 missing=()

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/runtime.h"
+#include "pipeline/pipeline_internal.h"
 #include "sched/sched.h"
 
 /* Three events per chunk, one after each op, carry the dependencies. They are untimed: on the
@@ -211,8 +212,10 @@ struct ferry_pipeline {
     unsigned char *cpu_tmp; /* token holder: input and output of CPU-direct chunks (2 x chunk) */
     FILE *failure_log;
     char failure_log_path[256];
-    uint64_t chunks_cpu, failure_records;           /* completion thread */
-    uint64_t chunks_cpu_direct;                     /* atomic: CPU chunks that needed no slot */
+    uint64_t chunks_cpu, failure_records; /* completion thread */
+    uint64_t chunks_cpu_direct;           /* atomic: CPU chunks that needed no slot */
+    /* Batch latency, submit to callback on the device clock (atomics; pipeline_internal.h). */
+    uint64_t lat_count, lat_sum_ns, lat_buckets[FERRY__LAT_BUCKETS + 1];
     uint64_t chunks_cpu_seen, failure_records_seen; /* under lock: as of the last pass */
     uint64_t first_start, last_end;
     bool any_retired;
@@ -797,6 +800,7 @@ static void *completion_main(void *arg)
                     .done_ns = now,
                 };
                 b->cb(&r, b->arg);
+                ferry__latency_observe(p, now > b->submit_ns ? now - b->submit_ns : 0);
                 if (b->status != 0)
                     failed++;
                 else if (b->cpu_chunks > 0)
@@ -1778,4 +1782,34 @@ int ferry_pipeline_write_trace(ferry_pipeline_t *p, const char *path)
     }
     pthread_mutex_unlock(&p->lock);
     return 0;
+}
+
+/* ---- for the metrics registry (pipeline_internal.h) ----------------------------------------- */
+
+const double ferry__lat_bounds_s[FERRY__LAT_BUCKETS] = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+    0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
+
+void ferry__latency_observe(ferry_pipeline_t *p, uint64_t ns)
+{
+    double s = (double)ns / 1e9;
+    size_t i = 0;
+    while (i < FERRY__LAT_BUCKETS && s > ferry__lat_bounds_s[i])
+        i++;
+    __atomic_add_fetch(&p->lat_buckets[i], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&p->lat_sum_ns, ns, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&p->lat_count, 1, __ATOMIC_RELAXED);
+}
+
+void ferry__latency_read(ferry_pipeline_t *p, uint64_t *buckets, uint64_t *sum_ns, uint64_t *count)
+{
+    for (size_t i = 0; i <= FERRY__LAT_BUCKETS; i++)
+        buckets[i] = __atomic_load_n(&p->lat_buckets[i], __ATOMIC_RELAXED);
+    *sum_ns = __atomic_load_n(&p->lat_sum_ns, __ATOMIC_RELAXED);
+    *count = __atomic_load_n(&p->lat_count, __ATOMIC_RELAXED);
+}
+
+const char *ferry__pipeline_stage_name(const ferry_pipeline_t *p)
+{
+    return p->stage_name;
 }

@@ -51,6 +51,15 @@ void cli_json_str(FILE *f, const char *s);
 /* Whether stdout is a terminal and colour is allowed (NO_COLOR unset). */
 bool cli_color(void);
 
+/* The metrics of a command (metrics_export.c): with option metrics_addr or metrics_file set,
+ * a registry with @p attached, served and/or written every second; nothing otherwise (*out
+ * NULL). Start returns CLI_OK or CLI_FAIL (message printed); stop writes the file a last time,
+ * detaches and frees. */
+typedef struct cli_metrics cli_metrics_t;
+int cli_metrics_start(const char *cmd, const ferry_options_t *o, ferry_pipeline_t *p,
+                      const char *label, bool quiet, cli_metrics_t **out);
+int cli_metrics_stop(const char *cmd, cli_metrics_t *cm);
+
 int cmd_run(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
 int cmd_options(int argc, char **argv);

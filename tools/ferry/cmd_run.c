@@ -486,6 +486,7 @@ int cmd_run(int argc, char **argv)
     ferry_runtime_t *rt = NULL;
     ferry_device_t *dev = NULL;
     ferry_pipeline_t *pl = NULL;
+    cli_metrics_t *metrics = NULL;
     ferry_workload_t *wl = NULL;
     run_state_t st = {.outfd = -1};
     cb_ctx_t *cbs = NULL;
@@ -637,6 +638,8 @@ int cmd_run(int argc, char **argv)
             break;
         }
 
+    if (cli_metrics_start(cmd, opts, pl, "run", ro.quiet, &metrics) != CLI_OK)
+        goto out;
     struct timespec ts0, ts1;
     clock_gettime(CLOCK_MONOTONIC, &ts0);
     bool failed_submit = false;
@@ -674,6 +677,10 @@ int cmd_run(int argc, char **argv)
     ferry_pipeline_drain(pl);
     stop_verifiers(&st, verifiers, &nver);
     clock_gettime(CLOCK_MONOTONIC, &ts1);
+    int mrc = cli_metrics_stop(cmd, metrics);
+    metrics = NULL;
+    if (mrc != CLI_OK)
+        goto out;
     double wall = (double)(ts1.tv_sec - ts0.tv_sec) + (double)(ts1.tv_nsec - ts0.tv_nsec) / 1e9;
     if (failed_submit)
         goto out;
@@ -695,6 +702,7 @@ int cmd_run(int argc, char **argv)
     rc = ok ? CLI_OK : CLI_FAIL;
 
 out:
+    cli_metrics_stop(cmd, metrics);
     stop_verifiers(&st, verifiers, &nver);
     if (pl && ferry_pipeline_close(pl) != 0) {
         ferry_pipeline_drain(pl);

@@ -1,0 +1,68 @@
+/* Metrics: one registry of counters, gauges and histograms, with pipelines attached so that
+ * their statistics are read at exposition time, written in the Prometheus text format (0.0.4):
+ * to a stream, to a textfile for node_exporter (replaced atomically), or served on loopback at
+ * /metrics. Names follow Prometheus conventions: ferry's own start with `ferry_`, use base
+ * units (`_bytes`, `_seconds`) and counters end in `_total`. Thread-safe. */
+#ifndef FERRY_METRICS_H
+#define FERRY_METRICS_H
+
+#include <stdio.h>
+
+#include "ferry.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ferry_metrics ferry_metrics_t;
+typedef struct ferry_metric ferry_metric_t;
+
+/** A new, empty registry. Returns 0 or FERRY_ENOMEM. */
+FERRY_EXTERN int ferry_metrics_create(ferry_metrics_t **out);
+/** Stop serving, detach pipelines, free everything. NULL is a no-op. */
+FERRY_EXTERN void ferry_metrics_destroy(ferry_metrics_t *m);
+
+/** Register one series. @p name: [a-zA-Z_:][a-zA-Z0-9_:]*, counters ending in `_total`;
+ *  @p labels: NULL or name, value, ..., NULL (values escaped on output). Series of one name
+ *  share type and help. Returns 0, FERRY_EINVAL (a bad name, label or type clash, naming it) or
+ *  FERRY_ENOMEM. The metric lives as long as the registry. */
+FERRY_EXTERN int ferry_metrics_counter(ferry_metrics_t *m, const char *name, const char *help,
+                                       const char *const *labels, ferry_metric_t **out);
+FERRY_EXTERN int ferry_metrics_gauge(ferry_metrics_t *m, const char *name, const char *help,
+                                     const char *const *labels, ferry_metric_t **out);
+/** A histogram with @p n increasing upper bounds (+Inf is added). */
+FERRY_EXTERN int ferry_metrics_histogram(ferry_metrics_t *m, const char *name, const char *help,
+                                         const char *const *labels, const double *bounds, size_t n,
+                                         ferry_metric_t **out);
+
+/** Counters: add @p v >= 0 (a negative @p v is ignored and logged). Gauges: add any @p v. */
+FERRY_EXTERN void ferry_metric_add(ferry_metric_t *c, double v);
+/** Gauges only. */
+FERRY_EXTERN void ferry_metric_set(ferry_metric_t *g, double v);
+/** Histograms only. */
+FERRY_EXTERN void ferry_metric_observe(ferry_metric_t *h, double v);
+
+/** Attach @p p: its statistics appear as `ferry_pipeline_*` and `ferry_fault_*` series with the
+ *  label pipeline="@p label". Detach before closing the pipeline. Returns 0, FERRY_EINVAL or
+ *  FERRY_ENOMEM. */
+FERRY_EXTERN int ferry_metrics_add_pipeline(ferry_metrics_t *m, ferry_pipeline_t *p,
+                                            const char *label);
+FERRY_EXTERN void ferry_metrics_remove_pipeline(ferry_metrics_t *m, ferry_pipeline_t *p);
+
+/** Write every series in the Prometheus text format. Returns 0 or FERRY_EIO. */
+FERRY_EXTERN int ferry_metrics_write(ferry_metrics_t *m, FILE *f);
+/** Write to @p path through a temporary file and rename(2), so a reader (node_exporter's
+ *  textfile collector) never sees half a file. Returns 0 or FERRY_EIO naming the path. */
+FERRY_EXTERN int ferry_metrics_write_file(ferry_metrics_t *m, const char *path);
+/** Serve GET /metrics over HTTP on @p addr, "127.0.0.1:PORT" (loopback only; PORT 0 picks a free
+ *  one), on a thread of its own until the registry is destroyed. The address actually bound is
+ *  written to @p bound. Returns 0, FERRY_EINVAL (not a loopback address, naming what is
+ *  accepted), FERRY_EBUSY (serving already) or FERRY_EIO (bind or listen failed, with the
+ *  reason). */
+FERRY_EXTERN int ferry_metrics_serve(ferry_metrics_t *m, const char *addr, char *bound,
+                                     size_t bound_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,708 @@
+/* The metrics registry (include/ferry/metrics.h): families of series registered by name, values
+ * as atomics (doubles kept as their bits), attached pipelines read at exposition time, the
+ * Prometheus text format, an atomically replaced textfile, and a loopback HTTP endpoint. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/runtime.h"
+#include "ferry/metrics.h"
+#include "pipeline/pipeline_internal.h"
+
+enum kind { K_COUNTER, K_GAUGE, K_HISTOGRAM };
+static const char *const kind_names[] = {"counter", "gauge", "histogram"};
+
+#define MAX_BOUNDS 32
+
+struct ferry_metric {
+    enum kind kind;
+    char *labels;  /* 'k="v",k2="v2"' (escaped), or "" */
+    uint64_t bits; /* counter and gauge value: a double's bits (atomic) */
+    size_t nbounds;
+    double bounds[MAX_BOUNDS];
+    uint64_t counts[MAX_BOUNDS + 1]; /* non-cumulative (atomic) */
+    uint64_t sum_bits;               /* atomic double */
+    struct ferry_metric *next;
+};
+
+typedef struct family {
+    char *name, *help;
+    enum kind kind;
+    ferry_metric_t *series, *last;
+    struct family *next;
+} family_t;
+
+typedef struct attached {
+    ferry_pipeline_t *p;
+    char *label;
+    struct attached *next;
+} attached_t;
+
+struct ferry_metrics {
+    pthread_mutex_t lock; /* the lists; values are atomics */
+    family_t *families, *last;
+    attached_t *pipelines;
+    /* the endpoint */
+    bool serving;
+    int listen_fd, stop_pipe[2];
+    pthread_t server;
+};
+
+/* ---- values ------------------------------------------------------------------------------ */
+
+static double load_d(const uint64_t *bits)
+{
+    uint64_t b = __atomic_load_n(bits, __ATOMIC_RELAXED);
+    double d;
+    memcpy(&d, &b, sizeof(d));
+    return d;
+}
+
+static void add_d(uint64_t *bits, double v)
+{
+    uint64_t old = __atomic_load_n(bits, __ATOMIC_RELAXED), nw;
+    do {
+        double d;
+        memcpy(&d, &old, sizeof(d));
+        d += v;
+        memcpy(&nw, &d, sizeof(nw));
+    } while (
+        !__atomic_compare_exchange_n(bits, &old, nw, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+}
+
+void ferry_metric_add(ferry_metric_t *c, double v)
+{
+    if (c == NULL || c->kind == K_HISTOGRAM || !isfinite(v))
+        return;
+    if (c->kind == K_COUNTER && v < 0) {
+        ferry_log(FERRY_LOG_WARN, "metrics", "a counter cannot go down (add %g ignored)", v);
+        return;
+    }
+    add_d(&c->bits, v);
+}
+
+void ferry_metric_set(ferry_metric_t *g, double v)
+{
+    if (g == NULL || g->kind != K_GAUGE)
+        return;
+    uint64_t b;
+    memcpy(&b, &v, sizeof(b));
+    __atomic_store_n(&g->bits, b, __ATOMIC_RELAXED);
+}
+
+void ferry_metric_observe(ferry_metric_t *h, double v)
+{
+    if (h == NULL || h->kind != K_HISTOGRAM || isnan(v))
+        return;
+    size_t i = 0;
+    while (i < h->nbounds && v > h->bounds[i])
+        i++;
+    __atomic_add_fetch(&h->counts[i], 1, __ATOMIC_RELAXED);
+    add_d(&h->sum_bits, v);
+}
+
+/* ---- registration ------------------------------------------------------------------------ */
+
+int ferry_metrics_create(ferry_metrics_t **out)
+{
+    if (out == NULL)
+        return ferry__error(FERRY_EINVAL, "ferry_metrics_create: NULL out");
+    ferry_metrics_t *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return ferry__error(FERRY_ENOMEM, "ferry_metrics_create: out of memory");
+    pthread_mutex_init(&m->lock, NULL);
+    m->listen_fd = -1;
+    m->stop_pipe[0] = m->stop_pipe[1] = -1;
+    *out = m;
+    return 0;
+}
+
+static bool valid_name(const char *s, bool label)
+{
+    if (s == NULL || *s == '\0')
+        return false;
+    for (const char *p = s; *p; p++) {
+        bool alpha = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '_' ||
+                     (!label && *p == ':');
+        if (!alpha && !(p > s && *p >= '0' && *p <= '9'))
+            return false;
+    }
+    return true;
+}
+
+/* Escape a label value: backslash, double quote and newline. */
+static void append_escaped(char *dst, size_t *at, size_t cap, const char *v)
+{
+    for (; *v && *at + 3 < cap; v++) {
+        if (*v == '\\' || *v == '"') {
+            dst[(*at)++] = '\\';
+            dst[(*at)++] = *v;
+        } else if (*v == '\n') {
+            dst[(*at)++] = '\\';
+            dst[(*at)++] = 'n';
+        } else {
+            dst[(*at)++] = *v;
+        }
+    }
+    dst[*at] = '\0';
+}
+
+static int format_labels(const char *const *labels, char **out)
+{
+    char buf[1024] = "";
+    size_t at = 0;
+    for (size_t i = 0; labels != NULL && labels[i] != NULL; i += 2) {
+        if (!valid_name(labels[i], true) || labels[i + 1] == NULL ||
+            strncmp(labels[i], "__", 2) == 0)
+            return ferry__error(
+                FERRY_EINVAL,
+                "metrics: label '%s' is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*, "
+                "not starting with __) or has no value",
+                labels[i]);
+        int n = snprintf(buf + at, sizeof(buf) - at, "%s%s=\"", i ? "," : "", labels[i]);
+        if (n < 0 || (size_t)n >= sizeof(buf) - at)
+            return ferry__error(FERRY_EINVAL, "metrics: labels longer than %zu bytes", sizeof(buf));
+        at += (size_t)n;
+        append_escaped(buf, &at, sizeof(buf) - 2, labels[i + 1]);
+        buf[at++] = '"';
+        buf[at] = '\0';
+    }
+    *out = strdup(buf);
+    return *out ? 0 : ferry__error(FERRY_ENOMEM, "metrics: out of memory");
+}
+
+static int add_series(ferry_metrics_t *m, enum kind kind, const char *name, const char *help,
+                      const char *const *labels, const double *bounds, size_t nb,
+                      ferry_metric_t **out)
+{
+    if (m == NULL || out == NULL || help == NULL)
+        return ferry__error(FERRY_EINVAL, "metrics: NULL registry, help or out");
+    if (!valid_name(name, false))
+        return ferry__error(FERRY_EINVAL,
+                            "metrics: '%s' is not a metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)",
+                            name ? name : "(null)");
+    size_t len = strlen(name);
+    if (kind == K_COUNTER && (len < 6 || strcmp(name + len - 6, "_total") != 0))
+        return ferry__error(FERRY_EINVAL, "metrics: counter '%s' must end in _total", name);
+    if (kind == K_HISTOGRAM) {
+        if (nb == 0 || nb > MAX_BOUNDS || bounds == NULL)
+            return ferry__error(FERRY_EINVAL, "metrics: histogram '%s' needs 1 to %d bounds", name,
+                                MAX_BOUNDS);
+        for (size_t i = 0; i < nb; i++)
+            if (!isfinite(bounds[i]) || (i > 0 && bounds[i] <= bounds[i - 1]))
+                return ferry__error(FERRY_EINVAL,
+                                    "metrics: histogram '%s': bounds must be finite and increasing",
+                                    name);
+    }
+    ferry_metric_t *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return ferry__error(FERRY_ENOMEM, "metrics: out of memory");
+    int rc = format_labels(labels, &s->labels);
+    if (rc != 0) {
+        free(s);
+        return rc;
+    }
+    s->kind = kind;
+    s->nbounds = nb;
+    if (nb)
+        memcpy(s->bounds, bounds, nb * sizeof(double));
+    pthread_mutex_lock(&m->lock);
+    family_t *f = m->families;
+    while (f != NULL && strcmp(f->name, name) != 0)
+        f = f->next;
+    if (f != NULL && f->kind != kind) {
+        pthread_mutex_unlock(&m->lock);
+        free(s->labels);
+        free(s);
+        return ferry__error(FERRY_EINVAL, "metrics: '%s' is already a %s", name,
+                            kind_names[f->kind]);
+    }
+    for (ferry_metric_t *o = f ? f->series : NULL; o != NULL; o = o->next)
+        if (strcmp(o->labels, s->labels) == 0) {
+            pthread_mutex_unlock(&m->lock);
+            free(s->labels);
+            free(s);
+            return ferry__error(FERRY_EINVAL, "metrics: '%s{%s}' is registered already", name,
+                                o->labels);
+        }
+    if (f == NULL) {
+        f = calloc(1, sizeof(*f));
+        if (f == NULL || (f->name = strdup(name)) == NULL || (f->help = strdup(help)) == NULL) {
+            pthread_mutex_unlock(&m->lock);
+            if (f != NULL) {
+                free(f->name);
+                free(f);
+            }
+            free(s->labels);
+            free(s);
+            return ferry__error(FERRY_ENOMEM, "metrics: out of memory");
+        }
+        f->kind = kind;
+        if (m->last)
+            m->last->next = f;
+        else
+            m->families = f;
+        m->last = f;
+    }
+    if (f->last)
+        f->last->next = s;
+    else
+        f->series = s;
+    f->last = s;
+    pthread_mutex_unlock(&m->lock);
+    *out = s;
+    return 0;
+}
+
+int ferry_metrics_counter(ferry_metrics_t *m, const char *name, const char *help,
+                          const char *const *labels, ferry_metric_t **out)
+{
+    return add_series(m, K_COUNTER, name, help, labels, NULL, 0, out);
+}
+
+int ferry_metrics_gauge(ferry_metrics_t *m, const char *name, const char *help,
+                        const char *const *labels, ferry_metric_t **out)
+{
+    return add_series(m, K_GAUGE, name, help, labels, NULL, 0, out);
+}
+
+int ferry_metrics_histogram(ferry_metrics_t *m, const char *name, const char *help,
+                            const char *const *labels, const double *bounds, size_t n,
+                            ferry_metric_t **out)
+{
+    return add_series(m, K_HISTOGRAM, name, help, labels, bounds, n, out);
+}
+
+int ferry_metrics_add_pipeline(ferry_metrics_t *m, ferry_pipeline_t *p, const char *label)
+{
+    if (m == NULL || p == NULL || label == NULL)
+        return ferry__error(FERRY_EINVAL, "ferry_metrics_add_pipeline: NULL argument");
+    attached_t *a = calloc(1, sizeof(*a));
+    if (a == NULL || (a->label = strdup(label)) == NULL) {
+        free(a);
+        return ferry__error(FERRY_ENOMEM, "metrics: out of memory");
+    }
+    a->p = p;
+    pthread_mutex_lock(&m->lock);
+    a->next = m->pipelines;
+    m->pipelines = a;
+    pthread_mutex_unlock(&m->lock);
+    return 0;
+}
+
+void ferry_metrics_remove_pipeline(ferry_metrics_t *m, ferry_pipeline_t *p)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->lock);
+    for (attached_t **pp = &m->pipelines; *pp != NULL; pp = &(*pp)->next)
+        if ((*pp)->p == p) {
+            attached_t *a = *pp;
+            *pp = a->next;
+            free(a->label);
+            free(a);
+            break;
+        }
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* ---- exposition -------------------------------------------------------------------------- */
+
+static void put_value(FILE *f, double v)
+{
+    if (isinf(v))
+        fputs(v > 0 ? "+Inf" : "-Inf", f);
+    else if (isnan(v))
+        fputs("NaN", f);
+    else
+        fprintf(f, "%.17g", v);
+}
+
+static void put_sample(FILE *f, const char *name, const char *suffix, const char *labels,
+                       const char *extra, double v)
+{
+    bool any = labels[0] || (extra && extra[0]);
+    fprintf(f, "%s%s%s%s%s%s%s ", name, suffix, any ? "{" : "", labels,
+            labels[0] && extra && extra[0] ? "," : "", extra ? extra : "", any ? "}" : "");
+    put_value(f, v);
+    fputc('\n', f);
+}
+
+static void put_histogram(FILE *f, const char *name, const char *labels, const double *bounds,
+                          size_t nb, const uint64_t *counts, double sum)
+{
+    uint64_t cum = 0;
+    char le[64];
+    for (size_t i = 0; i <= nb; i++) {
+        cum += counts[i];
+        if (i < nb)
+            snprintf(le, sizeof(le), "le=\"%.17g\"", bounds[i]);
+        else
+            snprintf(le, sizeof(le), "le=\"+Inf\"");
+        put_sample(f, name, "_bucket", labels, le, (double)cum);
+    }
+    put_sample(f, name, "_sum", labels, NULL, sum);
+    put_sample(f, name, "_count", labels, NULL, (double)cum);
+}
+
+static void head(FILE *f, const char *name, const char *type, const char *help)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* The attached pipelines' series, family by family. */
+typedef struct pl_metric {
+    const char *name, *type, *help;
+} pl_metric_t;
+
+static void write_pipelines(ferry_metrics_t *m, FILE *f)
+{
+    size_t n = 0;
+    for (attached_t *a = m->pipelines; a != NULL; a = a->next)
+        n++;
+    if (n == 0)
+        return;
+    ferry_pipeline_stats_t *st = calloc(n, sizeof(*st));
+    char(*lab)[256] = calloc(n, sizeof(*lab));
+    if (st == NULL || lab == NULL) {
+        free(st);
+        free(lab);
+        return;
+    }
+    size_t i = 0;
+    for (attached_t *a = m->pipelines; a != NULL; a = a->next, i++) {
+        st[i].size = sizeof(st[i]);
+        ferry_pipeline_stats(a->p, &st[i]);
+        size_t at = 0;
+        strcpy(lab[i], "pipeline=\"");
+        at = strlen(lab[i]);
+        append_escaped(lab[i], &at, sizeof(lab[i]) - 2, a->label);
+        lab[i][at++] = '"';
+        lab[i][at] = '\0';
+    }
+    char extra[64];
+#define EACH for (size_t k = 0; k < n; k++)
+    head(f, "ferry_pipeline_batches_total", "counter", "Batches completed, by where they ended.");
+    EACH
+    {
+        put_sample(f, "ferry_pipeline_batches_total", "", lab[k], "where=\"gpu\"",
+                   (double)st[k].batches_done_gpu);
+        put_sample(f, "ferry_pipeline_batches_total", "", lab[k], "where=\"cpu\"",
+                   (double)st[k].batches_done_cpu);
+        put_sample(f, "ferry_pipeline_batches_total", "", lab[k], "where=\"failed\"",
+                   (double)st[k].batches_failed);
+    }
+    head(f, "ferry_pipeline_transfer_bytes_total", "counter",
+         "Bytes copied over the link, by direction.");
+    EACH
+    {
+        put_sample(f, "ferry_pipeline_transfer_bytes_total", "", lab[k], "direction=\"h2d\"",
+                   (double)st[k].bytes_h2d);
+        put_sample(f, "ferry_pipeline_transfer_bytes_total", "", lab[k], "direction=\"d2h\"",
+                   (double)st[k].bytes_d2h);
+    }
+    head(f, "ferry_pipeline_chunks_total", "counter", "Chunks issued.");
+    EACH put_sample(f, "ferry_pipeline_chunks_total", "", lab[k], NULL, (double)st[k].chunks);
+    head(f, "ferry_pipeline_staged_bytes_total", "counter",
+         "Input bytes copied into pinned slots by host workers.");
+    EACH put_sample(f, "ferry_pipeline_staged_bytes_total", "", lab[k], NULL,
+                    (double)st[k].staged_bytes);
+    head(f, "ferry_engine_busy_seconds_total", "counter",
+         "Time each engine class was busy (sampled timing, scaled).");
+    EACH
+    {
+        put_sample(f, "ferry_engine_busy_seconds_total", "", lab[k], "engine=\"h2d\"",
+                   (double)st[k].busy_h2d_ns / 1e9);
+        put_sample(f, "ferry_engine_busy_seconds_total", "", lab[k], "engine=\"compute\"",
+                   (double)st[k].busy_compute_ns / 1e9);
+        put_sample(f, "ferry_engine_busy_seconds_total", "", lab[k], "engine=\"d2h\"",
+                   (double)st[k].busy_d2h_ns / 1e9);
+    }
+    head(f, "ferry_stream_busy_seconds_total", "counter", "Time each stream was busy.");
+    EACH for (unsigned s = 0; s < st[k].streams; s++)
+    {
+        snprintf(extra, sizeof(extra), "stream=\"%u\",kind=\"%s\"", s,
+                 st[k].stream_kind[s] == 'h'   ? "h2d"
+                 : st[k].stream_kind[s] == 'c' ? "compute"
+                 : st[k].stream_kind[s] == 'd' ? "d2h"
+                                               : "all");
+        put_sample(f, "ferry_stream_busy_seconds_total", "", lab[k], extra,
+                   (double)st[k].stream_busy_ns[s] / 1e9);
+    }
+    head(f, "ferry_pipeline_queue_full_total", "counter",
+         "Submits that met a full queue, by what happened.");
+    EACH
+    {
+        put_sample(f, "ferry_pipeline_queue_full_total", "", lab[k], "outcome=\"waited\"",
+                   (double)st[k].queue_full_waits);
+        put_sample(f, "ferry_pipeline_queue_full_total", "", lab[k], "outcome=\"eagain\"",
+                   (double)st[k].queue_full_eagain);
+    }
+    head(f, "ferry_pipeline_slots_in_use", "gauge", "Slots bound to chunks in flight.");
+    EACH put_sample(f, "ferry_pipeline_slots_in_use", "", lab[k], NULL, (double)st[k].slots_in_use);
+    head(f, "ferry_pipeline_depth", "gauge", "Slots of the pipeline (chunks in flight at most).");
+    EACH put_sample(f, "ferry_pipeline_depth", "", lab[k], NULL, (double)st[k].depth);
+    head(f, "ferry_connections", "gauge",
+         "Hardware queues of the device's context (CUDA_DEVICE_MAX_CONNECTIONS as read).");
+    EACH put_sample(f, "ferry_connections", "", lab[k], NULL, (double)st[k].connections);
+    head(f, "ferry_context_streams", "gauge",
+         "Streams active on the device when the pipeline was made.");
+    EACH put_sample(f, "ferry_context_streams", "", lab[k], NULL, (double)st[k].context_streams);
+    head(f, "ferry_fault_cpu_chunks_total", "counter", "Chunks the CPU fallback produced.");
+    EACH put_sample(f, "ferry_fault_cpu_chunks_total", "", lab[k], NULL, (double)st[k].chunks_cpu);
+    head(f, "ferry_fault_failed_attempts_total", "counter",
+         "Failed GPU attempts (one failure record each).");
+    EACH put_sample(f, "ferry_fault_failed_attempts_total", "", lab[k], NULL,
+                    (double)st[k].failure_records);
+    head(f, "ferry_fault_deadlines_passed_total", "counter",
+         "Chunks that passed their deadline (the abort flag was raised).");
+    EACH put_sample(f, "ferry_fault_deadlines_passed_total", "", lab[k], NULL,
+                    (double)st[k].deadlines_passed);
+    head(f, "ferry_fault_ladder_steps_total", "counter", "Steps of the ladder, by direction.");
+    EACH
+    {
+        put_sample(f, "ferry_fault_ladder_steps_total", "", lab[k], "direction=\"down\"",
+                   (double)st[k].ladder_steps_down);
+        put_sample(f, "ferry_fault_ladder_steps_total", "", lab[k], "direction=\"up\"",
+                   (double)st[k].ladder_steps_up);
+    }
+    head(f, "ferry_fault_ladder_level", "gauge", "The ladder's level (0 the plan as configured).");
+    EACH put_sample(f, "ferry_fault_ladder_level", "", lab[k], NULL, (double)st[k].ladder_level);
+    head(f, "ferry_fault_gpu_lost", "gauge", "1 once a sticky error or a hang ended the GPU path.");
+    EACH put_sample(f, "ferry_fault_gpu_lost", "", lab[k], NULL, st[k].gpu_lost ? 1 : 0);
+    head(f, "ferry_pipeline_host_pinned", "gauge", "1 when the pipeline's host slots are pinned.");
+    EACH put_sample(f, "ferry_pipeline_host_pinned", "", lab[k], NULL, st[k].host_pinned ? 1 : 0);
+    head(f, "ferry_pipeline_batch_latency_seconds", "histogram",
+         "Batch latency, submit to callback, on the device clock.");
+    i = 0;
+    for (attached_t *a = m->pipelines; a != NULL; a = a->next, i++) {
+        uint64_t counts[FERRY__LAT_BUCKETS + 1], sum_ns = 0, count = 0;
+        ferry__latency_read(a->p, counts, &sum_ns, &count);
+        put_histogram(f, "ferry_pipeline_batch_latency_seconds", lab[i], ferry__lat_bounds_s,
+                      FERRY__LAT_BUCKETS, counts, (double)sum_ns / 1e9);
+    }
+#undef EACH
+    free(st);
+    free(lab);
+}
+
+int ferry_metrics_write(ferry_metrics_t *m, FILE *f)
+{
+    if (m == NULL || f == NULL)
+        return ferry__error(FERRY_EINVAL, "ferry_metrics_write: NULL argument");
+    pthread_mutex_lock(&m->lock);
+    for (family_t *fa = m->families; fa != NULL; fa = fa->next) {
+        head(f, fa->name, kind_names[fa->kind], fa->help);
+        for (ferry_metric_t *s = fa->series; s != NULL; s = s->next) {
+            if (s->kind == K_HISTOGRAM) {
+                uint64_t counts[MAX_BOUNDS + 1];
+                for (size_t i = 0; i <= s->nbounds; i++)
+                    counts[i] = __atomic_load_n(&s->counts[i], __ATOMIC_RELAXED);
+                put_histogram(f, fa->name, s->labels, s->bounds, s->nbounds, counts,
+                              load_d(&s->sum_bits));
+            } else {
+                put_sample(f, fa->name, "", s->labels, NULL, load_d(&s->bits));
+            }
+        }
+    }
+    write_pipelines(m, f);
+    pthread_mutex_unlock(&m->lock);
+    return ferror(f) ? ferry__error(FERRY_EIO, "ferry_metrics_write: write error") : 0;
+}
+
+int ferry_metrics_write_file(ferry_metrics_t *m, const char *path)
+{
+    if (m == NULL || path == NULL || path[0] == '\0')
+        return ferry__error(FERRY_EINVAL, "ferry_metrics_write_file: NULL registry or path");
+    char tmp[4096];
+    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= sizeof(tmp))
+        return ferry__error(FERRY_EINVAL, "metrics file path too long: %s", path);
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL)
+        return ferry__error(FERRY_EIO, "metrics file '%s': cannot create '%s': %s", path, tmp,
+                            strerror(errno));
+    int rc = ferry_metrics_write(m, f);
+    if (fclose(f) != 0 && rc == 0)
+        rc = ferry__error(FERRY_EIO, "metrics file '%s': %s", tmp, strerror(errno));
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = ferry__error(FERRY_EIO, "metrics file '%s': rename from '%s': %s", path, tmp,
+                          strerror(errno));
+    if (rc != 0)
+        unlink(tmp);
+    return rc;
+}
+
+/* ---- the endpoint ------------------------------------------------------------------------ */
+
+static void respond(ferry_metrics_t *m, int fd)
+{
+    char req[4096];
+    size_t got = 0;
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    /* The request line and headers, up to a blank line, within a second. */
+    while (got < sizeof(req) - 1 && poll(&pf, 1, 1000) == 1) {
+        ssize_t k = recv(fd, req + got, sizeof(req) - 1 - got, 0);
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+        req[got] = '\0';
+        if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n"))
+            break;
+    }
+    req[got] = '\0';
+    char *body = NULL;
+    size_t len = 0;
+    const char *status = "404 Not Found", *type = "text/plain; charset=utf-8";
+    if (strncmp(req, "GET /metrics ", 13) == 0 || strncmp(req, "GET /metrics?", 13) == 0) {
+        FILE *f = open_memstream(&body, &len);
+        if (f != NULL) {
+            ferry_metrics_write(m, f);
+            fclose(f);
+            status = "200 OK";
+            type = "text/plain; version=0.0.4; charset=utf-8";
+        }
+    } else if (strncmp(req, "GET ", 4) != 0) {
+        status = "405 Method Not Allowed";
+    }
+    if (body == NULL) {
+        body = strdup("ferry serves GET /metrics only\n");
+        len = body ? strlen(body) : 0;
+    }
+    char hdr[256];
+    int hn = snprintf(hdr, sizeof(hdr),
+                      "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                      "Connection: close\r\n\r\n",
+                      status, type, len);
+    if (send(fd, hdr, (size_t)hn, MSG_NOSIGNAL) == hn && body != NULL) {
+        for (size_t at = 0; at < len;) {
+            ssize_t k = send(fd, body + at, len - at, MSG_NOSIGNAL);
+            if (k <= 0)
+                break;
+            at += (size_t)k;
+        }
+    }
+    free(body);
+}
+
+static void *serve_main(void *arg)
+{
+    ferry_metrics_t *m = arg;
+    for (;;) {
+        struct pollfd pf[2] = {{.fd = m->listen_fd, .events = POLLIN},
+                               {.fd = m->stop_pipe[0], .events = POLLIN}};
+        if (poll(pf, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (pf[1].revents)
+            break;
+        if (pf[0].revents & POLLIN) {
+            int fd = accept(m->listen_fd, NULL, NULL);
+            if (fd >= 0) {
+                respond(m, fd);
+                close(fd);
+            }
+        }
+    }
+    return NULL;
+}
+
+int ferry_metrics_serve(ferry_metrics_t *m, const char *addr, char *bound, size_t bound_len)
+{
+    if (m == NULL || addr == NULL)
+        return ferry__error(FERRY_EINVAL, "ferry_metrics_serve: NULL registry or address");
+    const char *colon = strrchr(addr, ':');
+    char host[64];
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : -1;
+    size_t hl = colon ? (size_t)(colon - addr) : 0;
+    struct in_addr ia;
+    if (colon == NULL || hl == 0 || hl >= sizeof(host) || end == colon + 1 || *end != '\0' ||
+        port < 0 || port > 65535)
+        return ferry__error(FERRY_EINVAL,
+                            "metrics address '%s': accepted 127.0.0.1:PORT (PORT 0 to 65535; 0 "
+                            "picks a free one)",
+                            addr);
+    memcpy(host, addr, hl);
+    host[hl] = '\0';
+    if (inet_pton(AF_INET, host, &ia) != 1 || (ntohl(ia.s_addr) >> 24) != 127)
+        return ferry__error(FERRY_EINVAL,
+                            "metrics address '%s': only loopback (127.x.x.x) is served: metrics "
+                            "are not for the network without a proxy in front",
+                            addr);
+    if (m->serving)
+        return ferry__error(FERRY_EBUSY, "ferry_metrics_serve: already serving");
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return ferry__error(FERRY_EIO, "metrics endpoint: socket: %s", strerror(errno));
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = ia};
+    socklen_t sl = sizeof(sa);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 16) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
+        int e = errno;
+        close(fd);
+        return ferry__error(FERRY_EIO, "metrics endpoint %s: %s", addr, strerror(e));
+    }
+    if (pipe(m->stop_pipe) != 0) {
+        close(fd);
+        return ferry__error(FERRY_EIO, "metrics endpoint: pipe: %s", strerror(errno));
+    }
+    m->listen_fd = fd;
+    if (pthread_create(&m->server, NULL, serve_main, m) != 0) {
+        close(fd);
+        close(m->stop_pipe[0]);
+        close(m->stop_pipe[1]);
+        m->listen_fd = m->stop_pipe[0] = m->stop_pipe[1] = -1;
+        return ferry__error(FERRY_ENOMEM, "metrics endpoint: cannot start its thread");
+    }
+    m->serving = true;
+    if (bound != NULL && bound_len > 0)
+        snprintf(bound, bound_len, "%s:%u", host, (unsigned)ntohs(sa.sin_port));
+    return 0;
+}
+
+void ferry_metrics_destroy(ferry_metrics_t *m)
+{
+    if (m == NULL)
+        return;
+    if (m->serving) {
+        ssize_t w = write(m->stop_pipe[1], "x", 1);
+        (void)w;
+        pthread_join(m->server, NULL);
+        close(m->listen_fd);
+        close(m->stop_pipe[0]);
+        close(m->stop_pipe[1]);
+    }
+    while (m->families != NULL) {
+        family_t *f = m->families;
+        m->families = f->next;
+        while (f->series != NULL) {
+            ferry_metric_t *s = f->series;
+            f->series = s->next;
+            free(s->labels);
+            free(s);
+        }
+        free(f->name);
+        free(f->help);
+        free(f);
+    }
+    while (m->pipelines != NULL) {
+        attached_t *a = m->pipelines;
+        m->pipelines = a->next;
+        free(a->label);
+        free(a);
+    }
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Metrics: `ferry run --metrics-file` writes the Prometheus text format (parsed here with the
+# real parser, python3-prometheus-client from Debian) with the run's numbers in it;
+# `--metrics-addr 127.0.0.1:0` serves /metrics while the run goes, and the values move; bad
+# addresses and paths are refused by name.
+. "$(dirname "$0")/lib.sh"
+PY=/usr/bin/python3 # Debian's, which has python3-prometheus-client (scripts/deps.sh)
+
+expect_rc "run with a metrics file" 0 "$FERRY" run --bytes 256M --batch-bytes 32M --metrics-file "$TMP/m.prom"
+if "$PY" - "$TMP/m.prom" <<'PYEOF'; then ok "textfile parses, names, types and values right"; else bad "textfile"; fi
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+fams = {f.name: f for f in text_string_to_metric_families(open(sys.argv[1]).read())}
+def val(name, **labels):
+    for s in fams[name].samples:
+        if all(s.labels.get(k) == v for k, v in labels.items()) and s.name == name + "_total":
+            return s.value
+    raise KeyError(name)
+assert fams["ferry_pipeline_batches"].type == "counter"
+assert val("ferry_pipeline_batches", where="gpu") == 8, val("ferry_pipeline_batches", where="gpu")
+assert val("ferry_pipeline_transfer_bytes", direction="h2d") == 256 << 20
+assert fams["ferry_pipeline_slots_in_use"].type == "gauge"
+h = fams["ferry_pipeline_batch_latency_seconds"]
+assert h.type == "histogram"
+count = [s for s in h.samples if s.name.endswith("_count")][0].value
+assert count == 8, count
+for name in fams:
+    assert name.startswith("ferry_"), name
+PYEOF
+if ! ls "$TMP"/m.prom.tmp.* >/dev/null 2>&1; then ok "no temporary file left"; else bad "temporary file left"; fi
+
+# The endpoint, scraped twice while a longer run goes on.
+"$FERRY" run --bytes 4G --metrics-addr 127.0.0.1:0 >"$TMP/run.out" 2>"$TMP/run.err" &
+pid=$!
+addr=""
+for _ in $(seq 1 100); do
+  addr=$(sed -n 's|.*metrics on http://\([0-9.:]*\)/metrics.*|\1|p' "$TMP/run.err" | head -1)
+  [ -n "$addr" ] && break
+  sleep 0.1
+done
+if [ -n "$addr" ]; then ok "endpoint address printed ($addr)"; else bad "no endpoint address"; cat "$TMP/run.err"; fi
+curl -sf "http://$addr/metrics" >"$TMP/s1.prom"; r1=$?
+sleep 0.3
+curl -sf "http://$addr/metrics" >"$TMP/s2.prom"; r2=$?
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://$addr/other")
+wait "$pid"; rrc=$?
+if [ $r1 -eq 0 ] && [ $r2 -eq 0 ]; then ok "scraped twice"; else bad "scrape failed ($r1, $r2)"; fi
+if [ "$code" = "404" ]; then ok "other paths are 404"; else bad "other path: $code"; fi
+if [ $rrc -eq 0 ]; then ok "run finished"; else bad "run exit $rrc"; fi
+if "$PY" - "$TMP/s1.prom" "$TMP/s2.prom" <<'PYEOF'; then ok "values move as the job runs"; else bad "values did not move"; fi
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+def chunks(path):
+    for f in text_string_to_metric_families(open(path).read()):
+        if f.name == "ferry_pipeline_chunks":
+            return f.samples[0].value
+    raise KeyError
+a, b = chunks(sys.argv[1]), chunks(sys.argv[2])
+assert b > a, (a, b)
+PYEOF
+
+expect_rc "not loopback" 1 "$FERRY" run --bytes 1M --metrics-addr 0.0.0.0:9100
+expect_in "loopback required" "$TMP/err" "loopback"
+expect_rc "bad address" 1 "$FERRY" run --bytes 1M --metrics-addr localhost
+expect_in "accepted form named" "$TMP/err" "127.0.0.1:PORT"
+expect_rc "unwritable metrics file" 1 "$FERRY" run --bytes 1M --metrics-file /nonexistent/dir/m.prom
+expect_in "path named" "$TMP/err" "/nonexistent/dir/m.prom"
+finish

@@ -1,0 +1,111 @@
+/* The metrics of a running command: a registry with the command's pipeline attached, served on
+ * --metrics-addr and written to --metrics-file every second and once at the end (options
+ * metrics_addr, metrics_file). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "ferry/metrics.h"
+
+struct cli_metrics {
+    ferry_metrics_t *reg;
+    ferry_pipeline_t *p;
+    char *file;
+    pthread_t writer;
+    bool writing;
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    bool stop;
+};
+
+static void *writer_main(void *arg)
+{
+    cli_metrics_t *cm = arg;
+    pthread_mutex_lock(&cm->lock);
+    while (!cm->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&cm->cv, &cm->lock, &ts);
+        if (cm->stop)
+            break;
+        pthread_mutex_unlock(&cm->lock);
+        if (ferry_metrics_write_file(cm->reg, cm->file) != 0)
+            fprintf(stderr, "ferry: %s\n", ferry_last_error());
+        pthread_mutex_lock(&cm->lock);
+    }
+    pthread_mutex_unlock(&cm->lock);
+    return NULL;
+}
+
+int cli_metrics_start(const char *cmd, const ferry_options_t *o, ferry_pipeline_t *p,
+                      const char *label, bool quiet, cli_metrics_t **out)
+{
+    *out = NULL;
+    const char *addr = ferry_options_get_str(o, "metrics_addr");
+    const char *file = ferry_options_get_str(o, "metrics_file");
+    if ((addr == NULL || !addr[0]) && (file == NULL || !file[0]))
+        return CLI_OK;
+    cli_metrics_t *cm = calloc(1, sizeof(*cm));
+    if (cm == NULL)
+        return cli_fail(cmd, "out of memory for the metrics");
+    pthread_mutex_init(&cm->lock, NULL);
+    pthread_cond_init(&cm->cv, NULL);
+    cm->p = p;
+    if (ferry_metrics_create(&cm->reg) != 0 || ferry_metrics_add_pipeline(cm->reg, p, label) != 0)
+        goto fail;
+    if (addr != NULL && addr[0]) {
+        char bound[64];
+        if (ferry_metrics_serve(cm->reg, addr, bound, sizeof(bound)) != 0)
+            goto fail;
+        /* Always said, even with --quiet: a script that asked for port 0 needs the port. */
+        fprintf(stderr, "ferry %s: metrics on http://%s/metrics\n", cmd, bound);
+        (void)quiet;
+    }
+    if (file != NULL && file[0]) {
+        cm->file = strdup(file);
+        /* A path that cannot be written is found now, not a second into the run. */
+        if (cm->file == NULL || ferry_metrics_write_file(cm->reg, cm->file) != 0)
+            goto fail;
+        if (pthread_create(&cm->writer, NULL, writer_main, cm) != 0) {
+            cli_fail(cmd, "cannot start the metrics writer");
+            goto fail_quiet;
+        }
+        cm->writing = true;
+    }
+    *out = cm;
+    return CLI_OK;
+fail:
+    cli_fail(cmd, "%s", ferry_last_error());
+fail_quiet:
+    ferry_metrics_destroy(cm->reg);
+    free(cm->file);
+    free(cm);
+    return CLI_FAIL;
+}
+
+int cli_metrics_stop(const char *cmd, cli_metrics_t *cm)
+{
+    if (cm == NULL)
+        return CLI_OK;
+    int rc = CLI_OK;
+    if (cm->writing) {
+        pthread_mutex_lock(&cm->lock);
+        cm->stop = true;
+        pthread_cond_signal(&cm->cv);
+        pthread_mutex_unlock(&cm->lock);
+        pthread_join(cm->writer, NULL);
+    }
+    if (cm->file != NULL && ferry_metrics_write_file(cm->reg, cm->file) != 0)
+        rc = cli_fail(cmd, "%s", ferry_last_error());
+    ferry_metrics_remove_pipeline(cm->reg, cm->p);
+    ferry_metrics_destroy(cm->reg);
+    pthread_mutex_destroy(&cm->lock);
+    pthread_cond_destroy(&cm->cv);
+    free(cm->file);
+    free(cm);
+    return rc;
+}
