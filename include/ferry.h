@@ -245,6 +245,27 @@ typedef struct ferry_stage {
 
 typedef struct ferry_pipeline ferry_pipeline_t;
 
+/* The bandwidth monitor's alert: the copies of one direction ran below the alert ratio of the
+ * link's theoretical rate over a whole window of timed copies. */
+typedef enum ferry_alert_cause {
+    FERRY_CAUSE_SMALL_TRANSFERS = 0, /* the window's median copy is under 1 MiB */
+    FERRY_CAUSE_PAGEABLE = 1,        /* host memory is not pinned */
+    FERRY_CAUSE_CONTENTION = 2,      /* both directions were copying at once */
+    FERRY_CAUSE_UNKNOWN = 3          /* none of those: the link itself, or another process */
+} ferry_alert_cause_t;
+
+typedef struct ferry_alert {
+    size_t size;      /* sizeof(ferry_alert_t) */
+    bool raised;      /* true: raised now; false: cleared (back above the ratio) */
+    int direction;    /* 0 H2D, 1 D2H */
+    double gbps;      /* the window's rate while copying, GB/s */
+    double link_gbps; /* the link's theoretical rate per direction */
+    double ratio;     /* gbps / link_gbps */
+    ferry_alert_cause_t cause;
+    const char *text; /* one sentence naming the likely cause and what to do */
+    uint64_t device_ns;
+} ferry_alert_t;
+
 typedef struct ferry_pipeline_config {
     size_t size;                /* sizeof(ferry_pipeline_config_t), set by the INIT macro */
     ferry_device_t *device;     /* required; borrowed for the pipeline's lifetime */
@@ -261,6 +282,10 @@ typedef struct ferry_pipeline_config {
     unsigned workers;     /* host worker threads; 0: option */
     bool single_stream;   /* every op of every chunk on one stream: no overlap (the
                              baseline, and the last step before giving up on the GPU) */
+    /* Called (on the completion thread) when the bandwidth monitor raises or clears an alert;
+     * NULL: alerts are logged and counted only. */
+    void (*on_alert)(const struct ferry_alert *alert, void *arg);
+    void *alert_arg;
 } ferry_pipeline_config_t;
 #define FERRY_PRIORITY_DEFAULT (-1000)
 #define FERRY_PIPELINE_CONFIG_INIT                                                                 \
@@ -374,6 +399,10 @@ typedef struct ferry_pipeline_stats {
      * most 2 chunks in flight, 3 synchronous) and the steps taken down and back up. */
     unsigned ladder_level;
     uint64_t ladder_steps_down, ladder_steps_up;
+    /* The bandwidth monitor: alerts raised, and the last window's rate while copying over the
+     * link's theoretical rate, per direction (0 before a window is full). */
+    uint64_t bw_alerts;
+    double bw_ratio[2];
 } ferry_pipeline_stats_t;
 #define FERRY_PIPELINE_STATS_INIT                                                                  \
     {                                                                                              \

@@ -477,6 +477,18 @@ static void write_pipelines(ferry_metrics_t *m, FILE *f)
     EACH put_sample(f, "ferry_fault_ladder_level", "", lab[k], NULL, (double)st[k].ladder_level);
     head(f, "ferry_fault_gpu_lost", "gauge", "1 once a sticky error or a hang ended the GPU path.");
     EACH put_sample(f, "ferry_fault_gpu_lost", "", lab[k], NULL, st[k].gpu_lost ? 1 : 0);
+    head(f, "ferry_bandwidth_alerts_total", "counter",
+         "Bandwidth alerts raised: copies below the alert share of the link's rate.");
+    EACH put_sample(f, "ferry_bandwidth_alerts_total", "", lab[k], NULL, (double)st[k].bw_alerts);
+    head(f, "ferry_link_utilization_ratio", "gauge",
+         "The last window's rate while copying over the link's theoretical rate.");
+    EACH
+    {
+        put_sample(f, "ferry_link_utilization_ratio", "", lab[k], "direction=\"h2d\"",
+                   st[k].bw_ratio[0]);
+        put_sample(f, "ferry_link_utilization_ratio", "", lab[k], "direction=\"d2h\"",
+                   st[k].bw_ratio[1]);
+    }
     head(f, "ferry_pipeline_host_pinned", "gauge", "1 when the pipeline's host slots are pinned.");
     EACH put_sample(f, "ferry_pipeline_host_pinned", "", lab[k], NULL, st[k].host_pinned ? 1 : 0);
     head(f, "ferry_pipeline_batch_latency_seconds", "histogram",

@@ -41,7 +41,9 @@ enum {
     TEV_N
 };
 enum chunk_timing { TIME_NONE, TIME_ENDS, TIME_SAMPLE };
-#define LADDER_MAX     3
+#define LADDER_MAX 3
+/* The bandwidth monitor's window: timed copies per direction. */
+#define BW_WINDOW      8u
 #define LADDER_HEALTHY 64u
 /* Prime, so that the sampled chunks visit every stream of a round-robin plan (at most 16). */
 #define SAMPLE_EVERY 31u
@@ -199,6 +201,18 @@ struct ferry_pipeline {
      * synchronous: one stream, one chunk in flight. */
     int level;
     unsigned healthy;
+    /* The bandwidth monitor (completion thread; the _seen copies under lock). */
+    double bw_alert_ratio;
+    void (*on_alert)(const ferry_alert_t *, void *);
+    void *alert_arg;
+    struct bw_win {
+        uint64_t bytes[BW_WINDOW], ns[BW_WINDOW];
+        unsigned n, at;
+        bool alerting;
+        double ratio;
+    } bw[2];
+    uint64_t bw_alerts, bw_alerts_seen;
+    double bw_ratio_seen[2];
     uint64_t steps_down, steps_up;
     double deadline_factor;
     uint64_t deadline_floor_ns;
@@ -461,6 +475,93 @@ static void fall_back(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, pas
     }
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The bandwidth monitor: one timed copy of @bytes in @ns, direction @d (0 H2D, 1 D2H). Over a
+ * full window, the rate while copying against the link's theoretical rate: below the alert
+ * ratio an alert is raised (log, count, callback) naming the likely cause; 5 points above it,
+ * cleared. Completion thread. */
+static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, uint64_t now)
+{
+    double link = p->dev->props.link_gbps;
+    if (p->bw_alert_ratio <= 0 || link <= 0 || ns == 0)
+        return;
+    struct bw_win *w = &p->bw[d];
+    w->bytes[w->at] = bytes;
+    w->ns[w->at] = ns;
+    w->at = (w->at + 1) % BW_WINDOW;
+    if (w->n < BW_WINDOW) {
+        w->n++;
+        if (w->n < BW_WINDOW)
+            return;
+    }
+    uint64_t sb = 0, sn = 0, sizes[BW_WINDOW];
+    for (unsigned i = 0; i < BW_WINDOW; i++) {
+        sb += w->bytes[i];
+        sn += w->ns[i];
+        sizes[i] = w->bytes[i];
+    }
+    double gbps = (double)sb / (double)sn;
+    w->ratio = gbps / link;
+    bool low = w->ratio < p->bw_alert_ratio, high = w->ratio >= p->bw_alert_ratio + 0.05;
+    if ((low && w->alerting) || (!low && !high) || (high && !w->alerting))
+        return;
+    w->alerting = low;
+    qsort(sizes, BW_WINDOW, sizeof(sizes[0]), cmp_u64);
+    uint64_t median = sizes[BW_WINDOW / 2];
+    ferry_alert_cause_t cause = FERRY_CAUSE_UNKNOWN;
+    char text[256];
+    const char *dir = d == 0 ? "H2D" : "D2H";
+    if (!low) {
+        snprintf(text, sizeof(text), "%s copies back at %.1f GB/s, %.0f%% of the link's %.0f GB/s",
+                 dir, gbps, w->ratio * 100, link);
+    } else if (median < (1u << 20)) {
+        cause = FERRY_CAUSE_SMALL_TRANSFERS;
+        snprintf(text, sizeof(text),
+                 "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s: small transfers (median "
+                 "%llu KiB); each copy pays a fixed cost: use chunks of 4 MiB or more",
+                 dir, gbps, w->ratio * 100, link, (unsigned long long)(median >> 10));
+    } else if (!p->host_pinned) {
+        cause = FERRY_CAUSE_PAGEABLE;
+        snprintf(text, sizeof(text),
+                 "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s: pageable host memory "
+                 "(pinning was refused): raise the locked-memory limit",
+                 dir, gbps, w->ratio * 100, link);
+    } else if (p->bw[!d].n == BW_WINDOW && p->bw[!d].ratio < p->bw_alert_ratio) {
+        cause = FERRY_CAUSE_CONTENTION;
+        snprintf(text, sizeof(text),
+                 "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s, and the other direction "
+                 "is low too: both directions contend for the host's side of the link",
+                 dir, gbps, w->ratio * 100, link);
+    } else {
+        snprintf(text, sizeof(text),
+                 "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s: not small transfers "
+                 "nor pageable memory: the link may run below its rated generation or width "
+                 "(`ferry probe`), or another process shares it",
+                 dir, gbps, w->ratio * 100, link);
+    }
+    if (low)
+        p->bw_alerts++;
+    ferry_log(low ? FERRY_LOG_WARN : FERRY_LOG_INFO, "bandwidth", "%s%s", low ? "alert: " : "",
+              text);
+    if (p->on_alert != NULL) {
+        ferry_alert_t al = {.size = sizeof(al),
+                            .raised = low,
+                            .direction = d,
+                            .gbps = gbps,
+                            .link_gbps = link,
+                            .ratio = w->ratio,
+                            .cause = cause,
+                            .text = text,
+                            .device_ns = now};
+        p->on_alert(&al, p->alert_arg);
+    }
+}
+
 /* Retire one chunk whose events are complete (or which failed): copy its output out, read its
  * event times if it was timed. @now: the device clock at this pass, the end of an untimed
  * chunk as far as the stats know (late by the polling latency, a few microseconds).
@@ -535,6 +636,8 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     if (t[TEV_D2H_END] > le[s->d2h])
         le[s->d2h] = t[TEV_D2H_END];
     uint64_t dh = t[TEV_H2D_END] - hs, dc = t[TEV_COMP_END] - cs, dd = t[TEV_D2H_END] - ds;
+    bw_sample(p, 0, s->bytes, dh, now);
+    bw_sample(p, 1, s->bytes, dd, now);
     a->timed++;
     a->busy_h2d += dh;
     a->busy_comp += dc;
@@ -760,6 +863,9 @@ static void *completion_main(void *arg)
             p->nfree_slots += freed;
             p->deadlines_seen = p->deadlines_passed;
             p->steps_down_seen = p->steps_down;
+            p->bw_alerts_seen = p->bw_alerts;
+            p->bw_ratio_seen[0] = p->bw[0].ratio;
+            p->bw_ratio_seen[1] = p->bw[1].ratio;
             p->steps_up_seen = p->steps_up;
             /* The GPU path ended: an issuer waiting for slots goes to the CPU instead. */
             if (p->slot_waiting && __atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE))
@@ -1406,6 +1512,11 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
                   p->context_streams, dev->index, p->nstreams, dev->connections,
                   p->context_streams);
     p->deadline_factor = ferry__opt_double(o, FERRY__OPT_deadline_factor);
+    p->bw_alert_ratio = ferry__opt_double(o, FERRY__OPT_bw_alert_ratio);
+    if (cfg->size > offsetof(ferry_pipeline_config_t, alert_arg)) {
+        p->on_alert = cfg->on_alert;
+        p->alert_arg = cfg->alert_arg;
+    }
     p->deadline_floor_ns = (uint64_t)ferry__opt_i64(o, FERRY__OPT_deadline_floor_ms) * 1000000u;
     const char *flog = ferry__opt_str(o, FERRY__OPT_failure_log);
     if (flog != NULL && flog[0] != '\0') {
@@ -1677,6 +1788,9 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
     out->chunks_cpu = p->chunks_cpu_seen + __atomic_load_n(&p->chunks_cpu_direct, __ATOMIC_RELAXED);
     out->deadlines_passed = p->deadlines_seen;
     out->ladder_level = (unsigned)__atomic_load_n(&p->level, __ATOMIC_RELAXED);
+    out->bw_alerts = p->bw_alerts_seen;
+    out->bw_ratio[0] = p->bw_ratio_seen[0];
+    out->bw_ratio[1] = p->bw_ratio_seen[1];
     out->ladder_steps_down = p->steps_down_seen;
     out->ladder_steps_up = p->steps_up_seen;
     out->gpu_hung = __atomic_load_n(&p->hang_lost, __ATOMIC_RELAXED) != 0;

@@ -388,11 +388,13 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
                (unsigned long long)s->chunks_timed);
         printf(",\"chunks_cpu\":%llu,\"failure_records\":%llu,\"gpu_lost\":%s,"
                "\"gpu_hung\":%s,\"deadlines_passed\":%llu,\"ladder_steps_down\":%llu,"
-               "\"ladder_steps_up\":%llu,\"ladder_level\":%u",
+               "\"ladder_steps_up\":%llu,\"ladder_level\":%u,\"bw_alerts\":%llu,"
+               "\"link_ratio_h2d\":%.4f,\"link_ratio_d2h\":%.4f",
                (unsigned long long)s->chunks_cpu, (unsigned long long)s->failure_records,
                s->gpu_lost ? "true" : "false", s->gpu_hung ? "true" : "false",
                (unsigned long long)s->deadlines_passed, (unsigned long long)s->ladder_steps_down,
-               (unsigned long long)s->ladder_steps_up, s->ladder_level);
+               (unsigned long long)s->ladder_steps_up, s->ladder_level,
+               (unsigned long long)s->bw_alerts, s->bw_ratio[0], s->bw_ratio[1]);
         printf(",\"batches_ok_gpu\":%llu,\"batches_ok_cpu\":%llu,\"batches_failed\":%llu,"
                "\"batches_mismatched\":%llu,\"verified_bytes\":%llu,\"verified\":%s",
                (unsigned long long)t->ok_gpu, (unsigned long long)t->ok_cpu,
@@ -434,6 +436,10 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
     printf("\n  batches    %llu ok on GPU, %llu ok on CPU, %llu failed\n",
            (unsigned long long)t->ok_gpu, (unsigned long long)t->ok_cpu,
            (unsigned long long)t->failed);
+    if (s->bw_alerts > 0)
+        printf("  bandwidth  %llu alert(s): copies ran below the alert share of the link (the "
+               "log names the likely cause); last window H2D %.0f%%, D2H %.0f%% of the link\n",
+               (unsigned long long)s->bw_alerts, s->bw_ratio[0] * 100, s->bw_ratio[1] * 100);
     if (s->ladder_steps_down > 0)
         printf("  ladder     %llu step(s) down (fewer streams, fewer chunks in flight), %llu back "
                "up; level %u at the end\n",
