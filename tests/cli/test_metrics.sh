@@ -29,6 +29,23 @@ for name in fams:
 PYEOF
 if ! ls "$TMP"/m.prom.tmp.* >/dev/null 2>&1; then ok "no temporary file left"; else bad "temporary file left"; fi
 
+# The Grafana dashboard (docs/grafana/ferry.json) queries only series ferry exposes.
+dash="$(dirname "$0")/../../docs/grafana/ferry.json"
+if "$PY" - "$dash" "$TMP/m.prom" <<'PYEOF'; then ok "dashboard queries exposed series"; else bad "dashboard"; fi
+import json, re, sys
+from prometheus_client.parser import text_string_to_metric_families
+d = json.load(open(sys.argv[1]))
+names = set()
+for f in text_string_to_metric_families(open(sys.argv[2]).read()):
+    for s in f.samples:
+        names.add(s.name)
+exprs = [t["expr"] for p in d["panels"] for t in p["targets"]]
+assert exprs
+for e in exprs:
+    for n in re.findall(r"\bferry_[a-z_]+", e):
+        assert n in names, (n, e)
+PYEOF
+
 # The endpoint, scraped twice while a longer run goes on.
 "$FERRY" run --bytes 4G --metrics-addr 127.0.0.1:0 >"$TMP/run.out" 2>"$TMP/run.err" &
 pid=$!
