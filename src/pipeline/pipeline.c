@@ -1518,6 +1518,12 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
         p->alert_arg = cfg->alert_arg;
     }
     p->deadline_floor_ns = (uint64_t)ferry__opt_i64(o, FERRY__OPT_deadline_floor_ms) * 1000000u;
+    /* Before any chunk has completed, the latency behind the deadlines is estimated from the
+     * stage's cost hint and a pessimistic link (a quarter of its rate, 1 GB/s when unknown) for
+     * a full ring of chunks: a slow first kernel is not taken for a hang. */
+    double link = p->dev->props.link_gbps > 4 ? p->dev->props.link_gbps / 4 : 1;
+    p->lat_ewma_ns = (uint64_t)((double)p->depth * (p->stage.ns_per_byte * (double)chunk +
+                                                    2.0 * (double)chunk / link));
     const char *flog = ferry__opt_str(o, FERRY__OPT_failure_log);
     if (flog != NULL && flog[0] != '\0') {
         ferry__strlcpy(p->failure_log_path, flog, sizeof(p->failure_log_path));
