@@ -105,9 +105,14 @@ typedef struct trace_rec {
     uint64_t batch;
     uint32_t chunk;
     uint16_t stream;
-    char kind; /* 'h', 'c', 'd' */
+    char kind; /* 'h', 'c', 'd'; 'a' an alert (instant): stream holds its trace_note */
     uint64_t start, end, bytes;
 } trace_rec_t;
+
+/* Instant events in the trace. */
+enum trace_note { NOTE_BW_H2D, NOTE_BW_D2H, NOTE_DEADLINE, NOTE_GPU_LOST };
+static const char *const note_names[] = {"bandwidth alert (H2D)", "bandwidth alert (D2H)",
+                                         "deadline passed: abort flag raised", "GPU path lost"};
 
 /* Who runs the queue. A borrowed thread (a submitter, the completion thread) issues light
  * batches only and never waits for slots; the issuer thread issues anything, and waits for
@@ -265,6 +270,19 @@ static void trace_add(ferry_pipeline_t *p, const trace_rec_t *r)
     p->trace[p->ntrace++] = *r;
 }
 
+/* An instant event in the trace (alerts, deadlines, the GPU path's end). Takes the lock; not
+ * on a hot path. */
+static void trace_note(ferry_pipeline_t *p, enum trace_note n, uint64_t batch, uint32_t chunk,
+                       uint64_t now)
+{
+    if (!__atomic_load_n(&p->tracing, __ATOMIC_RELAXED))
+        return;
+    trace_rec_t r = {batch, chunk, (uint16_t)n, 'a', now, now, 0};
+    pthread_mutex_lock(&p->lock);
+    trace_add(p, &r);
+    pthread_mutex_unlock(&p->lock);
+}
+
 /* Tell the completion thread that something changed. The sequentially consistent pair (bump
  * work_seq, then read comp_sleeping) against its (set comp_sleeping, then read work_seq) means
  * at least one side sees the other: either it has not gone to sleep yet and sees the new
@@ -417,7 +435,8 @@ static void fall_back(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, pas
     batch_rec_t *b = s->batch;
     char msg[256];
     ferry__strlcpy(msg, s->errmsg[0] ? s->errmsg : ferry__last_error_text(), sizeof(msg));
-    if (err == FERRY_ESTICKY && !__atomic_exchange_n(&p->gpu_lost, 1, __ATOMIC_ACQ_REL))
+    if (err == FERRY_ESTICKY && !__atomic_exchange_n(&p->gpu_lost, 1, __ATOMIC_ACQ_REL) &&
+        (trace_note(p, NOTE_GPU_LOST, b->id, s->chunk, now), true))
         ferry_log(FERRY_LOG_ERROR, "pipeline",
                   "sticky error (%s): the GPU path of this process has ended; every batch in "
                   "flight and every later one runs on the %s",
@@ -544,8 +563,10 @@ static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, u
                  "(`ferry probe`), or another process shares it",
                  dir, gbps, w->ratio * 100, link);
     }
-    if (low)
+    if (low) {
         p->bw_alerts++;
+        trace_note(p, d == 0 ? NOTE_BW_H2D : NOTE_BW_D2H, 0, 0, now);
+    }
     ferry_log(low ? FERRY_LOG_WARN : FERRY_LOG_INFO, "bandwidth", "%s%s", low ? "alert: " : "",
               text);
     if (p->on_alert != NULL) {
@@ -711,6 +732,7 @@ static void check_deadlines(ferry_pipeline_t *p, slot_t *head)
             s->aborted = true;
             s->abort_ns = now;
             p->deadlines_passed++;
+            trace_note(p, NOTE_DEADLINE, s->batch->id, s->chunk, now);
             int n = ferry__be_abort_kernels(p->dev);
             ferry_log(FERRY_LOG_WARN, "pipeline",
                       "batch %llu chunk %u passed its deadline (%.1f ms at the head, deadline "
@@ -722,6 +744,7 @@ static void check_deadlines(ferry_pipeline_t *p, slot_t *head)
                                : " (not supported here)");
         } else if (s->aborted && now - s->abort_ns > p->deadline_floor_ns) {
             __atomic_store_n(&p->hang_lost, 1, __ATOMIC_RELEASE);
+            trace_note(p, NOTE_GPU_LOST, s->batch->id, s->chunk, now);
             if (!__atomic_exchange_n(&p->gpu_lost, 1, __ATOMIC_ACQ_REL))
                 ferry_log(
                     FERRY_LOG_ERROR, "pipeline",
@@ -1882,8 +1905,27 @@ int ferry_pipeline_write_trace(ferry_pipeline_t *p, const char *path)
     uint64_t t0 = p->first_start;
     for (size_t i = 0; i < p->ntrace; i++) {
         const trace_rec_t *r = &p->trace[i];
-        double ts = (double)(r->start - t0) / 1e3, dur = (double)(r->end - r->start) / 1e3;
+        double ts = (double)((r->start > t0 ? r->start : t0) - t0) / 1e3,
+               dur = (double)(r->end - r->start) / 1e3;
+        if (r->kind == 'a') {
+            fprintf(f,
+                    "{\"ph\":\"i\",\"s\":\"g\",\"pid\":2,\"tid\":0,\"ts\":%.3f,\"name\":\"%s\","
+                    "\"cat\":\"alert\",\"args\":{\"batch\":%llu,\"chunk\":%u}},\n",
+                    ts, r->stream < 4 ? note_names[r->stream] : "note",
+                    (unsigned long long)r->batch, r->chunk);
+            continue;
+        }
         int eng = r->kind == 'h' ? 0 : (r->kind == 'c' ? 1 : 2);
+        /* A flow per chunk, H2D -> compute -> D2H, on the stream tracks: Perfetto draws the
+         * arrows from the copy in to the kernel to the copy out. */
+        fprintf(f,
+                "{\"ph\":\"%s\",\"id\":%llu,\"pid\":1,\"tid\":%u,\"ts\":%.3f,\"name\":\"chunk\","
+                "\"cat\":\"flow\"%s},\n",
+                r->kind == 'h'   ? "s"
+                : r->kind == 'c' ? "t"
+                                 : "f",
+                (unsigned long long)(r->batch << 20 | (r->chunk & 0xFFFFFu)), (unsigned)r->stream,
+                ts + dur / 2, r->kind == 'd' ? ",\"bp\":\"e\"" : "");
         for (int pid = 1; pid <= 2; pid++)
             fprintf(f,
                     "{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"

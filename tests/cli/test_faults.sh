@@ -37,6 +37,15 @@ expect_rc "hang that ignores it" 0 run --inject hang-hard@batch=3
 expect_in "summary says the GPU hung" "$TMP/out" "a hung kernel"
 expect_in "still verified after a hang" "$TMP/out" "verify     OK"
 
+# The trace shows what happened: a flow per chunk (H2D -> compute -> D2H) and instant events
+# for the deadline and for the bandwidth alert (256 KiB chunks are small transfers).
+expect_rc "trace with faults" 0 "$FERRY" run --backend sim --bytes 128M --batch-bytes 16M \
+  --chunk-bytes 256K --inject hang@batch=3 --trace "$TMP/t.json"
+json_check "a flow per timed chunk, each with its three steps" "$TMP/t.json" \
+  "(lambda ev: len([e for e in ev if e['ph'] == 's']) == len([e for e in ev if e['ph'] == 't']) == len([e for e in ev if e['ph'] == 'f']) == len([e for e in ev if e['ph'] == 'X']) // 6 > 400)(j['traceEvents'])"
+json_check "instant events for the deadline and the alert" "$TMP/t.json" \
+  "any(e['ph'] == 'i' and 'deadline' in e['name'] for e in j['traceEvents']) and any(e['ph'] == 'i' and 'bandwidth' in e['name'] for e in j['traceEvents'])"
+
 expect_rc "bad spec" 1 run --inject kernel@batch
 expect_in "bad spec named" "$TMP/err" "kernel@batch"
 expect_in "accepted spec shown" "$TMP/err" "KIND@TRIGGER"
