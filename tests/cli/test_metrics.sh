@@ -50,7 +50,7 @@ PYEOF
 "$FERRY" run --bytes 4G --metrics-addr 127.0.0.1:0 >"$TMP/run.out" 2>"$TMP/run.err" &
 pid=$!
 addr=""
-for _ in $(seq 1 100); do
+for _ in $(seq 1 900); do # up to 90 s: sanitizer builds generate the data slowly
   addr=$(sed -n 's|.*metrics on http://\([0-9.:]*\)/metrics.*|\1|p' "$TMP/run.err" | head -1)
   [ -n "$addr" ] && break
   sleep 0.1
