@@ -214,6 +214,12 @@ typedef struct ferry_kernel_args {
     uint64_t batch_id; /* the batch's id as returned by submit */
     uint32_t chunk;    /* chunk index within the batch */
     uint32_t attempt;  /* 0 for the first attempt */
+    /* Long kernels poll these through ferry_should_abort() (include/ferry/device.h): ferry
+     * raises the word, in mapped host memory, to the sequence number of the newest chunk it
+     * gives up on (a stage past its deadline); a kernel whose @seq is at or below it should
+     * return early. NULL when the backend has no abort flag (then nothing ever aborts). */
+    const volatile uint64_t *abort_word; /* a device pointer for gpu functions */
+    uint64_t seq;                        /* this chunk's sequence number in its pipeline, >= 1 */
 } ferry_kernel_args_t;
 
 /** Launch the stage's kernel(s) on @p stream (a cudaStream_t on the cuda backend). Must only
@@ -403,6 +409,14 @@ typedef struct ferry_pipeline_stats {
      * link's theoretical rate, per direction (0 before a window is full). */
     uint64_t bw_alerts;
     double bw_ratio[2];
+    /* The watchdog: the most time an aborted chunk took past its deadline until it was retired
+     * (detection + stop + completion), heartbeats sent and seen (the heartbeat kernel's counter
+     * in mapped host memory), and the stalls it reported: the GPU not running the heartbeat,
+     * the completion thread not polling, and the watchdog itself not running (seen by the
+     * completion thread). */
+    uint64_t deadline_overrun_ns;
+    uint64_t heartbeats_sent, heartbeats_seen;
+    uint64_t heartbeat_stalls, completion_stalls, watchdog_stalls;
 } ferry_pipeline_stats_t;
 #define FERRY_PIPELINE_STATS_INIT                                                                  \
     {                                                                                              \

@@ -44,7 +44,8 @@ ctest --test-dir "$build" --output-on-failure -j 4 >"$out/ctest.log" 2>&1
 tests_rc=$?
 tail -n 25 "$out/ctest.log" | tee -a "$log"
 # what the trouble tests saw (pinning under a memlock limit, a GPU shared with another process)
-{ "$build"/tests/gpu_test_trouble 2>&1; "$build"/tests/gpu_test_sticky 2>&1; } | grep '^# ' | grep -v '^# seed' \
+{ "$build"/tests/gpu_test_trouble 2>&1; "$build"/tests/gpu_test_sticky 2>&1; "$build"/tests/gpu_test_hang 2>&1; } \
+  | grep '^# ' | grep -v '^# seed' \
   | tee "$out/trouble.txt" | tee -a "$log"
 
 step "end to end: ferry run --backend cuda"
@@ -94,6 +95,22 @@ step "ferry bench pipeline with every chunk timed (FERRY_OP_TIMING=all): what ti
 FERRY_OP_TIMING=all "$ferry" bench pipeline --backend cuda --chunks 256K,1M,4M,16M --streams 2 --intensity 0 \
   --json >"$out/bench-pipeline-all-timed.json" 2>>"$log"
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); j['kind']='bench_pipeline_all_timed'; print(json.dumps(j))" "$out/bench-pipeline-all-timed.json" >>"$res" 2>>"$log"
+
+step "monitoring and watchdog cost, and the plan's depth: interleaved rounds"
+# full: the defaults (one chunk in 31 timed, watchdog every 1 ms, heartbeat every 100 ms);
+# bare: no timed events, no heartbeat, watchdog every second; beat1ms: a heartbeat every ms.
+for round in 1 2 3; do
+  for mode in full bare beat1ms depth4 depth16 depth32; do
+    case $mode in
+      full) envs=() ;;
+      bare) envs=(FERRY_OP_TIMING=off FERRY_HEARTBEAT_MS=0 FERRY_WATCHDOG_MS=1000) ;;
+      beat1ms) envs=(FERRY_HEARTBEAT_MS=1) ;;
+      depth*) envs=(FERRY_DEPTH=${mode#depth}) ;;
+    esac
+    env "${envs[@]}" "$ferry" bench pipeline --backend cuda --chunks 1M,4M --streams 1 --intensity 0 \
+      --json 2>>"$log" | python3 -c "import json,sys; j=json.load(sys.stdin); j['kind']='bench_pipeline_mode'; j['mode']='$mode'; j['round']=$round; print(json.dumps(j))" >>"$res" 2>>"$log"
+  done
+done
 
 step "peer: PyTorch + CuPy"
 timeout 300 python3 bench/peers/torch_pipeline.py --chunks 1M,4M,16M --streams 2,4 >>"$res" 2>>"$log" \
@@ -178,8 +195,22 @@ if peer:
         print(f"peer {p['peer']} chunk {p['chunk_bytes'] >> 20}M streams {p['streams']}: "
               f"{p['gbps_each_way']:.2f} GB/s each way, verified {p['verified']}")
     for c, v in sorted(best_ferry.items()):
-        if c >= 4 << 20:
-            print(f"ferry best at {c >> 20}M / best peer: {v:.2f} / {best_peer:.2f} = {v / best_peer:.3f}x")
+        same = [p["gbps_each_way"] for p in peer if p["chunk_bytes"] == c]
+        if same:
+            print(f"ferry best at {c >> 20}M / peer's best at {c >> 20}M: {v:.2f} / {max(same):.2f} = "
+                  f"{v / max(same):.3f}x (peer's best at any chunk {best_peer:.2f}: {v / best_peer:.3f}x)")
+import statistics
+modes = {}
+for r in rows:
+    if r.get("kind") == "bench_pipeline_mode":
+        for x in r["results"]:
+            modes.setdefault((r["mode"], x["chunk_bytes"]), []).append(min(x["gbps_h2d"], x["gbps_d2h"]))
+if modes:
+    print("modes (median of 3 interleaved rounds, GB/s each way; ratio to bare):")
+    for (m, c), v in sorted(modes.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        base = modes.get(("bare", c))
+        ratio = statistics.median(v) / statistics.median(base) if base else float("nan")
+        print(f"  {m:8s} {c >> 10:6d}K  {statistics.median(v):6.2f}  (runs {', '.join(f'{y:.2f}' for y in v)})  x{ratio:.4f}")
 for r in rows:
     if r.get("kind") == "connections":
         print(f"connections law, {r['streams']} streams of A {r['a_ms']} ms then B {r['b_ms']} ms "

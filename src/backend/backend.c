@@ -170,7 +170,20 @@ int ferry__be_mem_info(ferry_device_t *d, uint64_t *free_bytes, uint64_t *total_
                             : notsup(d, "mem_info");
 }
 
-int ferry__be_abort_kernels(ferry_device_t *d)
+int ferry__be_abort_kernels(ferry_device_t *d, const volatile uint64_t *word, uint64_t upto)
 {
-    return d->ops->abort_kernels ? d->ops->abort_kernels(d->be) : notsup(d, "abort_kernels");
+    return d->ops->abort_kernels ? d->ops->abort_kernels(d->be, word, upto)
+                                 : notsup(d, "abort_kernels");
+}
+
+int ferry__be_host_device_ptr(ferry_device_t *d, void *host, void **out)
+{
+    return d->ops->host_device_ptr ? d->ops->host_device_ptr(d->be, host, out)
+                                   : notsup(d, "host_device_ptr");
+}
+
+int ferry__be_heartbeat(ferry_device_t *d, ferry_be_stream_t *s, volatile uint64_t *word,
+                        uint64_t value)
+{
+    return d->ops->heartbeat ? d->ops->heartbeat(s, word, value) : notsup(d, "heartbeat");
 }

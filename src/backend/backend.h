@@ -11,7 +11,7 @@
 
 #include "ferry.h"
 
-#define FERRY_BACKEND_ABI 3
+#define FERRY_BACKEND_ABI 4
 
 /* event_create flags. */
 #define FERRY_BE_EVENT_TIMING 1u
@@ -109,10 +109,22 @@ typedef struct ferry_backend_ops {
      * processes' use included). */
     int (*mem_info)(ferry_be_device_t *dev, uint64_t *free_bytes, uint64_t *total_bytes);
 
-    /* Raise the abort flag that long kernels poll: kernels that see it return early with an
-     * error. Returns how many kernels stopped when the backend knows (sim), else 0. NULL: the
-     * backend has no abort flag yet (cuda). */
-    int (*abort_kernels)(ferry_be_device_t *dev);
+    /* The abort word @word (ferry_kernel_args_t.abort_word, a device address) was raised to
+     * @upto: kernels launched with that word and a seq <= @upto that poll it stop. A GPU's
+     * kernels read the word themselves, so the cuda backend needs no call; the simulator
+     * models the polling here. Returns how many kernels stopped when the backend knows (sim),
+     * else 0. */
+    int (*abort_kernels)(ferry_be_device_t *dev, const volatile uint64_t *word, uint64_t upto);
+
+    /* The device address of registered host memory @host (cudaHostGetDevicePointer): where a
+     * kernel reads and writes it over the link. The simulator returns @host. */
+    int (*host_device_ptr)(ferry_be_device_t *dev, void *host, void **out);
+
+    /* Queue the heartbeat on @s: a one-thread kernel that stores @value into the 8-byte word
+     * at device address @word (mapped host memory, see host_device_ptr). It runs only when
+     * the device schedules new work, so a counter that stops moving says the device does not
+     * (a kernel holding every SM, a hung or lost GPU). */
+    int (*heartbeat)(ferry_be_stream_t *s, volatile uint64_t *word, uint64_t value);
 } ferry_backend_ops_t;
 
 /* The registered backends, in `auto` priority order, NULL-terminated. */

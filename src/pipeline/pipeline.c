@@ -19,6 +19,7 @@
 
 #include "core/runtime.h"
 #include "pipeline/pipeline_internal.h"
+#include "pipeline/watchdog.h"
 #include "sched/sched.h"
 
 /* Three events per chunk, one after each op, carry the dependencies. They are untimed: on the
@@ -93,10 +94,9 @@ typedef struct slot {
     bool copy_out;           /* output lands in h_out and must be copied to the batch */
     const void *host_in;     /* the chunk's input in host memory (for the CPU fallback) */
     bool gpu_skipped;        /* the GPU path was lost before this chunk was issued */
-    bool aborted;            /* passed its deadline: the abort flag was raised at abort_ns */
     bool abandoned;          /* hung for good: the slot is never used again */
-    uint64_t abort_ns;
-    char errmsg[200]; /* an issue failure's message (the issuing thread's error text) */
+    uint64_t seq;            /* the chunk's sequence number (kernel args, abort word) */
+    char errmsg[200];        /* an issue failure's message (the issuing thread's error text) */
     int err;
     struct slot *next_inflight;
 } slot_t;
@@ -133,6 +133,7 @@ struct ferry_pipeline {
     size_t stage_threshold;
     bool tracing;
     bool time_all;            /* every chunk timed (TIME_ENDS): tracing, or op_timing "all" */
+    bool time_none;           /* no chunk timed: op_timing "off" */
     bool host_pinned;         /* the pool's slots are pinned (else pinning was refused) */
     unsigned context_streams; /* streams active on the device when this pipeline was made */
     bool counted_streams;     /* this pipeline's streams are in dev->active_streams */
@@ -226,7 +227,8 @@ struct ferry_pipeline {
      * previous one retired): a chunk's deadline runs from then or from its issue, whichever is
      * later, so that chunks queued behind a slow one are not blamed for it. */
     uint64_t head_since[FERRY_STATS_MAX_STREAMS];
-    uint64_t deadlines_passed, deadlines_seen;
+    uint64_t deadlines_passed; /* atomic: the watchdog's thread counts them */
+    ferry__watchdog_t *wd;
     uint64_t steps_down_seen, steps_up_seen; /* under lock, as of the last pass */
     unsigned char *cpu_tmp; /* token holder: input and output of CPU-direct chunks (2 x chunk) */
     FILE *failure_log;
@@ -468,7 +470,8 @@ static void fall_back(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, pas
                                     .offset = s->offset,
                                     .batch_id = b->id,
                                     .chunk = s->chunk,
-                                    .attempt = 1};
+                                    .attempt = 1,
+                                    .seq = s->seq};
         rc = p->stage.cpu(&args, p->stage.user);
         if (rc > 0 || rc < FERRY_ERR_MIN_)
             rc = FERRY_EKERNEL;
@@ -712,53 +715,72 @@ static void add_pass(ferry_pipeline_t *p, const pass_acc_t *a)
 
 static void run_queue(ferry_pipeline_t *p, enum issue_role role);
 
-/* The deadline of a chunk: the running mean latency x factor + floor. A chunk past it raises the
- * abort flag (kernels that poll it stop with an error, and the chunk is redone on the CPU); a
- * chunk still not done a floor later hangs for good: the GPU path ends (hang_lost), every chunk
- * in flight is redone on the CPU and its slot abandoned. Completion thread, on the device
- * clock (virtual time on the simulator). */
-static void check_deadlines(ferry_pipeline_t *p, slot_t *head)
+/* The watchdog raised the abort word past a chunk's deadline (either thread). */
+static void wd_deadline(void *ctx, const ferry__wd_head_t *h, uint64_t now, uint64_t deadline,
+                        int stopped)
 {
-    uint64_t now = ferry_device_now_ns(p->dev);
-    uint64_t deadline =
-        p->deadline_floor_ns + (uint64_t)(p->deadline_factor * (double)p->lat_ewma_ns);
+    ferry_pipeline_t *p = ctx;
+    __atomic_add_fetch(&p->deadlines_passed, 1, __ATOMIC_RELAXED);
+    trace_note(p, NOTE_DEADLINE, h->batch, h->chunk, now);
+    ferry_log(FERRY_LOG_WARN, "pipeline",
+              "batch %llu chunk %u passed its deadline (%.1f ms at the head, deadline %.1f ms): "
+              "abort flag raised%s",
+              (unsigned long long)h->batch, h->chunk, (double)(now - h->since_ns) / 1e6,
+              (double)deadline / 1e6,
+              stopped > 0    ? "; a kernel stopped"
+              : stopped == 0 ? ""
+                             : " (not supported here)");
+}
+
+/* A chunk still not done a floor after its abort: the kernel ignores the flag. The GPU path
+ * ends (hang_lost): every chunk in flight is redone on the CPU and its slot abandoned. */
+static void wd_hang(void *ctx, const ferry__wd_head_t *h, uint64_t now, uint64_t since_abort,
+                    bool heartbeat_stalled)
+{
+    ferry_pipeline_t *p = ctx;
+    __atomic_store_n(&p->hang_lost, 1, __ATOMIC_RELEASE);
+    trace_note(p, NOTE_GPU_LOST, h->batch, h->chunk, now);
+    if (!__atomic_exchange_n(&p->gpu_lost, 1, __ATOMIC_ACQ_REL))
+        ferry_log(FERRY_LOG_ERROR, "pipeline",
+                  "batch %llu chunk %u is still not done %.1f ms after the abort flag (%s): the "
+                  "GPU is hung, its path in this process has ended; every batch in flight and "
+                  "every later one runs on the %s",
+                  (unsigned long long)h->batch, h->chunk, (double)since_abort / 1e6,
+                  heartbeat_stalled ? "the heartbeat has stopped too: the GPU runs no new work"
+                                    : "its kernel ignores the flag",
+                  p->stage.cpu ? "stage's CPU function" : "CPU (no CPU function: they fail)");
+    pthread_mutex_lock(&p->lock);
+    pthread_cond_broadcast(&p->slot_cv);
+    pthread_mutex_unlock(&p->lock);
+    poke(p, false);
+}
+
+/* A chunk at or below the abort word completed: its kernel may have stopped early, so its
+ * output is discarded and the chunk redone (the CPU fallback). Completion thread. */
+static int aborted(ferry_pipeline_t *p, slot_t *s)
+{
+    snprintf(s->errmsg, sizeof(s->errmsg),
+             "passed its deadline: the abort flag was raised and its GPU output discarded");
+    ferry__watchdog_retired_aborted(p->wd, s->seq, ferry_device_now_ns(p->dev));
+    return FERRY_ETIMEDOUT;
+}
+
+/* The oldest chunk of each D2H stream still in flight, for the watchdog: its deadline runs
+ * from its issue or from when it became the oldest, whichever is later, so that chunks queued
+ * behind a slow one are not blamed for it. Completion thread. */
+static void publish_heads(ferry_pipeline_t *p, slot_t *head, uint64_t now)
+{
+    ferry__wd_head_t heads[FERRY_STATS_MAX_STREAMS];
+    memset(heads, 0, p->nstreams * sizeof(heads[0]));
     uint32_t seen = 0;
     for (slot_t *s = head; s != NULL; s = s->next_inflight) {
         if (seen & (1u << s->d2h) || s->err != 0)
             continue;
         seen |= 1u << s->d2h;
         uint64_t since = s->issue_ns > p->head_since[s->d2h] ? s->issue_ns : p->head_since[s->d2h];
-        if (!s->aborted && now > since && now - since > deadline) {
-            s->aborted = true;
-            s->abort_ns = now;
-            p->deadlines_passed++;
-            trace_note(p, NOTE_DEADLINE, s->batch->id, s->chunk, now);
-            int n = ferry__be_abort_kernels(p->dev);
-            ferry_log(FERRY_LOG_WARN, "pipeline",
-                      "batch %llu chunk %u passed its deadline (%.1f ms at the head, deadline "
-                      "%.1f ms): abort flag raised%s",
-                      (unsigned long long)s->batch->id, s->chunk, (double)(now - since) / 1e6,
-                      (double)deadline / 1e6,
-                      n > 0    ? "; a kernel stopped"
-                      : n == 0 ? ""
-                               : " (not supported here)");
-        } else if (s->aborted && now - s->abort_ns > p->deadline_floor_ns) {
-            __atomic_store_n(&p->hang_lost, 1, __ATOMIC_RELEASE);
-            trace_note(p, NOTE_GPU_LOST, s->batch->id, s->chunk, now);
-            if (!__atomic_exchange_n(&p->gpu_lost, 1, __ATOMIC_ACQ_REL))
-                ferry_log(
-                    FERRY_LOG_ERROR, "pipeline",
-                    "batch %llu chunk %u is still not done %.1f ms after the abort flag: "
-                    "the GPU is hung, its path in this process has ended; every batch in "
-                    "flight and every later one runs on the %s",
-                    (unsigned long long)s->batch->id, s->chunk, (double)(now - s->abort_ns) / 1e6,
-                    p->stage.cpu ? "stage's CPU function" : "CPU (no CPU function: they fail)");
-            pthread_mutex_lock(&p->lock);
-            pthread_cond_broadcast(&p->slot_cv);
-            pthread_mutex_unlock(&p->lock);
-            return;
-        }
+        heads[s->d2h] = (ferry__wd_head_t){s->seq, since, s->batch->id, s->chunk};
     }
+    ferry__watchdog_publish(p->wd, heads, p->nstreams, p->lat_ewma_ns, now);
 }
 
 static void *completion_main(void *arg)
@@ -818,10 +840,14 @@ static void *completion_main(void *arg)
                 snprintf(s->errmsg, sizeof(s->errmsg),
                          "in flight when a kernel ignored the abort flag and the GPU path ended "
                          "(a hang)");
-            } else if (blocked & (1u << s->d2h))
+            } else if (blocked & (1u << s->d2h)) {
                 q = FERRY_EAGAIN;
-            else
+            } else {
                 q = ferry__be_event_query(p->dev, s->dep[EV_D2H_END]);
+                /* Read after the query: a kernel that saw the word ended before its event. */
+                if ((q == 0 || q == FERRY_ETIMEDOUT) && s->seq <= ferry__watchdog_raised(p->wd))
+                    q = aborted(p, s);
+            }
             if (q != FERRY_EAGAIN) {
                 if (prev != NULL)
                     prev->next_inflight = next;
@@ -865,10 +891,14 @@ static void *completion_main(void *arg)
             ready = next;
         }
 
-        /* Deadlines: the oldest chunk of each D2H stream still in flight (after this pass's
-         * retirements, which start the clock of the chunks behind them). */
-        if (head != NULL && !__atomic_load_n(&p->hang_lost, __ATOMIC_ACQUIRE))
-            check_deadlines(p, head);
+        /* The watchdog: the oldest chunk of each D2H stream still in flight (after this
+         * pass's retirements, which start the clock of the chunks behind them). */
+        uint64_t wd_now = pass_now ? pass_now : ferry_device_now_ns(p->dev);
+        publish_heads(p, head, wd_now);
+        if (p->virtual_clock)
+            ferry__watchdog_step(p->wd, wd_now);
+        else
+            ferry__watchdog_check_alive(p->wd, wd_now);
 
         bool take_token = false;
         if (ndone > 0) {
@@ -884,7 +914,6 @@ static void *completion_main(void *arg)
                 freed++;
             }
             p->nfree_slots += freed;
-            p->deadlines_seen = p->deadlines_passed;
             p->steps_down_seen = p->steps_down;
             p->bw_alerts_seen = p->bw_alerts;
             p->bw_ratio_seen[0] = p->bw[0].ratio;
@@ -1085,7 +1114,9 @@ static int issue_chunk(ferry_pipeline_t *p, slot_t *s)
                  .offset = s->offset,
                  .batch_id = b->id,
                  .chunk = s->chunk,
-                 .attempt = 0},
+                 .attempt = 0,
+                 .abort_word = ferry__watchdog_abort_word(p->wd),
+                 .seq = s->seq},
         .blocks = (uint32_t)(p->dev->props.sms > 0 ? p->dev->props.sms : 1),
         .block_ns = (uint64_t)(p->stage.ns_per_byte * (double)s->bytes),
     };
@@ -1129,10 +1160,12 @@ static void issue_one(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c, slot_t *s
     }
     s->err = 0;
     s->gpu_skipped = false;
-    s->aborted = false;
+    s->seq = k + 1;
     s->host_in = NULL;
     s->errmsg[0] = '\0';
-    s->timing = p->time_all ? TIME_ENDS : k % SAMPLE_EVERY == 0 ? TIME_SAMPLE : TIME_NONE;
+    s->timing = p->time_all                              ? TIME_ENDS
+                : !p->time_none && k % SAMPLE_EVERY == 0 ? TIME_SAMPLE
+                                                         : TIME_NONE;
     bool timed = s->timing != TIME_NONE;
     s->dep[EV_H2D_END] = timed ? s->tev[TEV_H2D_END] : s->ev[EV_H2D_END];
     s->dep[EV_COMP_END] = timed ? s->tev[TEV_COMP_END] : s->ev[EV_COMP_END];
@@ -1370,11 +1403,25 @@ static void destroy(ferry_pipeline_t *p)
         pthread_mutex_unlock(&p->lock);
         pthread_join(p->completer, NULL);
     }
+    /* A hung GPU never finishes the kernel that hangs, nor what waits behind it: waiting for
+     * its streams, or freeing memory (which waits for the device), would never return. Its
+     * memory is left to the process's end. */
+    bool hung = __atomic_load_n(&p->hang_lost, __ATOMIC_ACQUIRE) && !p->virtual_clock;
+    ferry__watchdog_destroy(p->wd, __atomic_load_n(&p->hang_lost, __ATOMIC_ACQUIRE) != 0);
     for (unsigned i = 0; i < p->nstreams; i++)
         if (p->streams[i]) {
-            ferry__be_stream_sync(p->dev, p->streams[i]);
+            if (!hung)
+                ferry__be_stream_sync(p->dev, p->streams[i]);
             ferry__be_stream_destroy(p->dev, p->streams[i]);
         }
+    if (hung) {
+        ferry_log(FERRY_LOG_WARN, "pipeline",
+                  "closed on a hung GPU: its device and pinned memory stay allocated until the "
+                  "process ends");
+        free(p->slots);
+        p->slots = NULL;
+        p->pool = NULL;
+    }
     for (unsigned i = 0; p->slots && i < p->depth; i++) {
         slot_t *s = &p->slots[i];
         for (int e = 0; e < EV_N; e++)
@@ -1559,6 +1606,7 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     }
     p->tracing = ferry__opt_i64(o, FERRY__OPT_trace) != 0;
     p->time_all = p->tracing || strcmp(ferry__opt_str(o, FERRY__OPT_op_timing), "all") == 0;
+    p->time_none = !p->time_all && strcmp(ferry__opt_str(o, FERRY__OPT_op_timing), "off") == 0;
     p->virtual_clock = virt;
     ferry__mutex_init_adaptive(&p->lock);
     pthread_cond_init(&p->issue_cv, NULL);
@@ -1632,6 +1680,20 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
         if ((rc = ferry__be_stream_create(dev, copy ? cprio : kprio, &p->streams[i])) != 0)
             goto out_fail;
     }
+    ferry__wd_config_t wc = {
+        .own_thread = !virt,
+        .period_ns = (uint64_t)ferry__opt_i64(o, FERRY__OPT_watchdog_ms) * 1000000u,
+        .heartbeat_ns = (uint64_t)ferry__opt_i64(o, FERRY__OPT_heartbeat_ms) * 1000000u,
+        .factor = p->deadline_factor,
+        .floor_ns = p->deadline_floor_ns,
+        .heartbeat_priority = dev->props.priority_least,
+        .name = p->stage_name,
+        .on_deadline = wd_deadline,
+        .on_hang = wd_hang,
+        .ctx = p,
+    };
+    if ((rc = ferry__watchdog_create(dev, &wc, &p->wd)) != 0)
+        goto out_fail;
     if (pthread_create(&p->completer, NULL, completion_main, p) != 0) {
         rc = ferry__error(FERRY_ENOMEM, "pipeline: cannot start the completion thread");
         goto out_fail;
@@ -1815,7 +1877,8 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
     out->batches_done_gpu = __atomic_load_n(&p->done_gpu, __ATOMIC_RELAXED);
     out->batches_done_cpu = __atomic_load_n(&p->done_cpu, __ATOMIC_RELAXED);
     out->chunks_cpu = p->chunks_cpu_seen + __atomic_load_n(&p->chunks_cpu_direct, __ATOMIC_RELAXED);
-    out->deadlines_passed = p->deadlines_seen;
+    out->deadlines_passed = __atomic_load_n(&p->deadlines_passed, __ATOMIC_RELAXED);
+    ferry__watchdog_stats(p->wd, out);
     out->ladder_level = (unsigned)__atomic_load_n(&p->level, __ATOMIC_RELAXED);
     out->bw_alerts = p->bw_alerts_seen;
     out->bw_ratio[0] = p->bw_ratio_seen[0];

@@ -9,7 +9,8 @@ expect_in "summary marks simulated time" "$TMP/out" "(simulated)"
 expect_in "summary names the device" "$TMP/out" "NVIDIA H200 (simulated)"
 expect_in "summary counts batches" "$TMP/out" "1 ok on GPU, 0 ok on CPU, 0 failed"
 
-expect_rc "run --json" 0 "$FERRY" run --bytes 96M --batch-bytes 16M --json
+# Every chunk timed: with 12 chunks, sampling one in 31 would estimate utilisation from one.
+expect_rc "run --json" 0 "$FERRY" run --bytes 96M --batch-bytes 16M --op-timing all --json
 json_check "json: ok and verified" "$TMP/out" "j['ok'] and j['verified'] and j['simulated']"
 json_check "json: bytes" "$TMP/out" "j['bytes'] == 96*2**20 and j['verified_bytes'] == 96*2**20"
 json_check "json: batches" "$TMP/out" "j['batches'] == 6 and j['batches_ok_gpu'] == 6 and j['batches_failed'] == 0"

@@ -243,10 +243,23 @@ static void test_hang_walk(void **state)
         assert_int_equal(w.cpu, 1);
         assert_int_equal(w.gpu, 23);
         assert_int_equal(w.records, 1);
+        /* Stopped and retired soon after the deadline: the simulator's completion thread
+         * checks at every pass, and waits on the device 2 ms at a time. */
+        if (w.st.deadline_overrun_ns == 0 || w.st.deadline_overrun_ns > 10000000u)
+            fail_msg("%s: aborted chunk retired %llu ns past its deadline (want (0, 10 ms])", spec,
+                     (unsigned long long)w.st.deadline_overrun_ns);
+        /* The heartbeat ran through the hang (the kernel left SMs free) and nothing stalled. */
+        assert_true(w.st.heartbeats_sent >= 2);
+        assert_true(w.st.heartbeats_seen == w.st.heartbeats_sent);
+        assert_int_equal(w.st.heartbeat_stalls, 0);
+        assert_int_equal(w.st.completion_stalls + w.st.watchdog_stalls, 0);
         snprintf(spec, sizeof(spec), "hang-hard@batch=%d", b);
         w = walk(spec, seed + 50 + (uint64_t)b);
         assert_true(w.st.gpu_lost);
         assert_true(w.st.gpu_hung);
+        printf("# %s: heartbeats sent %llu seen %llu stalls %llu\n", spec,
+               (unsigned long long)w.st.heartbeats_sent, (unsigned long long)w.st.heartbeats_seen,
+               (unsigned long long)w.st.heartbeat_stalls);
         assert_int_equal(w.failed, 0);
         assert_true(w.gpu <= b);
         assert_true(w.records >= 1);

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/ferry_k_watchdog.h"
 
 #if defined(__has_include)
 #if __has_include(<nvtx3/nvToolsExt.h>)
@@ -587,6 +588,38 @@ static int cuda_mem_info(ferry_be_device_t *dev, uint64_t *free_bytes, uint64_t 
     return 0;
 }
 
+/* Kernels read the abort word themselves (include/ferry/device.h): nothing to do here. */
+static int cuda_abort_kernels(ferry_be_device_t *dev, const volatile uint64_t *word, uint64_t upto)
+{
+    (void)word;
+    (void)upto;
+    if (dev == NULL)
+        return ferry__error(FERRY_EINVAL, "cuda: abort_kernels: NULL device");
+    return 0;
+}
+
+static int cuda_host_device_ptr(ferry_be_device_t *dev, void *host, void **out)
+{
+    if (dev == NULL || host == NULL || out == NULL)
+        return ferry__error(FERRY_EINVAL, "cuda: host_device_ptr: NULL argument");
+    int rc = ferry__cuda_use_device(dev->index);
+    if (rc != 0)
+        return rc;
+    cudaError_t e = cudaHostGetDevicePointer(out, host, 0);
+    return e == cudaSuccess ? 0 : ferry__cuda_fail(e, "cudaHostGetDevicePointer(%p)", host);
+}
+
+static int cuda_heartbeat(ferry_be_stream_t *s, volatile uint64_t *word, uint64_t value)
+{
+    if (s == NULL || word == NULL)
+        return ferry__error(FERRY_EINVAL, "cuda: heartbeat: NULL stream or word");
+    int rc = ferry__cuda_use_device(s->dev->index);
+    if (rc != 0)
+        return rc;
+    cudaError_t e = (cudaError_t)ferry_k_heartbeat_launch(word, value, (void *)s->st);
+    return e == cudaSuccess ? 0 : ferry__cuda_fail(e, "heartbeat kernel launch");
+}
+
 const ferry_backend_ops_t ferry__cuda_backend = {
     .name = "cuda",
     .abi = FERRY_BACKEND_ABI,
@@ -615,4 +648,7 @@ const ferry_backend_ops_t ferry__cuda_backend = {
     .memcpy_d2h = cuda_memcpy_d2h,
     .launch = cuda_launch,
     .mem_info = cuda_mem_info,
+    .abort_kernels = cuda_abort_kernels,
+    .host_device_ptr = cuda_host_device_ptr,
+    .heartbeat = cuda_heartbeat,
 };

@@ -799,14 +799,74 @@ static int sim_mem_info(ferry_be_device_t *dev, uint64_t *free_bytes, uint64_t *
     return 0;
 }
 
-static int sim_abort_kernels(ferry_be_device_t *dev)
+static int sim_abort_kernels(ferry_be_device_t *dev, const volatile uint64_t *word, uint64_t upto)
 {
     if (dev == NULL)
         return ferry__error(FERRY_EINVAL, "sim: abort_kernels: NULL device");
     lock(dev);
-    int n = ferry__sim_abort(dev);
+    int n = ferry__sim_abort(dev, word, upto);
     unlock(dev);
     return n;
+}
+
+/* Registered host memory is its own device address here (as with unified addressing). */
+static int sim_host_device_ptr(ferry_be_device_t *dev, void *host, void **out)
+{
+    if (dev == NULL || host == NULL || out == NULL)
+        return ferry__error(FERRY_EINVAL, "sim: host_device_ptr: NULL argument");
+    lock(dev);
+    long i = range_floor(dev->regs, dev->nregs, (uintptr_t)host);
+    bool reg = i >= 0 && dev->regs[i].p + dev->regs[i].bytes > (uintptr_t)host;
+    unlock(dev);
+    if (!reg)
+        return ferry__error(FERRY_EINVAL,
+                            "sim: host_device_ptr: %p is not in registered host memory "
+                            "(cudaErrorInvalidValue)",
+                            host);
+    *out = host;
+    return 0;
+}
+
+static int heartbeat_store(const ferry_kernel_args_t *a, void *user)
+{
+    (void)user;
+    __atomic_store_n((uint64_t *)a->out, a->batch_id, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* The heartbeat: a one-block kernel of a microsecond, which stores its value when it ends. It
+ * waits for a free SM like any kernel, never takes part in the fault schedule and is not
+ * counted in the stats' kernels. */
+static int sim_heartbeat(ferry_be_stream_t *s, volatile uint64_t *word, uint64_t value)
+{
+    if (s == NULL || word == NULL)
+        return ferry__error(FERRY_EINVAL, "sim: heartbeat: NULL stream or word");
+    struct ferry_be_device *dev = s->dev;
+    int rc = 0;
+    lock(dev);
+    if (dev->sticky) {
+        rc = sticky_fail("heartbeat");
+        goto out_unlock;
+    }
+    struct sim_op *op = ferry__sim_op_new(s, SIM_OP_KERNEL);
+    if (op == NULL) {
+        rc = ferry__error(FERRY_ENOMEM, "sim: heartbeat: out of memory");
+        goto out_unlock;
+    }
+    op->u.kern.l = (ferry_be_launch_t){
+        .cpu = heartbeat_store,
+        .args = {.size = sizeof(ferry_kernel_args_t), .out = (void *)word, .batch_id = value},
+        .blocks = 1,
+        .block_ns = 1000,
+    };
+    op->u.kern.blocks = 1;
+    op->u.kern.heartbeat = true;
+    op->u.kern.priority = s->priority;
+    charge(dev, dev->prof.launch_ns);
+    ferry__sim_submit(dev, op);
+out_unlock:
+    unlock(dev);
+    return rc;
 }
 
 const ferry_backend_ops_t ferry__sim_backend = {
@@ -838,4 +898,6 @@ const ferry_backend_ops_t ferry__sim_backend = {
     .launch = sim_launch,
     .mem_info = sim_mem_info,
     .abort_kernels = sim_abort_kernels,
+    .host_device_ptr = sim_host_device_ptr,
+    .heartbeat = sim_heartbeat,
 };

@@ -337,7 +337,9 @@ static void finish_kernel(struct ferry_be_device *dev, struct sim_op *k)
 {
     struct ferry_be_stream *s = k->stream;
     /* An injected fault replaces the kernel: its output is never written. */
-    int rc = dev->sticky ? dev->sticky : kernel_fault(dev, &k->u.kern.l.args);
+    int rc = dev->sticky           ? dev->sticky
+             : k->u.kern.heartbeat ? 0
+                                   : kernel_fault(dev, &k->u.kern.l.args);
     if (rc == SIM_HANG || rc == SIM_HANG_HARD) {
         /* It never ends: it keeps its grid slot and its stream, until an abort stops a kernel
          * that polls the flag. Past the table's end it is simply never found again. */
@@ -352,7 +354,8 @@ static void finish_kernel(struct ferry_be_device *dev, struct sim_op *k)
         dev->sticky = FERRY_ESTICKY;
     else if (rc == 0)
         rc = k->u.kern.l.cpu(&k->u.kern.l.args, k->u.kern.l.user);
-    dev->stats.kernels++;
+    if (!k->u.kern.heartbeat)
+        dev->stats.kernels++;
     /* Non-sticky: events recorded after this kernel on its stream report the error until a
      * later kernel of the stream succeeds; other streams see it only through event waits. */
     s->own_err = rc == 0 ? 0 : rc < 0 ? rc : FERRY_EKERNEL;
@@ -583,11 +586,12 @@ void ferry__sim_model_fini(struct ferry_be_device *dev)
     dev->dirs[0].eng = dev->dirs[1].eng = NULL;
 }
 
-int ferry__sim_abort(struct ferry_be_device *dev)
+int ferry__sim_abort(struct ferry_be_device *dev, const volatile uint64_t *word, uint64_t upto)
 {
     int stopped = 0;
     for (int i = 0; i < dev->nhung;) {
-        if (!dev->hung[i].polls) {
+        const ferry_kernel_args_t *a = &dev->hung[i].op->u.kern.l.args;
+        if (!dev->hung[i].polls || a->abort_word != word || a->seq > upto) {
             i++;
             continue;
         }

@@ -45,6 +45,7 @@ struct sim_op {
             int priority;
             uint32_t blocks, started, finished;
             uint64_t order; /* dispatch order, FIFO among equal priorities */
+            bool heartbeat; /* the watchdog's: no faults, not in the stats */
         } kern;
         struct {
             struct sim_op *target; /* NULL: the event was never recorded, already satisfied */
@@ -175,7 +176,9 @@ void ferry__sim_drain(struct ferry_be_device *dev);
 int ferry__sim_alloc_fault(struct ferry_be_device *dev);
 /* Raise the abort flag: hung kernels that poll it end now with FERRY_ETIMEDOUT. Returns how
  * many stopped. Under the device lock. */
-int ferry__sim_abort(struct ferry_be_device *dev);
+/* The abort word @word was raised to @upto: hung kernels launched with it, a seq <= @upto,
+ * that poll, stop with an error. Returns how many. */
+int ferry__sim_abort(struct ferry_be_device *dev, const volatile uint64_t *word, uint64_t upto);
 
 void ferry__sim_stream_free(struct ferry_be_stream *s);
 

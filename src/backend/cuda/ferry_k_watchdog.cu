@@ -1,0 +1,20 @@
+/* The watchdog's heartbeat: one thread stores a value into mapped host memory. It is queued on
+ * the lowest-priority stream and runs only when the GPU schedules new work, so a counter that
+ * stops moving says the GPU does not (a kernel holding every SM, a hung or lost context). */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "backend/cuda/ferry_k_watchdog.h"
+
+__global__ void ferry_k_heartbeat(volatile unsigned long long *word, unsigned long long value)
+{
+    *word = value;
+    __threadfence_system();
+}
+
+extern "C" int ferry_k_heartbeat_launch(volatile uint64_t *word, uint64_t value, void *stream)
+{
+    ferry_k_heartbeat<<<1, 1, 0, (cudaStream_t)stream>>>((volatile unsigned long long *)word,
+                                                         (unsigned long long)value);
+    return (int)cudaGetLastError();
+}

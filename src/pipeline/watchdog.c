@@ -1,0 +1,390 @@
+/* The watchdog (watchdog.h): deadlines, the abort word, the heartbeat, and the two threads
+ * watching each other. */
+#include <errno.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pipeline/watchdog.h"
+
+#define MAX_HEADS FERRY_STATS_MAX_STREAMS
+/* Raises remembered for the overrun figure (the newest ones). */
+#define RAISES 8
+/* A thread that has not shown life for this long (and at least this many periods) stalled. */
+#define STALL_MIN_NS      (100u * 1000000u)
+#define STALL_MIN_PERIODS 50u
+
+struct ferry__watchdog {
+    ferry_device_t *dev;
+    ferry__wd_config_t cfg;
+    char name[64];
+
+    /* The mapped page: the abort word and the heartbeat's counter, 64 bytes apart. */
+    unsigned char *page;
+    bool registered;
+    volatile uint64_t *abort_host, *hb_host;
+    const volatile uint64_t *abort_dev;
+    volatile uint64_t *hb_dev;
+    ferry_be_stream_t *hb_stream;
+
+    pthread_mutex_t mu; /* the heads and the step's state */
+    ferry__wd_head_t heads[MAX_HEADS];
+    unsigned nheads;
+    uint64_t lat_ewma_ns;
+    uint64_t comp_tick, wd_tick; /* atomic: device clock of the last publish, the last step */
+    uint64_t raised;             /* atomic: the abort word's value */
+    struct {
+        uint64_t seq, deadline_at;
+    } raises[RAISES];
+    unsigned nraises;
+    struct {
+        uint64_t seq, ns;
+    } aborted[MAX_HEADS]; /* per head: since when it has been at or below the abort word */
+    bool hung, comp_stalled, wd_stalled;
+    uint64_t hb_sent, hb_sent_ns;
+    bool hb_stalled, hb_off;
+
+    /* Stats (atomics). */
+    uint64_t overrun_max, hb_seen, hb_stalls, comp_stalls, wd_stalls;
+
+    pthread_t thread;
+    bool started, stop; /* stop under mu */
+    pthread_cond_t cv;
+};
+
+static uint64_t stall_ns(const ferry__watchdog_t *w, uint64_t floor)
+{
+    uint64_t t = w->cfg.period_ns * STALL_MIN_PERIODS;
+    if (t < STALL_MIN_NS)
+        t = STALL_MIN_NS;
+    return t > floor ? t : floor;
+}
+
+/* ---- the mapped page -------------------------------------------------------------------- */
+
+static void map_page(ferry__watchdog_t *w)
+{
+    void *pg = NULL;
+    void *dp = NULL;
+    if (posix_memalign(&pg, 4096, 4096) != 0) {
+        ferry_log(FERRY_LOG_WARN, "watchdog", "%s: out of memory for the abort word", w->name);
+        return;
+    }
+    memset(pg, 0, 4096);
+    w->page = pg;
+    int rc = ferry__be_host_register(w->dev, pg, 4096);
+    if (rc == 0) {
+        w->registered = true;
+        rc = ferry__be_host_device_ptr(w->dev, pg, &dp);
+    }
+    if (rc != 0) {
+        ferry_log(FERRY_LOG_INFO, "watchdog",
+                  "%s: no abort word and no heartbeat (mapped host memory: %s); deadlines still "
+                  "apply",
+                  w->name, ferry__last_error_text());
+        return;
+    }
+    w->abort_host = (volatile uint64_t *)pg;
+    w->hb_host = (volatile uint64_t *)((unsigned char *)pg + 64);
+    w->abort_dev = (const volatile uint64_t *)dp;
+    w->hb_dev = (volatile uint64_t *)((unsigned char *)dp + 64);
+}
+
+static void unmap_page(ferry__watchdog_t *w, bool hung)
+{
+    if (w->page == NULL)
+        return;
+    /* The last beat: waited for, unless the device is hung (a GPU would never return; the
+     * simulator returns at once). */
+    if (w->hb_stream != NULL && (!hung || !w->cfg.own_thread))
+        (void)ferry__be_stream_sync(w->dev, w->hb_stream);
+    /* A beat still queued on a GPU may be written later, into freed memory: keep the page
+     * then. (A simulated one stuck behind a hung kernel never runs once no abort can come.) */
+    if (w->cfg.own_thread && w->hb_host != NULL &&
+        __atomic_load_n(w->hb_host, __ATOMIC_ACQUIRE) < w->hb_sent) {
+        ferry_log(FERRY_LOG_DEBUG, "watchdog", "%s: a heartbeat is still queued; its page stays",
+                  w->name);
+        return;
+    }
+    if (w->registered)
+        ferry__be_host_unregister(w->dev, w->page);
+    free(w->page);
+}
+
+/* ---- the step --------------------------------------------------------------------------- */
+
+enum { ACT_RAISE, ACT_HANG };
+typedef struct action {
+    int kind;
+    ferry__wd_head_t h;
+    uint64_t ns; /* raise: the deadline; hang: time since the abort */
+} action_t;
+
+/* The completion thread's sign of life: reported when it stopped polling with chunks in
+ * flight. Returns true while it is stalled (its heads are stale: deadlines wait). Under mu. */
+static bool completion_stalled(ferry__watchdog_t *w, uint64_t now)
+{
+    bool inflight = false;
+    for (unsigned i = 0; i < w->nheads; i++)
+        inflight |= w->heads[i].seq != 0;
+    uint64_t tick = __atomic_load_n(&w->comp_tick, __ATOMIC_ACQUIRE);
+    bool stalled = inflight && now > tick && now - tick > stall_ns(w, w->cfg.floor_ns);
+    if (stalled && !w->comp_stalled) {
+        __atomic_add_fetch(&w->comp_stalls, 1, __ATOMIC_RELAXED);
+        ferry_log(FERRY_LOG_WARN, "watchdog",
+                  "%s: the completion thread has not polled for %.0f ms with chunks in flight "
+                  "(a batch callback that blocks?); deadlines wait until it does",
+                  w->name, (double)(now - tick) / 1e6);
+    } else if (!stalled && w->comp_stalled) {
+        ferry_log(FERRY_LOG_INFO, "watchdog", "%s: the completion thread polls again", w->name);
+    }
+    w->comp_stalled = stalled;
+    return stalled;
+}
+
+/* Deadlines of the heads: raise the abort word past one, report a hang a floor after. Under
+ * mu; the callbacks run later, from @acts. */
+static unsigned check_heads(ferry__watchdog_t *w, uint64_t now, action_t *acts)
+{
+    unsigned n = 0;
+    uint64_t deadline = w->cfg.floor_ns + (uint64_t)(w->cfg.factor * (double)w->lat_ewma_ns);
+    for (unsigned i = 0; i < w->nheads; i++) {
+        const ferry__wd_head_t *h = &w->heads[i];
+        if (h->seq == 0)
+            continue;
+        uint64_t raised = __atomic_load_n(&w->raised, __ATOMIC_RELAXED);
+        if (h->seq > raised) {
+            if (now <= h->since_ns || now - h->since_ns <= deadline)
+                continue;
+            __atomic_store_n(&w->raised, h->seq, __ATOMIC_SEQ_CST);
+            if (w->abort_host != NULL)
+                __atomic_store_n(w->abort_host, h->seq, __ATOMIC_SEQ_CST);
+            w->raises[w->nraises % RAISES].seq = h->seq;
+            w->raises[w->nraises % RAISES].deadline_at = h->since_ns + deadline;
+            w->nraises++;
+            acts[n++] = (action_t){ACT_RAISE, *h, deadline};
+        } else if (w->aborted[i].seq != h->seq) {
+            w->aborted[i].seq = h->seq;
+            w->aborted[i].ns = now;
+        } else if (!w->hung && now - w->aborted[i].ns > w->cfg.floor_ns) {
+            w->hung = true;
+            acts[n++] = (action_t){ACT_HANG, *h, now - w->aborted[i].ns};
+        }
+    }
+    return n;
+}
+
+/* The heartbeat: one beat queued at a time, every period once the last was seen; a beat not
+ * seen within the floor is a stall. Under mu. */
+static void heartbeat(ferry__watchdog_t *w, uint64_t now)
+{
+    if (w->hb_host == NULL || w->cfg.heartbeat_ns == 0 || w->hb_off)
+        return;
+    uint64_t seen = __atomic_load_n(w->hb_host, __ATOMIC_ACQUIRE);
+    __atomic_store_n(&w->hb_seen, seen, __ATOMIC_RELAXED);
+    if (seen < w->hb_sent) {
+        if (!w->hb_stalled && now > w->hb_sent_ns && now - w->hb_sent_ns > w->cfg.floor_ns) {
+            w->hb_stalled = true;
+            __atomic_add_fetch(&w->hb_stalls, 1, __ATOMIC_RELAXED);
+            ferry_log(FERRY_LOG_WARN, "watchdog",
+                      "%s: the GPU has not run the heartbeat kernel for %.0f ms: it schedules "
+                      "no new work (a kernel holding every SM, or a hung GPU)",
+                      w->name, (double)(now - w->hb_sent_ns) / 1e6);
+        }
+        return;
+    }
+    if (w->hb_stalled) {
+        w->hb_stalled = false;
+        ferry_log(FERRY_LOG_INFO, "watchdog", "%s: the heartbeat runs again", w->name);
+    }
+    if (w->hb_sent != 0 && now - w->hb_sent_ns < w->cfg.heartbeat_ns)
+        return;
+    if (w->hb_stream == NULL) {
+        int rc = ferry__be_stream_create(w->dev, w->cfg.heartbeat_priority, &w->hb_stream);
+        if (rc != 0) {
+            w->hb_off = true;
+            ferry_log(FERRY_LOG_WARN, "watchdog", "%s: no heartbeat: its stream: %s", w->name,
+                      ferry__last_error_text());
+            return;
+        }
+    }
+    int rc = ferry__be_heartbeat(w->dev, w->hb_stream, w->hb_dev, w->hb_sent + 1);
+    if (rc != 0) {
+        w->hb_off = true;
+        ferry_log(FERRY_LOG_WARN, "watchdog", "%s: the heartbeat stopped: %s", w->name,
+                  ferry__last_error_text());
+        return;
+    }
+    __atomic_store_n(&w->hb_sent, w->hb_sent + 1, __ATOMIC_RELAXED);
+    w->hb_sent_ns = now;
+}
+
+void ferry__watchdog_step(ferry__watchdog_t *w, uint64_t now)
+{
+    action_t acts[2 * MAX_HEADS];
+    unsigned n = 0;
+    pthread_mutex_lock(&w->mu);
+    __atomic_store_n(&w->wd_tick, now, __ATOMIC_RELEASE);
+    if (!completion_stalled(w, now))
+        n = check_heads(w, now, acts);
+    heartbeat(w, now);
+    bool hb_stalled = w->hb_stalled;
+    pthread_mutex_unlock(&w->mu);
+    for (unsigned i = 0; i < n; i++) {
+        if (acts[i].kind == ACT_RAISE) {
+            int stopped = ferry__be_abort_kernels(w->dev, w->abort_dev, acts[i].h.seq);
+            w->cfg.on_deadline(w->cfg.ctx, &acts[i].h, now, acts[i].ns, stopped);
+        } else {
+            w->cfg.on_hang(w->cfg.ctx, &acts[i].h, now, acts[i].ns, hb_stalled);
+        }
+    }
+}
+
+/* ---- the thread ------------------------------------------------------------------------- */
+
+static void *watchdog_main(void *arg)
+{
+    ferry__watchdog_t *w = arg;
+#ifdef __linux__
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* a 1 ms period must wake on time */
+#endif
+    pthread_mutex_lock(&w->mu);
+    while (!w->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t at = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + w->cfg.period_ns;
+        ts.tv_sec = (time_t)(at / 1000000000u);
+        ts.tv_nsec = (long)(at % 1000000000u);
+        int rc = 0;
+        while (!w->stop && rc != ETIMEDOUT)
+            rc = pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+        if (w->stop)
+            break;
+        pthread_mutex_unlock(&w->mu);
+        ferry__watchdog_step(w, ferry_device_now_ns(w->dev));
+        pthread_mutex_lock(&w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+int ferry__watchdog_create(ferry_device_t *dev, const ferry__wd_config_t *cfg,
+                           ferry__watchdog_t **out)
+{
+    ferry__watchdog_t *w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return ferry__error(FERRY_ENOMEM, "watchdog: out of memory");
+    w->dev = dev;
+    w->cfg = *cfg;
+    ferry__strlcpy(w->name, cfg->name ? cfg->name : "pipeline", sizeof(w->name));
+    w->cfg.name = w->name;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    map_page(w);
+    uint64_t now = ferry_device_now_ns(dev);
+    w->comp_tick = w->wd_tick = now;
+    if (cfg->own_thread) {
+        if (pthread_create(&w->thread, NULL, watchdog_main, w) != 0) {
+            ferry__watchdog_destroy(w, false);
+            return ferry__error(FERRY_ENOMEM, "watchdog: cannot start its thread");
+        }
+        w->started = true;
+        pthread_setname_np(w->thread, "ferry-watchdog");
+    }
+    *out = w;
+    return 0;
+}
+
+void ferry__watchdog_destroy(ferry__watchdog_t *w, bool hung)
+{
+    if (w == NULL)
+        return;
+    if (w->started) {
+        pthread_mutex_lock(&w->mu);
+        w->stop = true;
+        pthread_cond_signal(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->thread, NULL);
+    }
+    unmap_page(w, hung);
+    ferry__be_stream_destroy(w->dev, w->hb_stream);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}
+
+/* ---- the completion thread's side ------------------------------------------------------- */
+
+const volatile uint64_t *ferry__watchdog_abort_word(const ferry__watchdog_t *w)
+{
+    return w != NULL ? w->abort_dev : NULL;
+}
+
+uint64_t ferry__watchdog_raised(const ferry__watchdog_t *w)
+{
+    return w != NULL ? __atomic_load_n(&w->raised, __ATOMIC_SEQ_CST) : 0;
+}
+
+void ferry__watchdog_publish(ferry__watchdog_t *w, const ferry__wd_head_t *heads, unsigned n,
+                             uint64_t lat_ewma_ns, uint64_t now)
+{
+    if (n > MAX_HEADS)
+        n = MAX_HEADS;
+    pthread_mutex_lock(&w->mu);
+    memcpy(w->heads, heads, n * sizeof(*heads));
+    w->nheads = n;
+    w->lat_ewma_ns = lat_ewma_ns;
+    __atomic_store_n(&w->comp_tick, now, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void ferry__watchdog_check_alive(ferry__watchdog_t *w, uint64_t now)
+{
+    uint64_t tick = __atomic_load_n(&w->wd_tick, __ATOMIC_ACQUIRE);
+    bool stalled = now > tick && now - tick > stall_ns(w, 0);
+    if (stalled == __atomic_load_n(&w->wd_stalled, __ATOMIC_RELAXED))
+        return;
+    __atomic_store_n(&w->wd_stalled, stalled, __ATOMIC_RELAXED);
+    if (stalled) {
+        __atomic_add_fetch(&w->wd_stalls, 1, __ATOMIC_RELAXED);
+        ferry_log(FERRY_LOG_ERROR, "watchdog",
+                  "%s: the watchdog thread has not run for %.0f ms: deadlines and the heartbeat "
+                  "go unchecked meanwhile (an overloaded host?)",
+                  w->name, (double)(now - tick) / 1e6);
+    } else {
+        ferry_log(FERRY_LOG_INFO, "watchdog", "%s: the watchdog thread runs again", w->name);
+    }
+}
+
+void ferry__watchdog_retired_aborted(ferry__watchdog_t *w, uint64_t seq, uint64_t now)
+{
+    pthread_mutex_lock(&w->mu);
+    for (unsigned i = 0; i < RAISES && i < w->nraises; i++) {
+        if (w->raises[i].seq != seq)
+            continue;
+        uint64_t over = now > w->raises[i].deadline_at ? now - w->raises[i].deadline_at : 0;
+        if (over > w->overrun_max)
+            __atomic_store_n(&w->overrun_max, over, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+void ferry__watchdog_stats(const ferry__watchdog_t *w, ferry_pipeline_stats_t *out)
+{
+    if (w == NULL || out->size < offsetof(ferry_pipeline_stats_t, watchdog_stalls) + 8)
+        return;
+    out->deadline_overrun_ns = __atomic_load_n(&w->overrun_max, __ATOMIC_RELAXED);
+    out->heartbeats_sent = __atomic_load_n(&w->hb_sent, __ATOMIC_RELAXED);
+    out->heartbeats_seen = __atomic_load_n(&w->hb_seen, __ATOMIC_RELAXED);
+    out->heartbeat_stalls = __atomic_load_n(&w->hb_stalls, __ATOMIC_RELAXED);
+    out->completion_stalls = __atomic_load_n(&w->comp_stalls, __ATOMIC_RELAXED);
+    out->watchdog_stalls = __atomic_load_n(&w->wd_stalls, __ATOMIC_RELAXED);
+}

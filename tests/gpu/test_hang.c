@@ -1,0 +1,213 @@
+/* Hangs on a real GPU, each in a child process: the first chunk of batch 3 of 16 runs a kernel
+ * of one thread that spins on the GPU clock. One polls ferry_should_abort(): the watchdog must
+ * raise the abort word once the chunk passes its deadline, the kernel stop, and the chunk be
+ * retired (redone on the CPU) within deadline + 10 ms, the GPU path going on. The other never
+ * polls (it ends by itself after 5 s): the GPU path must end a floor after the abort, every
+ * batch still completing exactly once, bit-exact, through the CPU fallback, and closing the
+ * pipeline must not wait for the hung kernel. Skips (exit 77) without a GPU. */
+#include <signal.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend/cuda/ferry_k_fault.h"
+#include "cudatest.h"
+
+extern char **environ;
+
+typedef struct hanging {
+    const ferry_stage_t *inner; /* the scale workload's stage */
+    int poll;
+    uint64_t batch;
+} hanging_t;
+
+/* The stage's GPU function: scale, except the first chunk of the chosen batch hangs. */
+static int hanging_gpu(const ferry_kernel_args_t *a, void *stream, void *user)
+{
+    hanging_t *f = user;
+    if (a->batch_id == f->batch && a->chunk == 0) {
+        int e = ferry_k_hang_launch(a, f->poll, f->poll ? 30000000000ull : 5000000000ull, stream);
+        return e == 0 ? 0 : FERRY_EBACKEND;
+    }
+    return f->inner->gpu(a, stream, f->inner->user);
+}
+
+static int hanging_cpu(const ferry_kernel_args_t *a, void *user)
+{
+    hanging_t *f = user;
+    return f->inner->cpu(a, f->inner->user);
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+typedef struct done {
+    atomic_int calls[16];
+    atomic_int gpu, cpu, failed;
+} done_t;
+
+static void on_done(const ferry_batch_result_t *r, void *arg)
+{
+    done_t *d = arg;
+    atomic_fetch_add(&d->calls[r->id % 16], 1);
+    atomic_fetch_add(r->where == FERRY_DONE_GPU   ? &d->gpu
+                     : r->where == FERRY_DONE_CPU ? &d->cpu
+                                                  : &d->failed,
+                     1);
+}
+
+/* The child: prints one summary line, exits 0 when every check held. */
+static int child(int poll, const char *log)
+{
+    ferry_options_t *o = NULL;
+    if (ferry_options_create(&o) != 0 || ferry_options_set(o, "failure_log", log) != 0)
+        return 10;
+    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
+    cfg.backend = "cuda";
+    cfg.options = o;
+    ferry_runtime_t *r = NULL;
+    ferry_device_t *d = NULL;
+    if (ferry_runtime_create(&cfg, &r) != 0 || ferry_device_get(r, 0, &d) != 0)
+        return 11;
+    ferry_options_destroy(o);
+    ferry_workload_t *wl = NULL;
+    if (ferry_workload_create("scale", NULL, &wl) != 0)
+        return 12;
+    hanging_t f = {.inner = ferry_workload_stage(wl), .poll = poll, .batch = 3};
+    ferry_stage_t st = FERRY_STAGE_INIT;
+    st.name = "hanging-scale";
+    st.gpu = hanging_gpu;
+    st.cpu = hanging_cpu;
+    st.user = &f;
+    const size_t per = 8u << 20, total = 16 * per;
+    unsigned char *in = malloc(total), *out = malloc(total), *ref = malloc(total);
+    if (in == NULL || out == NULL || ref == NULL)
+        return 13;
+    uint64_t seed = 41 + (uint64_t)poll;
+    cudatest_fill_floats(in, total, &seed);
+    memset(out, 0, total);
+    ferry_workload_reference(wl, in, ref, total);
+    /* Registered input and output: the copies go straight to them, as in most real use. */
+    if (ferry_host_register(d, in, total) != 0 || ferry_host_register(d, out, total) != 0)
+        return 14;
+    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
+    pc.device = d;
+    pc.stage = &st;
+    pc.chunk_bytes = 2u << 20;
+    ferry_pipeline_t *p = NULL;
+    if (ferry_pipeline_create(&pc, &p) != 0)
+        return 15;
+    static done_t dn;
+    for (int b = 0; b < 16; b++) {
+        ferry_batch_t bt = FERRY_BATCH_INIT;
+        bt.in = in + (size_t)b * per;
+        bt.out = out + (size_t)b * per;
+        bt.bytes = per;
+        if (ferry_pipeline_submit(p, &bt, on_done, &dn, NULL) != 0)
+            return 16;
+    }
+    if (ferry_pipeline_drain(p) != 0)
+        return 17;
+    ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
+    ferry_pipeline_stats(p, &s);
+    uint64_t t0 = mono_ns();
+    ferry_pipeline_close(p); /* must not wait for a hung kernel */
+    double close_ms = (double)(mono_ns() - t0) / 1e6;
+    int once = 1;
+    for (int b = 0; b < 16; b++)
+        once &= atomic_load(&dn.calls[b]) == 1;
+    long diff = cudatest_first_diff(out, ref, total);
+    printf("# %s: %d batches on the GPU, %d with the CPU, %d failed; deadlines passed %llu, "
+           "retired %.3f ms past the deadline; gpu_lost %d, gpu_hung %d; heartbeats %llu sent, "
+           "%llu seen, %llu stalls; %llu failure records; close %.1f ms; exactly once %d; "
+           "output %s\n",
+           poll ? "hang polling the abort flag" : "hang ignoring it", atomic_load(&dn.gpu),
+           atomic_load(&dn.cpu), atomic_load(&dn.failed), (unsigned long long)s.deadlines_passed,
+           (double)s.deadline_overrun_ns / 1e6, s.gpu_lost, s.gpu_hung,
+           (unsigned long long)s.heartbeats_sent, (unsigned long long)s.heartbeats_seen,
+           (unsigned long long)s.heartbeat_stalls, (unsigned long long)s.failure_records, close_ms,
+           once, diff < 0 ? "bit-exact" : "DIFFERS");
+    fflush(stdout);
+    bool good = once && diff < 0 && atomic_load(&dn.failed) == 0 &&
+                atomic_load(&dn.gpu) + atomic_load(&dn.cpu) == 16 && s.failure_records >= 1 &&
+                s.deadlines_passed >= 1 && close_ms < 1000;
+    if (poll)
+        good = good && !s.gpu_lost && atomic_load(&dn.cpu) == 1 &&
+               s.deadline_overrun_ns <= 10000000u && s.deadline_overrun_ns > 0;
+    else
+        good = good && s.gpu_lost && s.gpu_hung;
+    /* The GPU may still run the hung kernel: end without tearing CUDA down. */
+    _exit(good ? 0 : 1);
+}
+
+static void run_child(const char *kind)
+{
+    char exe[4096], log[64];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    assert_true(n > 0);
+    exe[n] = '\0';
+    snprintf(log, sizeof(log), "/tmp/ferry-hang-XXXXXX");
+    int fd = mkstemp(log);
+    assert_true(fd >= 0);
+    close(fd);
+    char *argv[] = {exe, "--child", (char *)kind, log, NULL};
+    pid_t pid;
+    assert_int_equal(posix_spawn(&pid, exe, NULL, NULL, argv, environ), 0);
+    /* A hang after the fault is a failure, not a stuck test: 60 s, then the child is killed. */
+    int status = 0;
+    pid_t got = 0;
+    for (int i = 0; i < 600 && (got = waitpid(pid, &status, WNOHANG)) == 0; i++)
+        usleep(100000);
+    if (got == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        unlink(log);
+        fail_msg("the child (%s) did not finish within 60 s after the fault", kind);
+    }
+    assert_int_equal(got, pid);
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    char line[4096];
+    int records = 0;
+    bool timedout = false;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        records++;
+        timedout |= strstr(line, "\"error\":\"ETIMEDOUT\"") != NULL;
+    }
+    fclose(f);
+    unlink(log);
+    printf("# child (%s) exited %d; %d failure records, a timed-out one: %d\n", kind,
+           WIFEXITED(status) ? WEXITSTATUS(status) : -1, records, timedout);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_true(records >= 1 && timedout);
+}
+
+static void test_hang_polling(void **state)
+{
+    (void)state;
+    run_child("poll");
+}
+
+static void test_hang_ignoring(void **state)
+{
+    (void)state;
+    run_child("hard");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 4 && strcmp(argv[1], "--child") == 0)
+        return child(strcmp(argv[2], "poll") == 0, argv[3]);
+    cudatest_require_gpu();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hang_polling),
+        cmocka_unit_test(test_hang_ignoring),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
