@@ -2,7 +2,8 @@
 # One call on the GPU machine: build ferry with CUDA, run every test (the GPU ones included),
 # the end-to-end runs and the benchmarks, write the results (with date, device, driver, commit
 # and command) to $OUT (or bench/results/), and print a short table last.
-# Needs .carry/ (scripts/carry-deps.sh) for cJSON and cmocka: that machine has no apt.
+# Needs .carry/ (scripts/carry-deps.sh) for cJSON, cmocka and python3-prometheus-client: that
+# machine has no apt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-bench/results}
@@ -11,6 +12,7 @@ root=$PWD/.carry/root
 export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}"
 export CPATH="$root/usr/include${CPATH:+:$CPATH}"
+export PYTHONPATH="$root/usr/lib/python3/dist-packages${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="/usr/local/cuda/bin:$PATH"
 build=${BUILD:-build-gpu}
 log=$out/gpu-check.log
@@ -47,6 +49,12 @@ tail -n 25 "$out/ctest.log" | tee -a "$log"
 { "$build"/tests/gpu_test_trouble 2>&1; "$build"/tests/gpu_test_sticky 2>&1; "$build"/tests/gpu_test_hang 2>&1; } \
   | grep '^# ' | grep -v '^# seed' \
   | tee "$out/trouble.txt" | tee -a "$log"
+
+# GPU_CHECK_QUICK=1: build and tests only (to check a fix without the benchmarks).
+if [ "${GPU_CHECK_QUICK:-0}" = 1 ]; then
+  grep -E "Failed|Passed" "$out/ctest.log" | tail -50
+  exit $tests_rc
+fi
 
 step "end to end: ferry run --backend cuda"
 res=$out/gpu-${date}-${commit}.jsonl

@@ -429,6 +429,19 @@ static void write_failure_record(ferry_pipeline_t *p, const slot_t *s, int err, 
     fflush(f);
 }
 
+/* An abandoned chunk (a hang) whose D2H goes straight to the batch's output is still queued
+ * behind the hung kernel: should that kernel ever end, the copy would overwrite the CPU's
+ * output after the batch completed. Its device buffer gets the CPU's output instead, through
+ * the H2D stream (which waits for no kernel), so that a late copy writes the same bytes. The
+ * source is the slot's pinned buffer, which an abandoned slot keeps. Completion thread. */
+static void guard_late_copy(ferry_pipeline_t *p, slot_t *s, const unsigned char *cpu_out)
+{
+    memcpy(s->h_out, cpu_out, s->bytes);
+    if (ferry__be_memcpy_h2d(p->dev, p->streams[s->h2d], s->d_out, s->h_out, s->bytes) != 0)
+        ferry_log(FERRY_LOG_DEBUG, "pipeline", "guarding batch %llu chunk %u: %s",
+                  (unsigned long long)s->batch->id, s->chunk, ferry__last_error_text());
+}
+
 /* A chunk's GPU attempt failed (@err): the ladder's level 2. A sticky error ends the GPU path
  * for every later chunk. The stage's CPU function, if any, produces the output from the chunk's
  * host input; otherwise the batch fails with the reason. Completion thread. */
@@ -486,6 +499,8 @@ static void fall_back(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, pas
                       rc == 0 ? "done by the CPU fallback" : "the batch fails");
         write_failure_record(p, s, err, msg, action, now);
     }
+    if (rc == 0 && s->abandoned && !s->copy_out && b->b.out != NULL)
+        guard_late_copy(p, s, (unsigned char *)b->b.out + s->offset);
     if (rc == 0) {
         __atomic_add_fetch(&b->cpu_chunks, 1, __ATOMIC_RELAXED);
         p->chunks_cpu++;

@@ -45,15 +45,15 @@ struct ferry__watchdog {
         uint64_t seq, ns;
     } aborted[MAX_HEADS]; /* per head: since when it has been at or below the abort word */
     bool hung, comp_stalled, wd_stalled;
-    uint64_t hb_sent, hb_sent_ns;
-    bool hb_stalled, hb_off;
+    uint64_t hb_sent, hb_sent_ns, hb_launch_ns;
+    bool hb_stalled, hb_off, hb_launching;
 
     /* Stats (atomics). */
     uint64_t overrun_max, hb_seen, hb_stalls, comp_stalls, wd_stalls;
 
-    pthread_t thread;
-    bool started, stop; /* stop under mu */
-    pthread_cond_t cv;
+    pthread_t thread, hb_thread;
+    bool started, hb_started, stop; /* stop under mu */
+    pthread_cond_t cv, hb_cv;
 };
 
 static uint64_t stall_ns(const ferry__watchdog_t *w, uint64_t floor)
@@ -110,6 +110,9 @@ static void unmap_page(ferry__watchdog_t *w, bool hung)
                   w->name);
         return;
     }
+    /* Unregistering waits for the device: not on a hung one (the page is left to the end). */
+    if (hung && w->cfg.own_thread)
+        return;
     if (w->registered)
         ferry__be_host_unregister(w->dev, w->page);
     free(w->page);
@@ -178,49 +181,62 @@ static unsigned check_heads(ferry__watchdog_t *w, uint64_t now, action_t *acts)
     return n;
 }
 
-/* The heartbeat: one beat queued at a time, every period once the last was seen; a beat not
- * seen within the floor is a stall. Under mu. */
-static void heartbeat(ferry__watchdog_t *w, uint64_t now)
+/* The heartbeat's check: a beat not seen within the floor of its launch, or a launch that has
+ * not returned within the floor (the driver may wait for a busy device), is a stall, reported
+ * once until beats are seen again. Returns whether a beat is due. Under mu. */
+static bool heartbeat_check(ferry__watchdog_t *w, uint64_t now)
 {
     if (w->hb_host == NULL || w->cfg.heartbeat_ns == 0 || w->hb_off)
-        return;
+        return false;
     uint64_t seen = __atomic_load_n(w->hb_host, __ATOMIC_ACQUIRE);
     __atomic_store_n(&w->hb_seen, seen, __ATOMIC_RELAXED);
-    if (seen < w->hb_sent) {
-        if (!w->hb_stalled && now > w->hb_sent_ns && now - w->hb_sent_ns > w->cfg.floor_ns) {
+    uint64_t since = w->hb_launching ? w->hb_launch_ns : w->hb_sent_ns;
+    if (w->hb_launching || seen < w->hb_sent) {
+        if (!w->hb_stalled && now > since && now - since > w->cfg.floor_ns) {
             w->hb_stalled = true;
             __atomic_add_fetch(&w->hb_stalls, 1, __ATOMIC_RELAXED);
             ferry_log(FERRY_LOG_WARN, "watchdog",
-                      "%s: the GPU has not run the heartbeat kernel for %.0f ms: it schedules "
-                      "no new work (a kernel holding every SM, or a hung GPU)",
-                      w->name, (double)(now - w->hb_sent_ns) / 1e6);
+                      w->hb_launching ? "%s: launching the heartbeat kernel has not returned for "
+                                        "%.0f ms: the driver waits for the GPU"
+                                      : "%s: the GPU has not run the heartbeat kernel for %.0f "
+                                        "ms: it schedules no new work (a kernel holding every SM, "
+                                        "or a hung GPU)",
+                      w->name, (double)(now - since) / 1e6);
         }
-        return;
+        return false;
     }
     if (w->hb_stalled) {
         w->hb_stalled = false;
         ferry_log(FERRY_LOG_INFO, "watchdog", "%s: the heartbeat runs again", w->name);
     }
-    if (w->hb_sent != 0 && now - w->hb_sent_ns < w->cfg.heartbeat_ns)
-        return;
-    if (w->hb_stream == NULL) {
-        int rc = ferry__be_stream_create(w->dev, w->cfg.heartbeat_priority, &w->hb_stream);
-        if (rc != 0) {
-            w->hb_off = true;
-            ferry_log(FERRY_LOG_WARN, "watchdog", "%s: no heartbeat: its stream: %s", w->name,
-                      ferry__last_error_text());
-            return;
-        }
-    }
-    int rc = ferry__be_heartbeat(w->dev, w->hb_stream, w->hb_dev, w->hb_sent + 1);
-    if (rc != 0) {
+    return w->hb_sent == 0 || now - w->hb_sent_ns >= w->cfg.heartbeat_ns;
+}
+
+/* Queue the next beat. Not under mu: a launch can block in the driver, and the deadlines must
+ * not wait for it (on a GPU this runs in the heartbeat thread). */
+static void heartbeat_send(ferry__watchdog_t *w, uint64_t now)
+{
+    pthread_mutex_lock(&w->mu);
+    w->hb_launching = true;
+    w->hb_launch_ns = now;
+    uint64_t value = w->hb_sent + 1;
+    pthread_mutex_unlock(&w->mu);
+    int rc = 0;
+    if (w->hb_stream == NULL)
+        rc = ferry__be_stream_create(w->dev, w->cfg.heartbeat_priority, &w->hb_stream);
+    if (rc == 0)
+        rc = ferry__be_heartbeat(w->dev, w->hb_stream, w->hb_dev, value);
+    pthread_mutex_lock(&w->mu);
+    w->hb_launching = false;
+    if (rc == 0) {
+        __atomic_store_n(&w->hb_sent, value, __ATOMIC_RELAXED);
+        w->hb_sent_ns = now;
+    } else {
         w->hb_off = true;
         ferry_log(FERRY_LOG_WARN, "watchdog", "%s: the heartbeat stopped: %s", w->name,
                   ferry__last_error_text());
-        return;
     }
-    __atomic_store_n(&w->hb_sent, w->hb_sent + 1, __ATOMIC_RELAXED);
-    w->hb_sent_ns = now;
+    pthread_mutex_unlock(&w->mu);
 }
 
 void ferry__watchdog_step(ferry__watchdog_t *w, uint64_t now)
@@ -231,9 +247,11 @@ void ferry__watchdog_step(ferry__watchdog_t *w, uint64_t now)
     __atomic_store_n(&w->wd_tick, now, __ATOMIC_RELEASE);
     if (!completion_stalled(w, now))
         n = check_heads(w, now, acts);
-    heartbeat(w, now);
+    bool beat = heartbeat_check(w, now);
     bool hb_stalled = w->hb_stalled;
     pthread_mutex_unlock(&w->mu);
+    if (beat && !w->cfg.own_thread)
+        heartbeat_send(w, now);
     for (unsigned i = 0; i < n; i++) {
         if (acts[i].kind == ACT_RAISE) {
             int stopped = ferry__be_abort_kernels(w->dev, w->abort_dev, acts[i].h.seq);
@@ -272,6 +290,36 @@ static void *watchdog_main(void *arg)
     return NULL;
 }
 
+/* GPUs: the heartbeat's own thread, so that a launch that blocks holds up no deadline. */
+static void *heartbeat_main(void *arg)
+{
+    ferry__watchdog_t *w = arg;
+    pthread_mutex_lock(&w->mu);
+    while (!w->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t at = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+        at += w->cfg.period_ns < w->cfg.heartbeat_ns ? w->cfg.period_ns : w->cfg.heartbeat_ns;
+        ts.tv_sec = (time_t)(at / 1000000000u);
+        ts.tv_nsec = (long)(at % 1000000000u);
+        int rc = 0;
+        while (!w->stop && rc != ETIMEDOUT)
+            rc = pthread_cond_timedwait(&w->hb_cv, &w->mu, &ts);
+        if (w->stop)
+            break;
+        uint64_t now = ferry_device_now_ns(w->dev);
+        bool beat = !w->hb_off && __atomic_load_n(w->hb_host, __ATOMIC_ACQUIRE) >= w->hb_sent &&
+                    (w->hb_sent == 0 || now - w->hb_sent_ns >= w->cfg.heartbeat_ns);
+        if (beat) {
+            pthread_mutex_unlock(&w->mu);
+            heartbeat_send(w, now);
+            pthread_mutex_lock(&w->mu);
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
 int ferry__watchdog_create(ferry_device_t *dev, const ferry__wd_config_t *cfg,
                            ferry__watchdog_t **out)
 {
@@ -287,10 +335,15 @@ int ferry__watchdog_create(ferry_device_t *dev, const ferry__wd_config_t *cfg,
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&w->cv, &ca);
+    pthread_cond_init(&w->hb_cv, &ca);
     pthread_condattr_destroy(&ca);
     map_page(w);
     uint64_t now = ferry_device_now_ns(dev);
     w->comp_tick = w->wd_tick = now;
+    /* The first beat from here, before any stage kernel runs: its stream is created and its
+     * kernel loaded while the device is free. */
+    if (w->hb_host != NULL && cfg->heartbeat_ns != 0)
+        heartbeat_send(w, now);
     if (cfg->own_thread) {
         if (pthread_create(&w->thread, NULL, watchdog_main, w) != 0) {
             ferry__watchdog_destroy(w, false);
@@ -298,6 +351,14 @@ int ferry__watchdog_create(ferry_device_t *dev, const ferry__wd_config_t *cfg,
         }
         w->started = true;
         pthread_setname_np(w->thread, "ferry-watchdog");
+        if (w->hb_host != NULL && cfg->heartbeat_ns != 0) {
+            if (pthread_create(&w->hb_thread, NULL, heartbeat_main, w) != 0) {
+                ferry__watchdog_destroy(w, false);
+                return ferry__error(FERRY_ENOMEM, "watchdog: cannot start the heartbeat thread");
+            }
+            w->hb_started = true;
+            pthread_setname_np(w->hb_thread, "ferry-heartbeat");
+        }
     }
     *out = w;
     return 0;
@@ -307,16 +368,19 @@ void ferry__watchdog_destroy(ferry__watchdog_t *w, bool hung)
 {
     if (w == NULL)
         return;
-    if (w->started) {
-        pthread_mutex_lock(&w->mu);
-        w->stop = true;
-        pthread_cond_signal(&w->cv);
-        pthread_mutex_unlock(&w->mu);
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_cond_signal(&w->cv);
+    pthread_cond_signal(&w->hb_cv);
+    pthread_mutex_unlock(&w->mu);
+    if (w->started)
         pthread_join(w->thread, NULL);
-    }
+    if (w->hb_started)
+        pthread_join(w->hb_thread, NULL);
     unmap_page(w, hung);
     ferry__be_stream_destroy(w->dev, w->hb_stream);
     pthread_cond_destroy(&w->cv);
+    pthread_cond_destroy(&w->hb_cv);
     pthread_mutex_destroy(&w->mu);
     free(w);
 }

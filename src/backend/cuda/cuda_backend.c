@@ -128,6 +128,10 @@ static int cuda_device_open(int index, const ferry_be_open_params_t *params,
     dev->numa_node = ferry__cuda_numa_node(dev->pci_bus_id);
     if ((rc = ferry__cuda_clock_open(dev)) != 0)
         goto out_free;
+    cudaError_t pe = (cudaError_t)ferry_k_heartbeat_preload();
+    if (pe != cudaSuccess)
+        ferry_log(FERRY_LOG_WARN, "cuda", "device %d: loading the heartbeat kernel: %s", index,
+                  cudaGetErrorName(pe));
     ferry__cuda_nvml_open(dev);
     ferry_log(FERRY_LOG_INFO, "cuda",
               "device %d open: %s, cc %d.%d, %d SMs, %d copy engines, PCI %s, NUMA node %d, "

@@ -12,6 +12,15 @@ __global__ void ferry_k_heartbeat(volatile unsigned long long *word, unsigned lo
     __threadfence_system();
 }
 
+/* Lazy loading (CUDA 12.2+ by default) loads a kernel at its first launch, and loading may wait
+ * for the device to go idle: a first beat behind a hung kernel would never return. Load it
+ * when the device opens instead. */
+extern "C" int ferry_k_heartbeat_preload(void)
+{
+    cudaFuncAttributes a;
+    return (int)cudaFuncGetAttributes(&a, ferry_k_heartbeat);
+}
+
 extern "C" int ferry_k_heartbeat_launch(volatile uint64_t *word, uint64_t value, void *stream)
 {
     ferry_k_heartbeat<<<1, 1, 0, (cudaStream_t)stream>>>((volatile unsigned long long *)word,

@@ -12,6 +12,10 @@ extern "C" {
  * address of mapped host memory). Returns a cudaError_t as int. */
 int ferry_k_heartbeat_launch(volatile uint64_t *word, uint64_t value, void *stream);
 
+/* Load the heartbeat kernel now (lazy loading would at its first launch, which may wait for a
+ * busy device). Returns a cudaError_t as int. */
+int ferry_k_heartbeat_preload(void);
+
 #ifdef __cplusplus
 }
 #endif
