@@ -477,6 +477,31 @@ static void write_pipelines(ferry_metrics_t *m, FILE *f)
     EACH put_sample(f, "ferry_fault_ladder_level", "", lab[k], NULL, (double)st[k].ladder_level);
     head(f, "ferry_fault_gpu_lost", "gauge", "1 once a sticky error or a hang ended the GPU path.");
     EACH put_sample(f, "ferry_fault_gpu_lost", "", lab[k], NULL, st[k].gpu_lost ? 1 : 0);
+    head(f, "ferry_watchdog_heartbeats_total", "counter",
+         "Heartbeat kernels queued, and the last one the GPU ran (the counter it stores).");
+    EACH
+    {
+        put_sample(f, "ferry_watchdog_heartbeats_total", "", lab[k], "state=\"sent\"",
+                   (double)st[k].heartbeats_sent);
+        put_sample(f, "ferry_watchdog_heartbeats_total", "", lab[k], "state=\"seen\"",
+                   (double)st[k].heartbeats_seen);
+    }
+    head(f, "ferry_watchdog_stalls_total", "counter",
+         "Stalls the watchdog reported: the GPU not running the heartbeat, the completion thread "
+         "not polling, the watchdog thread not running.");
+    EACH
+    {
+        put_sample(f, "ferry_watchdog_stalls_total", "", lab[k], "what=\"heartbeat\"",
+                   (double)st[k].heartbeat_stalls);
+        put_sample(f, "ferry_watchdog_stalls_total", "", lab[k], "what=\"completion\"",
+                   (double)st[k].completion_stalls);
+        put_sample(f, "ferry_watchdog_stalls_total", "", lab[k], "what=\"watchdog\"",
+                   (double)st[k].watchdog_stalls);
+    }
+    head(f, "ferry_watchdog_deadline_overrun_seconds", "gauge",
+         "The most time an aborted chunk took past its deadline until it was retired.");
+    EACH put_sample(f, "ferry_watchdog_deadline_overrun_seconds", "", lab[k], NULL,
+                    (double)st[k].deadline_overrun_ns / 1e9);
     head(f, "ferry_bandwidth_alerts_total", "counter",
          "Bandwidth alerts raised: copies below the alert share of the link's rate.");
     EACH put_sample(f, "ferry_bandwidth_alerts_total", "", lab[k], NULL, (double)st[k].bw_alerts);

@@ -154,12 +154,23 @@ struct blocker {
     bool waited;
     int rc;
     uint64_t got;
-    atomic_bool returned;
+    atomic_bool started, returned;
 };
+
+/* Let @n blockers reach their blocking call: each has started (a loaded 2-core machine may
+ * take long to schedule a new thread), then 50 ms more for the call itself. */
+static void settle(struct blocker *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        while (!atomic_load(&b[i].started))
+            sleep_ms(1);
+    sleep_ms(50);
+}
 
 static void *push_blocking(void *p)
 {
     struct blocker *b = p;
+    atomic_store(&b->started, true);
     b->rc = push_id(b->q, b->id, true, &b->waited);
     atomic_store(&b->returned, true);
     return NULL;
@@ -168,6 +179,7 @@ static void *push_blocking(void *p)
 static void *pop_blocking(void *p)
 {
     struct blocker *b = p;
+    atomic_store(&b->started, true);
     b->got = pop_id(b->q, true, &b->rc);
     atomic_store(&b->returned, true);
     return NULL;
@@ -179,6 +191,7 @@ static void blocker_init(struct blocker *b, ferry_bqueue_t *q, uint64_t id)
     b->q = q;
     b->id = id;
     b->rc = 12345;
+    atomic_init(&b->started, false);
     atomic_init(&b->returned, false);
 }
 
@@ -194,7 +207,7 @@ static void test_blocking_push_waits(void **state)
     blocker_init(&b, q, 3);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, push_blocking, &b), 0);
-    sleep_ms(50);
+    settle(&b, 1);
     assert_false(atomic_load(&b.returned)); /* still blocked on the full queue */
     assert_int_equal(pop_id(q, false, &rc), 1);
     assert_int_equal(pthread_join(th, NULL), 0);
@@ -231,7 +244,7 @@ static void test_blocking_pop_and_timeout(void **state)
     blocker_init(&b, q, 0);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, pop_blocking, &b), 0);
-    sleep_ms(30);
+    settle(&b, 1);
     assert_false(atomic_load(&b.returned));
     assert_int_equal(push_id(q, 77, false, NULL), 0);
     assert_int_equal(pthread_join(th, NULL), 0);
@@ -261,7 +274,7 @@ static void test_close_wakes_poppers(void **state)
         blocker_init(&b[i], q, 0);
         assert_int_equal(pthread_create(&th[i], NULL, pop_blocking, &b[i]), 0);
     }
-    sleep_ms(30);
+    settle(b, 3);
     for (int i = 0; i < 3; i++)
         assert_false(atomic_load(&b[i].returned));
     ferry__bqueue_close(q);
@@ -292,7 +305,7 @@ static void test_close_wakes_pushers_and_keeps_items(void **state)
         blocker_init(&b[i], q, 100 + (uint64_t)i);
         assert_int_equal(pthread_create(&th[i], NULL, push_blocking, &b[i]), 0);
     }
-    sleep_ms(30);
+    settle(b, 2);
     for (int i = 0; i < 2; i++)
         assert_false(atomic_load(&b[i].returned));
     ferry__bqueue_close(q);

@@ -395,6 +395,11 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
                (unsigned long long)s->deadlines_passed, (unsigned long long)s->ladder_steps_down,
                (unsigned long long)s->ladder_steps_up, s->ladder_level,
                (unsigned long long)s->bw_alerts, s->bw_ratio[0], s->bw_ratio[1]);
+        printf(",\"deadline_overrun_s\":%.6f,\"heartbeats_sent\":%llu,\"heartbeats_seen\":%llu,"
+               "\"heartbeat_stalls\":%llu,\"completion_stalls\":%llu,\"watchdog_stalls\":%llu",
+               (double)s->deadline_overrun_ns / 1e9, (unsigned long long)s->heartbeats_sent,
+               (unsigned long long)s->heartbeats_seen, (unsigned long long)s->heartbeat_stalls,
+               (unsigned long long)s->completion_stalls, (unsigned long long)s->watchdog_stalls);
         printf(",\"batches_ok_gpu\":%llu,\"batches_ok_cpu\":%llu,\"batches_failed\":%llu,"
                "\"batches_mismatched\":%llu,\"verified_bytes\":%llu,\"verified\":%s",
                (unsigned long long)t->ok_gpu, (unsigned long long)t->ok_cpu,
@@ -446,8 +451,14 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
                (unsigned long long)s->ladder_steps_down, (unsigned long long)s->ladder_steps_up,
                s->ladder_level);
     if (s->deadlines_passed > 0)
-        printf("  deadlines  %llu chunk(s) passed their deadline; the abort flag was raised\n",
-               (unsigned long long)s->deadlines_passed);
+        printf("  deadlines  %llu chunk(s) passed their deadline; the abort flag was raised%s\n",
+               (unsigned long long)s->deadlines_passed,
+               s->deadline_overrun_ns > 0 ? "; aborted chunks were redone" : "");
+    if (s->heartbeat_stalls + s->completion_stalls + s->watchdog_stalls > 0)
+        printf("  watchdog   stalls: the GPU ran no heartbeat %llu time(s), the completion thread "
+               "stopped polling %llu, the watchdog stopped %llu (the log says when)\n",
+               (unsigned long long)s->heartbeat_stalls, (unsigned long long)s->completion_stalls,
+               (unsigned long long)s->watchdog_stalls);
     if (s->gpu_lost)
         printf("  faults     %s ended the GPU path: later chunks ran on the CPU fallback\n",
                s->gpu_hung ? "a hung kernel (it ignored the abort flag)" : "a sticky error");
