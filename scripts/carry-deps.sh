@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .carry/debs .carry/root
-(cd .carry/debs && apt-get download libcjson1 libcjson-dev libcmocka0 libcmocka-dev python3-prometheus-client >/dev/null)
+(cd .carry/debs && apt-get download libcjson1 libcjson-dev libcmocka0 libcmocka-dev python3-prometheus-client python3-decorator >/dev/null)
 for d in .carry/debs/*.deb; do dpkg -x "$d" .carry/root; done
 git rev-parse --short HEAD >.carry/commit 2>/dev/null || true
 echo "carried: $(ls .carry/debs | tr '\n' ' ')"
