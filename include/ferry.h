@@ -417,6 +417,8 @@ typedef struct ferry_pipeline_stats {
     uint64_t deadline_overrun_ns;
     uint64_t heartbeats_sent, heartbeats_seen;
     uint64_t heartbeat_stalls, completion_stalls, watchdog_stalls;
+    /* Chunks that failed on the GPU and succeeded on a GPU retry (option gpu_retries). */
+    uint64_t chunks_retried;
 } ferry_pipeline_stats_t;
 #define FERRY_PIPELINE_STATS_INIT                                                                  \
     {                                                                                              \

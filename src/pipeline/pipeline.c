@@ -96,6 +96,7 @@ typedef struct slot {
     bool gpu_skipped;        /* the GPU path was lost before this chunk was issued */
     bool abandoned;          /* hung for good: the slot is never used again */
     uint64_t seq;            /* the chunk's sequence number (kernel args, abort word) */
+    uint32_t attempt;        /* GPU attempts that failed so far (retries run at a lower level) */
     char errmsg[200];        /* an issue failure's message (the issuing thread's error text) */
     int err;
     struct slot *next_inflight;
@@ -229,7 +230,13 @@ struct ferry_pipeline {
     uint64_t head_since[FERRY_STATS_MAX_STREAMS];
     uint64_t deadlines_passed; /* atomic: the watchdog's thread counts them */
     ferry__watchdog_t *wd;
-    uint64_t steps_down_seen, steps_up_seen; /* under lock, as of the last pass */
+    /* Retries on the GPU after a non-sticky failure (completion thread): on a stream and an
+     * event of their own, made at the first retry. */
+    unsigned gpu_retries;
+    ferry_be_stream_t *retry_stream;
+    ferry_be_event_t *retry_ev;
+    uint64_t chunks_retried, chunks_retried_seen; /* completion thread; the copy under lock */
+    uint64_t steps_down_seen, steps_up_seen;      /* under lock, as of the last pass */
     unsigned char *cpu_tmp; /* token holder: input and output of CPU-direct chunks (2 x chunk) */
     FILE *failure_log;
     char failure_log_path[256];
@@ -409,20 +416,22 @@ static void write_failure_record(ferry_pipeline_t *p, const slot_t *s, int err, 
     strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
     FILE *f = p->failure_log;
     fprintf(f,
-            "{\"time\":\"%s.%06ldZ\",\"device_ns\":%llu,\"batch\":%llu,\"attempt\":0,"
+            "{\"time\":\"%s.%06ldZ\",\"device_ns\":%llu,\"batch\":%llu,\"attempt\":%u,"
             "\"stage\":",
-            when, ts.tv_nsec / 1000, (unsigned long long)now, (unsigned long long)b->id);
+            when, ts.tv_nsec / 1000, (unsigned long long)now, (unsigned long long)b->id,
+            s->attempt);
     ferry__json_str(f, p->stage_name);
     fprintf(f,
             ",\"chunk\":%u,\"offset\":%zu,\"bytes\":%zu,\"streams\":{\"h2d\":%u,"
             "\"compute\":%u,\"d2h\":%u},\"plan\":{\"copy_streams\":%u,\"compute_streams\":%u,"
             "\"depth\":%u,\"chunk_bytes\":%zu},\"launch\":{\"blocks\":%d},"
             "\"buffers\":{\"host_in\":\"%p\",\"out\":\"%p\",\"d_in\":\"%p\",\"d_out\":\"%p\"},"
-            "\"issue_ns\":%llu,\"level\":2,\"error\":\"%s\",\"message\":",
+            "\"issue_ns\":%llu,\"level\":%d,\"error\":\"%s\",\"message\":",
             s->chunk, s->offset, s->bytes, s->h2d, s->comp, s->d2h, p->ncopy, p->ncomp, p->depth,
             p->chunk, p->dev->props.sms > 0 ? p->dev->props.sms : 1, s->host_in,
             b->b.out != NULL ? (void *)((unsigned char *)b->b.out + s->offset) : NULL, s->d_in,
-            s->d_out, (unsigned long long)s->issue_ns, ferry_err_name(err));
+            s->d_out, (unsigned long long)s->issue_ns, strcmp(action, "retry") == 0 ? 1 : 2,
+            ferry_err_name(err));
     ferry__json_str(f, msg);
     fprintf(f, ",\"action\":\"%s\",\"gpu_lost\":%s}\n", action,
             __atomic_load_n(&p->gpu_lost, __ATOMIC_RELAXED) ? "true" : "false");
@@ -442,6 +451,87 @@ static void guard_late_copy(ferry_pipeline_t *p, slot_t *s, const unsigned char 
                   (unsigned long long)s->batch->id, s->chunk, ferry__last_error_text());
 }
 
+/* The ladder's level 1: a non-sticky failure takes a step down (fewer streams, fewer chunks in
+ * flight, then synchronous). Completion thread. */
+static void step_down(ferry_pipeline_t *p)
+{
+    p->healthy = 0;
+    int lv = __atomic_load_n(&p->level, __ATOMIC_RELAXED);
+    if (lv >= LADDER_MAX)
+        return;
+    __atomic_store_n(&p->level, lv + 1, __ATOMIC_RELAXED);
+    p->steps_down++;
+    ferry_log(FERRY_LOG_WARN, "pipeline", "ladder: down to level %d (%s)", lv + 1,
+              lv + 1 == 1   ? "one compute stream"
+              : lv + 1 == 2 ? "at most 2 chunks in flight"
+                            : "synchronous: one stream, one chunk");
+}
+
+/* Whether a failed chunk gets another GPU attempt: a non-sticky error (not a hang: a kernel
+ * past its deadline would likely hang again), retries left, the GPU path alive. */
+static bool may_retry(const ferry_pipeline_t *p, const slot_t *s, int err)
+{
+    return err != FERRY_ESTICKY && err != FERRY_ETIMEDOUT && !s->gpu_skipped && !s->abandoned &&
+           s->host_in != NULL && s->attempt < p->gpu_retries &&
+           !__atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE);
+}
+
+/* The ladder's level 1, retry: the chunk's three ops again, on the retry stream, at the lower
+ * level the failure stepped down to, waited for here. The wait is bounded by the deadline; a
+ * retry past it is a hang (the slot is abandoned). Returns 0 when the output is in place.
+ * Completion thread. */
+static int retry_on_gpu(ferry_pipeline_t *p, slot_t *s)
+{
+    ferry_device_t *d = p->dev;
+    int rc = 0;
+    if (p->retry_stream == NULL &&
+        (rc = ferry__be_stream_create(d, p->comp_prio, &p->retry_stream)) != 0)
+        return rc;
+    if (p->retry_ev == NULL && (rc = ferry__be_event_create(d, 0, &p->retry_ev)) != 0)
+        return rc;
+    batch_rec_t *b = s->batch;
+    void *dst =
+        s->copy_out || b->b.out == NULL ? (void *)s->h_out : (unsigned char *)b->b.out + s->offset;
+    ferry_be_launch_t l = {
+        .gpu = p->stage.gpu,
+        .cpu = p->stage.cpu,
+        .user = p->stage.user,
+        .args = {.size = sizeof(ferry_kernel_args_t),
+                 .in = s->d_in,
+                 .out = s->d_out,
+                 .bytes = s->bytes,
+                 .offset = s->offset,
+                 .batch_id = b->id,
+                 .chunk = s->chunk,
+                 .attempt = s->attempt,
+                 .abort_word = ferry__watchdog_abort_word(p->wd),
+                 .seq = s->seq},
+        .blocks = (uint32_t)(d->props.sms > 0 ? d->props.sms : 1),
+        .block_ns = (uint64_t)(p->stage.ns_per_byte * (double)s->bytes),
+    };
+    if ((rc = ferry__be_memcpy_h2d(d, p->retry_stream, s->d_in, s->host_in, s->bytes)) != 0 ||
+        (rc = ferry__be_launch(d, p->retry_stream, &l)) != 0 ||
+        (rc = ferry__be_memcpy_d2h(d, p->retry_stream, dst, s->d_out, s->bytes)) != 0 ||
+        (rc = ferry__be_event_record(d, p->retry_ev, p->retry_stream)) != 0) {
+        ferry__be_stream_sync(d, p->retry_stream); /* what was queued, before the slot moves on */
+        return rc;
+    }
+    uint64_t deadline =
+        p->deadline_floor_ns + (uint64_t)(p->deadline_factor * (double)p->lat_ewma_ns);
+    size_t which = 0;
+    rc = ferry__be_event_wait_any(d, &p->retry_ev, 1, deadline, &which);
+    if (rc == FERRY_ETIMEDOUT) {
+        s->abandoned = true; /* its kernel may still run and write */
+        snprintf(s->errmsg, sizeof(s->errmsg),
+                 "the GPU retry did not finish within the deadline (%.1f ms)",
+                 (double)deadline / 1e6);
+        return rc;
+    }
+    if (rc == 0)
+        rc = ferry__be_event_query(d, p->retry_ev);
+    return rc;
+}
+
 /* A chunk's GPU attempt failed (@err): the ladder's level 2. A sticky error ends the GPU path
  * for every later chunk. The stage's CPU function, if any, produces the output from the chunk's
  * host input; otherwise the batch fails with the reason. Completion thread. */
@@ -456,21 +546,8 @@ static void fall_back(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, pas
                   "sticky error (%s): the GPU path of this process has ended; every batch in "
                   "flight and every later one runs on the %s",
                   msg, p->stage.cpu ? "stage's CPU function" : "CPU (no CPU function: they fail)");
-    /* The ladder's level 1: a non-sticky failure takes a step down (fewer streams, fewer chunks
-     * in flight, then synchronous). */
-    if (err != FERRY_ESTICKY && !s->gpu_skipped &&
-        !__atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE)) {
-        p->healthy = 0;
-        int lv = __atomic_load_n(&p->level, __ATOMIC_RELAXED);
-        if (lv < LADDER_MAX) {
-            __atomic_store_n(&p->level, lv + 1, __ATOMIC_RELAXED);
-            p->steps_down++;
-            ferry_log(FERRY_LOG_WARN, "pipeline", "ladder: down to level %d (%s)", lv + 1,
-                      lv + 1 == 1   ? "one compute stream"
-                      : lv + 1 == 2 ? "at most 2 chunks in flight"
-                                    : "synchronous: one stream, one chunk");
-        }
-    }
+    if (err != FERRY_ESTICKY && !s->gpu_skipped && !__atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE))
+        step_down(p);
     int rc = err;
     const char *action = "failed";
     if (p->stage.cpu != NULL && s->host_in != NULL) {
@@ -483,7 +560,7 @@ static void fall_back(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, pas
                                     .offset = s->offset,
                                     .batch_id = b->id,
                                     .chunk = s->chunk,
-                                    .attempt = 1,
+                                    .attempt = s->attempt + 1,
                                     .seq = s->seq};
         rc = p->stage.cpu(&args, p->stage.user);
         if (rc > 0 || rc < FERRY_ERR_MIN_)
@@ -608,6 +685,25 @@ static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, u
 static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, pass_acc_t *a)
 {
     batch_rec_t *b = s->batch;
+    while (err != 0 && may_retry(p, s, err)) {
+        char msg[256];
+        ferry__strlcpy(msg, s->errmsg[0] ? s->errmsg : ferry__last_error_text(), sizeof(msg));
+        ferry_log(FERRY_LOG_WARN, "pipeline",
+                  "batch %llu chunk %u: %s on the GPU (%s); retried "
+                  "on the GPU at a lower level",
+                  (unsigned long long)b->id, s->chunk, ferry_err_name(err), msg);
+        write_failure_record(p, s, err, msg, "retry", now);
+        step_down(p);
+        s->attempt++;
+        s->errmsg[0] = '\0';
+        err = retry_on_gpu(p, s);
+        if (err == 0) {
+            p->chunks_retried++;
+            s->timing = TIME_NONE; /* the first attempt's timed events are not this one's */
+        } else if (s->errmsg[0] == '\0') {
+            ferry__strlcpy(s->errmsg, ferry__last_error_text(), sizeof(s->errmsg));
+        }
+    }
     if (err != 0) {
         fall_back(p, s, err, now, a);
         return;
@@ -710,6 +806,7 @@ static void add_pass(ferry_pipeline_t *p, const pass_acc_t *a)
     p->st.busy_d2h_ns += a->busy_d2h;
     p->chunks_retired += a->chunks;
     p->chunks_cpu_seen = p->chunks_cpu;
+    p->chunks_retried_seen = p->chunks_retried;
     p->failure_records_seen = p->failure_records;
     p->chunks_timed += a->timed;
     for (unsigned i = 0; i < p->nstreams; i++) {
@@ -1176,6 +1273,7 @@ static void issue_one(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c, slot_t *s
     s->err = 0;
     s->gpu_skipped = false;
     s->seq = k + 1;
+    s->attempt = 0;
     s->host_in = NULL;
     s->errmsg[0] = '\0';
     s->timing = p->time_all                              ? TIME_ENDS
@@ -1422,6 +1520,10 @@ static void destroy(ferry_pipeline_t *p)
      * its streams, or freeing memory (which waits for the device), would never return. Its
      * memory is left to the process's end. */
     bool hung = __atomic_load_n(&p->hang_lost, __ATOMIC_ACQUIRE) && !p->virtual_clock;
+    if (p->retry_stream != NULL && !hung)
+        ferry__be_stream_sync(p->dev, p->retry_stream);
+    ferry__be_stream_destroy(p->dev, p->retry_stream);
+    ferry__be_event_destroy(p->dev, p->retry_ev);
     ferry__watchdog_destroy(p->wd, __atomic_load_n(&p->hang_lost, __ATOMIC_ACQUIRE) != 0);
     for (unsigned i = 0; i < p->nstreams; i++)
         if (p->streams[i]) {
@@ -1603,6 +1705,7 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
         p->alert_arg = cfg->alert_arg;
     }
     p->deadline_floor_ns = (uint64_t)ferry__opt_i64(o, FERRY__OPT_deadline_floor_ms) * 1000000u;
+    p->gpu_retries = (unsigned)ferry__opt_i64(o, FERRY__OPT_gpu_retries);
     /* Before any chunk has completed, the latency behind the deadlines is estimated from the
      * stage's cost hint and a pessimistic link (a quarter of its rate, 1 GB/s when unknown) for
      * a full ring of chunks: a slow first kernel is not taken for a hang. */
@@ -1902,6 +2005,8 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
     out->ladder_steps_up = p->steps_up_seen;
     out->gpu_hung = __atomic_load_n(&p->hang_lost, __ATOMIC_RELAXED) != 0;
     out->failure_records = p->failure_records_seen;
+    if (out->size > offsetof(ferry_pipeline_stats_t, chunks_retried))
+        out->chunks_retried = p->chunks_retried_seen;
     out->gpu_lost = __atomic_load_n(&p->gpu_lost, __ATOMIC_RELAXED) != 0;
     out->batches_failed = __atomic_load_n(&p->failed, __ATOMIC_RELAXED);
     out->elapsed_ns = p->last_end > p->first_start ? p->last_end - p->first_start : 0;

@@ -5,12 +5,22 @@
 . "$(dirname "$0")/lib.sh"
 run() { "$FERRY" run --backend sim --bytes 128M --batch-bytes 16M --chunk-bytes 4M "$@"; }
 
+# A kernel fault: the chunk is retried on the GPU a ladder step lower, and succeeds.
 expect_rc "kernel fault" 0 run --inject kernel@batch=2 --failure-log "$TMP/f1.jsonl" --json
-json_check "verified, one batch helped by the CPU" "$TMP/out" \
-  "j['verified'] and j['batches_ok_cpu'] == 1 and j['batches_ok_gpu'] == 7 and j['failure_records'] == 1 and not j['gpu_lost']"
+json_check "verified, all on the GPU after one retry" "$TMP/out" \
+  "j['verified'] and j['batches_ok_gpu'] == 8 and j['batches_ok_cpu'] == 0 and j['failure_records'] == 1 and j['chunks_retried'] == 1 and j['ladder_steps_down'] == 1 and not j['gpu_lost']"
 if [ "$(wc -l <"$TMP/f1.jsonl")" -eq 1 ]; then ok "one failure record"; else bad "records: $(wc -l <"$TMP/f1.jsonl")"; fi
 json_check "the record names the batch, the error and the action" "$TMP/f1.jsonl" \
-  "j['batch'] == 2 and j['chunk'] == 0 and j['error'] == 'EKERNEL' and j['action'] == 'cpu' and j['level'] == 2 and 'plan' in j and 'buffers' in j"
+  "j['batch'] == 2 and j['chunk'] == 0 and j['attempt'] == 0 and j['error'] == 'EKERNEL' and j['action'] == 'retry' and j['level'] == 1 and 'plan' in j and 'buffers' in j"
+expect_rc "kernel fault, summary" 0 run --inject kernel@batch=2
+expect_in "summary counts the retry" "$TMP/out" "1 failed GPU attempt(s), 1 chunk(s) then done by a GPU retry, 0 on the CPU"
+# Without retries the CPU redoes the chunk.
+expect_rc "kernel fault, no retry" 0 run --inject kernel@batch=2 --gpu-retries 0 --failure-log "$TMP/f0.jsonl" --json
+json_check "verified, one batch helped by the CPU" "$TMP/out" \
+  "j['verified'] and j['batches_ok_cpu'] == 1 and j['batches_ok_gpu'] == 7 and j['failure_records'] == 1 and j['chunks_retried'] == 0 and not j['gpu_lost']"
+json_check "the record says cpu, level 2" "$TMP/f0.jsonl" "j['action'] == 'cpu' and j['level'] == 2"
+expect_rc "bad gpu_retries" 2 run --gpu-retries 9
+expect_in "bad gpu_retries named" "$TMP/err" "gpu_retries"
 
 expect_rc "sticky fault" 0 run --inject sticky@n=5 --failure-log "$TMP/f2.jsonl"
 expect_in "summary says the GPU path ended" "$TMP/out" "ended the GPU path"
@@ -22,7 +32,7 @@ json_check "gpu lost, every batch verified" "$TMP/out" \
 
 expect_rc "random faults" 0 run --inject kernel@p=0.3 --json
 json_check "random faults: nothing lost" "$TMP/out" \
-  "j['verified'] and j['batches_ok_gpu'] + j['batches_ok_cpu'] == 8 and j['failure_records'] == j['chunks_cpu']"
+  "j['verified'] and j['batches_ok_gpu'] + j['batches_ok_cpu'] == 8 and j['failure_records'] == j['chunks_retried'] + 2 * j['chunks_cpu']"
 
 expect_rc "slow link" 0 run --inject slow@n=1:x=8 --json
 json_check "slow link: slower, verified" "$TMP/out" "j['verified'] and j['gbps_h2d'] < 12"

@@ -72,6 +72,9 @@ typedef struct walk {
     ferry_pipeline_stats_t st;
 } walk_t;
 
+/* One more option for the walks (NULL: none). */
+static const char *walk_key, *walk_val;
+
 /* 24 batches of 4 chunks (256 KiB chunks) of random floats through `scale`, with the fault
  * schedule @spec; checks exactly-once and the output of every batch that did not fail. */
 static walk_t walk(const char *spec, uint64_t seed)
@@ -81,7 +84,7 @@ static walk_t walk(const char *spec, uint64_t seed)
     int fd = mkstemp(log);
     assert_true(fd >= 0);
     close(fd);
-    const char *const kv[] = {"inject", spec, "failure_log", log, NULL};
+    const char *const kv[] = {"inject", spec, "failure_log", log, walk_key, walk_val, NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
     ferry_device_t *dev = NULL;
     assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
@@ -158,16 +161,31 @@ static void test_kernel_fault_walk(void **state)
 {
     (void)state;
     uint64_t seed = test_seed(21);
-    /* Every batch in turn: its first kernel fails, the CPU redoes that chunk. */
+    /* Every batch in turn: its first kernel fails once; the chunk is retried on the GPU a
+     * ladder step lower and succeeds: every batch on the GPU, one record (action "retry"). */
     for (int b = 0; b < 24; b += step(1)) {
         char spec[64];
         snprintf(spec, sizeof(spec), "kernel@batch=%d", b);
         walk_t w = walk(spec, seed + (uint64_t)b);
+        assert_int_equal(w.gpu, 24);
+        assert_int_equal(w.cpu, 0);
+        assert_int_equal(w.records, 1);
+        assert_int_equal(w.st.chunks_retried, 1);
+        assert_int_equal(w.st.chunks_cpu, 0);
+        assert_int_equal(w.st.ladder_steps_down, 1);
+        assert_false(w.st.gpu_lost);
+    }
+    /* Without retries (gpu_retries=0) the CPU redoes that chunk. */
+    walk_key = "gpu_retries", walk_val = "0";
+    for (int b = 0; b < 24; b += step(6)) {
+        char spec[64];
+        snprintf(spec, sizeof(spec), "kernel@batch=%d", b);
+        walk_t w = walk(spec, seed + 50 + (uint64_t)b);
         assert_int_equal(w.cpu, 1);
         assert_int_equal(w.gpu, 23);
         assert_int_equal(w.records, 1);
         assert_int_equal(w.st.chunks_cpu, 1);
-        assert_false(w.st.gpu_lost);
+        assert_int_equal(w.st.chunks_retried, 0);
     }
     /* Kernel number K of the stream (any chunk), at many points. */
     for (int k = 1; k <= 96; k += step(7)) {
@@ -177,11 +195,14 @@ static void test_kernel_fault_walk(void **state)
         assert_int_equal(w.cpu, 1);
         assert_int_equal(w.records, 1);
     }
-    /* Random kernel faults: whatever hits, nothing is lost and every record is accounted. */
+    walk_key = walk_val = NULL;
+    /* Random kernel faults: whatever hits, nothing is lost and every record is accounted: one
+     * per failed attempt, a chunk done on the CPU having failed twice. */
     walk_t w = walk("kernel@p=0.2", seed);
-    printf("# p=0.2: %d batches on GPU, %d with CPU help, %u records\n", w.gpu, w.cpu, w.records);
-    assert_int_equal(w.records, w.st.chunks_cpu);
-    assert_true(w.cpu > 0);
+    printf("# p=0.2: %d batches on GPU, %d with CPU help, %u records, %llu retried\n", w.gpu, w.cpu,
+           w.records, (unsigned long long)w.st.chunks_retried);
+    assert_int_equal(w.records, w.st.chunks_retried + 2 * w.st.chunks_cpu);
+    assert_true(w.st.chunks_retried > 0);
 }
 
 static void test_sticky_fault_walk(void **state)
@@ -273,6 +294,7 @@ static void test_ladder(void **state)
 {
     (void)state;
     uint64_t seed = test_seed(25);
+    walk_key = "gpu_retries", walk_val = "0"; /* kernels counted by n: no retry launches */
     walk_t one = walk("kernel@batch=2", seed);
     printf("# one fault: down %llu, up %llu, level %u\n",
            (unsigned long long)one.st.ladder_steps_down, (unsigned long long)one.st.ladder_steps_up,
@@ -288,6 +310,90 @@ static void test_ladder(void **state)
     assert_int_equal(late.st.ladder_level, 3); /* no good chunks left to climb back */
     walk_t rnd = walk("kernel@p=0.2", seed);
     assert_true(rnd.st.ladder_steps_down > 0);
+    walk_key = walk_val = NULL;
+}
+
+/* A chunk whose GPU attempts both fail (the first and the retry) is done by the CPU: two
+ * records (actions "retry" then "cpu"), two ladder steps. On the simulator the kernel is the CPU
+ * function, so one function stands for both: it fails attempts 0 and 1 of batch 2 chunk 0. */
+static int fails_twice(const ferry_kernel_args_t *a, void *user)
+{
+    (void)user;
+    if (a->batch_id == 2 && a->chunk == 0 && a->attempt < 2)
+        return FERRY_EKERNEL;
+    const float *in = a->in;
+    float *out = a->out;
+    for (size_t i = 0; i < a->bytes / 4; i++)
+        out[i] = in[i] * 1.0009765625f;
+    return 0;
+}
+
+static void test_retry_fails_too(void **state)
+{
+    (void)state;
+    char log[64];
+    snprintf(log, sizeof(log), "/tmp/ferry-retry-XXXXXX");
+    int fd = mkstemp(log);
+    assert_true(fd >= 0);
+    close(fd);
+    const char *const kv[] = {"failure_log", log, NULL};
+    ferry_runtime_t *rt = test_sim_runtime_with(kv);
+    ferry_device_t *dev = NULL;
+    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_stage_t st = FERRY_STAGE_INIT;
+    st.name = "fails-twice";
+    st.cpu = fails_twice;
+    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
+    pc.device = dev;
+    pc.stage = &st;
+    pc.chunk_bytes = 1u << 20;
+    ferry_pipeline_t *p = NULL;
+    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    static done_t d;
+    memset(&d, 0, sizeof(d));
+    float *in = malloc(16u << 20), *out = calloc(1, 16u << 20);
+    assert_true(in && out);
+    for (size_t i = 0; i < (4u << 20); i++)
+        in[i] = 1.0f + (float)(i % 1000) / 1000.0f;
+    for (int b = 0; b < 4; b++) {
+        ferry_batch_t bt = FERRY_BATCH_INIT;
+        bt.in = (char *)in + b * (4u << 20);
+        bt.out = (char *)out + b * (4u << 20);
+        bt.bytes = 4u << 20;
+        assert_int_equal(ferry_pipeline_submit(p, &bt, on_done, &d, NULL), 0);
+    }
+    assert_int_equal(ferry_pipeline_drain(p), 0);
+    ferry_pipeline_stats_t ps = FERRY_PIPELINE_STATS_INIT;
+    assert_int_equal(ferry_pipeline_stats(p, &ps), 0);
+    assert_int_equal(ferry_pipeline_close(p), 0);
+    for (int b = 0; b < 4; b++)
+        assert_int_equal(atomic_load(&d.calls[b]), 1);
+    assert_int_equal(atomic_load(&d.cpu), 1);
+    assert_int_equal(atomic_load(&d.gpu), 3);
+    assert_int_equal(ps.failure_records, 2);
+    assert_int_equal(ps.chunks_cpu, 1);
+    assert_int_equal(ps.chunks_retried, 0);
+    assert_int_equal(ps.ladder_steps_down, 2);
+    for (size_t i = 0; i < (4u << 20); i++)
+        if (out[i] != in[i] * 1.0009765625f)
+            fail_msg("output differs at element %zu", i);
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    char line[2048];
+    assert_non_null(fgets(line, sizeof(line), f));
+    assert_non_null(strstr(line, "\"attempt\":0"));
+    assert_non_null(strstr(line, "\"level\":1"));
+    assert_non_null(strstr(line, "\"action\":\"retry\""));
+    assert_non_null(fgets(line, sizeof(line), f));
+    assert_non_null(strstr(line, "\"attempt\":1"));
+    assert_non_null(strstr(line, "\"level\":2"));
+    assert_non_null(strstr(line, "\"action\":\"cpu\""));
+    assert_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    unlink(log);
+    free(in);
+    free(out);
+    ferry_runtime_destroy(rt);
 }
 
 /* Without a CPU function a failed chunk fails its batch, once, with the reason. */
@@ -342,13 +448,10 @@ static void test_no_fallback_fails_once(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_spec_parser),
-        cmocka_unit_test(test_kernel_fault_walk),
-        cmocka_unit_test(test_sticky_fault_walk),
-        cmocka_unit_test(test_slow_link_and_memory),
-        cmocka_unit_test(test_hang_walk),
-        cmocka_unit_test(test_ladder),
-        cmocka_unit_test(test_no_fallback_fails_once),
+        cmocka_unit_test(test_spec_parser),       cmocka_unit_test(test_kernel_fault_walk),
+        cmocka_unit_test(test_sticky_fault_walk), cmocka_unit_test(test_slow_link_and_memory),
+        cmocka_unit_test(test_hang_walk),         cmocka_unit_test(test_ladder),
+        cmocka_unit_test(test_retry_fails_too),   cmocka_unit_test(test_no_fallback_fails_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -395,6 +395,7 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
                (unsigned long long)s->deadlines_passed, (unsigned long long)s->ladder_steps_down,
                (unsigned long long)s->ladder_steps_up, s->ladder_level,
                (unsigned long long)s->bw_alerts, s->bw_ratio[0], s->bw_ratio[1]);
+        printf(",\"chunks_retried\":%llu", (unsigned long long)s->chunks_retried);
         printf(",\"deadline_overrun_s\":%.6f,\"heartbeats_sent\":%llu,\"heartbeats_seen\":%llu,"
                "\"heartbeat_stalls\":%llu,\"completion_stalls\":%llu,\"watchdog_stalls\":%llu",
                (double)s->deadline_overrun_ns / 1e9, (unsigned long long)s->heartbeats_sent,
@@ -464,9 +465,10 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
                s->gpu_hung ? "a hung kernel (it ignored the abort flag)" : "a sticky error");
     if (s->failure_records > 0 || s->chunks_cpu > 0) {
         const char *flog = ro->opts ? ferry_options_get_str(ro->opts, "failure_log") : NULL;
-        printf("  failures   %llu failed GPU attempt(s), %llu chunk(s) done on the CPU; records: "
-               "%s\n",
-               (unsigned long long)s->failure_records, (unsigned long long)s->chunks_cpu,
+        printf("  failures   %llu failed GPU attempt(s), %llu chunk(s) then done by a GPU retry, "
+               "%llu on the CPU; records: %s\n",
+               (unsigned long long)s->failure_records, (unsigned long long)s->chunks_retried,
+               (unsigned long long)s->chunks_cpu,
                flog && flog[0] ? flog : "none (set --failure-log FILE)");
     }
     if (t->mismatched == 0 && t->failed == 0)
