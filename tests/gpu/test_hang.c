@@ -4,7 +4,9 @@
  * retired (redone on the CPU) within deadline + 10 ms, the GPU path going on. The other never
  * polls (it ends by itself after 5 s): the GPU path must end a floor after the abort, every
  * batch still completing exactly once, bit-exact, through the CPU fallback, and closing the
- * pipeline must not wait for the hung kernel. Skips (exit 77) without a GPU. */
+ * pipeline must not wait for the hung kernel. A third child fails the launch of that chunk once
+ * (a non-sticky error): the chunk must be retried on the GPU and every batch stay on the GPU.
+ * Skips (exit 77) without a GPU. */
 #include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
@@ -17,9 +19,11 @@
 
 extern char **environ;
 
+enum { MODE_HARD, MODE_POLL, MODE_RETRY };
+
 typedef struct hanging {
     const ferry_stage_t *inner; /* the scale workload's stage */
-    int poll;
+    int mode;
     uint64_t batch;
 } hanging_t;
 
@@ -27,8 +31,11 @@ typedef struct hanging {
 static int hanging_gpu(const ferry_kernel_args_t *a, void *stream, void *user)
 {
     hanging_t *f = user;
+    if (a->batch_id == f->batch && a->chunk == 0 && f->mode == MODE_RETRY)
+        return a->attempt == 0 ? FERRY_EKERNEL : f->inner->gpu(a, stream, f->inner->user);
     if (a->batch_id == f->batch && a->chunk == 0) {
-        int e = ferry_k_hang_launch(a, f->poll, f->poll ? 30000000000ull : 5000000000ull, stream);
+        int poll = f->mode == MODE_POLL;
+        int e = ferry_k_hang_launch(a, poll, poll ? 30000000000ull : 5000000000ull, stream);
         return e == 0 ? 0 : FERRY_EBACKEND;
     }
     return f->inner->gpu(a, stream, f->inner->user);
@@ -63,7 +70,7 @@ static void on_done(const ferry_batch_result_t *r, void *arg)
 }
 
 /* The child: prints one summary line, exits 0 when every check held. */
-static int child(int poll, const char *log)
+static int child(int mode, const char *log)
 {
     ferry_options_t *o = NULL;
     if (ferry_options_create(&o) != 0 || ferry_options_set(o, "failure_log", log) != 0)
@@ -79,7 +86,7 @@ static int child(int poll, const char *log)
     ferry_workload_t *wl = NULL;
     if (ferry_workload_create("scale", NULL, &wl) != 0)
         return 12;
-    hanging_t f = {.inner = ferry_workload_stage(wl), .poll = poll, .batch = 3};
+    hanging_t f = {.inner = ferry_workload_stage(wl), .mode = mode, .batch = 3};
     ferry_stage_t st = FERRY_STAGE_INIT;
     st.name = "hanging-scale";
     st.gpu = hanging_gpu;
@@ -89,7 +96,7 @@ static int child(int poll, const char *log)
     unsigned char *in = malloc(total), *out = malloc(total), *ref = malloc(total);
     if (in == NULL || out == NULL || ref == NULL)
         return 13;
-    uint64_t seed = 41 + (uint64_t)poll;
+    uint64_t seed = 41 + (uint64_t)mode;
     cudatest_fill_floats(in, total, &seed);
     memset(out, 0, total);
     ferry_workload_reference(wl, in, ref, total);
@@ -125,28 +132,35 @@ static int child(int poll, const char *log)
     long diff = cudatest_first_diff(out, ref, total);
     printf("# %s: %d batches on the GPU, %d with the CPU, %d failed; deadlines passed %llu, "
            "retired %.3f ms past the deadline; gpu_lost %d, gpu_hung %d; heartbeats %llu sent, "
-           "%llu seen, %llu stalls; %llu failure records; close %.1f ms; exactly once %d; "
-           "output %s\n",
-           poll ? "hang polling the abort flag" : "hang ignoring it", atomic_load(&dn.gpu),
-           atomic_load(&dn.cpu), atomic_load(&dn.failed), (unsigned long long)s.deadlines_passed,
-           (double)s.deadline_overrun_ns / 1e6, s.gpu_lost, s.gpu_hung,
-           (unsigned long long)s.heartbeats_sent, (unsigned long long)s.heartbeats_seen,
-           (unsigned long long)s.heartbeat_stalls, (unsigned long long)s.failure_records, close_ms,
-           once, diff < 0 ? "bit-exact" : "DIFFERS");
+           "%llu seen, %llu stalls; %llu failure records, %llu chunks retried on the GPU; close "
+           "%.1f ms; exactly once %d; output %s\n",
+           mode == MODE_POLL   ? "hang polling the abort flag"
+           : mode == MODE_HARD ? "hang ignoring it"
+                               : "launch failing once",
+           atomic_load(&dn.gpu), atomic_load(&dn.cpu), atomic_load(&dn.failed),
+           (unsigned long long)s.deadlines_passed, (double)s.deadline_overrun_ns / 1e6, s.gpu_lost,
+           s.gpu_hung, (unsigned long long)s.heartbeats_sent, (unsigned long long)s.heartbeats_seen,
+           (unsigned long long)s.heartbeat_stalls, (unsigned long long)s.failure_records,
+           (unsigned long long)s.chunks_retried, close_ms, once,
+           diff < 0 ? "bit-exact" : "DIFFERS");
     fflush(stdout);
     bool good = once && diff < 0 && atomic_load(&dn.failed) == 0 &&
                 atomic_load(&dn.gpu) + atomic_load(&dn.cpu) == 16 && s.failure_records >= 1 &&
-                s.deadlines_passed >= 1 && close_ms < 1000;
-    if (poll)
-        good = good && !s.gpu_lost && atomic_load(&dn.cpu) == 1 &&
+                close_ms < 1000;
+    if (mode == MODE_RETRY)
+        good = good && atomic_load(&dn.gpu) == 16 && s.chunks_retried == 1 &&
+               s.failure_records == 1 && s.deadlines_passed == 0 && !s.gpu_lost;
+    else if (mode == MODE_POLL)
+        good = good && !s.gpu_lost && atomic_load(&dn.cpu) == 1 && s.deadlines_passed >= 1 &&
                s.deadline_overrun_ns <= 10000000u && s.deadline_overrun_ns > 0;
     else
-        good = good && s.gpu_lost && s.gpu_hung;
+        good = good && s.gpu_lost && s.gpu_hung && s.deadlines_passed >= 1;
     /* The GPU may still run the hung kernel: end without tearing CUDA down. */
     _exit(good ? 0 : 1);
 }
 
-static void run_child(const char *kind)
+/* Run the child @kind; its failure log must hold a record with error @error. */
+static void run_child(const char *kind, const char *error)
 {
     char exe[4096], log[64];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -175,39 +189,51 @@ static void run_child(const char *kind)
     assert_non_null(f);
     char line[4096];
     int records = 0;
-    bool timedout = false;
+    bool named = false;
+    char want[64];
+    snprintf(want, sizeof(want), "\"error\":\"%s\"", error);
     while (fgets(line, sizeof(line), f) != NULL) {
         records++;
-        timedout |= strstr(line, "\"error\":\"ETIMEDOUT\"") != NULL;
+        named |= strstr(line, want) != NULL;
     }
     fclose(f);
     unlink(log);
-    printf("# child (%s) exited %d; %d failure records, a timed-out one: %d\n", kind,
-           WIFEXITED(status) ? WEXITSTATUS(status) : -1, records, timedout);
+    printf("# child (%s) exited %d; %d failure records, one with %s: %d\n", kind,
+           WIFEXITED(status) ? WEXITSTATUS(status) : -1, records, error, named);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    assert_true(records >= 1 && timedout);
+    assert_true(records >= 1 && named);
 }
 
 static void test_hang_polling(void **state)
 {
     (void)state;
-    run_child("poll");
+    run_child("poll", "ETIMEDOUT");
 }
 
 static void test_hang_ignoring(void **state)
 {
     (void)state;
-    run_child("hard");
+    run_child("hard", "ETIMEDOUT");
+}
+
+static void test_launch_fails_once(void **state)
+{
+    (void)state;
+    run_child("retry", "EKERNEL");
 }
 
 int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--child") == 0)
-        return child(strcmp(argv[2], "poll") == 0, argv[3]);
+        return child(strcmp(argv[2], "poll") == 0    ? MODE_POLL
+                     : strcmp(argv[2], "retry") == 0 ? MODE_RETRY
+                                                     : MODE_HARD,
+                     argv[3]);
     cudatest_require_gpu();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hang_polling),
         cmocka_unit_test(test_hang_ignoring),
+        cmocka_unit_test(test_launch_fails_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
