@@ -385,8 +385,9 @@ typedef struct ferry_pipeline_stats {
     uint64_t chunk_bytes;       /* the plan in force: chunk size, slots, streams */
     unsigned depth, copy_streams, compute_streams, queue_depth;
     unsigned slots_in_use; /* slots bound to chunks in flight now (0 once drained) */
-    /* Chunks whose ops were timed. Every chunk with tracing or op_timing "all"; otherwise one
-     * in 31, and the busy figures above (and overlap) are scaled up from those. */
+    /* Chunks whose ops were timed. Every chunk with op_timing "all" or tracing (with the
+     * trace_chunks option, the first N, then one in 31); otherwise one in 31, and the busy
+     * figures above (and overlap) are scaled up from those. */
     uint64_t chunks_timed;
     bool host_pinned; /* false: pinning was refused; slots are pageable (slower, still correct) */
     /* The hardware queues of the device's context (CUDA_DEVICE_MAX_CONNECTIONS as read at
@@ -433,6 +434,33 @@ FERRY_EXTERN int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_
  *  with the `trace` option on. Returns 0, FERRY_EINVAL, FERRY_ESTATE (tracing off), FERRY_EIO.
  */
 FERRY_EXTERN int ferry_pipeline_write_trace(ferry_pipeline_t *p, const char *path);
+
+typedef enum ferry_op_kind {
+    FERRY_OP_H2D = 0,     /* host-to-device copy */
+    FERRY_OP_COMPUTE = 1, /* the stage's kernel */
+    FERRY_OP_D2H = 2      /* device-to-host copy */
+} ferry_op_kind_t;
+
+/* One op of the trace: the records ferry_pipeline_write_trace writes as slices. */
+typedef struct ferry_op_record {
+    size_t size;     /* sizeof(ferry_op_record_t) of the library that filled it */
+    uint64_t batch;  /* the batch's id (ferry_pipeline_submit's @p id) */
+    uint32_t chunk;  /* chunk index within the batch */
+    unsigned stream; /* index into the stats' stream_kind[] */
+    ferry_op_kind_t kind;
+    uint64_t start_ns, end_ns; /* device clock (virtual on the simulator), ns since the first
+                                  chunk's issue: the trace's time origin */
+    uint64_t bytes;
+} ferry_op_record_t;
+
+/** Call @p fn once per op recorded for the trace so far, in the order the ops were retired
+ *  (chunk by chunk, H2D then compute then D2H), with a record valid during the call only.
+ *  The records are copied first, so @p fn runs without the pipeline's lock and may call
+ *  ferry_pipeline_stats(). Pipelines record ops only with the `trace` option on (the first
+ *  `trace_chunks` chunks when that is set). Returns 0, FERRY_EINVAL, FERRY_ESTATE (tracing
+ *  off) or FERRY_ENOMEM. Thread-safe. */
+typedef void (*ferry_op_fn)(const ferry_op_record_t *op, void *arg);
+FERRY_EXTERN int ferry_pipeline_ops(ferry_pipeline_t *p, ferry_op_fn fn, void *arg);
 
 #ifdef __cplusplus
 }

@@ -19,6 +19,9 @@ need=(
   # the metrics tests parse ferry's exposition with a real Prometheus parser, and scrape it
   "python3-prometheus-client:/usr/lib/python3/dist-packages/prometheus_client/__init__.py"
   "curl:/usr/bin/curl"
+  # the report tests render ferry's HTML pages headless and look at the screenshot
+  "chromium:/usr/bin/chromium"
+  "python3-pil:/usr/lib/python3/dist-packages/PIL/__init__.py"
 )
 
 missing=()

@@ -26,11 +26,14 @@
  * H200 a timed event cost the round trip 2% at 16 MiB chunks and 21% at 256 KiB (a timestamp
  * waits for its stream's work to drain; bench/results/2026-12-02-h200-explore-*). Times come
  * from a second set of timed events, used in one of two ways:
- *   TIME_ENDS    every chunk (tracing, or the op_timing option "all"): one timed event after
- *                each op, start times derived (retire_chunk), as six records per chunk would
- *                cost the issuing thread too much below 4 MiB chunks;
+ *   TIME_ENDS    every chunk (the op_timing option "all"), or the chunks the trace records
+ *                (every chunk, or the first trace_chunks): one timed event after each op,
+ *                start times derived (retire_chunk), as six records per chunk would cost the
+ *                issuing thread too much below 4 MiB chunks;
  *   TIME_SAMPLE  one chunk in SAMPLE_EVERY otherwise: timed events before and after each op,
- *                and the busy figures scaled up from the sampled chunks. */
+ *                and the busy figures scaled up from the sampled chunks. The traced chunks
+ *                come first, so a TIME_ENDS chunk never derives its start from an untimed
+ *                predecessor. */
 enum { EV_H2D_END, EV_COMP_END, EV_D2H_END, EV_N };
 enum {
     TEV_H2D_START,
@@ -84,6 +87,7 @@ typedef struct slot {
     ferry_be_event_t *tev[TEV_N]; /* timed */
     ferry_be_event_t *dep[EV_N];  /* the chunk in flight's op ends: ev[], or tev[] when timed */
     unsigned char timing;         /* enum chunk_timing of the chunk in flight */
+    bool traced;                  /* its ops go into the trace */
     struct slot *next_free;
     /* The chunk bound to the slot while it is in flight. */
     batch_rec_t *batch;
@@ -133,8 +137,9 @@ struct ferry_pipeline {
     size_t queue_depth;
     size_t stage_threshold;
     bool tracing;
-    bool time_all;            /* every chunk timed (TIME_ENDS): tracing, or op_timing "all" */
-    bool time_none;           /* no chunk timed: op_timing "off" */
+    uint64_t trace_chunks;    /* tracing: chunks recorded (the first ones); 0: all */
+    bool time_all;            /* every chunk timed (TIME_ENDS): op_timing "all" */
+    bool time_none;           /* no chunk timed but traced ones: op_timing "off" */
     bool host_pinned;         /* the pool's slots are pinned (else pinning was refused) */
     unsigned context_streams; /* streams active on the device when this pipeline was made */
     bool counted_streams;     /* this pipeline's streams are in dev->active_streams */
@@ -783,7 +788,7 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     a->stream_timed[s->h2d]++;
     a->stream_timed[s->comp]++;
     a->stream_timed[s->d2h]++;
-    if (__atomic_load_n(&p->tracing, __ATOMIC_RELAXED)) {
+    if (s->traced && __atomic_load_n(&p->tracing, __ATOMIC_RELAXED)) {
         trace_rec_t r = {b->id, s->chunk, (uint16_t)s->h2d, 'h', hs, t[TEV_H2D_END], s->bytes};
         a->trace[a->ntrace++] = r;
         r.stream = (uint16_t)s->comp, r.kind = 'c', r.start = cs;
@@ -1276,7 +1281,9 @@ static void issue_one(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c, slot_t *s
     s->attempt = 0;
     s->host_in = NULL;
     s->errmsg[0] = '\0';
-    s->timing = p->time_all                              ? TIME_ENDS
+    s->traced = __atomic_load_n(&p->tracing, __ATOMIC_RELAXED) &&
+                (p->trace_chunks == 0 || k < p->trace_chunks);
+    s->timing = p->time_all || s->traced                 ? TIME_ENDS
                 : !p->time_none && k % SAMPLE_EVERY == 0 ? TIME_SAMPLE
                                                          : TIME_NONE;
     bool timed = s->timing != TIME_NONE;
@@ -1723,8 +1730,9 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
         }
     }
     p->tracing = ferry__opt_i64(o, FERRY__OPT_trace) != 0;
-    p->time_all = p->tracing || strcmp(ferry__opt_str(o, FERRY__OPT_op_timing), "all") == 0;
-    p->time_none = !p->time_all && strcmp(ferry__opt_str(o, FERRY__OPT_op_timing), "off") == 0;
+    p->trace_chunks = (uint64_t)ferry__opt_i64(o, FERRY__OPT_trace_chunks);
+    p->time_all = strcmp(ferry__opt_str(o, FERRY__OPT_op_timing), "all") == 0;
+    p->time_none = strcmp(ferry__opt_str(o, FERRY__OPT_op_timing), "off") == 0;
     p->virtual_clock = virt;
     ferry__mutex_init_adaptive(&p->lock);
     pthread_cond_init(&p->issue_cv, NULL);
@@ -2126,6 +2134,48 @@ int ferry_pipeline_write_trace(ferry_pipeline_t *p, const char *path)
         return ferry__error(FERRY_EIO, "error writing trace %s", path);
     }
     pthread_mutex_unlock(&p->lock);
+    return 0;
+}
+
+static ferry_op_record_t op_record(const trace_rec_t *r, uint64_t t0)
+{
+    ferry_op_record_t o = {.size = sizeof(o), .batch = r->batch, .chunk = r->chunk};
+    o.stream = r->stream;
+    o.kind = r->kind == 'h' ? FERRY_OP_H2D : r->kind == 'c' ? FERRY_OP_COMPUTE : FERRY_OP_D2H;
+    o.start_ns = r->start > t0 ? r->start - t0 : 0;
+    o.end_ns = r->end > t0 ? r->end - t0 : 0;
+    o.bytes = r->bytes;
+    return o;
+}
+
+int ferry_pipeline_ops(ferry_pipeline_t *p, ferry_op_fn fn, void *arg)
+{
+    if (p == NULL || fn == NULL)
+        return ferry__error(FERRY_EINVAL, "ferry_pipeline_ops: NULL argument");
+    pthread_mutex_lock(&p->lock);
+    if (!p->tracing && p->ntrace == 0) {
+        pthread_mutex_unlock(&p->lock);
+        return ferry__error(FERRY_ESTATE, "ferry_pipeline_ops: tracing is off (set the trace "
+                                          "option, FERRY_TRACE=1)");
+    }
+    /* A snapshot, so that @fn runs without the lock the completion thread needs. */
+    size_t n = p->ntrace;
+    trace_rec_t *copy = malloc(n ? n * sizeof(*copy) : 1);
+    if (copy == NULL) {
+        pthread_mutex_unlock(&p->lock);
+        return ferry__error(FERRY_ENOMEM, "ferry_pipeline_ops: out of memory for %zu records", n);
+    }
+    if (n)
+        memcpy(copy, p->trace, n * sizeof(*copy));
+    uint64_t t0 = p->first_start;
+    pthread_mutex_unlock(&p->lock);
+    for (size_t i = 0; i < n; i++) {
+        if (copy[i].kind == 'a')
+            continue; /* instant events are not ops */
+        ferry_op_record_t o = op_record(&copy[i], t0);
+        fn(&o, arg);
+    }
+    free(copy);
     return 0;
 }
 

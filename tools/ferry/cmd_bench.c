@@ -1,7 +1,8 @@
 /* `ferry bench copy` and `ferry bench pipeline`: the device's copy rates by size and direction,
  * and a sweep of the round trip H2D -> kernel -> D2H over chunk size x compute streams x
  * compute intensity, each against the bidirectional copy ceiling measured in the same run.
- * `--compare` runs the sweep on the simulator too and puts prediction beside measurement. */
+ * `--compare` runs the sweep on the simulator too and puts prediction beside measurement;
+ * `--report` charts either as an HTML page (report.c). */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 #include "cli.h"
 #include "ferry/bench.h"
+#include "report.h"
 
 typedef struct bench_opts {
     bool json, csv, compare, no_pageable;
@@ -24,7 +26,15 @@ typedef struct bench_opts {
     unsigned long long intensities[8];
     int nint;
     const char *compare_profile;
+    const char *report; /* --report FILE */
+    int argc;           /* the command line, for the report */
+    char **argv;
 } bench_opts_t;
+
+/* One case of the copy benchmark, kept for the report. */
+typedef struct copy_cell {
+    double best_gbps, median_gbps, best_us, median_us;
+} copy_cell_t;
 
 /* Parse "4K,1M,16M" (sizes) or "1,2,4" (numbers) into @v. */
 static int parse_list(const char *flag, const char *text, bool sizes, unsigned long long lo,
@@ -76,7 +86,8 @@ static int usage(void)
         "  --streams LIST    compute streams (default 1,2)\n"
         "  --intensity LIST  FMAs per float; 0 is the scale workload (default 0,64)\n"
         "  --compare         also run the sweep on the simulator (--compare-profile FILE)\n\n"
-        "both: --json, --csv, --backend auto|sim|cuda, --profile FILE, any `ferry options` flag\n");
+        "both: --json, --csv, --report FILE (an HTML page with the charts, docs/report.md),\n"
+        "      --backend auto|sim|cuda, --profile FILE, any `ferry options` flag\n");
     return CLI_OK;
 }
 
@@ -111,6 +122,93 @@ static void device_line(ferry_runtime_t *rt, ferry_device_t *dev, FILE *f, bool 
     }
 }
 
+static const char *const copy_dirs[] = {"h2d", "d2h", "both"};
+
+/* The copy report: bandwidth by size per direction and memory against the link's rate, and
+ * every result in a table. */
+static void copy_chart(report_t *r, ferry_device_t *dev, const bench_opts_t *bo,
+                       copy_cell_t cells[2][3][32])
+{
+    static const char *const names[3] = {"H2D", "D2H", "both at once, per direction"};
+    ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
+    ferry_device_props(dev, &p);
+    double x[32], y[2][3][32];
+    char sname[2][3][64], link[256];
+    report_series_t se[6];
+    int ns = 0;
+    for (int i = 0; i < bo->nsizes; i++)
+        x[i] = (double)bo->sizes[i];
+    for (int pg = 0; pg < (bo->no_pageable ? 1 : 2); pg++)
+        for (int d = 0; d < 3; d++) {
+            /* both: bytes of both directions over the time, halved to compare with the link */
+            for (int i = 0; i < bo->nsizes; i++)
+                y[pg][d][i] = cells[pg][d][i].best_gbps / (d == 2 ? 2 : 1);
+            snprintf(sname[pg][d], sizeof(sname[pg][d]), "%s, %s", names[d],
+                     pg ? "pageable" : "pinned");
+            se[ns++] = (report_series_t){sname[pg][d], x, y[pg][d], bo->nsizes, d, pg == 1};
+        }
+    report_line_t line;
+    const char *warning = NULL;
+    int nlines = report_link_line(&p, &line, link, sizeof(link), &warning);
+    char title[96];
+    snprintf(title, sizeof(title), "Copy bandwidth by transfer size (best of %llu)", bo->reps);
+    report_xy_t c = {.chart = "copy-bandwidth",
+                     .title = title,
+                     .x_label = "bytes per copy (log scale)",
+                     .y_label = "GB/s per direction (1e9 bytes/s)",
+                     .y_unit = "GB/s",
+                     .series = se,
+                     .nseries = ns,
+                     .lines = &line,
+                     .nlines = nlines,
+                     .warning = warning,
+                     .note = bo->no_pageable ? "Pinned host memory. The dotted line is the "
+                                               "link's theoretical rate per direction."
+                                             : "Solid: pinned host memory; dashed, hollow "
+                                               "markers: pageable. The dotted line is the "
+                                               "link's theoretical rate per direction."};
+    report_xy_chart(r, &c);
+}
+
+static void copy_table(report_t *r, const bench_opts_t *bo, copy_cell_t cells[2][3][32])
+{
+    report_table(r, "bytes", "direction", "memory", "best GB/s", "median GB/s", "best us",
+                 "median us", NULL);
+    for (int pg = 0; pg < (bo->no_pageable ? 1 : 2); pg++)
+        for (int d = 0; d < 3; d++)
+            for (int i = 0; i < bo->nsizes; i++) {
+                const copy_cell_t *c = &cells[pg][d][i];
+                char b[32], v[4][32];
+                snprintf(v[0], sizeof(v[0]), "%.2f", c->best_gbps);
+                snprintf(v[1], sizeof(v[1]), "%.2f", c->median_gbps);
+                snprintf(v[2], sizeof(v[2]), "%.1f", c->best_us);
+                snprintf(v[3], sizeof(v[3]), "%.1f", c->median_us);
+                report_row(r, cli_bytes(bo->sizes[i], b, sizeof(b)), copy_dirs[d],
+                           pg ? "pageable" : "pinned", v[0], v[1], v[2], v[3], NULL);
+            }
+    report_table_end(r);
+}
+
+static int copy_report(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opts_t *bo,
+                       copy_cell_t cells[2][3][32])
+{
+    report_t *r = report_open("bench", bo->report, "ferry bench copy", bo->argc, bo->argv, rt, dev);
+    if (r == NULL)
+        return CLI_FAIL;
+    report_heading(r, "Copy bandwidth");
+    report_text(r,
+                "Each point is the best of %llu timed copies of one size (after 2 warm-ups), "
+                "timed with device events%s. 'both' runs an H2D and a D2H of the same size at "
+                "once on two streams; it is drawn per direction (half the bytes it moved over "
+                "its time), so that every series compares with the link's rate per direction. "
+                "The table gives the bytes of both directions for it, as --json does.",
+                bo->reps, ferry_device_is_simulated(dev) ? " (virtual time: the simulator)" : "");
+    copy_chart(r, dev, bo, cells);
+    report_heading(r, "Results");
+    copy_table(r, bo, cells);
+    return report_close(r);
+}
+
 static int bench_copy(ferry_options_t *o, const bench_opts_t *bo)
 {
     ferry_runtime_t *rt = open_runtime(o, NULL, NULL);
@@ -124,7 +222,8 @@ static int bench_copy(ferry_options_t *o, const bench_opts_t *bo)
         rc = cli_fail("bench", "%s", ferry_last_error());
         goto out;
     }
-    static const char *const dirs[] = {"h2d", "d2h", "both"};
+    const char *const *dirs = copy_dirs;
+    copy_cell_t cells[2][3][32];
     if (bo->json) {
         printf("{\"command\":\"bench copy\",");
         device_line(rt, dev, stdout, true);
@@ -152,6 +251,7 @@ static int bench_copy(ferry_options_t *o, const bench_opts_t *bo)
                     goto out_close;
                 }
                 const char *mem = pg ? "pageable" : "pinned";
+                cells[pg][d][s] = (copy_cell_t){r.best_gbps, r.median_gbps, r.best_us, r.median_us};
                 if (bo->json)
                     printf("%s{\"bytes\":%llu,\"direction\":\"%s\",\"memory\":\"%s\","
                            "\"best_gbps\":%.3f,\"median_gbps\":%.3f,\"best_us\":%.3f,"
@@ -172,6 +272,11 @@ static int bench_copy(ferry_options_t *o, const bench_opts_t *bo)
 out_close:
     if (bo->json)
         printf("],\"ok\":%s}\n", rc == CLI_OK ? "true" : "false");
+    if (rc == CLI_OK && bo->report) {
+        rc = copy_report(rt, dev, bo, cells);
+        if (rc == CLI_OK && !bo->json && !bo->csv)
+            printf("# report: %s\n", bo->report);
+    }
 out:
     ferry_runtime_destroy(rt);
     return rc;
@@ -331,6 +436,130 @@ out:
     return rc;
 }
 
+/* The name of the series of compute-stream count @s and intensity @k. */
+static void series_name(const bench_opts_t *bo, int s, int k, bool sim, char *buf, size_t len)
+{
+    char wl[48] = "";
+    if (bo->nint > 1 || bo->intensities[k] != 0) {
+        if (bo->intensities[k] == 0)
+            snprintf(wl, sizeof(wl), ", scale");
+        else
+            snprintf(wl, sizeof(wl), ", fma x%llu", bo->intensities[k]);
+    }
+    snprintf(buf, len, "%llu compute stream%s%s%s", bo->streams[s], bo->streams[s] == 1 ? "" : "s",
+             wl, sim ? " (simulator)" : "");
+}
+
+/* One series per compute-stream count x intensity over the chunk sizes (measured, and the
+ * simulator's prediction dashed in the same colour with --compare), the ceiling a line. */
+static void pipeline_chart(report_t *r, const bench_opts_t *bo, const sweep_row_t *meas,
+                           const sweep_row_t *pred, int n, int np)
+{
+    int nser = bo->nstreams * bo->nint, nc = bo->nchunks;
+    double *x = calloc((size_t)nc, sizeof(double)),
+           *y = calloc((size_t)2 * (size_t)nser * (size_t)nc, sizeof(double));
+    report_series_t *se = calloc((size_t)2 * (size_t)nser, sizeof(*se));
+    char(*names)[80] = calloc((size_t)2 * (size_t)nser, 80);
+    if (x == NULL || y == NULL || se == NULL || names == NULL)
+        goto out;
+    int m = 0;
+    for (int c = 0; c < nc; c++)
+        x[c] = (double)bo->chunks[c];
+    for (int sim = 0; sim < (bo->compare && np == n ? 2 : 1); sim++)
+        for (int s = 0; s < bo->nstreams; s++)
+            for (int k = 0; k < bo->nint; k++, m++) {
+                double *ys = y + (size_t)m * (size_t)nc;
+                for (int c = 0; c < nc; c++)
+                    ys[c] = (sim ? pred : meas)[(c * bo->nstreams + s) * bo->nint + k].h2d;
+                series_name(bo, s, k, sim, names[m], sizeof(names[m]));
+                se[m] = (report_series_t){names[m], x, ys, nc, s * bo->nint + k, sim == 1};
+            }
+    char ceil_name[128];
+    snprintf(ceil_name, sizeof(ceil_name),
+             "copy ceiling in this run: %.1f GB/s per direction (H2D + D2H of 64 MiB at once)",
+             n ? meas[0].ceiling : 0.0);
+    report_line_t line = {ceil_name, n ? meas[0].ceiling : 0};
+    report_xy_t ch = {.chart = "pipeline-throughput",
+                      .title = "Round-trip throughput by chunk size",
+                      .x_label = "chunk size (log scale)",
+                      .y_label = "GB/s each way (1e9 bytes/s)",
+                      .y_unit = "GB/s each way",
+                      .series = se,
+                      .nseries = m,
+                      .lines = &line,
+                      .nlines = 1,
+                      .note = bo->compare ? "Solid: measured; dashed, hollow markers: the "
+                                            "simulator's prediction of the same sweep."
+                                          : NULL};
+    report_xy_chart(r, &ch);
+out:
+    free(x);
+    free(y);
+    free(se);
+    free(names);
+}
+
+static void pipeline_table(report_t *r, const bench_opts_t *bo, const sweep_row_t *meas,
+                           const sweep_row_t *pred, int n, int np)
+{
+    bool cmp = bo->compare && np == n;
+    /* without --compare, a NULL in place of the simulator's column ends the list there */
+    report_table(r, "chunk", "compute streams", "intensity", "H2D GB/s", "D2H GB/s", "overlap",
+                 "of ceiling", "verified", cmp ? "simulator H2D GB/s" : NULL, "error", NULL);
+    for (int i = 0; i < n; i++) {
+        const sweep_row_t *w = &meas[i];
+        char v[10][40];
+        cli_bytes(w->chunk, v[0], sizeof(v[0]));
+        snprintf(v[1], sizeof(v[1]), "%llu", w->streams);
+        snprintf(v[2], sizeof(v[2]), "%llu", w->intensity);
+        snprintf(v[3], sizeof(v[3]), "%.2f", w->h2d);
+        snprintf(v[4], sizeof(v[4]), "%.2f", w->d2h);
+        snprintf(v[5], sizeof(v[5]), "%.2f", w->overlap);
+        snprintf(v[6], sizeof(v[6]), "%.1f%%",
+                 w->ceiling > 0 ? fmin(w->h2d, w->d2h) / w->ceiling * 100 : 0);
+        snprintf(v[7], sizeof(v[7]), "%s", w->ok ? "yes" : "NO");
+        if (cmp) {
+            snprintf(v[8], sizeof(v[8]), "%.2f", pred[i].h2d);
+            snprintf(v[9], sizeof(v[9]), "%+.1f%%",
+                     w->h2d > 0 ? (pred[i].h2d - w->h2d) / w->h2d * 100 : 0);
+        }
+        report_row(r, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], cmp ? v[8] : NULL, v[9],
+                   NULL);
+    }
+    report_table_end(r);
+}
+
+static int pipeline_report(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opts_t *bo,
+                           const sweep_row_t *meas, const sweep_row_t *pred, int n, int np)
+{
+    report_t *r =
+        report_open("bench", bo->report, "ferry bench pipeline", bo->argc, bo->argv, rt, dev);
+    if (r == NULL)
+        return CLI_FAIL;
+    char b[32];
+    unsigned long long total = bo->bytes;
+    if (total == 0)
+        total = ferry_device_is_simulated(dev) ? (256ull << 20) : (4ull << 30);
+    report_heading(r, "Pipeline throughput");
+    report_text(r,
+                "Each configuration streams %s from pinned host memory through H2D, the kernel "
+                "and D2H (intensity 0: the scale workload; N: fma with N multiply-adds per "
+                "float) and reports bytes over the elapsed device time%s; H2D and D2H move the "
+                "same bytes. The ceiling is what the link did in this run with one H2D and one "
+                "D2H of 64 MiB at once (best of %llu), per direction.",
+                cli_bytes(total, b, sizeof(b)),
+                ferry_device_is_simulated(dev) ? " (virtual time: the simulator)" : "",
+                bo->reps ? bo->reps : 10);
+    if (bo->compare)
+        report_text(r, "The simulator's prediction: the same sweep on the sim backend with %s%s.",
+                    bo->compare_profile ? "the profile " : "the installed profile",
+                    bo->compare_profile ? bo->compare_profile : " (profiles/h200.json)");
+    pipeline_chart(r, bo, meas, pred, n, np);
+    report_heading(r, "Results");
+    pipeline_table(r, bo, meas, pred, n, np);
+    return report_close(r);
+}
+
 static int bench_pipeline(ferry_options_t *o, const bench_opts_t *bo)
 {
     int max = bo->nchunks * bo->nstreams * bo->nint;
@@ -400,6 +629,12 @@ static int bench_pipeline(ferry_options_t *o, const bench_opts_t *bo)
     if (bo->json)
         printf("],\"ok\":%s}\n", all_ok ? "true" : "false");
     rc = all_ok ? CLI_OK : CLI_FAIL;
+    if (bo->report) {
+        int rrc = pipeline_report(rt, dev, bo, meas, pred, n, np);
+        if (rrc == CLI_OK && !bo->json && !bo->csv)
+            printf("# report: %s\n", bo->report);
+        rc = rrc != CLI_OK ? rrc : rc;
+    }
 out:
     ferry_runtime_destroy(rt);
     ferry_runtime_destroy(rt_sim);
@@ -454,6 +689,12 @@ int cmd_bench(int argc, char **argv)
         }
         if (cli_flag(&a, "no-pageable")) {
             bo.no_pageable = true;
+            continue;
+        }
+        if ((k = cli_flag_value(&a, "report", &v)) != 0) {
+            if (k < 0 || report_check_path(cmd, v) != CLI_OK)
+                goto usage_out;
+            bo.report = v;
             continue;
         }
         if (pipe && cli_flag(&a, "compare")) {
@@ -513,6 +754,8 @@ int cmd_bench(int argc, char **argv)
         cli_usage_error(cmd, "--json and --csv exclude each other");
         goto usage_out;
     }
+    bo.argc = argc;
+    bo.argv = argv;
     rc = copy ? bench_copy(o, &bo) : bench_pipeline(o, &bo);
     ferry_options_destroy(o);
     return rc;

@@ -1,6 +1,7 @@
 /* `ferry run`: the main job. Streams generated data (or a file) through a built-in workload
  * on the GPU or the simulated H200, checks every output byte against the CPU reference, and
- * prints a summary (text or --json): time, GB/s each way, overlap, engine utilisation, batches. */
+ * prints a summary (text or --json): time, GB/s each way, overlap, engine utilisation, batches;
+ * --report draws it as an HTML page with a timeline of the first chunks (report.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "report.h"
 
 typedef struct run_totals {
     uint64_t ok_gpu, ok_cpu, failed, mismatched, verified_bytes;
@@ -241,9 +243,13 @@ typedef struct run_opts {
     unsigned long long intensity;
     unsigned long long bytes;
     unsigned long long batch_bytes;
-    const char *input, *output, *trace;
+    const char *input, *output, *trace, *report;
     bool json, quiet, single_stream;
+    bool report_done;             /* the report was written */
+    unsigned long long tl_chunks; /* --report: the chunks its timeline shows */
     const ferry_options_t *opts;
+    int argc; /* the command line, for the report */
+    char **argv;
 } run_opts_t;
 
 static int usage(void)
@@ -260,6 +266,8 @@ static int usage(void)
            "  --intensity N        fma: fused multiply-adds per float, 1..100000 (default 64)\n"
            "  --batch-bytes SIZE   bytes per submitted batch (default 64M)\n"
            "  --trace FILE         write a Chrome trace (open in ui.perfetto.dev)\n"
+           "  --report FILE        write an HTML page: timeline of the first chunks, engine\n"
+           "                       utilisation, summary (docs/report.md)\n"
            "  --single-stream      every op on one stream: the no-overlap baseline\n"
            "  --json               print the summary as one JSON object\n"
            "  --quiet              print nothing but errors (exit status tells)\n"
@@ -331,6 +339,12 @@ static int parse(int argc, char **argv, ferry_options_t *o, run_opts_t *r)
             if (k < 0)
                 return CLI_USAGE;
             r->trace = v;
+            continue;
+        }
+        if ((k = cli_flag_value(&a, "report", &v)) != 0) {
+            if (k < 0 || report_check_path(cmd, v) != CLI_OK)
+                return CLI_USAGE;
+            r->report = v;
             continue;
         }
         if ((k = cli_option_flag(&a, o)) != 0) {
@@ -410,6 +424,10 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
             printf(",\"trace\":");
             cli_json_str(stdout, ro->trace);
         }
+        if (ro->report_done) {
+            printf(",\"report\":");
+            cli_json_str(stdout, ro->report);
+        }
         printf("}\n");
         return;
     }
@@ -483,6 +501,245 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
                (unsigned long long)t->failed);
     if (ro->trace)
         printf("  trace      %s (open in ui.perfetto.dev)\n", ro->trace);
+    if (ro->report_done)
+        printf("  report     %s\n", ro->report);
+}
+
+/* ---- --report ------------------------------------------------------------------------------ */
+
+/* The report's timeline shows the first REPORT_CHUNKS chunks (the first trace_chunks when that
+ * option is set, at most REPORT_MAX_CHUNKS), drawn from the trace's op records. Without --trace
+ * only those chunks are recorded and timed; the rest of the run is sampled as usual. */
+#define REPORT_CHUNKS     64
+#define REPORT_MAX_CHUNKS 4096
+
+static void report_trace_setup(run_opts_t *ro, ferry_options_t *opts)
+{
+    int64_t tc = 0, tr = 0;
+    ferry_options_get_i64(opts, "trace_chunks", &tc);
+    ferry_options_get_i64(opts, "trace", &tr);
+    if (tc == 0 && tr == 0) {
+        char v[16];
+        snprintf(v, sizeof(v), "%d", REPORT_CHUNKS);
+        ferry_options_set(opts, "trace_chunks", v);
+    }
+    ro->tl_chunks = tc <= 0 ? REPORT_CHUNKS : tc > REPORT_MAX_CHUNKS ? REPORT_MAX_CHUNKS : tc;
+    ferry_options_set(opts, "trace", "1");
+}
+
+typedef struct run_outcome {
+    const ferry_pipeline_stats_t *s;
+    const run_totals_t *t;
+    unsigned long long total, nbatches;
+    double wall_s;
+    bool ok;
+} run_outcome_t;
+
+typedef struct op_list {
+    ferry_op_record_t *v;
+    size_t n, cap, max;
+} op_list_t;
+
+/* ferry_pipeline_ops callback: keep the first @max ops (the earliest: ops come in the order
+ * their chunks retired). */
+static void keep_op(const ferry_op_record_t *op, void *arg)
+{
+    op_list_t *l = arg;
+    if (l->n == l->max)
+        return;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 256;
+        ferry_op_record_t *v = realloc(l->v, cap * sizeof(*v));
+        if (v == NULL) {
+            l->max = l->n;
+            return;
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = *op;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The timeline's window: until the @chunks-th chunk's D2H ended, or sooner where the records
+ * of a kind of op stop when fewer than the run's @run_chunks were recorded (a trace of the
+ * first N chunks: the H2D engine goes on with chunk N+1, unrecorded, while the last recorded
+ * D2Hs run), so that no row looks idle for want of records. *done: the chunks whose D2H ended
+ * in the window. 0 when no chunk was recorded. */
+static uint64_t window_end(const op_list_t *l, unsigned long long chunks, uint64_t run_chunks,
+                           size_t *done)
+{
+    uint64_t *ends = malloc((l->n + 1) * sizeof(*ends)), w = 0, last[3] = {0, 0, 0};
+    size_t k = 0;
+    for (size_t i = 0; ends != NULL && i < l->n; i++) {
+        const ferry_op_record_t *op = &l->v[i];
+        if (op->kind == FERRY_OP_D2H)
+            ends[k++] = op->end_ns;
+        if ((unsigned)op->kind < 3 && op->end_ns > last[op->kind])
+            last[op->kind] = op->end_ns;
+    }
+    *done = 0;
+    if (k > 0) {
+        qsort(ends, k, sizeof(*ends), cmp_u64);
+        w = ends[(k < chunks ? k : (size_t)chunks) - 1];
+        for (int kind = 0; kind < 3 && k < run_chunks; kind++)
+            w = last[kind] < w ? last[kind] : w;
+        while (*done < k && ends[*done] <= w)
+            ++*done;
+    }
+    free(ends);
+    return w;
+}
+
+static const char *stream_kind_name(char k)
+{
+    return k == 'h' ? "H2D" : k == 'c' ? "compute" : k == 'd' ? "D2H" : "all";
+}
+
+static int kind_color(char k)
+{
+    return k == 'h' ? 0 : k == 'c' ? 2 : k == 'd' ? 1 : 6;
+}
+
+static void timeline_section(report_t *r, const run_opts_t *ro, ferry_pipeline_t *pl,
+                             const ferry_pipeline_stats_t *s, bool simulated)
+{
+    /* the window's chunks, and those in flight with them (depth is at most 64) */
+    op_list_t l = {.max = 3 * ((size_t)ro->tl_chunks + 64)};
+    report_heading(r, "Timeline");
+    size_t shown = 0;
+    uint64_t w = 0;
+    if (ferry_pipeline_ops(pl, keep_op, &l) == 0)
+        w = window_end(&l, ro->tl_chunks, s->chunks, &shown);
+    if (w == 0 || s->streams == 0) {
+        report_text(r, "No op was recorded: the run moved no chunk through the GPU.");
+        free(l.v);
+        return;
+    }
+    char names[FERRY_STATS_MAX_STREAMS][40], title[160];
+    const char *rows[FERRY_STATS_MAX_STREAMS];
+    for (unsigned i = 0; i < s->streams; i++) {
+        snprintf(names[i], sizeof(names[i]), "stream %u (%s)", i,
+                 stream_kind_name(s->stream_kind[i]));
+        rows[i] = names[i];
+    }
+    snprintf(title, sizeof(title), "The first %.3f ms of the run's %.3f ms: %zu chunk(s) done",
+             (double)w / 1e6, (double)s->elapsed_ns / 1e6, shown);
+    report_text(r,
+                "One row per stream, a rectangle per op (hover over it for its batch, chunk, "
+                "bytes and times), from the trace's op records (device events%s). %s",
+                simulated ? ": virtual time on the simulator" : "",
+                ro->trace ? "With --trace every chunk is recorded; the chart shows the first ones."
+                          : "Without --trace only the first chunks are recorded and timed (the "
+                            "chart ends where a stream's records do); the rest of the run is "
+                            "sampled (one chunk in 31) as usual.");
+    report_timeline_t t = {.chart = "timeline",
+                           .title = title,
+                           .row_names = rows,
+                           .rows = s->streams,
+                           .ops = l.v,
+                           .nops = l.n,
+                           .window_ns = w};
+    report_timeline_chart(r, &t);
+    free(l.v);
+}
+static void utilisation_section(report_t *r, const ferry_pipeline_stats_t *s)
+{
+    double el = (double)s->elapsed_ns;
+    report_bar_t bars[3 + FERRY_STATS_MAX_STREAMS];
+    char names[FERRY_STATS_MAX_STREAMS][40], note[320];
+    bars[0] = (report_bar_t){"H2D engine", el > 0 ? (double)s->busy_h2d_ns / el : 0, 0};
+    bars[1] =
+        (report_bar_t){"compute, all streams", el > 0 ? (double)s->busy_compute_ns / el : 0, 2};
+    bars[2] = (report_bar_t){"D2H engine", el > 0 ? (double)s->busy_d2h_ns / el : 0, 1};
+    int n = 3;
+    for (unsigned i = 0; i < s->streams; i++, n++) {
+        snprintf(names[i], sizeof(names[i]), "stream %u (%s)", i,
+                 stream_kind_name(s->stream_kind[i]));
+        bars[n] = (report_bar_t){names[i], el > 0 ? (double)s->stream_busy_ns[i] / el : 0,
+                                 kind_color(s->stream_kind[i])};
+    }
+    snprintf(note, sizeof(note),
+             "Busy time over the elapsed %.3f ms, from the pipeline's stats: %llu of %llu "
+             "chunks timed, the rest scaled from them. Compute adds up its streams, so it "
+             "passes 100%% when kernels run side by side.",
+             el / 1e6, (unsigned long long)s->chunks_timed, (unsigned long long)s->chunks);
+    report_heading(r, "Engine utilisation");
+    report_bars_chart(r, "engine-utilisation", "Busy fraction per engine and stream",
+                      "busy (% of the elapsed time)", bars, n, note);
+}
+
+static void summary_section(report_t *r, const run_opts_t *ro, ferry_device_t *dev,
+                            const run_outcome_t *o)
+{
+    const ferry_pipeline_stats_t *s = o->s;
+    const run_totals_t *t = o->t;
+    ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
+    ferry_device_props(dev, &p);
+    char b1[32], b2[32], b3[32], link[256];
+    const char *sim = p.simulated ? " (simulated)" : "";
+    report_heading(r, "Summary");
+    report_table(r, NULL, NULL);
+    if (strcmp(ro->workload, "fma") == 0)
+        report_kv(r, "workload", "fma, %llu multiply-adds per float",
+                  ro->intensity ? ro->intensity : 64);
+    else
+        report_kv(r, "workload", "%s", ro->workload);
+    report_kv(r, "bytes", "%s in %llu batch(es) of up to %s; %llu chunk(s) of %s",
+              cli_bytes(o->total, b1, sizeof(b1)), o->nbatches,
+              cli_bytes(ro->batch_bytes, b2, sizeof(b2)), (unsigned long long)s->chunks,
+              cli_bytes(s->chunk_bytes, b3, sizeof(b3)));
+    report_kv(r, "time", "%.3f ms%s, wall %.2f s", (double)s->elapsed_ns / 1e6, sim, o->wall_s);
+    report_kv(r, "H2D", "%.2f GB/s%s", s->gbps_h2d, sim);
+    report_kv(r, "D2H", "%.2f GB/s%s", s->gbps_d2h, sim);
+    report_link_text(&p, link, sizeof(link));
+    report_kv(r, "link", "%s", link[0] ? link : "unknown");
+    report_kv(r, "overlap", "%.2f (engine busy time / elapsed: 1 serial, 3 all busy)", s->overlap);
+    if (s->streams == 1)
+        report_kv(r, "plan", "depth %u, every op on one stream (--single-stream), queue %u",
+                  s->depth, s->queue_depth);
+    else
+        report_kv(r, "plan",
+                  "depth %u, %u copy stream(s) per direction, %u compute stream(s), queue %u",
+                  s->depth, s->copy_streams, s->compute_streams, s->queue_depth);
+    report_kv(r, "host memory", "%s", s->host_pinned ? "pinned" : "pageable: pinning was refused");
+    report_kv(r, "batches", "%llu on the GPU, %llu on the CPU, %llu failed",
+              (unsigned long long)t->ok_gpu, (unsigned long long)t->ok_cpu,
+              (unsigned long long)t->failed);
+    report_kv(r, "failures",
+              "%llu failed GPU attempt(s), %llu chunk(s) on the CPU fallback, %llu deadline(s) "
+              "passed, GPU path %s",
+              (unsigned long long)s->failure_records, (unsigned long long)s->chunks_cpu,
+              (unsigned long long)s->deadlines_passed, s->gpu_lost ? "lost" : "kept");
+    report_kv(r, "ladder", "%llu step(s) down, %llu up, level %u at the end",
+              (unsigned long long)s->ladder_steps_down, (unsigned long long)s->ladder_steps_up,
+              s->ladder_level);
+    report_kv(r, "bandwidth alerts", "%llu", (unsigned long long)s->bw_alerts);
+    if (t->mismatched)
+        report_kv(r, "verify", "FAILED: %llu batch(es) differ, first at byte %llu",
+                  (unsigned long long)t->mismatched, (unsigned long long)t->first_bad_offset);
+    else
+        report_kv(r, "verify", "%s: %s of %s match the CPU reference", o->ok ? "OK" : "FAILED",
+                  cli_bytes(t->verified_bytes, b1, sizeof(b1)),
+                  cli_bytes(o->total, b2, sizeof(b2)));
+    report_table_end(r);
+}
+
+static int write_report(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t *dev,
+                        ferry_pipeline_t *pl, const run_outcome_t *o)
+{
+    report_t *r = report_open("run", ro->report, "ferry run", ro->argc, ro->argv, rt, dev);
+    if (r == NULL)
+        return CLI_FAIL;
+    summary_section(r, ro, dev, o);
+    timeline_section(r, ro, pl, o->s, ferry_device_is_simulated(dev));
+    utilisation_section(r, o->s);
+    return report_close(r);
 }
 
 int cmd_run(int argc, char **argv)
@@ -501,6 +758,10 @@ int cmd_run(int argc, char **argv)
     }
     if (ro.trace)
         ferry_options_set(opts, "trace", "1");
+    ro.argc = argc;
+    ro.argv = argv;
+    if (ro.report)
+        report_trace_setup(&ro, opts);
 
     ferry_runtime_t *rt = NULL;
     ferry_device_t *dev = NULL;
@@ -716,9 +977,16 @@ int cmd_run(int argc, char **argv)
     }
     bool ok = st.t.failed == 0 && st.t.mismatched == 0 && st.callbacks == nbatches &&
               st.t.verified_bytes == total;
+    rc = ok ? CLI_OK : CLI_FAIL;
+    if (ro.report) {
+        run_outcome_t oc = {&s, &st.t, total, nbatches, wall, ok};
+        if (write_report(&ro, rt, dev, pl, &oc) == CLI_OK)
+            ro.report_done = true;
+        else
+            rc = CLI_FAIL;
+    }
     if (!ro.quiet)
         print_summary(&ro, rt, dev, &s, &st.t, total, nbatches, s.chunk_bytes, wall, ok);
-    rc = ok ? CLI_OK : CLI_FAIL;
 
 out:
     cli_metrics_stop(cmd, metrics);
