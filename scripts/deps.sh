@@ -22,6 +22,8 @@ need=(
   # the report tests render ferry's HTML pages headless and look at the screenshot
   "chromium:/usr/bin/chromium"
   "python3-pil:/usr/lib/python3/dist-packages/PIL/__init__.py"
+  # the progress-bar test runs ferry on a pseudo-terminal with script(1)
+  "bsdutils:/usr/bin/script"
 )
 
 missing=()

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "progress.h"
 #include "ferry/bench.h"
 #include "report.h"
 
@@ -345,8 +346,10 @@ static int sweep(ferry_options_t *o, const bench_opts_t *bo, const char *backend
         rc = cli_fail("bench", "cannot pin the buffers: %s", ferry_last_error());
         goto out;
     }
-    /* A progress line only on a terminal, never into a pipe or a file. */
-    bool progress = isatty(STDERR_FILENO) && !(getenv("NO_COLOR") && getenv("NO_COLOR")[0]);
+    cli_progress_t bar;
+    cli_progress_begin(&bar, "configurations",
+                       (uint64_t)bo->nchunks * (uint64_t)bo->nstreams * (uint64_t)bo->nint, false,
+                       false);
     double ceil_gbps = 0;
     if (ceiling(dev, (unsigned)(bo->reps ? bo->reps : 10), &ceil_gbps) != 0) {
         rc = cli_fail("bench", "ceiling: %s", ferry_last_error());
@@ -418,16 +421,11 @@ static int sweep(ferry_options_t *o, const bench_opts_t *bo, const char *backend
                 ferry_workload_destroy(wl);
                 if (rc != CLI_OK)
                     goto out_unreg;
-                if (progress) {
-                    fprintf(stderr, "\r%d/%d configurations", n,
-                            bo->nchunks * bo->nstreams * bo->nint);
-                    fflush(stderr);
-                }
+                cli_progress_update(&bar, (uint64_t)n);
             }
-    if (progress)
-        fprintf(stderr, "\r\033[K");
     *nrows = n;
 out_unreg:
+    cli_progress_end(&bar);
     ferry_host_unregister(dev, in);
     ferry_host_unregister(dev, outb);
 out:

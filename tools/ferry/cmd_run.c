@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "progress.h"
 #include "report.h"
 
 typedef struct run_totals {
@@ -923,12 +924,16 @@ int cmd_run(int argc, char **argv)
     struct timespec ts0, ts1;
     clock_gettime(CLOCK_MONOTONIC, &ts0);
     bool failed_submit = false;
+    cli_progress_t bar;
+    cli_progress_begin(&bar, "ferry run", total, true, ro.quiet);
     for (unsigned long long i = 0; i < nbatches; i++) {
         pthread_mutex_lock(&st.lock);
         while (st.nfree == 0)
             pthread_cond_wait(&st.cv_free, &st.lock);
         size_t idx = st.freeq[--st.nfree];
+        uint64_t done_bytes = st.t.verified_bytes;
         pthread_mutex_unlock(&st.lock);
+        cli_progress_update(&bar, done_bytes);
         ring_entry_t *re = &st.ring[idx];
         re->offset = i * bb;
         re->bytes = (size_t)(total - re->offset < bb ? total - re->offset : bb);
@@ -957,6 +962,7 @@ int cmd_run(int argc, char **argv)
     ferry_pipeline_drain(pl);
     stop_verifiers(&st, verifiers, &nver);
     clock_gettime(CLOCK_MONOTONIC, &ts1);
+    cli_progress_end(&bar);
     int mrc = cli_metrics_stop(cmd, metrics);
     metrics = NULL;
     if (mrc != CLI_OK)
