@@ -3,7 +3,14 @@
  * This is ferry's own overhead plus the simulator's bookkeeping: the GPU's time is virtual and
  * costs nothing here. Also the context switches per batch over the measured runs (all threads;
  * steadier than wall time on a shared machine, and what thread hand-offs cost), and the pinned
- * pool's alloc+free pair. */
+ * pool's alloc+free pair.
+ *
+ * What monitoring costs the host: the same batches through a pipeline with every monitor on
+ * (one chunk in 31 timed, the bandwidth monitor, the watchdog and its heartbeat, and a metrics
+ * registry scraped every 10 ms by another thread) and through one with all of it off
+ * (op_timing off, no heartbeat, no alerts, no registry), in interleaved runs; the ratio of the
+ * medians. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +19,7 @@
 
 #include "benchlib.h"
 #include "ferry.h"
+#include "ferry/metrics.h"
 
 static int cpu_copy(const ferry_kernel_args_t *a, void *user)
 {
@@ -33,6 +41,119 @@ static void done(const ferry_batch_result_t *r, void *arg)
 {
     (void)r;
     atomic_fetch_add((atomic_ulong *)arg, 1);
+}
+
+typedef struct scraper {
+    ferry_metrics_t *m;
+    atomic_bool stop;
+    unsigned long scrapes;
+} scraper_t;
+
+static void *scrape_main(void *arg)
+{
+    scraper_t *sc = arg;
+    FILE *f = fopen("/dev/null", "w");
+    while (f != NULL && !atomic_load(&sc->stop)) {
+        ferry_metrics_write(sc->m, f);
+        sc->scrapes++;
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    if (f != NULL)
+        fclose(f);
+    return NULL;
+}
+
+/* @n batches of 64 bytes through @p; wall ns per batch. */
+static double batch_cost(ferry_pipeline_t *p, int n, atomic_ulong *count)
+{
+    static unsigned char in[64], out[64];
+    uint64_t t0 = bench_now_ns();
+    for (int i = 0; i < n; i++) {
+        ferry_batch_t b = FERRY_BATCH_INIT;
+        b.in = in;
+        b.out = out;
+        b.bytes = sizeof(in);
+        if (ferry_pipeline_submit(p, &b, done, count, NULL) != 0) {
+            fprintf(stderr, "bench_pipeline: submit: %s\n", ferry_last_error());
+            exit(1);
+        }
+    }
+    ferry_pipeline_drain(p);
+    return (double)(bench_now_ns() - t0) / n;
+}
+
+static ferry_pipeline_t *small_pipeline(ferry_device_t *dev, const ferry_stage_t *st)
+{
+    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
+    cfg.device = dev;
+    cfg.stage = st;
+    cfg.chunk_bytes = 4096;
+    cfg.depth = 8;
+    cfg.queue_depth = 64;
+    ferry_pipeline_t *p = NULL;
+    if (ferry_pipeline_create(&cfg, &p) != 0) {
+        fprintf(stderr, "bench_pipeline: %s\n", ferry_last_error());
+        exit(1);
+    }
+    return p;
+}
+
+/* Monitoring on against off, interleaved runs of @batches each. */
+static void monitoring_cost(const ferry_stage_t *st, int batches, int runs)
+{
+    ferry_options_t *off = NULL;
+    ferry_options_create(&off);
+    ferry_options_set(off, "op_timing", "off");
+    ferry_options_set(off, "heartbeat_ms", "0");
+    ferry_options_set(off, "bw_alert_ratio", "0");
+    ferry_runtime_config_t rc = FERRY_RUNTIME_CONFIG_INIT;
+    rc.backend = "sim";
+    ferry_runtime_t *rt_on = NULL, *rt_off = NULL;
+    if (ferry_runtime_create(&rc, &rt_on) != 0) {
+        fprintf(stderr, "bench_pipeline: %s\n", ferry_last_error());
+        exit(1);
+    }
+    rc.options = off;
+    if (ferry_runtime_create(&rc, &rt_off) != 0) {
+        fprintf(stderr, "bench_pipeline: %s\n", ferry_last_error());
+        exit(1);
+    }
+    ferry_options_destroy(off);
+    ferry_device_t *d_on = NULL, *d_off = NULL;
+    ferry_device_get(rt_on, 0, &d_on);
+    ferry_device_get(rt_off, 0, &d_off);
+    ferry_pipeline_t *on = small_pipeline(d_on, st), *bare = small_pipeline(d_off, st);
+    scraper_t sc = {0};
+    ferry_metrics_create(&sc.m);
+    ferry_metrics_add_pipeline(sc.m, on, "bench");
+    pthread_t th;
+    pthread_create(&th, NULL, scrape_main, &sc);
+    double *c_on = calloc((size_t)runs, sizeof(double)),
+           *c_off = calloc((size_t)runs, sizeof(double));
+    atomic_ulong count = 0;
+    batch_cost(on, batches / 10, &count); /* warm-up */
+    batch_cost(bare, batches / 10, &count);
+    for (int r = 0; r < runs; r++) {
+        c_on[r] = batch_cost(on, batches, &count);
+        c_off[r] = batch_cost(bare, batches, &count);
+    }
+    atomic_store(&sc.stop, true);
+    pthread_join(th, NULL);
+    double m_on = bench_median(c_on, (size_t)runs), m_off = bench_median(c_off, (size_t)runs);
+    bench_report("pipeline", "host_ns_per_batch_sim_64B_monitored", m_on, "ns/batch", 0);
+    bench_report("pipeline", "host_ns_per_batch_sim_64B_unmonitored", m_off, "ns/batch", 0);
+    bench_report("pipeline", "monitoring_host_cost_ratio", m_on / m_off, "monitored/unmonitored",
+                 0);
+    fprintf(stderr, "bench_pipeline: %lu scrapes during the monitored runs\n", sc.scrapes);
+    ferry_metrics_remove_pipeline(sc.m, on);
+    ferry_metrics_destroy(sc.m);
+    ferry_pipeline_close(on);
+    ferry_pipeline_close(bare);
+    ferry_runtime_destroy(rt_on);
+    ferry_runtime_destroy(rt_off);
+    free(c_on);
+    free(c_off);
 }
 
 int main(int argc, char **argv)
@@ -116,6 +237,7 @@ int main(int argc, char **argv)
     }
     bench_report("pool", "alloc_or_free_ns", bench_median(per, (size_t)runs), "ns/op", 100);
     ferry_pool_destroy(pool);
+    monitoring_cost(&st, batches, runs > 3 ? runs : 3);
     free(per);
     ferry_runtime_destroy(rt);
     return 0;
