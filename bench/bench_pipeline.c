@@ -7,9 +7,10 @@
  *
  * What monitoring costs the host: the same batches through a pipeline with every monitor on
  * (one chunk in 31 timed, the bandwidth monitor, the watchdog and its heartbeat, and a metrics
- * registry scraped every 10 ms by another thread) and through one with all of it off
- * (op_timing off, no heartbeat, no alerts, no registry), in interleaved runs; the ratio of the
- * medians. */
+ * registry scraped every 100 ms by another thread, ten times `--metrics-file`'s rate) and
+ * through one with all of it off (op_timing off, no heartbeat, no alerts, no registry), in
+ * interleaved runs (ABBA); the ratio of the medians, of wall time and of the process's CPU
+ * time per batch (the steadier of the two on a shared machine). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -56,7 +57,7 @@ static void *scrape_main(void *arg)
     while (f != NULL && !atomic_load(&sc->stop)) {
         ferry_metrics_write(sc->m, f);
         sc->scrapes++;
-        struct timespec ts = {0, 10000000};
+        struct timespec ts = {0, 100000000};
         nanosleep(&ts, NULL);
     }
     if (f != NULL)
@@ -64,10 +65,22 @@ static void *scrape_main(void *arg)
     return NULL;
 }
 
-/* @n batches of 64 bytes through @p; wall ns per batch. */
-static double batch_cost(ferry_pipeline_t *p, int n, atomic_ulong *count)
+/* CPU time of the whole process so far (every thread), ns. */
+static double cpu_ns(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return ((double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec) * 1e9 +
+           ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) * 1e3;
+}
+
+/* @n batches of 64 bytes through @p; wall ns per batch, and the process's CPU ns per batch in
+ * *@cpu. */
+static double batch_cost(ferry_pipeline_t *p, int n, atomic_ulong *count, double *cpu)
 {
     static unsigned char in[64], out[64];
+    double c0 = cpu_ns();
     uint64_t t0 = bench_now_ns();
     for (int i = 0; i < n; i++) {
         ferry_batch_t b = FERRY_BATCH_INIT;
@@ -80,7 +93,10 @@ static double batch_cost(ferry_pipeline_t *p, int n, atomic_ulong *count)
         }
     }
     ferry_pipeline_drain(p);
-    return (double)(bench_now_ns() - t0) / n;
+    double wall = (double)(bench_now_ns() - t0) / n;
+    if (cpu != NULL)
+        *cpu = (cpu_ns() - c0) / n;
+    return wall;
 }
 
 static ferry_pipeline_t *small_pipeline(ferry_device_t *dev, const ferry_stage_t *st)
@@ -129,22 +145,33 @@ static void monitoring_cost(const ferry_stage_t *st, int batches, int runs)
     ferry_metrics_add_pipeline(sc.m, on, "bench");
     pthread_t th;
     pthread_create(&th, NULL, scrape_main, &sc);
-    double *c_on = calloc((size_t)runs, sizeof(double)),
-           *c_off = calloc((size_t)runs, sizeof(double));
+    size_t nr = (size_t)runs * 2;
+    double *w_on = calloc(nr, sizeof(double)), *w_off = calloc(nr, sizeof(double));
+    double *c_on = calloc(nr, sizeof(double)), *c_off = calloc(nr, sizeof(double));
     atomic_ulong count = 0;
-    batch_cost(on, batches / 10, &count); /* warm-up */
-    batch_cost(bare, batches / 10, &count);
-    for (int r = 0; r < runs; r++) {
-        c_on[r] = batch_cost(on, batches, &count);
-        c_off[r] = batch_cost(bare, batches, &count);
+    batch_cost(on, batches / 10, &count, NULL); /* warm-up */
+    batch_cost(bare, batches / 10, &count, NULL);
+    for (size_t r = 0; r < nr; r++) { /* ABBA */
+        if (r % 2 == 0) {
+            w_on[r] = batch_cost(on, batches, &count, &c_on[r]);
+            w_off[r] = batch_cost(bare, batches, &count, &c_off[r]);
+        } else {
+            w_off[r] = batch_cost(bare, batches, &count, &c_off[r]);
+            w_on[r] = batch_cost(on, batches, &count, &c_on[r]);
+        }
     }
     atomic_store(&sc.stop, true);
     pthread_join(th, NULL);
-    double m_on = bench_median(c_on, (size_t)runs), m_off = bench_median(c_off, (size_t)runs);
+    double m_on = bench_median(w_on, nr), m_off = bench_median(w_off, nr);
+    double k_on = bench_median(c_on, nr), k_off = bench_median(c_off, nr);
     bench_report("pipeline", "host_ns_per_batch_sim_64B_monitored", m_on, "ns/batch", 0);
     bench_report("pipeline", "host_ns_per_batch_sim_64B_unmonitored", m_off, "ns/batch", 0);
-    bench_report("pipeline", "monitoring_host_cost_ratio", m_on / m_off, "monitored/unmonitored",
+    bench_report("pipeline", "monitoring_host_wall_ratio", m_on / m_off, "monitored/unmonitored",
                  0);
+    bench_report("pipeline", "host_cpu_ns_per_batch_sim_64B_monitored", k_on, "ns/batch", 0);
+    bench_report("pipeline", "host_cpu_ns_per_batch_sim_64B_unmonitored", k_off, "ns/batch", 0);
+    bench_report("pipeline", "monitoring_host_cpu_ratio", k_on / k_off, "monitored/unmonitored",
+                 1.01);
     fprintf(stderr, "bench_pipeline: %lu scrapes during the monitored runs\n", sc.scrapes);
     ferry_metrics_remove_pipeline(sc.m, on);
     ferry_metrics_destroy(sc.m);
@@ -152,6 +179,8 @@ static void monitoring_cost(const ferry_stage_t *st, int batches, int runs)
     ferry_pipeline_close(bare);
     ferry_runtime_destroy(rt_on);
     ferry_runtime_destroy(rt_off);
+    free(w_on);
+    free(w_off);
     free(c_on);
     free(c_off);
 }
@@ -184,7 +213,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_pipeline: %s\n", ferry_last_error());
         return 1;
     }
-    static unsigned char in[64], out[64];
     double *per = calloc((size_t)runs, sizeof(double));
     atomic_ulong count = 0;
     long csw0 = 0;
@@ -192,21 +220,9 @@ int main(int argc, char **argv)
         if (r == 0)
             csw0 = context_switches();
         int n = r < 0 ? batches / 10 : batches;
-        uint64_t t0 = bench_now_ns();
-        for (int i = 0; i < n; i++) {
-            ferry_batch_t b = FERRY_BATCH_INIT;
-            b.in = in;
-            b.out = out;
-            b.bytes = sizeof(in);
-            if (ferry_pipeline_submit(p, &b, done, &count, NULL) != 0) {
-                fprintf(stderr, "bench_pipeline: submit: %s\n", ferry_last_error());
-                return 1;
-            }
-        }
-        ferry_pipeline_drain(p);
-        uint64_t t1 = bench_now_ns();
+        double w = batch_cost(p, n, &count, NULL);
         if (r >= 0)
-            per[r] = (double)(t1 - t0) / n;
+            per[r] = w;
     }
     double csw = runs > 0 && batches > 0
                      ? (double)(context_switches() - csw0) / ((double)batches * runs)
