@@ -410,6 +410,11 @@ void ferry__watchdog_publish(ferry__watchdog_t *w, const ferry__wd_head_t *heads
     pthread_mutex_unlock(&w->mu);
 }
 
+void ferry__watchdog_alive(ferry__watchdog_t *w, uint64_t now)
+{
+    __atomic_store_n(&w->comp_tick, now, __ATOMIC_RELEASE);
+}
+
 void ferry__watchdog_check_alive(ferry__watchdog_t *w, uint64_t now)
 {
     uint64_t tick = __atomic_load_n(&w->wd_tick, __ATOMIC_ACQUIRE);

@@ -66,6 +66,8 @@ uint64_t ferry__watchdog_raised(const ferry__watchdog_t *w);
  * running mean latency. Also its sign of life. */
 void ferry__watchdog_publish(ferry__watchdog_t *w, const ferry__wd_head_t *heads, unsigned n,
                              uint64_t lat_ewma_ns, uint64_t now);
+/* Completion thread: its sign of life when the heads are unchanged (no lock). */
+void ferry__watchdog_alive(ferry__watchdog_t *w, uint64_t now);
 /* Inline mode: one step now (the completion thread, after publishing). */
 void ferry__watchdog_step(ferry__watchdog_t *w, uint64_t now);
 /* Completion thread, own-thread mode: report a watchdog that stopped stepping. */
