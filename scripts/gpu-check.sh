@@ -105,21 +105,30 @@ FERRY_OP_TIMING=all "$ferry" bench pipeline --backend cuda --chunks 256K,1M,4M,1
   --json >"$out/bench-pipeline-all-timed.json" 2>>"$log"
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); j['kind']='bench_pipeline_all_timed'; print(json.dumps(j))" "$out/bench-pipeline-all-timed.json" >>"$res" 2>>"$log"
 
-step "monitoring and watchdog cost, and the plan's depth: interleaved rounds"
+step "monitoring and watchdog cost, the plan's depth and copy streams: interleaved rounds"
 # full: the defaults (one chunk in 31 timed, watchdog every 1 ms, heartbeat every 100 ms);
 # bare: no timed events, no heartbeat, watchdog every second; beat1ms: a heartbeat every ms.
 for round in 1 2 3; do
-  for mode in full bare beat1ms depth4 depth16 depth32; do
+  for mode in full bare beat1ms depth16 copy2 copy2depth16; do
     case $mode in
       full) envs=() ;;
       bare) envs=(FERRY_OP_TIMING=off FERRY_HEARTBEAT_MS=0 FERRY_WATCHDOG_MS=1000) ;;
       beat1ms) envs=(FERRY_HEARTBEAT_MS=1) ;;
       depth*) envs=(FERRY_DEPTH=${mode#depth}) ;;
+      copy2) envs=(FERRY_COPY_STREAMS=2) ;;
+      copy2depth16) envs=(FERRY_COPY_STREAMS=2 FERRY_DEPTH=16) ;;
     esac
     env "${envs[@]}" "$ferry" bench pipeline --backend cuda --chunks 1M,4M --streams 1 --intensity 0 \
       --json 2>>"$log" | python3 -c "import json,sys; j=json.load(sys.stdin); j['kind']='bench_pipeline_mode'; j['mode']='$mode'; j['round']=$round; print(json.dumps(j))" >>"$res" 2>>"$log"
   done
 done
+
+step "reports: ferry run and ferry bench pipeline --report (HTML)"
+"$ferry" run --backend cuda --bytes 1G --report "$out/report-run.html" --quiet 2>>"$log" \
+  || echo "run --report failed (see log)" | tee -a "$log"
+"$ferry" bench pipeline --backend cuda --bytes 1G --chunks 1M,4M,16M --streams 1,2 --intensity 0 \
+  --report "$out/report-bench-pipeline.html" >/dev/null 2>>"$log" \
+  || echo "bench pipeline --report failed (see log)" | tee -a "$log"
 
 step "peer: PyTorch + CuPy"
 timeout 300 python3 bench/peers/torch_pipeline.py --chunks 1M,4M,16M --streams 2,4 >>"$res" 2>>"$log" \
