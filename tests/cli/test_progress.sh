@@ -18,20 +18,20 @@ tty() {
 has() { if grep -q -- "$3" "$2"; then ok "$1"; else bad "$1: no '$3' in $2"; fi; }
 hasnt() { if grep -q -- "$3" "$2"; then bad "$1: '$3' in $2"; else ok "$1"; fi; }
 
-tty "run on a terminal" "$TMP/t1" "$FERRY" run --backend sim --bytes 512M
+tty "run on a terminal" "$TMP/t1" "$FERRY" run --backend sim --bytes 256M
 has "a bar" "$TMP/t1" "ferry run \["
-has "a percentage and the amount" "$TMP/t1" "% .* / 512.0 MiB"
+has "a percentage and the amount" "$TMP/t1" "% .* / 256.0 MiB"
 has "coloured" "$TMP/t1" "$ESC\[32m"
 has "then the summary" "$TMP/t1" "verify     OK"
 
-NO_COLOR=1 tty "NO_COLOR" "$TMP/t2" "$FERRY" run --backend sim --bytes 512M
+NO_COLOR=1 tty "NO_COLOR" "$TMP/t2" "$FERRY" run --backend sim --bytes 256M
 has "still a bar" "$TMP/t2" "ferry run \["
 hasnt "no colour" "$TMP/t2" "$ESC\[32m"
 
-tty "--quiet" "$TMP/t3" "$FERRY" run --backend sim --bytes 512M --quiet
+tty "--quiet" "$TMP/t3" "$FERRY" run --backend sim --bytes 256M --quiet
 hasnt "no bar when quiet" "$TMP/t3" "ferry run \["
 
-expect_rc "piped" 0 "$FERRY" run --backend sim --bytes 512M
+expect_rc "piped" 0 "$FERRY" run --backend sim --bytes 256M
 hasnt "no bar into a pipe (stderr)" "$TMP/err" "ferry run \["
 hasnt "no bar into a pipe (stdout)" "$TMP/out" "ferry run \["
 
