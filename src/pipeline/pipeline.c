@@ -460,6 +460,29 @@ static void guard_late_copy(ferry_pipeline_t *p, slot_t *s, const unsigned char 
                   (unsigned long long)s->batch->id, s->chunk, ferry__last_error_text());
 }
 
+/* The kernel launch of the chunk bound to @s, for its attempt: device buffers, the abort word
+ * and the chunk's sequence number, and the simulator's timing hints. */
+static ferry_be_launch_t chunk_launch(const ferry_pipeline_t *p, const slot_t *s)
+{
+    return (ferry_be_launch_t){
+        .gpu = p->stage.gpu,
+        .cpu = p->stage.cpu,
+        .user = p->stage.user,
+        .args = {.size = sizeof(ferry_kernel_args_t),
+                 .in = s->d_in,
+                 .out = s->d_out,
+                 .bytes = s->bytes,
+                 .offset = s->offset,
+                 .batch_id = s->batch->id,
+                 .chunk = s->chunk,
+                 .attempt = s->attempt,
+                 .abort_word = ferry__watchdog_abort_word(p->wd),
+                 .seq = s->seq},
+        .blocks = (uint32_t)(p->dev->props.sms > 0 ? p->dev->props.sms : 1),
+        .block_ns = (uint64_t)(p->stage.ns_per_byte * (double)s->bytes),
+    };
+}
+
 /* The ladder's level 1: a non-sticky failure takes a step down (fewer streams, fewer chunks in
  * flight, then synchronous). Completion thread. */
 static void step_down(ferry_pipeline_t *p)
@@ -501,23 +524,7 @@ static int retry_on_gpu(ferry_pipeline_t *p, slot_t *s)
     batch_rec_t *b = s->batch;
     void *dst =
         s->copy_out || b->b.out == NULL ? (void *)s->h_out : (unsigned char *)b->b.out + s->offset;
-    ferry_be_launch_t l = {
-        .gpu = p->stage.gpu,
-        .cpu = p->stage.cpu,
-        .user = p->stage.user,
-        .args = {.size = sizeof(ferry_kernel_args_t),
-                 .in = s->d_in,
-                 .out = s->d_out,
-                 .bytes = s->bytes,
-                 .offset = s->offset,
-                 .batch_id = b->id,
-                 .chunk = s->chunk,
-                 .attempt = s->attempt,
-                 .abort_word = ferry__watchdog_abort_word(p->wd),
-                 .seq = s->seq},
-        .blocks = (uint32_t)(d->props.sms > 0 ? d->props.sms : 1),
-        .block_ns = (uint64_t)(p->stage.ns_per_byte * (double)s->bytes),
-    };
+    ferry_be_launch_t l = chunk_launch(p, s);
     if ((rc = ferry__be_memcpy_h2d(d, p->retry_stream, s->d_in, s->host_in, s->bytes)) != 0 ||
         (rc = ferry__be_launch(d, p->retry_stream, &l)) != 0 ||
         (rc = ferry__be_memcpy_d2h(d, p->retry_stream, dst, s->d_out, s->bytes)) != 0 ||
@@ -1241,23 +1248,7 @@ static int issue_chunk(ferry_pipeline_t *p, slot_t *s)
         s->copy_out = false;
     }
     ferry_be_stream_t *sh = p->streams[s->h2d], *sc = p->streams[s->comp], *sd = p->streams[s->d2h];
-    ferry_be_launch_t l = {
-        .gpu = p->stage.gpu,
-        .cpu = p->stage.cpu,
-        .user = p->stage.user,
-        .args = {.size = sizeof(ferry_kernel_args_t),
-                 .in = s->d_in,
-                 .out = s->d_out,
-                 .bytes = s->bytes,
-                 .offset = s->offset,
-                 .batch_id = b->id,
-                 .chunk = s->chunk,
-                 .attempt = 0,
-                 .abort_word = ferry__watchdog_abort_word(p->wd),
-                 .seq = s->seq},
-        .blocks = (uint32_t)(p->dev->props.sms > 0 ? p->dev->props.sms : 1),
-        .block_ns = (uint64_t)(p->stage.ns_per_byte * (double)s->bytes),
-    };
+    ferry_be_launch_t l = chunk_launch(p, s);
     bool sample = s->timing == TIME_SAMPLE;
     ferry_be_event_t **dep = s->dep;
     s->issue_ns = ferry_device_now_ns(d);

@@ -7,17 +7,10 @@
  * pipeline must not wait for the hung kernel. A third child fails the launch of that chunk once
  * (a non-sticky error): the chunk must be retried on the GPU and every batch stay on the GPU.
  * Skips (exit 77) without a GPU. */
-#include <signal.h>
-#include <spawn.h>
-#include <stdatomic.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "backend/cuda/ferry_k_fault.h"
-#include "cudatest.h"
-
-extern char **environ;
+#include "faultchild.h"
 
 enum { MODE_HARD, MODE_POLL, MODE_RETRY };
 
@@ -52,21 +45,6 @@ static uint64_t mono_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-typedef struct done {
-    atomic_int calls[16];
-    atomic_int gpu, cpu, failed;
-} done_t;
-
-static void on_done(const ferry_batch_result_t *r, void *arg)
-{
-    done_t *d = arg;
-    atomic_fetch_add(&d->calls[r->id % 16], 1);
-    atomic_fetch_add(r->where == FERRY_DONE_GPU   ? &d->gpu
-                     : r->where == FERRY_DONE_CPU ? &d->cpu
-                                                  : &d->failed,
-                     1);
 }
 
 /* The child: prints one summary line, exits 0 when every check held. */
@@ -110,13 +88,13 @@ static int child(int mode, const char *log)
     ferry_pipeline_t *p = NULL;
     if (ferry_pipeline_create(&pc, &p) != 0)
         return 15;
-    static done_t dn;
+    static faultchild_done_t dn;
     for (int b = 0; b < 16; b++) {
         ferry_batch_t bt = FERRY_BATCH_INIT;
         bt.in = in + (size_t)b * per;
         bt.out = out + (size_t)b * per;
         bt.bytes = per;
-        if (ferry_pipeline_submit(p, &bt, on_done, &dn, NULL) != 0)
+        if (ferry_pipeline_submit(p, &bt, faultchild_on_done, &dn, NULL) != 0)
             return 16;
     }
     if (ferry_pipeline_drain(p) != 0)
@@ -159,67 +137,22 @@ static int child(int mode, const char *log)
     _exit(good ? 0 : 1);
 }
 
-/* Run the child @kind; its failure log must hold a record with error @error. */
-static void run_child(const char *kind, const char *error)
-{
-    char exe[4096], log[64];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    assert_true(n > 0);
-    exe[n] = '\0';
-    snprintf(log, sizeof(log), "/tmp/ferry-hang-XXXXXX");
-    int fd = mkstemp(log);
-    assert_true(fd >= 0);
-    close(fd);
-    char *argv[] = {exe, "--child", (char *)kind, log, NULL};
-    pid_t pid;
-    assert_int_equal(posix_spawn(&pid, exe, NULL, NULL, argv, environ), 0);
-    /* A hang after the fault is a failure, not a stuck test: 60 s, then the child is killed. */
-    int status = 0;
-    pid_t got = 0;
-    for (int i = 0; i < 600 && (got = waitpid(pid, &status, WNOHANG)) == 0; i++)
-        usleep(100000);
-    if (got == 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        unlink(log);
-        fail_msg("the child (%s) did not finish within 60 s after the fault", kind);
-    }
-    assert_int_equal(got, pid);
-    FILE *f = fopen(log, "r");
-    assert_non_null(f);
-    char line[4096];
-    int records = 0;
-    bool named = false;
-    char want[64];
-    snprintf(want, sizeof(want), "\"error\":\"%s\"", error);
-    while (fgets(line, sizeof(line), f) != NULL) {
-        records++;
-        named |= strstr(line, want) != NULL;
-    }
-    fclose(f);
-    unlink(log);
-    printf("# child (%s) exited %d; %d failure records, one with %s: %d\n", kind,
-           WIFEXITED(status) ? WEXITSTATUS(status) : -1, records, error, named);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    assert_true(records >= 1 && named);
-}
-
 static void test_hang_polling(void **state)
 {
     (void)state;
-    run_child("poll", "ETIMEDOUT");
+    faultchild_run("poll", "ETIMEDOUT");
 }
 
 static void test_hang_ignoring(void **state)
 {
     (void)state;
-    run_child("hard", "ETIMEDOUT");
+    faultchild_run("hard", "ETIMEDOUT");
 }
 
 static void test_launch_fails_once(void **state)
 {
     (void)state;
-    run_child("retry", "EKERNEL");
+    faultchild_run("retry", "EKERNEL");
 }
 
 int main(int argc, char **argv)

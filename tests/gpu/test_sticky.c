@@ -3,16 +3,8 @@
  * batch 3 of a stream of 16 batches through `scale`. Every batch must still complete exactly
  * once, bit-exact, the faulting chunk and everything after it through the CPU fallback, with
  * failure records written and gpu_lost reported. Skips (exit 77) without a GPU. */
-#include <signal.h>
-#include <spawn.h>
-#include <stdatomic.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include "backend/cuda/ferry_k_fault.h"
-#include "cudatest.h"
-
-extern char **environ;
+#include "faultchild.h"
 
 typedef struct faulty {
     const ferry_stage_t *inner; /* the scale workload's stage */
@@ -35,21 +27,6 @@ static int faulty_cpu(const ferry_kernel_args_t *a, void *user)
 {
     faulty_t *f = user;
     return f->inner->cpu(a, f->inner->user);
-}
-
-typedef struct done {
-    atomic_int calls[16];
-    atomic_int gpu, cpu, failed;
-} done_t;
-
-static void on_done(const ferry_batch_result_t *r, void *arg)
-{
-    done_t *d = arg;
-    atomic_fetch_add(&d->calls[r->id % 16], 1);
-    atomic_fetch_add(r->where == FERRY_DONE_GPU   ? &d->gpu
-                     : r->where == FERRY_DONE_CPU ? &d->cpu
-                                                  : &d->failed,
-                     1);
 }
 
 /* The child: prints one summary line, exits 0 when every check held. */
@@ -93,13 +70,13 @@ static int child(int kind, const char *log)
     ferry_pipeline_t *p = NULL;
     if (ferry_pipeline_create(&pc, &p) != 0)
         return 15;
-    static done_t dn;
+    static faultchild_done_t dn;
     for (int b = 0; b < 16; b++) {
         ferry_batch_t bt = FERRY_BATCH_INIT;
         bt.in = in + (size_t)b * per;
         bt.out = out + (size_t)b * per;
         bt.bytes = per;
-        if (ferry_pipeline_submit(p, &bt, on_done, &dn, NULL) != 0)
+        if (ferry_pipeline_submit(p, &bt, faultchild_on_done, &dn, NULL) != 0)
             return 16;
     }
     if (ferry_pipeline_drain(p) != 0)
@@ -125,58 +102,16 @@ static int child(int kind, const char *log)
     return good ? 0 : 1;
 }
 
-static void run_child(const char *kind)
-{
-    char exe[4096], log[64];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    assert_true(n > 0);
-    exe[n] = '\0';
-    snprintf(log, sizeof(log), "/tmp/ferry-sticky-XXXXXX");
-    int fd = mkstemp(log);
-    assert_true(fd >= 0);
-    close(fd);
-    char *argv[] = {exe, "--child", (char *)kind, log, NULL};
-    pid_t pid;
-    assert_int_equal(posix_spawn(&pid, exe, NULL, NULL, argv, environ), 0);
-    /* A hang after the fault is a failure, not a stuck test: 60 s, then the child is killed. */
-    int status = 0;
-    pid_t got = 0;
-    for (int i = 0; i < 600 && (got = waitpid(pid, &status, WNOHANG)) == 0; i++)
-        usleep(100000);
-    if (got == 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        unlink(log);
-        fail_msg("the child (%s) did not finish within 60 s after the fault", kind);
-    }
-    assert_int_equal(got, pid);
-    FILE *f = fopen(log, "r");
-    assert_non_null(f);
-    char line[4096];
-    int records = 0;
-    bool sticky = false;
-    while (fgets(line, sizeof(line), f) != NULL) {
-        records++;
-        sticky |= strstr(line, "\"error\":\"ESTICKY\"") != NULL;
-    }
-    fclose(f);
-    unlink(log);
-    printf("# child (%s) exited %d; %d failure records, a sticky one: %d\n", kind,
-           WIFEXITED(status) ? WEXITSTATUS(status) : -1, records, sticky);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    assert_true(records >= 1 && sticky);
-}
-
 static void test_illegal_address(void **state)
 {
     (void)state;
-    run_child("illegal");
+    faultchild_run("illegal", "ESTICKY");
 }
 
 static void test_trap(void **state)
 {
     (void)state;
-    run_child("trap");
+    faultchild_run("trap", "ESTICKY");
 }
 
 int main(int argc, char **argv)
