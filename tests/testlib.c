@@ -4,6 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 uint64_t test_seed(uint64_t fallback)
 {
@@ -74,4 +77,27 @@ ferry_runtime_t *test_sim_runtime_with(const char *const *kv)
     if (rc != 0)
         fail_msg("ferry_runtime_create(sim): %s: %s", ferry_err_name(rc), ferry_last_error());
     return rt;
+}
+
+void test_profile_with_pin_limit(char *path, size_t len, long long limit)
+{
+    FILE *f = fopen(FERRY_TEST_PROFILE, "rb");
+    assert_non_null(f);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    cJSON *host = cJSON_GetObjectItemCaseSensitive(root, "host");
+    assert_non_null(host);
+    cJSON_AddNumberToObject(host, "pin_limit_bytes", (double)limit);
+    char *out = cJSON_Print(root);
+    snprintf(path, len, "/tmp/ferry-pin-profile-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, out, strlen(out)), (ssize_t)strlen(out));
+    close(fd);
+    cJSON_free(out);
+    cJSON_Delete(root);
 }

@@ -5,8 +5,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <cjson/cJSON.h>
-
 #include "ferry/workloads.h"
 #include "testlib.h"
 
@@ -103,22 +101,8 @@ static void test_small_transfers(void **state)
 static void test_pageable(void **state)
 {
     (void)state;
-    FILE *f = fopen(FERRY_TEST_PROFILE, "rb");
-    assert_non_null(f);
-    static char text[1 << 16];
-    size_t n = fread(text, 1, sizeof(text) - 1, f);
-    fclose(f);
-    text[n] = '\0';
-    cJSON *root = cJSON_Parse(text);
-    cJSON_AddNumberToObject(cJSON_GetObjectItem(root, "host"), "pin_limit_bytes", 4096);
-    char *out = cJSON_Print(root);
-    char path[] = "/tmp/ferry-bw-profile-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, out, strlen(out)), (ssize_t)strlen(out));
-    close(fd);
-    cJSON_free(out);
-    cJSON_Delete(root);
+    char path[64];
+    test_profile_with_pin_limit(path, sizeof(path), 4096);
     ferry_options_t *o = NULL;
     assert_int_equal(ferry_options_create(&o), 0);
     assert_int_equal(ferry_options_set(o, "op_timing", "all"), 0);

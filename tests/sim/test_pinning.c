@@ -6,34 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <cjson/cJSON.h>
-
 #include "ferry/workloads.h"
 #include "testlib.h"
-
-/* The in-tree profile with host.pin_limit_bytes set; returns a temporary file's path. */
-static void write_limited_profile(char *path, size_t len, long long limit)
-{
-    FILE *f = fopen(FERRY_TEST_PROFILE, "rb");
-    assert_non_null(f);
-    static char text[1 << 16];
-    size_t n = fread(text, 1, sizeof(text) - 1, f);
-    fclose(f);
-    text[n] = '\0';
-    cJSON *root = cJSON_Parse(text);
-    assert_non_null(root);
-    cJSON *host = cJSON_GetObjectItemCaseSensitive(root, "host");
-    assert_non_null(host);
-    cJSON_AddNumberToObject(host, "pin_limit_bytes", (double)limit);
-    char *out = cJSON_Print(root);
-    snprintf(path, len, "/tmp/ferry-pin-profile-XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, out, strlen(out)), (ssize_t)strlen(out));
-    close(fd);
-    cJSON_free(out);
-    cJSON_Delete(root);
-}
 
 static ferry_runtime_t *runtime(const char *profile)
 {
@@ -98,7 +72,7 @@ static void test_pinning_refused(void **state)
     (void)state;
     uint64_t seed = test_seed(7);
     char path[64];
-    write_limited_profile(path, sizeof(path), 1 << 20);
+    test_profile_with_pin_limit(path, sizeof(path), 1 << 20);
     ferry_runtime_t *rt = runtime(path);
     unlink(path);
     ferry_device_t *dev = NULL;
