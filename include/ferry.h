@@ -257,7 +257,10 @@ typedef enum ferry_alert_cause {
     FERRY_CAUSE_SMALL_TRANSFERS = 0, /* the window's median copy is under 1 MiB */
     FERRY_CAUSE_PAGEABLE = 1,        /* host memory is not pinned */
     FERRY_CAUSE_CONTENTION = 2,      /* both directions were copying at once */
-    FERRY_CAUSE_UNKNOWN = 3          /* none of those: the link itself, or another process */
+    FERRY_CAUSE_UNKNOWN = 3,         /* none of these: the link itself (or another process,
+                                        when the link's counter cannot be read) */
+    FERRY_CAUSE_FOREIGN = 4 /* the link's counter (NVML) shows traffic this pipeline did not
+                               move: another process, or another pipeline, on the link */
 } ferry_alert_cause_t;
 
 typedef struct ferry_alert {
@@ -270,6 +273,9 @@ typedef struct ferry_alert {
     ferry_alert_cause_t cause;
     const char *text; /* one sentence naming the likely cause and what to do */
     uint64_t device_ns;
+    /* The traffic on the link this pipeline did not move, GB/s, H2D and D2H, as of the link
+     * monitor's latest sample (0 without one). */
+    double foreign_gbps[2];
 } ferry_alert_t;
 
 typedef struct ferry_pipeline_config {
@@ -420,6 +426,11 @@ typedef struct ferry_pipeline_stats {
     uint64_t heartbeat_stalls, completion_stalls, watchdog_stalls;
     /* Chunks that failed on the GPU and succeeded on a GPU retry (option gpu_retries). */
     uint64_t chunks_retried;
+    /* The link monitor (option link_sample_ms): samples taken, and the latest one's traffic
+     * on the link per direction (H2D, D2H), all of it (NVML's counter on a GPU) and this
+     * pipeline's own share, in bytes per second (-1 before a sample, or with no counter). */
+    uint64_t link_samples;
+    double link_bps[2], link_own_bps[2];
 } ferry_pipeline_stats_t;
 #define FERRY_PIPELINE_STATS_INIT                                                                  \
     {                                                                                              \

@@ -80,6 +80,34 @@ for r in "${runs[@]}"; do
   done
 done
 
+step "link monitor: NVML's counter against ferry's own bytes, alone and beside another process"
+# Alone, the link's traffic should be ferry's; with a hog process copying both ways on the
+# same GPU, ferry's copies fall under the alert share and the alert should name the other
+# process. Every chunk timed, so the bandwidth window fills within the run.
+lm() { "$ferry" run --backend cuda --workload copy --bytes 8G --op-timing all --link-sample-ms 50 --json; }
+lm >"$out/link-alone.json" 2>"$out/link-alone.err"
+"$build"/bench/cuda_roundtrip hog --seconds 20 >"$out/hog.json" 2>>"$log" &
+hog=$!
+sleep 3
+lm >"$out/link-shared.json" 2>"$out/link-shared.err"
+wait $hog
+for k in alone shared; do
+  python3 - "$out/link-$k.json" "$out/link-$k.err" "$k" "$out/hog.json" <<'PY' >>"$res" 2>>"$log"
+import json, sys
+j = json.load(open(sys.argv[1]))
+err = open(sys.argv[2]).read().splitlines()
+j["kind"] = "link_" + sys.argv[3]
+j["alert_lines"] = [l for l in err if "alert:" in l][:4]
+j["alerts_naming_another_process"] = sum("another process" in l for l in err)
+if sys.argv[3] == "shared":
+    try:
+        j["hog"] = json.loads(open(sys.argv[4]).read().strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError):
+        j["hog"] = None
+print(json.dumps(j))
+PY
+done
+
 step "ferry bench copy"
 "$ferry" bench copy --backend cuda --sizes 4K,64K,1M,4M,16M,64M,256M,1G --json >"$out/bench-copy.json" 2>>"$log"
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); j['kind']='bench_copy'; print(json.dumps(j))" "$out/bench-copy.json" >>"$res" 2>>"$log"
@@ -106,17 +134,16 @@ FERRY_OP_TIMING=all "$ferry" bench pipeline --backend cuda --chunks 256K,1M,4M,1
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); j['kind']='bench_pipeline_all_timed'; print(json.dumps(j))" "$out/bench-pipeline-all-timed.json" >>"$res" 2>>"$log"
 
 step "monitoring and watchdog cost, the plan's depth and copy streams: interleaved rounds"
-# full: the defaults (one chunk in 31 timed, watchdog every 1 ms, heartbeat every 100 ms);
-# bare: no timed events, no heartbeat, watchdog every second; beat1ms: a heartbeat every ms.
+# full: the defaults (one chunk in 31 timed, watchdog every 1 ms, heartbeat every 100 ms, link
+# sampled every 200 ms); bare: no timed events, no heartbeat, watchdog every second, no link
+# sampling; beat1ms: a heartbeat every ms; link20ms: NVML sampled back to back.
 for round in 1 2 3; do
-  for mode in full bare beat1ms depth16 copy2 copy2depth16; do
+  for mode in full bare beat1ms link20ms; do
     case $mode in
       full) envs=() ;;
-      bare) envs=(FERRY_OP_TIMING=off FERRY_HEARTBEAT_MS=0 FERRY_WATCHDOG_MS=1000) ;;
+      bare) envs=(FERRY_OP_TIMING=off FERRY_HEARTBEAT_MS=0 FERRY_WATCHDOG_MS=1000 FERRY_LINK_SAMPLE_MS=0) ;;
       beat1ms) envs=(FERRY_HEARTBEAT_MS=1) ;;
-      depth*) envs=(FERRY_DEPTH=${mode#depth}) ;;
-      copy2) envs=(FERRY_COPY_STREAMS=2) ;;
-      copy2depth16) envs=(FERRY_COPY_STREAMS=2 FERRY_DEPTH=16) ;;
+      link20ms) envs=(FERRY_LINK_SAMPLE_MS=20) ;;
     esac
     env "${envs[@]}" "$ferry" bench pipeline --backend cuda --chunks 1M,4M --streams 1 --intensity 0 \
       --json 2>>"$log" | python3 -c "import json,sys; j=json.load(sys.stdin); j['kind']='bench_pipeline_mode'; j['mode']='$mode'; j['round']=$round; print(json.dumps(j))" >>"$res" 2>>"$log"
@@ -162,6 +189,17 @@ for r in rows:
     if "args" in r:
         print(f"{r['args']:48s} {r.get('backend','?'):7s} {'yes' if r.get('ok') else 'NO':3s} "
               f"{r.get('gbps_h2d',0):9.1f} {r.get('gbps_d2h',0):9.1f} {r.get('overlap',0):8.2f}")
+for r in rows:
+    if r.get("kind", "").startswith("link_"):
+        hog = r.get("hog") or {}
+        print(f"{r['kind']:12s} ferry {r.get('gbps_h2d', 0):5.1f}/{r.get('gbps_d2h', 0):5.1f} GB/s, "
+              f"{r.get('link_samples', 0)} link samples, last: link {r.get('link_gbps_h2d', -1):5.1f}/"
+              f"{r.get('link_gbps_d2h', -1):5.1f}, own {r.get('link_own_gbps_h2d', -1):5.1f}/"
+              f"{r.get('link_own_gbps_d2h', -1):5.1f}; alerts {r.get('bw_alerts', 0)}, naming "
+              f"another process {r['alerts_naming_another_process']}"
+              + (f"; hog {hog.get('gbps_each_way', 0):.1f} GB/s each way" if hog else ""))
+        for l in r["alert_lines"]:
+            print("  " + l[:160])
 for r in rows:
     if r.get("kind") == "calibration":
         print(f"calibration: host copy {r['copy_submit_ns']:.0f} ns, launch {r['launch_ns']:.0f} ns, "

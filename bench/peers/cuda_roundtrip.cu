@@ -7,6 +7,9 @@
  *              D2H stream, a ring of --slots device buffers reused through event dependencies
  *              only, everything issued up front by one thread; registered input and output,
  *              the same scale kernel as ferry's workload, checked against the CPU first.
+ *   hog        another process on the link: 64 MiB copies each way on two streams, back to
+ *              back, for --seconds (what ferry's link monitor must tell apart from its own
+ *              traffic); prints the rate it moved each way when done.
  *
  * One JSON line per measurement on stdout: {"peer":"cuda",...}. Build: nvcc -O2 (CMake does it
  * when FERRY_WITH_CUDA is on). */
@@ -17,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <sys/mman.h>
 #include <vector>
@@ -300,11 +304,50 @@ static void bench_roundtrip(const std::vector<size_t> &chunks, const std::vector
     unpin(out, pool);
 }
 
+static void bench_hog(double seconds)
+{
+    const size_t n = (size_t)64 << 20;
+    void *h[2] = {pinned(n), pinned(n)};
+    void *d[2];
+    cudaStream_t st[2];
+    for (int k = 0; k < 2; k++) {
+        CK(cudaMalloc(&d[k], n));
+        CK(cudaStreamCreateWithFlags(&st[k], cudaStreamNonBlocking));
+    }
+    cudaEvent_t t0, t1;
+    CK(cudaEventCreate(&t0));
+    CK(cudaEventCreate(&t1));
+    CK(cudaEventRecord(t0, st[0]));
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    unsigned long long rounds = 0;
+    for (;;) {
+        for (int r = 0; r < 8; r++, rounds++) {
+            CK(cudaMemcpyAsync(d[0], h[0], n, cudaMemcpyHostToDevice, st[0]));
+            CK(cudaMemcpyAsync(h[1], d[1], n, cudaMemcpyDeviceToHost, st[1]));
+        }
+        CK(cudaStreamSynchronize(st[0]));
+        CK(cudaStreamSynchronize(st[1]));
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        if ((double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9 >= seconds)
+            break;
+    }
+    double el = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+    printf("{\"peer\":\"cuda\",\"kind\":\"hog\",\"seconds\":%.3f,\"gbps_each_way\":%.2f}\n", el,
+           (double)rounds * (double)n / el / 1e9);
+    for (int k = 0; k < 2; k++) {
+        CK(cudaStreamDestroy(st[k]));
+        CK(cudaFree(d[k]));
+        unpin(h[k], n);
+    }
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: cuda_roundtrip copy [--sizes LIST] [--reps N] [--warmup N]\n"
                     "       cuda_roundtrip roundtrip [--chunks LIST] [--compute-streams LIST] "
-                    "[--slots LIST] [--timing-events 0,1] [--bytes SIZE] [--reps N]\n");
+                    "[--slots LIST] [--timing-events 0,1] [--bytes SIZE] [--reps N]\n"
+                    "       cuda_roundtrip hog [--seconds S]\n");
     exit(2);
 }
 
@@ -318,6 +361,7 @@ int main(int argc, char **argv)
     std::vector<size_t> slots = parse_list("4"), timing = {0};
     int reps = 0, warm = 3;
     size_t total = (size_t)4 << 30;
+    double seconds = 10;
     for (int i = 2; i < argc; i++) {
         std::string a = argv[i];
         if (i + 1 >= argc)
@@ -339,6 +383,8 @@ int main(int argc, char **argv)
             reps = (int)parse_size(v);
         else if (a == "--warmup")
             warm = (int)parse_size(v);
+        else if (a == "--seconds" && (seconds = atof(v)) > 0 && seconds <= 600)
+            continue;
         else
             usage();
     }
@@ -356,6 +402,8 @@ int main(int argc, char **argv)
         bench_copy(sizes, reps ? reps : 10, warm);
     else if (mode == "roundtrip")
         bench_roundtrip(chunks, ncomps, slots, timing, total, reps ? reps : 5);
+    else if (mode == "hog")
+        bench_hog(seconds);
     else
         usage();
     return 0;

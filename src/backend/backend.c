@@ -187,3 +187,9 @@ int ferry__be_heartbeat(ferry_device_t *d, ferry_be_stream_t *s, volatile uint64
 {
     return d->ops->heartbeat ? d->ops->heartbeat(s, word, value) : notsup(d, "heartbeat");
 }
+
+int ferry__be_link_rate(ferry_device_t *d, int dir, double *bytes_per_s, uint64_t *window_ns)
+{
+    return d->ops->link_rate ? d->ops->link_rate(d->be, dir, bytes_per_s, window_ns)
+                             : notsup(d, "link_rate");
+}

@@ -11,7 +11,7 @@
 
 #include "ferry.h"
 
-#define FERRY_BACKEND_ABI 4
+#define FERRY_BACKEND_ABI 5
 
 /* event_create flags. */
 #define FERRY_BE_EVENT_TIMING 1u
@@ -125,7 +125,18 @@ typedef struct ferry_backend_ops {
      * the device schedules new work, so a counter that stops moving says the device does not
      * (a kernel holding every SM, a hung or lost GPU). */
     int (*heartbeat)(ferry_be_stream_t *s, volatile uint64_t *word, uint64_t value);
+
+    /* All traffic on the device's link in direction @dir (0 host to device, 1 device to
+     * host), whoever moved it, in bytes per second averaged over a window that ends when the
+     * call returns; its length in *@window_ns. cuda: NVML's PCIe throughput counter, a 20 ms
+     * sample the call blocks for (keep it off the hot threads); sim: the model's copies and an
+     * injected `share` fault over the last FERRY_LINK_WINDOW_NS of virtual time, at once.
+     * FERRY_ENOTSUP when the backend cannot count (no NVML, or NVML without the counter). */
+    int (*link_rate)(ferry_be_device_t *dev, int dir, double *bytes_per_s, uint64_t *window_ns);
 } ferry_backend_ops_t;
+
+/* The window the simulator's link_rate averages over, as NVML's counter does (20 ms). */
+#define FERRY_LINK_WINDOW_NS 20000000ull
 
 /* The registered backends, in `auto` priority order, NULL-terminated. */
 extern const ferry_backend_ops_t *const ferry__backends[];

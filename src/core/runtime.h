@@ -61,6 +61,7 @@ int ferry__be_abort_kernels(ferry_device_t *d, const volatile uint64_t *word, ui
 int ferry__be_host_device_ptr(ferry_device_t *d, void *host, void **out);
 int ferry__be_heartbeat(ferry_device_t *d, ferry_be_stream_t *s, volatile uint64_t *word,
                         uint64_t value);
+int ferry__be_link_rate(ferry_device_t *d, int dir, double *bytes_per_s, uint64_t *window_ns);
 void ferry__be_event_destroy(ferry_device_t *d, ferry_be_event_t *e);
 int ferry__be_event_record(ferry_device_t *d, ferry_be_event_t *e, ferry_be_stream_t *s);
 int ferry__be_stream_wait_event(ferry_device_t *d, ferry_be_stream_t *s, ferry_be_event_t *e);

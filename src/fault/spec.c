@@ -10,10 +10,12 @@
 #include "core/internal.h"
 
 #define ACCEPTED                                                                                   \
-    "KIND@TRIGGER[:PARAM...] with KIND kernel|sticky|alloc|slow|hang|hang-hard, TRIGGER "          \
-    "batch=N|n=K|time=DUR|p=X, PARAM x=F|for=DUR (slow), items separated by ','"
+    "KIND@TRIGGER[:PARAM...] with KIND kernel|sticky|alloc|slow|share|hang|hang-hard, TRIGGER "    \
+    "batch=N|n=K|time=DUR|p=X, PARAM x=F|for=DUR (slow), gbps=R|dir=h2d|d2h|both|for=DUR "         \
+    "(share), items separated by ','"
 
-static const char *const kinds[] = {"kernel", "sticky", "alloc", "slow", "hang", "hang-hard"};
+static const char *const kinds[] = {"kernel", "sticky",    "alloc", "slow",
+                                    "hang",   "hang-hard", "share"};
 
 const char *ferry__fault_kind_name(enum ferry_fault_kind k)
 {
@@ -117,7 +119,8 @@ static int parse_item(char *item, struct ferry_fault *f)
         f->trigger = FERRY_TRIG_BATCH;
         if (!parse_u64(tv, &f->value))
             return fail(FERRY_EPARSE, shown, "batch= takes a batch id (a decimal integer)");
-        if (f->kind == FERRY_FAULT_ALLOC || f->kind == FERRY_FAULT_SLOW)
+        if (f->kind == FERRY_FAULT_ALLOC || f->kind == FERRY_FAULT_SLOW ||
+            f->kind == FERRY_FAULT_SHARE)
             return fail(FERRY_EPARSE, shown, "batch= applies to kernel, sticky and hang faults");
     } else if (strcmp(trig, "n") == 0) {
         f->trigger = FERRY_TRIG_N;
@@ -134,6 +137,8 @@ static int parse_item(char *item, struct ferry_fault *f)
         f->trigger = FERRY_TRIG_P;
         if (!parse_real(tv, &f->p) || !(f->p > 0) || f->p > 1)
             return fail(FERRY_ERANGE, shown, "p= takes a probability in (0, 1]");
+        if (f->kind == FERRY_FAULT_SHARE)
+            return fail(FERRY_EPARSE, shown, "share faults take n= or time=");
     } else {
         return fail(FERRY_EPARSE, shown, "unknown trigger");
     }
@@ -145,9 +150,23 @@ static int parse_item(char *item, struct ferry_fault *f)
         if (peq == NULL)
             return fail(FERRY_EPARSE, shown, "a parameter needs NAME=VALUE");
         *peq = '\0';
-        if (f->kind != FERRY_FAULT_SLOW)
-            return fail(FERRY_EPARSE, shown, "only slow faults take parameters");
-        if (strcmp(params, "x") == 0) {
+        if (f->kind != FERRY_FAULT_SLOW && f->kind != FERRY_FAULT_SHARE)
+            return fail(FERRY_EPARSE, shown, "only slow and share faults take parameters");
+        bool share = f->kind == FERRY_FAULT_SHARE;
+        if (share && strcmp(params, "gbps") == 0) {
+            if (!parse_real(peq + 1, &f->gbps) || !(f->gbps > 0) || f->gbps > 1000)
+                return fail(FERRY_ERANGE, shown, "gbps= takes a rate above 0, at most 1000 GB/s");
+        } else if (share && strcmp(params, "dir") == 0) {
+            const char *v = peq + 1;
+            if (strcmp(v, "h2d") == 0)
+                f->dirs = 1;
+            else if (strcmp(v, "d2h") == 0)
+                f->dirs = 2;
+            else if (strcmp(v, "both") == 0)
+                f->dirs = 3;
+            else
+                return fail(FERRY_EPARSE, shown, "dir= takes h2d, d2h or both");
+        } else if (!share && strcmp(params, "x") == 0) {
             if (!parse_real(peq + 1, &f->factor) || !(f->factor > 1) || f->factor > 1000)
                 return fail(FERRY_ERANGE, shown, "x= takes a factor above 1, at most 1000");
         } else if (strcmp(params, "for") == 0) {
@@ -160,6 +179,10 @@ static int parse_item(char *item, struct ferry_fault *f)
     }
     if (f->kind == FERRY_FAULT_SLOW && f->factor <= 1)
         return fail(FERRY_EPARSE, shown, "slow needs x=F");
+    if (f->kind == FERRY_FAULT_SHARE && !(f->gbps > 0))
+        return fail(FERRY_EPARSE, shown, "share needs gbps=R");
+    if (f->kind == FERRY_FAULT_SHARE && f->dirs == 0)
+        f->dirs = 1;
     return 0;
 }
 

@@ -514,6 +514,26 @@ static void write_pipelines(ferry_metrics_t *m, FILE *f)
         put_sample(f, "ferry_link_utilization_ratio", "", lab[k], "direction=\"d2h\"",
                    st[k].bw_ratio[1]);
     }
+    head(f, "ferry_link_traffic_bytes_per_second", "gauge",
+         "All traffic on the device's link (NVML's counter on a GPU), latest sample; only "
+         "pipelines whose link monitor has sampled.");
+    EACH if (st[k].link_samples > 0)
+    {
+        put_sample(f, "ferry_link_traffic_bytes_per_second", "", lab[k], "direction=\"h2d\"",
+                   st[k].link_bps[0]);
+        put_sample(f, "ferry_link_traffic_bytes_per_second", "", lab[k], "direction=\"d2h\"",
+                   st[k].link_bps[1]);
+    }
+    head(f, "ferry_link_own_traffic_bytes_per_second", "gauge",
+         "The pipeline's own part of that traffic over the same windows; the rest is another "
+         "process's.");
+    EACH if (st[k].link_samples > 0)
+    {
+        put_sample(f, "ferry_link_own_traffic_bytes_per_second", "", lab[k], "direction=\"h2d\"",
+                   st[k].link_own_bps[0]);
+        put_sample(f, "ferry_link_own_traffic_bytes_per_second", "", lab[k], "direction=\"d2h\"",
+                   st[k].link_own_bps[1]);
+    }
     head(f, "ferry_pipeline_host_pinned", "gauge", "1 when the pipeline's host slots are pinned.");
     EACH put_sample(f, "ferry_pipeline_host_pinned", "", lab[k], NULL, st[k].host_pinned ? 1 : 0);
     head(f, "ferry_pipeline_batch_latency_seconds", "histogram",

@@ -19,6 +19,7 @@
 
 #include "core/runtime.h"
 #include "pipeline/pipeline_internal.h"
+#include "monitor/linkmon.h"
 #include "pipeline/watchdog.h"
 #include "sched/sched.h"
 
@@ -225,6 +226,12 @@ struct ferry_pipeline {
     } bw[2];
     uint64_t bw_alerts, bw_alerts_seen;
     double bw_ratio_seen[2];
+    /* The link monitor (NULL: off, or no counter): the pipeline's own bytes by retirement time
+     * (completion thread) against all the link's traffic; above bw_foreign_ratio of the link's
+     * rate, the rest is another process's. */
+    ferry__linkmon_t *link;
+    ferry__rate_ring_t own_ring;
+    double bw_foreign_ratio;
     uint64_t steps_down, steps_up;
     double deadline_factor;
     uint64_t deadline_floor_ns;
@@ -615,6 +622,27 @@ static int cmp_u64(const void *a, const void *b)
  * full window, the rate while copying against the link's theoretical rate: below the alert
  * ratio an alert is raised (log, count, callback) naming the likely cause; 5 points above it,
  * cleared. Completion thread. */
+/* Whether the link carries traffic this pipeline did not move, at least bw_foreign_ratio of the
+ * link's rate @link_gbps in some direction: the other traffic per direction into @foreign
+ * (bytes per second). Inline (simulator), a fresh sample first. Completion thread. */
+static bool foreign_traffic(ferry_pipeline_t *p, uint64_t now, double link_gbps, double *foreign)
+{
+    foreign[0] = foreign[1] = 0;
+    if (p->link == NULL)
+        return false;
+    ferry__linkmon_step(p->link, now, true);
+    ferry__link_sample_t ls;
+    ferry__linkmon_last(p->link, &ls);
+    if (ls.count == 0)
+        return false;
+    bool any = false;
+    for (int d = 0; d < 2; d++) {
+        foreign[d] = ls.total[d] > ls.own[d] ? ls.total[d] - ls.own[d] : 0;
+        any |= foreign[d] >= p->bw_foreign_ratio * link_gbps * 1e9;
+    }
+    return any;
+}
+
 static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, uint64_t now)
 {
     double link = p->dev->props.link_gbps;
@@ -644,7 +672,8 @@ static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, u
     qsort(sizes, BW_WINDOW, sizeof(sizes[0]), cmp_u64);
     uint64_t median = sizes[BW_WINDOW / 2];
     ferry_alert_cause_t cause = FERRY_CAUSE_UNKNOWN;
-    char text[256];
+    char text[320];
+    double foreign[2] = {0, 0};
     const char *dir = d == 0 ? "H2D" : "D2H";
     if (!low) {
         snprintf(text, sizeof(text), "%s copies back at %.1f GB/s, %.0f%% of the link's %.0f GB/s",
@@ -661,6 +690,13 @@ static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, u
                  "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s: pageable host memory "
                  "(pinning was refused): raise the locked-memory limit",
                  dir, gbps, w->ratio * 100, link);
+    } else if (foreign_traffic(p, now, link, foreign)) {
+        cause = FERRY_CAUSE_FOREIGN;
+        snprintf(text, sizeof(text),
+                 "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s: another process moves "
+                 "data on the link (the link counts %.1f GB/s H2D and %.1f GB/s D2H that this "
+                 "pipeline did not move)",
+                 dir, gbps, w->ratio * 100, link, foreign[0] / 1e9, foreign[1] / 1e9);
     } else if (p->bw[!d].n == BW_WINDOW && p->bw[!d].ratio < p->bw_alert_ratio) {
         cause = FERRY_CAUSE_CONTENTION;
         snprintf(text, sizeof(text),
@@ -669,10 +705,11 @@ static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, u
                  dir, gbps, w->ratio * 100, link);
     } else {
         snprintf(text, sizeof(text),
-                 "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s: not small transfers "
-                 "nor pageable memory: the link may run below its rated generation or width "
-                 "(`ferry probe`), or another process shares it",
-                 dir, gbps, w->ratio * 100, link);
+                 "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s: not small transfers, "
+                 "pageable memory or another process%s: the link may run below its rated "
+                 "generation or width (`ferry probe`)",
+                 dir, gbps, w->ratio * 100, link,
+                 p->link == NULL ? " (not told: no link counter, or link_sample_ms 0)" : "");
     }
     if (low) {
         p->bw_alerts++;
@@ -689,7 +726,8 @@ static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, u
                             .ratio = w->ratio,
                             .cause = cause,
                             .text = text,
-                            .device_ns = now};
+                            .device_ns = now,
+                            .foreign_gbps = {foreign[0] / 1e9, foreign[1] / 1e9}};
         p->on_alert(&al, p->alert_arg);
     }
 }
@@ -731,6 +769,8 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     }
     a->bytes += s->bytes;
     a->chunks++;
+    if (p->link != NULL)
+        ferry__rate_ring_add(&p->own_ring, now, s->bytes);
     a->stream_ops[s->h2d]++;
     a->stream_ops[s->comp]++;
     a->stream_ops[s->d2h]++;
@@ -1039,10 +1079,12 @@ static void *completion_main(void *arg)
         if (head != NULL || p->pub_any) {
             uint64_t wd_now = pass_now ? pass_now : ferry_device_now_ns(p->dev);
             publish_heads(p, head, wd_now);
-            if (p->virtual_clock)
+            if (p->virtual_clock) {
                 ferry__watchdog_step(p->wd, wd_now);
-            else
+                ferry__linkmon_step(p->link, wd_now, false);
+            } else {
                 ferry__watchdog_check_alive(p->wd, wd_now);
+            }
         }
 
         bool take_token = false;
@@ -1544,6 +1586,7 @@ static void destroy(ferry_pipeline_t *p)
     ferry__be_stream_destroy(p->dev, p->retry_stream);
     ferry__be_event_destroy(p->dev, p->retry_ev);
     ferry__watchdog_destroy(p->wd, __atomic_load_n(&p->hang_lost, __ATOMIC_ACQUIRE) != 0);
+    ferry__linkmon_destroy(p->link);
     for (unsigned i = 0; i < p->nstreams; i++)
         if (p->streams[i]) {
             if (!hung)
@@ -1719,6 +1762,7 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
                   p->context_streams);
     p->deadline_factor = ferry__opt_double(o, FERRY__OPT_deadline_factor);
     p->bw_alert_ratio = ferry__opt_double(o, FERRY__OPT_bw_alert_ratio);
+    p->bw_foreign_ratio = ferry__opt_double(o, FERRY__OPT_bw_foreign_ratio);
     if (cfg->size > offsetof(ferry_pipeline_config_t, alert_arg)) {
         p->on_alert = cfg->on_alert;
         p->alert_arg = cfg->alert_arg;
@@ -1832,6 +1876,13 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     };
     if ((rc = ferry__watchdog_create(dev, &wc, &p->wd)) != 0)
         goto out_fail;
+    uint64_t link_ns = (uint64_t)ferry__opt_i64(o, FERRY__OPT_link_sample_ms) * 1000000u;
+    if (p->bw_alert_ratio > 0 && link_ns > 0 && dev->props.link_gbps > 0) {
+        ferry__linkmon_config_t lc = {
+            .own_thread = !virt, .period_ns = link_ns, .own = &p->own_ring, .name = p->stage_name};
+        if ((rc = ferry__linkmon_create(dev, &lc, &p->link)) != 0)
+            goto out_fail;
+    }
     if (pthread_create(&p->completer, NULL, completion_main, p) != 0) {
         rc = ferry__error(FERRY_ENOMEM, "pipeline: cannot start the completion thread");
         goto out_fail;
@@ -2021,6 +2072,13 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
     out->bw_alerts = p->bw_alerts_seen;
     out->bw_ratio[0] = p->bw_ratio_seen[0];
     out->bw_ratio[1] = p->bw_ratio_seen[1];
+    ferry__link_sample_t ls;
+    ferry__linkmon_last(p->link, &ls);
+    out->link_samples = ls.count;
+    for (int d = 0; d < 2; d++) {
+        out->link_bps[d] = ls.count ? ls.total[d] : -1;
+        out->link_own_bps[d] = ls.count ? ls.own[d] : -1;
+    }
     out->ladder_steps_down = p->steps_down_seen;
     out->ladder_steps_up = p->steps_up_seen;
     out->gpu_hung = __atomic_load_n(&p->hang_lost, __ATOMIC_RELAXED) != 0;

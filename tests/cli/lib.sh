@@ -26,6 +26,12 @@ expect_in() {
     bad "$1: '$3' not in $(basename "$2")"; sed 's/^/#   /' "$2" | head -8; fi
 }
 
+# expect_not_in NAME FILE TEXT: FILE does not contain TEXT (fixed string).
+expect_not_in() {
+  if ! grep -qF -- "$3" "$2"; then ok "$1"; else
+    bad "$1: '$3' found in $(basename "$2")"; grep -F -- "$3" "$2" | sed 's/^/#   /' | head -3; fi
+}
+
 # json_check NAME FILE PYTHON-EXPR: the expression over `j` (the parsed JSON) is true.
 json_check() {
   if python3 -c "import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if ($3) else 1)" "$2" 2>"$TMP/pyerr"; then

@@ -37,6 +37,22 @@ json_check "random faults: nothing lost" "$TMP/out" \
 expect_rc "slow link" 0 run --inject slow@n=1:x=8 --json
 json_check "slow link: slower, verified" "$TMP/out" "j['verified'] and j['gbps_h2d'] < 12"
 
+# Another process on the link: ferry's copies fall under the alert share, and the alert names
+# the other process, as the link's counter shows traffic the pipeline did not move. A share
+# that leaves ferry above the alert share raises nothing.
+expect_rc "another process on the link" 0 "$FERRY" run --backend sim --bytes 1G --workload copy \
+  --inject 'share@time=2ms:gbps=40:dir=both' --op-timing all --json
+json_check "share: alerts, the link counts the rest, verified" "$TMP/out" \
+  "j['verified'] and j['bw_alerts'] >= 1 and j['link_samples'] >= 1 and j['link_gbps_h2d'] - j['link_own_gbps_h2d'] >= 0.1 * 63"
+expect_in "the alert names another process" "$TMP/err" "another process moves data on the link"
+expect_rc "a small share" 0 "$FERRY" run --backend sim --bytes 1G --workload copy \
+  --inject 'share@time=2ms:gbps=5:dir=h2d' --op-timing all --json
+json_check "small share: no alert" "$TMP/out" "j['verified'] and j['bw_alerts'] == 0"
+expect_rc "no link sampling" 0 "$FERRY" run --backend sim --bytes 1G --workload copy \
+  --inject 'share@time=2ms:gbps=40:dir=both' --op-timing all --link-sample-ms 0 --json
+json_check "link_sample_ms 0: no samples" "$TMP/out" "j['link_samples'] == 0 and j['bw_alerts'] >= 1"
+expect_not_in "without samples, no other process named" "$TMP/err" "another process moves"
+
 expect_rc "allocation failure" 0 run --inject alloc@n=3 --json
 json_check "fewer slots, verified" "$TMP/out" "j['verified']"
 
@@ -60,7 +76,13 @@ expect_rc "bad spec" 1 run --inject kernel@batch
 expect_in "bad spec named" "$TMP/err" "kernel@batch"
 expect_in "accepted spec shown" "$TMP/err" "KIND@TRIGGER"
 expect_rc "unknown fault kind" 1 run --inject meteor@n=1
-expect_in "kinds listed" "$TMP/err" "kernel|sticky|alloc|slow|hang|hang-hard"
+expect_in "kinds listed" "$TMP/err" "kernel|sticky|alloc|slow|share|hang|hang-hard"
+expect_rc "share without a rate" 1 run --inject share@n=1
+expect_in "share needs gbps named" "$TMP/err" "share needs gbps=R"
+expect_rc "share with a bad direction" 1 run --inject share@n=1:gbps=5:dir=up
+expect_in "share directions listed" "$TMP/err" "dir= takes h2d, d2h or both"
+expect_rc "share on a random trigger" 1 run --inject share@p=0.5:gbps=5
+expect_in "share triggers named" "$TMP/err" "share faults take n= or time="
 expect_rc "bad failure log" 1 run --failure-log /nonexistent/dir/f.jsonl
 expect_in "log path named" "$TMP/err" "/nonexistent/dir/f.jsonl"
 finish

@@ -31,13 +31,53 @@ static void test_spec_parser(void **state)
     assert_int_equal(s.f[3].value, 1500000);
     assert_true(s.f[3].factor == 4);
     assert_int_equal(s.f[3].for_ns, 2000000000ull);
-    static const char *const bad[] = {
-        "kernel",           "kernel@",        "kernel@batch",   "kernel@batch=x", "meteor@batch=1",
-        "kernel@n=0",       "kernel@p=0",     "kernel@p=1.5",   "kernel@p=abc",   "kernel@time=5",
-        "kernel@time=5min", "alloc@time=1ms", "alloc@batch=1",  "slow@time=1ms",  "slow@n=1:x=1",
-        "slow@n=1:x=2000",  "slow@n=1:y=2",   "kernel@n=1:x=2", "kernel@n=1,",    ",kernel@n=1",
-        "kernel@n=1,,x",    "kernel@when=1",  " kernel@n=1",    "kernel@n=-1",    "slow@n=1:for=0s",
-        "slow@n=1:x=2:for"};
+    assert_int_equal(ferry__fault_spec_parse("share@time=2ms:gbps=12.5,share@n=4:gbps=3:dir=both:"
+                                             "for=1s,share@n=1:gbps=1:dir=d2h",
+                                             &s),
+                     0);
+    assert_int_equal(s.n, 3);
+    assert_int_equal(s.f[0].kind, FERRY_FAULT_SHARE);
+    assert_int_equal(s.f[0].trigger, FERRY_TRIG_TIME);
+    assert_true(s.f[0].gbps == 12.5);
+    assert_int_equal(s.f[0].dirs, 1); /* h2d by default */
+    assert_int_equal(s.f[1].dirs, 3);
+    assert_int_equal(s.f[1].for_ns, 1000000000ull);
+    assert_int_equal(s.f[2].dirs, 2);
+    static const char *const bad[] = {"share@n=1",
+                                      "share@n=1:gbps=0",
+                                      "share@n=1:gbps=1001",
+                                      "share@n=1:gbps=x",
+                                      "share@p=0.5:gbps=1",
+                                      "share@batch=1:gbps=1",
+                                      "share@n=1:gbps=1:dir=up",
+                                      "share@n=1:gbps=1:x=2",
+                                      "slow@n=1:x=2:gbps=1",
+                                      "kernel",
+                                      "kernel@",
+                                      "kernel@batch",
+                                      "kernel@batch=x",
+                                      "meteor@batch=1",
+                                      "kernel@n=0",
+                                      "kernel@p=0",
+                                      "kernel@p=1.5",
+                                      "kernel@p=abc",
+                                      "kernel@time=5",
+                                      "kernel@time=5min",
+                                      "alloc@time=1ms",
+                                      "alloc@batch=1",
+                                      "slow@time=1ms",
+                                      "slow@n=1:x=1",
+                                      "slow@n=1:x=2000",
+                                      "slow@n=1:y=2",
+                                      "kernel@n=1:x=2",
+                                      "kernel@n=1,",
+                                      ",kernel@n=1",
+                                      "kernel@n=1,,x",
+                                      "kernel@when=1",
+                                      " kernel@n=1",
+                                      "kernel@n=-1",
+                                      "slow@n=1:for=0s",
+                                      "slow@n=1:x=2:for"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         int rc = ferry__fault_spec_parse(bad[i], &s);
         if (rc != FERRY_EPARSE && rc != FERRY_ERANGE)

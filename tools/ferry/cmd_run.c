@@ -411,6 +411,12 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
                (unsigned long long)s->ladder_steps_up, s->ladder_level,
                (unsigned long long)s->bw_alerts, s->bw_ratio[0], s->bw_ratio[1]);
         printf(",\"chunks_retried\":%llu", (unsigned long long)s->chunks_retried);
+        printf(",\"link_samples\":%llu", (unsigned long long)s->link_samples);
+        if (s->link_samples > 0)
+            printf(",\"link_gbps_h2d\":%.3f,\"link_gbps_d2h\":%.3f,\"link_own_gbps_h2d\":%.3f,"
+                   "\"link_own_gbps_d2h\":%.3f",
+                   s->link_bps[0] / 1e9, s->link_bps[1] / 1e9, s->link_own_bps[0] / 1e9,
+                   s->link_own_bps[1] / 1e9);
         printf(",\"deadline_overrun_s\":%.6f,\"heartbeats_sent\":%llu,\"heartbeats_seen\":%llu,"
                "\"heartbeat_stalls\":%llu,\"completion_stalls\":%llu,\"watchdog_stalls\":%llu",
                (double)s->deadline_overrun_ns / 1e9, (unsigned long long)s->heartbeats_sent,
@@ -465,6 +471,11 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
         printf("  bandwidth  %llu alert(s): copies ran below the alert share of the link (the "
                "log names the likely cause); last window H2D %.0f%%, D2H %.0f%% of the link\n",
                (unsigned long long)s->bw_alerts, s->bw_ratio[0] * 100, s->bw_ratio[1] * 100);
+    if (s->link_samples > 0)
+        printf("  link       last of %llu sample(s): %.1f GB/s H2D, %.1f GB/s D2H on the link, "
+               "of which this run %.1f and %.1f\n",
+               (unsigned long long)s->link_samples, s->link_bps[0] / 1e9, s->link_bps[1] / 1e9,
+               s->link_own_bps[0] / 1e9, s->link_own_bps[1] / 1e9);
     if (s->ladder_steps_down > 0)
         printf("  ladder     %llu step(s) down (fewer streams, fewer chunks in flight), %llu back "
                "up; level %u at the end\n",

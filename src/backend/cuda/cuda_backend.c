@@ -624,6 +624,16 @@ static int cuda_heartbeat(ferry_be_stream_t *s, volatile uint64_t *word, uint64_
     return e == cudaSuccess ? 0 : ferry__cuda_fail(e, "heartbeat kernel launch");
 }
 
+static int cuda_link_rate(ferry_be_device_t *dev, int dir, double *bytes_per_s, uint64_t *window_ns)
+{
+    if (dev == NULL || bytes_per_s == NULL || window_ns == NULL || (dir != 0 && dir != 1))
+        return ferry__error(FERRY_EINVAL, "cuda: link_rate: NULL argument or direction not 0/1");
+    int rc = ferry__cuda_nvml_rate(dev, dir, bytes_per_s);
+    if (rc == 0)
+        *window_ns = FERRY_LINK_WINDOW_NS;
+    return rc;
+}
+
 const ferry_backend_ops_t ferry__cuda_backend = {
     .name = "cuda",
     .abi = FERRY_BACKEND_ABI,
@@ -655,4 +665,5 @@ const ferry_backend_ops_t ferry__cuda_backend = {
     .abort_kernels = cuda_abort_kernels,
     .host_device_ptr = cuda_host_device_ptr,
     .heartbeat = cuda_heartbeat,
+    .link_rate = cuda_link_rate,
 };

@@ -100,6 +100,9 @@ void ferry__cuda_nvml_close(struct ferry_be_device *dev);
 /* The PCIe link now and at most (the fast part of ferry__cuda_pcie_counters: no 20 ms sample;
  * the counters read -1). */
 void ferry__cuda_nvml_link(struct ferry_be_device *dev, struct ferry_cuda_pcie *out);
+/* All PCIe traffic in direction @dir (0 host to device: NVML's RX; 1 device to host: TX) over
+ * NVML's 20 ms sample, which the call blocks for. FERRY_ENOTSUP without NVML or its counter. */
+int ferry__cuda_nvml_rate(struct ferry_be_device *dev, int dir, double *bytes_per_s);
 
 /* Properties (cuda_props.c). */
 int ferry__cuda_props(struct ferry_be_device *dev, ferry_device_props_t *out);

@@ -126,3 +126,22 @@ int ferry__cuda_pcie_counters(ferry_be_device_t *dev, struct ferry_cuda_pcie *ou
     }
     return 0;
 }
+
+int ferry__cuda_nvml_rate(struct ferry_be_device *dev, int dir, double *bytes_per_s)
+{
+    const struct ferry_cuda_nvml *n = &dev->nvml;
+    if (n->lib == NULL || n->dev == NULL || n->throughput == NULL)
+        return ferry__error(FERRY_ENOTSUP,
+                            "cuda: device %d: NVML's PCIe throughput counter is "
+                            "not available (NVML not loaded or too old)",
+                            dev->index);
+    unsigned v = 0;
+    nvml_return_t r =
+        n->throughput(n->dev, dir == 0 ? FERRY_NVML_PCIE_RX_BYTES : FERRY_NVML_PCIE_TX_BYTES, &v);
+    if (r != 0)
+        return ferry__error(r == 3 ? FERRY_ENOTSUP : FERRY_EIO,
+                            "cuda: device %d: nvmlDeviceGetPcieThroughput: %s (%d)", dev->index,
+                            n->error_string(r), r);
+    *bytes_per_s = (double)v * 1024; /* KB/s, taken as 1024 bytes as elsewhere */
+    return 0;
+}

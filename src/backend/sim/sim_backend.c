@@ -834,6 +834,16 @@ static int heartbeat_store(const ferry_kernel_args_t *a, void *user)
     return 0;
 }
 
+static int sim_link_rate(ferry_be_device_t *dev, int dir, double *bytes_per_s, uint64_t *window_ns)
+{
+    if (dev == NULL || bytes_per_s == NULL || window_ns == NULL || (dir != 0 && dir != 1))
+        return ferry__error(FERRY_EINVAL, "sim: link_rate: NULL argument or direction not 0/1");
+    lock(dev);
+    int rc = ferry__sim_link_rate(dev, dir, bytes_per_s, window_ns);
+    unlock(dev);
+    return rc;
+}
+
 /* The heartbeat: a one-block kernel of a microsecond, which stores its value when it ends. It
  * waits for a free SM like any kernel, never takes part in the fault schedule and is not
  * counted in the stats' kernels. */
@@ -900,4 +910,5 @@ const ferry_backend_ops_t ferry__sim_backend = {
     .abort_kernels = sim_abort_kernels,
     .host_device_ptr = sim_host_device_ptr,
     .heartbeat = sim_heartbeat,
+    .link_rate = sim_link_rate,
 };

@@ -145,13 +145,44 @@ static int kernel_fault(struct ferry_be_device *dev, const ferry_kernel_args_t *
     return 0;
 }
 
-/* The slow-link factor for a copy starting now (1: none). */
+/* A share fault fires: another process moves f->gbps on the link from now. */
+static void share_start(struct ferry_be_device *dev, const struct ferry_fault *f)
+{
+    for (int d = 0; d < 2; d++) {
+        if (!(f->dirs & (1u << d)))
+            continue;
+        dev->share_from[d] = dev->now;
+        dev->share_until[d] = f->for_ns ? dev->now + f->for_ns : SIM_NEVER;
+        dev->share_gbps[d] = f->gbps;
+    }
+    ferry_log(FERRY_LOG_INFO, "sim",
+              "injected share: another process moves %.1f GB/s %s from %llu ns", f->gbps,
+              f->dirs == 3   ? "each way"
+              : f->dirs == 1 ? "H2D"
+                             : "D2H",
+              (unsigned long long)dev->now);
+}
+
+/* The other process's rate in direction @d now, GB/s (0: none). */
+static double share_now(const struct ferry_be_device *dev, int d)
+{
+    return dev->now >= dev->share_from[d] && dev->now < dev->share_until[d] ? dev->share_gbps[d]
+                                                                            : 0;
+}
+
+/* The slow-link factor for a copy starting now (1: none); share faults start here too, as
+ * they are triggered by copies. */
 static double copy_slowdown(struct ferry_be_device *dev)
 {
     uint64_t n = ++dev->ncopies;
     double factor = 1;
     for (size_t i = 0; i < dev->faults.n; i++) {
         struct ferry_fault *f = &dev->faults.f[i];
+        if (f->kind == FERRY_FAULT_SHARE) {
+            if (fault_fires(dev, f, n, UINT64_MAX))
+                share_start(dev, f);
+            continue;
+        }
         if (f->kind != FERRY_FAULT_SLOW)
             continue;
         if (f->trigger == FERRY_TRIG_P) {
@@ -192,7 +223,10 @@ static void rerate(struct ferry_be_device *dev)
             active[d] += dev->dirs[d].eng[i].phase == SIM_ENG_XFER;
     for (int d = 0; d < 2; d++) {
         const struct ferry_sim_curve *c = &dev->prof.curve[d];
-        double share = c->gbps[c->n - 1] / (active[d] > 0 ? active[d] : 1);
+        /* Another process on the link takes its rate off the top (ferry keeps at least 5%). */
+        double link = c->gbps[c->n - 1], other = share_now(dev, d);
+        link = link - other > 0.05 * link ? link - other : 0.05 * link;
+        double share = link / (active[d] > 0 ? active[d] : 1);
         if (active[!d] > 0)
             share *= dev->prof.bidir_factor;
         for (int i = 0; i < dev->dirs[d].n; i++) {
@@ -247,6 +281,7 @@ static void finish_copy(struct ferry_be_device *dev, struct sim_engine *e)
         memmove(op->u.copy.dst, op->u.copy.src, op->u.copy.bytes);
     dev->stats.copies[op->u.copy.dir]++;
     dev->stats.bytes[op->u.copy.dir] += op->u.copy.bytes;
+    ferry__rate_ring_add(&dev->link_ring[op->u.copy.dir], dev->now, op->u.copy.bytes);
     e->op = NULL;
     e->phase = SIM_ENG_IDLE;
     e->remaining = 0.0;
@@ -614,4 +649,21 @@ int ferry__sim_abort(struct ferry_be_device *dev, const volatile uint64_t *word,
         rerate(dev);
     }
     return stopped;
+}
+
+int ferry__sim_link_rate(struct ferry_be_device *dev, int dir, double *bytes_per_s,
+                         uint64_t *window_ns)
+{
+    uint64_t now = dev->now, w = now < FERRY_LINK_WINDOW_NS ? now : FERRY_LINK_WINDOW_NS;
+    if (w == 0)
+        return FERRY_EAGAIN;
+    double bytes = ferry__rate_ring_sum(&dev->link_ring[dir], now - w, now);
+    /* The other process's bytes over the part of the window it ran. */
+    uint64_t lo = dev->share_from[dir] > now - w ? dev->share_from[dir] : now - w;
+    uint64_t hi = dev->share_until[dir] < now ? dev->share_until[dir] : now;
+    if (dev->share_gbps[dir] > 0 && hi > lo)
+        bytes += dev->share_gbps[dir] * (double)(hi - lo);
+    *bytes_per_s = bytes * 1e9 / (double)w;
+    *window_ns = w;
+    return 0;
 }

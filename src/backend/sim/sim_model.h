@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "backend/sim/sim.h"
 #include "fault/spec.h"
+#include "monitor/rate_ring.h"
 
 #define SIM_NEVER    UINT64_MAX
 #define SIM_HUNG_MAX 64
@@ -146,6 +147,12 @@ struct ferry_be_device {
     int nhung;
     uint64_t slow_from, slow_until; /* a time-triggered slow window */
     double slow_factor;
+    /* Another process on the link (share faults), per direction: its rate in GB/s (bytes per
+     * ns) from share_from until share_until. */
+    uint64_t share_from[2], share_until[2];
+    double share_gbps[2];
+    /* The bytes the model's copies moved, per direction, by completion time: link_rate. */
+    ferry__rate_ring_t link_ring[2];
     uint64_t mem_used;
     int next_stream;
     struct ferry_be_stream *streams;
@@ -181,5 +188,11 @@ int ferry__sim_alloc_fault(struct ferry_be_device *dev);
 int ferry__sim_abort(struct ferry_be_device *dev, const volatile uint64_t *word, uint64_t upto);
 
 void ferry__sim_stream_free(struct ferry_be_stream *s);
+
+/* The link's traffic in direction @dir over the last FERRY_LINK_WINDOW_NS (less early on):
+ * the model's copies and an injected share fault, bytes per second. 0 with the window, or
+ * FERRY_EAGAIN at time 0. */
+int ferry__sim_link_rate(struct ferry_be_device *dev, int dir, double *bytes_per_s,
+                         uint64_t *window_ns);
 
 #endif

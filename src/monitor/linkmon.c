@@ -1,0 +1,153 @@
+/* The link monitor (linkmon.h). */
+#include "monitor/linkmon.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "core/internal.h"
+
+struct ferry__linkmon {
+    ferry_device_t *dev;
+    ferry__linkmon_config_t cfg;
+    char name[64];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    bool started, stop, off;
+    unsigned errors; /* failed samples, logged the first time */
+    uint64_t last_step_ns;
+    ferry__link_sample_t last; /* under mu */
+};
+
+/* One sample, both directions, one after the other (each blocks on a GPU). Returns false when
+ * the backend cannot count (the monitor turns itself off). No lock held. */
+static bool take_sample(ferry__linkmon_t *m)
+{
+    ferry__link_sample_t s = {0};
+    for (int d = 0; d < 2; d++) {
+        double bps = 0;
+        uint64_t win = 0;
+        int rc = ferry__be_link_rate(m->dev, d, &bps, &win);
+        uint64_t t = ferry_device_now_ns(m->dev);
+        if (rc == FERRY_ENOTSUP) {
+            ferry_log(FERRY_LOG_INFO, "link", "%s: %s: another process on the link cannot be told",
+                      m->name, ferry__last_error_text());
+            return false;
+        }
+        if (rc == FERRY_EAGAIN)
+            return true; /* nothing to average yet (the simulator at time 0) */
+        if (rc != 0) {
+            if (m->errors++ == 0)
+                ferry_log(FERRY_LOG_WARN, "link", "%s: reading the link's counter: %s (%s)",
+                          m->name, ferry_err_name(rc), ferry__last_error_text());
+            return true;
+        }
+        if (win > t)
+            win = t;
+        s.total[d] = bps;
+        s.own[d] = win ? ferry__rate_ring_sum(m->cfg.own, t - win, t) * 1e9 / (double)win : 0;
+        s.at_ns = t;
+    }
+    pthread_mutex_lock(&m->mu);
+    s.count = m->last.count + 1;
+    m->last = s;
+    pthread_mutex_unlock(&m->mu);
+    return true;
+}
+
+static void *linkmon_main(void *arg)
+{
+    ferry__linkmon_t *m = arg;
+    pthread_mutex_lock(&m->mu);
+    while (!m->stop) {
+        pthread_mutex_unlock(&m->mu);
+        bool on = take_sample(m);
+        pthread_mutex_lock(&m->mu);
+        if (!on)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t at = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + m->cfg.period_ns;
+        ts.tv_sec = (time_t)(at / 1000000000u);
+        ts.tv_nsec = (long)(at % 1000000000u);
+        int rc = 0;
+        while (!m->stop && rc != ETIMEDOUT)
+            rc = pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+int ferry__linkmon_create(ferry_device_t *dev, const ferry__linkmon_config_t *cfg,
+                          ferry__linkmon_t **out)
+{
+    *out = NULL;
+    ferry__linkmon_t *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return ferry__error(FERRY_ENOMEM, "link monitor: out of memory");
+    m->dev = dev;
+    m->cfg = *cfg;
+    ferry__strlcpy(m->name, cfg->name ? cfg->name : "pipeline", sizeof(m->name));
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&m->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (!cfg->own_thread) {
+        /* Inline: find out now whether the backend can count (a simulator call is free). */
+        if (!take_sample(m)) {
+            ferry__linkmon_destroy(m);
+            return 0;
+        }
+        m->last_step_ns = ferry_device_now_ns(dev);
+    } else {
+        if (pthread_create(&m->thread, NULL, linkmon_main, m) != 0) {
+            ferry__linkmon_destroy(m);
+            return ferry__error(FERRY_ENOMEM, "link monitor: cannot start its thread");
+        }
+        m->started = true;
+        pthread_setname_np(m->thread, "ferry-link");
+    }
+    *out = m;
+    return 0;
+}
+
+void ferry__linkmon_destroy(ferry__linkmon_t *m)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->stop = true;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    if (m->started)
+        pthread_join(m->thread, NULL);
+    pthread_cond_destroy(&m->cv);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+void ferry__linkmon_step(ferry__linkmon_t *m, uint64_t now, bool force)
+{
+    if (m == NULL || m->cfg.own_thread || m->off)
+        return;
+    if (!force && now - m->last_step_ns < m->cfg.period_ns)
+        return;
+    m->last_step_ns = now;
+    if (!take_sample(m))
+        m->off = true;
+}
+
+void ferry__linkmon_last(ferry__linkmon_t *m, ferry__link_sample_t *out)
+{
+    if (m == NULL) {
+        *out = (ferry__link_sample_t){0};
+        return;
+    }
+    pthread_mutex_lock(&m->mu);
+    *out = m->last;
+    pthread_mutex_unlock(&m->mu);
+}
