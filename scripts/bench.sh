@@ -22,9 +22,13 @@ echo "results: $out" >&2
 python3 - "$out" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-print("\n%-10s %-34s %12s  %-9s %s" % ("bench", "case", "value", "unit", "target"))
+print("\n%-10s %-40s %12s  %-9s %s" % ("bench", "case", "value", "unit", "target"))
 for r in rows:
     if "bench" in r:
         t = ("<= %g %s" % (r["target"], "met" if r["met"] else "MISSED")) if "target" in r else ""
-        print("%-10s %-34s %12.1f  %-9s %s" % (r["bench"], r["case"], r["value"], r["unit"], t))
+        v = ("%12.4f" if abs(r["value"]) < 10 else "%12.1f") % r["value"]
+        print("%-10s %-40s %s  %-9s %s" % (r["bench"], r["case"], v, r["unit"], t))
+        if "ci95" in r:  # a median of n ratios: its quartiles and 95% interval
+            print("%-10s %-40s %12s  quartiles %.4f-%.4f, median's 95%% interval %.4f-%.4f, n %d"
+                  % ("", "", "", r["q1"], r["q3"], r["ci95"][0], r["ci95"][1], r["n"]))
 PY

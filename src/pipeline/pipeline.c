@@ -220,6 +220,7 @@ struct ferry_pipeline {
     void *alert_arg;
     struct bw_win {
         uint64_t bytes[BW_WINDOW], ns[BW_WINDOW];
+        uint64_t sum_bytes, sum_ns; /* of the window, kept as samples come and go */
         unsigned n, at;
         bool alerting;
         double ratio;
@@ -649,6 +650,10 @@ static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, u
     if (p->bw_alert_ratio <= 0 || link <= 0 || ns == 0)
         return;
     struct bw_win *w = &p->bw[d];
+    /* Running sums (exact: a slot not yet filled holds 0): every sampled chunk comes here, and
+     * only a change of state needs the window itself. */
+    w->sum_bytes += bytes - w->bytes[w->at];
+    w->sum_ns += ns - w->ns[w->at];
     w->bytes[w->at] = bytes;
     w->ns[w->at] = ns;
     w->at = (w->at + 1) % BW_WINDOW;
@@ -657,18 +662,14 @@ static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, u
         if (w->n < BW_WINDOW)
             return;
     }
-    uint64_t sb = 0, sn = 0, sizes[BW_WINDOW];
-    for (unsigned i = 0; i < BW_WINDOW; i++) {
-        sb += w->bytes[i];
-        sn += w->ns[i];
-        sizes[i] = w->bytes[i];
-    }
-    double gbps = (double)sb / (double)sn;
+    double gbps = (double)w->sum_bytes / (double)w->sum_ns;
     w->ratio = gbps / link;
     bool low = w->ratio < p->bw_alert_ratio, high = w->ratio >= p->bw_alert_ratio + 0.05;
     if ((low && w->alerting) || (!low && !high) || (high && !w->alerting))
         return;
     w->alerting = low;
+    uint64_t sizes[BW_WINDOW];
+    memcpy(sizes, w->bytes, sizeof(sizes));
     qsort(sizes, BW_WINDOW, sizeof(sizes[0]), cmp_u64);
     uint64_t median = sizes[BW_WINDOW / 2];
     ferry_alert_cause_t cause = FERRY_CAUSE_UNKNOWN;
