@@ -15,6 +15,13 @@
 #include "core/runtime.h"
 #include "monitor/rate_ring.h"
 
+/* What the link's counter counts beyond the payload: NVML counts the PCIe protocol's bytes too
+ * (packet headers, and the read requests of host-to-device copies on the other direction).
+ * Measured on the H200 with ferry alone on the link (bench/results/2026-12-03-h200-1444588):
+ * 12% above ferry's bytes H2D, 22% D2H. Traffic is another process's only beyond the
+ * pipeline's own bytes plus this share of them. */
+#define FERRY_LINK_COUNTER_OVERHEAD 0.25
+
 typedef struct ferry__link_sample {
     double total[2]; /* all traffic on the link, bytes per second: H2D, D2H */
     double own[2];   /* the pipeline's own bytes over the same windows */

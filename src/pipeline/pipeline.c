@@ -623,9 +623,10 @@ static int cmp_u64(const void *a, const void *b)
  * full window, the rate while copying against the link's theoretical rate: below the alert
  * ratio an alert is raised (log, count, callback) naming the likely cause; 5 points above it,
  * cleared. Completion thread. */
-/* Whether the link carries traffic this pipeline did not move, at least bw_foreign_ratio of the
- * link's rate @link_gbps in some direction: the other traffic per direction into @foreign
- * (bytes per second). Inline (simulator), a fresh sample first. Completion thread. */
+/* Whether the link carries traffic this pipeline did not move (beyond its own bytes and the
+ * counter's overhead on them), at least bw_foreign_ratio of the link's rate @link_gbps in some
+ * direction: that traffic per direction into @foreign (bytes per second). Inline (simulator),
+ * a fresh sample first. Completion thread. */
 static bool foreign_traffic(ferry_pipeline_t *p, uint64_t now, double link_gbps, double *foreign)
 {
     foreign[0] = foreign[1] = 0;
@@ -638,7 +639,8 @@ static bool foreign_traffic(ferry_pipeline_t *p, uint64_t now, double link_gbps,
         return false;
     bool any = false;
     for (int d = 0; d < 2; d++) {
-        foreign[d] = ls.total[d] > ls.own[d] ? ls.total[d] - ls.own[d] : 0;
+        double own = ls.own[d] * (1 + FERRY_LINK_COUNTER_OVERHEAD);
+        foreign[d] = ls.total[d] > own ? ls.total[d] - own : 0;
         any |= foreign[d] >= p->bw_foreign_ratio * link_gbps * 1e9;
     }
     return any;
