@@ -98,7 +98,7 @@ j = json.load(open(sys.argv[1]))
 err = open(sys.argv[2]).read().splitlines()
 j["kind"] = "link_" + sys.argv[3]
 j["alert_lines"] = [l for l in err if "alert:" in l][:4]
-j["alerts_naming_another_process"] = sum("another process" in l for l in err)
+j["alerts_naming_another_process"] = sum("another process moves data" in l for l in err)
 if sys.argv[3] == "shared":
     try:
         j["hog"] = json.loads(open(sys.argv[4]).read().strip().splitlines()[-1])
