@@ -31,10 +31,16 @@
  *                (every chunk, or the first trace_chunks): one timed event after each op,
  *                start times derived (retire_chunk), as six records per chunk would cost the
  *                issuing thread too much below 4 MiB chunks;
- *   TIME_SAMPLE  one chunk in SAMPLE_EVERY otherwise: timed events before and after each op,
- *                and the busy figures scaled up from the sampled chunks. The traced chunks
- *                come first, so a TIME_ENDS chunk never derives its start from an untimed
- *                predecessor. */
+ *   sampled      one chunk in SAMPLE_EVERY otherwise, and the busy figures scaled up from the
+ *                sampled chunks. The sampled chunk is TIME_ENDS too, and the chunks before it
+ *                that ran last on its streams (ANCHORS_MAX at most: the copy streams' and the
+ *                compute streams' count) are TIME_ANCHOR: their ends are timed (the timed
+ *                events stand in for their untimed ones, so sampling adds no event record)
+ *                and give the sampled chunk's starts, but they are not counted. A plan with
+ *                more streams than that takes TIME_SAMPLE: timed events before and after
+ *                each op of the sampled chunk.
+ * The traced chunks come first, so a traced chunk never derives its start from an untimed
+ * predecessor. */
 enum { EV_H2D_END, EV_COMP_END, EV_D2H_END, EV_N };
 enum {
     TEV_H2D_START,
@@ -45,13 +51,15 @@ enum {
     TEV_D2H_END,
     TEV_N
 };
-enum chunk_timing { TIME_NONE, TIME_ENDS, TIME_SAMPLE };
+enum chunk_timing { TIME_NONE, TIME_ENDS, TIME_SAMPLE, TIME_ANCHOR };
 #define LADDER_MAX 3
 /* The bandwidth monitor's window: timed copies per direction. */
 #define BW_WINDOW      8u
 #define LADDER_HEALTHY 64u
 /* Prime, so that the sampled chunks visit every stream of a round-robin plan (at most 16). */
 #define SAMPLE_EVERY 31u
+/* Chunks timed ahead of a sampled chunk for its starts, at most. */
+#define ANCHORS_MAX 4u
 
 /* A batch is "light" when any thread may issue it without blocking: no prepare callback (it is
  * the caller's code and may block, and must run on a ferry thread), every chunk fits in the
@@ -88,6 +96,8 @@ typedef struct slot {
     ferry_be_event_t *tev[TEV_N]; /* timed */
     ferry_be_event_t *dep[EV_N];  /* the chunk in flight's op ends: ev[], or tev[] when timed */
     unsigned char timing;         /* enum chunk_timing of the chunk in flight */
+    unsigned char anchor_ends;    /* TIME_ANCHOR: the ends the next sample needs (1 H2D, 2
+                                     kernel, 4 D2H) */
     bool traced;                  /* its ops go into the trace */
     struct slot *next_free;
     /* The chunk bound to the slot while it is in flight. */
@@ -141,6 +151,8 @@ struct ferry_pipeline {
     uint64_t trace_chunks;    /* tracing: chunks recorded (the first ones); 0: all */
     bool time_all;            /* every chunk timed (TIME_ENDS): op_timing "all" */
     bool time_none;           /* no chunk timed but traced ones: op_timing "off" */
+    unsigned sample_in;       /* token holder: chunks to go before the next sampled one */
+    unsigned anchors;         /* how many chunks back a sampled chunk's starts lie, at most */
     bool host_pinned;         /* the pool's slots are pinned (else pinning was refused) */
     unsigned context_streams; /* streams active on the device when this pipeline was made */
     bool counted_streams;     /* this pipeline's streams are in dev->active_streams */
@@ -772,8 +784,6 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     }
     a->bytes += s->bytes;
     a->chunks++;
-    if (p->link != NULL)
-        ferry__rate_ring_add(&p->own_ring, now, s->bytes);
     a->stream_ops[s->h2d]++;
     a->stream_ops[s->comp]++;
     a->stream_ops[s->d2h]++;
@@ -783,12 +793,13 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     uint64_t t[TEV_N];
     bool timed = s->timing != TIME_NONE;
     for (int i = 0; timed && i < TEV_N; i++) {
-        bool used = s->timing == TIME_SAMPLE || (i & 1);
+        bool used = s->timing == TIME_SAMPLE ||
+                    ((i & 1) && (s->timing != TIME_ANCHOR || (s->anchor_ends & (1u << (i >> 1)))));
         t[i] = 0;
         if (used && ferry__be_event_time_ns(p->dev, s->tev[i], &t[i]) != 0)
             timed = false;
     }
-    if (timed)
+    if (timed && t[TEV_D2H_END] != 0) /* an anchor may time only its other ends */
         end = t[TEV_D2H_END];
     /* Healthy chunks in a row climb the ladder back, one level per LADDER_HEALTHY. */
     if (++p->healthy >= LADDER_HEALTHY && __atomic_load_n(&p->level, __ATOMIC_RELAXED) > 0) {
@@ -808,6 +819,15 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     if (!timed)
         return;
     uint64_t *le = p->stream_end;
+    if (s->timing == TIME_ANCHOR) { /* only where its streams got to, for the next sample */
+        for (int i = 0; i < 3; i++) {
+            unsigned st = i == 0 ? s->h2d : i == 1 ? s->comp : s->d2h;
+            uint64_t e = t[2 * i + 1];
+            if ((s->anchor_ends & (1u << i)) && e > le[st])
+                le[st] = e;
+        }
+        return;
+    }
     uint64_t hs, cs, ds;
     if (s->timing == TIME_SAMPLE) {
         hs = t[TEV_H2D_START], cs = t[TEV_COMP_START], ds = t[TEV_D2H_START];
@@ -1068,6 +1088,8 @@ static void *completion_main(void *arg)
                 fin_tail = &b->next;
             }
         }
+        if (p->link != NULL && acc->bytes > 0) /* the link monitor's count of our own bytes */
+            ferry__rate_ring_add(&p->own_ring, pass_now, acc->bytes);
         /* Empty batches: oldest first, after the chunks (order among batches is not
          * promised, but it reads better in logs). */
         while (ready != NULL) {
@@ -1340,13 +1362,28 @@ static void issue_one(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c, slot_t *s
     s->errmsg[0] = '\0';
     s->traced = __atomic_load_n(&p->tracing, __ATOMIC_RELAXED) &&
                 (p->trace_chunks == 0 || k < p->trace_chunks);
-    s->timing = p->time_all || s->traced                 ? TIME_ENDS
-                : !p->time_none && k % SAMPLE_EVERY == 0 ? TIME_SAMPLE
-                                                         : TIME_NONE;
-    bool timed = s->timing != TIME_NONE;
-    s->dep[EV_H2D_END] = timed ? s->tev[TEV_H2D_END] : s->ev[EV_H2D_END];
-    s->dep[EV_COMP_END] = timed ? s->tev[TEV_COMP_END] : s->ev[EV_COMP_END];
-    s->dep[EV_D2H_END] = timed ? s->tev[TEV_D2H_END] : s->ev[EV_D2H_END];
+    /* Sampling: p->sample_in counts down to the next sampled chunk. The op before each of that
+     * chunk's ops on its stream is the copy streams' count back for the copies, the compute
+     * streams' for the kernel (1 for all at the ladder's level 1 and up, and on one stream). */
+    unsigned ahead = p->sample_in;
+    p->sample_in = ahead ? ahead - 1 : SAMPLE_EVERY - 1;
+    s->timing = TIME_NONE;
+    if (p->time_all || s->traced) {
+        s->timing = TIME_ENDS;
+    } else if (!p->time_none && ahead == 0) {
+        s->timing = p->anchors <= ANCHORS_MAX ? TIME_ENDS : TIME_SAMPLE;
+    } else if (!p->time_none && ahead <= p->anchors && p->anchors <= ANCHORS_MAX) {
+        bool one = p->single || level >= 3; /* everything on stream 0 */
+        unsigned copies = one ? 1u : p->ncopy, kernels = one || level >= 1 ? 1u : p->ncomp;
+        /* Bits: 1 the H2D's end, 2 the kernel's, 4 the D2H's (on one stream, all three). */
+        s->anchor_ends = (ahead == copies ? 5u : 0u) | (ahead == kernels ? 2u : 0u);
+        if (s->anchor_ends != 0)
+            s->timing = TIME_ANCHOR;
+    }
+    unsigned ends = s->timing == TIME_NONE ? 0u : s->timing == TIME_ANCHOR ? s->anchor_ends : 7u;
+    s->dep[EV_H2D_END] = ends & 1u ? s->tev[TEV_H2D_END] : s->ev[EV_H2D_END];
+    s->dep[EV_COMP_END] = ends & 2u ? s->tev[TEV_COMP_END] : s->ev[EV_COMP_END];
+    s->dep[EV_D2H_END] = ends & 4u ? s->tev[TEV_D2H_END] : s->ev[EV_D2H_END];
     int rc = issue_chunk(p, s);
     if (rc != 0 && s->gpu_skipped) {
         s->err = rc; /* nothing was queued on the device */
@@ -1792,6 +1829,7 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     p->trace_chunks = (uint64_t)ferry__opt_i64(o, FERRY__OPT_trace_chunks);
     p->time_all = strcmp(ferry__opt_str(o, FERRY__OPT_op_timing), "all") == 0;
     p->time_none = strcmp(ferry__opt_str(o, FERRY__OPT_op_timing), "off") == 0;
+    p->anchors = p->single ? 1u : p->ncopy > p->ncomp ? p->ncopy : p->ncomp;
     p->virtual_clock = virt;
     ferry__mutex_init_adaptive(&p->lock);
     pthread_cond_init(&p->issue_cv, NULL);

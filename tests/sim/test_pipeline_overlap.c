@@ -113,9 +113,9 @@ static ferry_runtime_t *runtime_with_timing(const char *mode)
  * timed. (The rate itself may differ by a few percent between two runs of the model: when the
  * submitting thread falls behind in real time, the device idles in virtual time.) A bad value
  * is refused by name. */
-static void test_sampled_timing_agrees(void **state)
+/* One plan (@ncomp compute streams, or @single stream) timed both ways. */
+static void sampled_agrees(unsigned ncomp, bool single)
 {
-    (void)state;
     const size_t chunk = 1u << 20, total = 256u << 20; /* 256 chunks */
     ferry_pipeline_stats_t st[2];
     const char *modes[2] = {"all", "sample"};
@@ -123,16 +123,16 @@ static void test_sampled_timing_agrees(void **state)
         ferry_runtime_t *rt = runtime_with_timing(modes[m]);
         ferry_device_t *dev = NULL;
         assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-        st[m] = run(dev, chunk, 8, false, 2, total);
+        st[m] = run(dev, chunk, 8, single, ncomp, total);
         ferry_runtime_destroy(rt);
     }
-    printf("# all: %.2f GB/s overlap %.3f busy %llu/%llu/%llu ns; sample (%llu timed): %.2f GB/s "
-           "overlap %.3f busy %llu/%llu/%llu ns\n",
-           st[0].gbps_h2d, st[0].overlap, (unsigned long long)st[0].busy_h2d_ns,
-           (unsigned long long)st[0].busy_compute_ns, (unsigned long long)st[0].busy_d2h_ns,
-           (unsigned long long)st[1].chunks_timed, st[1].gbps_h2d, st[1].overlap,
-           (unsigned long long)st[1].busy_h2d_ns, (unsigned long long)st[1].busy_compute_ns,
-           (unsigned long long)st[1].busy_d2h_ns);
+    printf("# %u compute stream(s)%s: all: %.2f GB/s overlap %.3f busy %llu/%llu/%llu ns; sample "
+           "(%llu timed): %.2f GB/s overlap %.3f busy %llu/%llu/%llu ns\n",
+           ncomp, single ? ", one stream" : "", st[0].gbps_h2d, st[0].overlap,
+           (unsigned long long)st[0].busy_h2d_ns, (unsigned long long)st[0].busy_compute_ns,
+           (unsigned long long)st[0].busy_d2h_ns, (unsigned long long)st[1].chunks_timed,
+           st[1].gbps_h2d, st[1].overlap, (unsigned long long)st[1].busy_h2d_ns,
+           (unsigned long long)st[1].busy_compute_ns, (unsigned long long)st[1].busy_d2h_ns);
     assert_int_equal(st[0].chunks_timed, 256);
     assert_int_equal(st[1].chunks_timed, (256 + 30) / 31); /* chunks 0, 31, ..., 248 */
     assert_true(st[1].gbps_h2d > 0.9 * st[0].gbps_h2d && st[1].gbps_h2d < 1.1 * st[0].gbps_h2d);
@@ -146,6 +146,17 @@ static void test_sampled_timing_agrees(void **state)
                 st[1].overlap < 1.001 * sum / (double)st[1].elapsed_ns);
     for (unsigned i = 0; i < st[1].streams; i++)
         assert_true(st[1].stream_busy_ns[i] > 0);
+}
+
+/* Sampled chunks take their starts from the chunks before them on their streams (anchors) with
+ * up to 4 streams of a kind, and record timed events before their ops beyond that (6). */
+static void test_sampled_timing_agrees(void **state)
+{
+    (void)state;
+    sampled_agrees(2, false);
+    sampled_agrees(3, false);
+    sampled_agrees(6, false);
+    sampled_agrees(1, true);
 
     ferry_options_t *o = NULL;
     assert_int_equal(ferry_options_create(&o), 0);
