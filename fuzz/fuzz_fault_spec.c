@@ -19,7 +19,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     for (size_t i = 0; rc == 0 && i < s.n; i++) {
         const struct ferry_fault *f = &s.f[i];
-        if (f->kind > FERRY_FAULT_HANG_HARD || f->trigger > FERRY_TRIG_P)
+        if (f->kind > FERRY_FAULT_SHARE || f->trigger > FERRY_TRIG_P)
+            abort();
+        if (f->kind == FERRY_FAULT_SHARE &&
+            (!(f->gbps > 0 && f->gbps <= 1000) || f->dirs < 1 || f->dirs > 3 ||
+             f->trigger == FERRY_TRIG_P || f->trigger == FERRY_TRIG_BATCH))
             abort();
         if (f->trigger == FERRY_TRIG_P && !(f->p > 0 && f->p <= 1))
             abort();

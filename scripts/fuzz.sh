@@ -18,8 +18,16 @@ for f in "$build"/fuzz/fuzz_*; do
   work=$(mktemp -d)
   cp -r "$corpus"/. "$work"/ 2>/dev/null || true
   echo "== $name: ${secs}s"
-  ASAN_OPTIONS=detect_leaks=1 "$f" -max_total_time="$secs" -max_len=8192 -print_final_stats=1 \
-    "$work" 2>&1 | tail -n 4
-  rm -rf "$work"
+  log=$(mktemp)
+  if ! ASAN_OPTIONS=detect_leaks=1 "$f" -max_total_time="$secs" -max_len=8192 -print_final_stats=1 \
+    "$work" >"$log" 2>&1; then
+    # the crash: what the harness or a sanitizer said, and the input (crash-* in this folder)
+    grep -v '^INFO\|^#[0-9]' "$log" | tail -n 40
+    echo "fuzz: $name failed"
+    rm -rf "$work" "$log"
+    exit 1
+  fi
+  tail -n 4 "$log"
+  rm -rf "$work" "$log"
 done
 echo "fuzz: all harnesses ran ${secs}s without a crash"
