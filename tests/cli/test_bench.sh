@@ -24,6 +24,12 @@ json_check "pipeline: 1 MiB below 4 MiB" "$TMP/out" \
   "max(r['gbps_h2d'] for r in j['results'] if r['chunk_bytes'] == 2**20) < min(r['gbps_h2d'] for r in j['results'] if r['chunk_bytes'] == 4*2**20)"
 expect_rc "bench pipeline --compare" 0 "$FERRY" bench pipeline --backend sim --bytes 16M --chunks 4M --streams 1 --intensity 0 --compare --csv
 expect_in "compare columns" "$TMP/out" "sim_gbps_h2d,sim_error"
+# The prediction's own length: 64M of 16 MiB chunks fills and drains the pipeline less than
+# 16M, so the prediction rises; 0 is refused by name.
+expect_rc "bench pipeline --compare-bytes" 0 "$FERRY" bench pipeline --backend sim --bytes 16M --chunks 16M --streams 1 --intensity 0 --compare-bytes 64M --json
+json_check "a longer prediction is faster" "$TMP/out" "j['results'][0]['sim_gbps_h2d'] > 1.2 * j['results'][0]['gbps_h2d']"
+expect_rc "bench pipeline --compare-bytes 0" 2 "$FERRY" bench pipeline --compare-bytes 0
+expect_in "compare-bytes named" "$TMP/err" "--compare-bytes must be at least 1"
 
 expect_rc "bench without a benchmark" 2 "$FERRY" bench
 expect_rc "unknown benchmark" 2 "$FERRY" bench disk
