@@ -631,10 +631,6 @@ static int cmp_u64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The bandwidth monitor: one timed copy of @bytes in @ns, direction @d (0 H2D, 1 D2H). Over a
- * full window, the rate while copying against the link's theoretical rate: below the alert
- * ratio an alert is raised (log, count, callback) naming the likely cause; 5 points above it,
- * cleared. Completion thread. */
 /* Whether the link carries traffic this pipeline did not move (beyond its own bytes and the
  * counter's overhead on them), at least bw_foreign_ratio of the link's rate @link_gbps in some
  * direction: that traffic per direction into @foreign (bytes per second). Inline (simulator),
@@ -658,6 +654,10 @@ static bool foreign_traffic(ferry_pipeline_t *p, uint64_t now, double link_gbps,
     return any;
 }
 
+/* The bandwidth monitor: one timed copy of @bytes in @ns, direction @d (0 H2D, 1 D2H). Over a
+ * full window, the rate while copying against the link's theoretical rate: below the alert
+ * ratio an alert is raised (log, count, callback) naming the likely cause; 5 points above it,
+ * cleared. Completion thread. */
 static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, uint64_t now)
 {
     double link = p->dev->props.link_gbps;
