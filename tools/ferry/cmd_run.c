@@ -471,7 +471,8 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
         printf("  bandwidth  %llu alert(s): copies ran below the alert share of the link (the "
                "log names the likely cause); last window H2D %.0f%%, D2H %.0f%% of the link\n",
                (unsigned long long)s->bw_alerts, s->bw_ratio[0] * 100, s->bw_ratio[1] * 100);
-    if (s->link_samples > 0)
+    /* The latest sample, when it saw traffic (one taken before or after the run sees none). */
+    if (s->link_samples > 0 && s->link_bps[0] + s->link_bps[1] > 0)
         printf("  link       last of %llu sample(s): %.1f GB/s H2D, %.1f GB/s D2H on the link, "
                "of which this run %.1f and %.1f\n",
                (unsigned long long)s->link_samples, s->link_bps[0] / 1e9, s->link_bps[1] / 1e9,
