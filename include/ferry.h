@@ -298,6 +298,9 @@ typedef struct ferry_pipeline_config {
      * NULL: alerts are logged and counted only. */
     void (*on_alert)(const struct ferry_alert *alert, void *arg);
     void *alert_arg;
+    /* Copies of adjacent chunks of one batch merged up to this many bytes (kernels stay one
+     * per chunk); 0: the coalesce_bytes option. SIZE_MAX: none (a copy per chunk). */
+    size_t coalesce_bytes;
 } ferry_pipeline_config_t;
 #define FERRY_PRIORITY_DEFAULT (-1000)
 #define FERRY_PIPELINE_CONFIG_INIT                                                                 \
@@ -431,6 +434,8 @@ typedef struct ferry_pipeline_stats {
      * pipeline's own share, in bytes per second (-1 before a sample, or with no counter). */
     uint64_t link_samples;
     double link_bps[2], link_own_bps[2];
+    /* Chunks per copy at most (option coalesce_bytes): 1 is a copy per chunk. */
+    unsigned copy_group;
 } ferry_pipeline_stats_t;
 #define FERRY_PIPELINE_STATS_INIT                                                                  \
     {                                                                                              \
@@ -462,6 +467,8 @@ typedef struct ferry_op_record {
     uint64_t start_ns, end_ns; /* device clock (virtual on the simulator), ns since the first
                                   chunk's issue: the trace's time origin */
     uint64_t bytes;
+    uint32_t chunks; /* chunks from @chunk on that the op covers: more than 1 for a copy
+                        group (option coalesce_bytes), whose kernels form one compute op */
 } ferry_op_record_t;
 
 /** Call @p fn once per op recorded for the trace so far, in the order the ops were retired

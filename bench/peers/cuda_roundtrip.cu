@@ -170,13 +170,12 @@ static void bench_copy(const std::vector<size_t> &sizes, int reps, int warm)
 }
 
 struct Ring {
-    int slots, ncomp;
+    int slots, ncomp, group;
     bool timing;
-    size_t chunk;
+    size_t chunk; /* a kernel's share; a copy moves group x chunk */
     std::vector<float *> din, dout;
     std::vector<cudaEvent_t> eh, ec, ed;
-    cudaStream_t sh, sd;
-    std::vector<cudaStream_t> sc;
+    std::vector<cudaStream_t> sh, sd, sc;
 };
 
 /* Issue @total bytes through the ring, cycling over the @pool-byte buffers; returns seconds. */
@@ -187,27 +186,38 @@ static double roundtrip_once(Ring &g, const float *in, float *out, size_t pool, 
     CK(cudaEventCreate(&t0));
     CK(cudaEventCreate(&t1));
     CK(cudaDeviceSynchronize());
-    CK(cudaEventRecord(t0, g.sh));
-    size_t nchunks = total / g.chunk, per_pool = pool / g.chunk;
+    CK(cudaEventRecord(t0, g.sh[0]));
+    for (size_t k = 1; k < g.sh.size(); k++)
+        CK(cudaStreamWaitEvent(g.sh[k], t0, 0));
+    size_t span = g.chunk * (size_t)g.group, nchunks = total / span, per_pool = pool / span;
+    size_t ncopy = g.sh.size();
     for (size_t i = 0; i < nchunks; i++) {
         int j = (int)(i % (size_t)g.slots);
-        cudaStream_t sc = g.sc[i % g.sc.size()];
-        size_t at = (i % per_pool) * (g.chunk / 4);
+        cudaStream_t sc = g.sc[i % g.sc.size()], sh = g.sh[i % ncopy], sd = g.sd[i % ncopy];
+        size_t at = (i % per_pool) * (span / 4);
         if (i >= (size_t)g.slots) /* d_in is free once the previous kernel on it has read it */
-            CK(cudaStreamWaitEvent(g.sh, g.ec[j], 0));
-        CK(cudaMemcpyAsync(g.din[j], in + at, g.chunk, cudaMemcpyHostToDevice, g.sh));
-        CK(cudaEventRecord(g.eh[j], g.sh));
+            CK(cudaStreamWaitEvent(sh, g.ec[j], 0));
+        CK(cudaMemcpyAsync(g.din[j], in + at, span, cudaMemcpyHostToDevice, sh));
+        CK(cudaEventRecord(g.eh[j], sh));
         CK(cudaStreamWaitEvent(sc, g.eh[j], 0));
         if (i >= (size_t)g.slots) /* d_out is free once its previous D2H is done */
             CK(cudaStreamWaitEvent(sc, g.ed[j], 0));
-        scale<<<blocks, 256, 0, sc>>>(g.din[j], g.dout[j], g.chunk / 4, kFactor);
-        CK(cudaGetLastError());
+        for (int k = 0; k < g.group; k++) {
+            size_t off = (size_t)k * (g.chunk / 4);
+            scale<<<blocks, 256, 0, sc>>>(g.din[j] + off, g.dout[j] + off, g.chunk / 4, kFactor);
+            CK(cudaGetLastError());
+        }
         CK(cudaEventRecord(g.ec[j], sc));
-        CK(cudaStreamWaitEvent(g.sd, g.ec[j], 0));
-        CK(cudaMemcpyAsync(out + at, g.dout[j], g.chunk, cudaMemcpyDeviceToHost, g.sd));
-        CK(cudaEventRecord(g.ed[j], g.sd));
+        CK(cudaStreamWaitEvent(sd, g.ec[j], 0));
+        CK(cudaMemcpyAsync(out + at, g.dout[j], span, cudaMemcpyDeviceToHost, sd));
+        CK(cudaEventRecord(g.ed[j], sd));
     }
-    CK(cudaEventRecord(t1, g.sd));
+    /* the end: every D2H stream's last copy */
+    for (size_t k = 1; k < ncopy; k++) {
+        CK(cudaEventRecord(g.ed[0], g.sd[k]));
+        CK(cudaStreamWaitEvent(g.sd[0], g.ed[0], 0));
+    }
+    CK(cudaEventRecord(t1, g.sd[0]));
     CK(cudaEventSynchronize(t1));
     float ms = 0;
     CK(cudaEventElapsedTime(&ms, t0, t1));
@@ -216,23 +226,24 @@ static double roundtrip_once(Ring &g, const float *in, float *out, size_t pool, 
     return ms / 1e3;
 }
 
-static void ring_create(Ring &g, size_t chunk, size_t nc, int slots, bool timing)
+static void ring_create(Ring &g, size_t chunk, size_t nc, int slots, bool timing, size_t ncopy,
+                        int group)
 {
     g.slots = slots;
     g.chunk = chunk;
     g.ncomp = (int)nc;
+    g.group = group;
     g.timing = timing;
-    CK(cudaStreamCreateWithFlags(&g.sh, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&g.sd, cudaStreamNonBlocking));
-    g.sc.resize(nc);
-    for (auto &s : g.sc)
-        CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    g.sh.resize(ncopy), g.sd.resize(ncopy), g.sc.resize(nc);
+    for (auto *v : {&g.sh, &g.sd, &g.sc})
+        for (auto &s : *v)
+            CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     g.din.resize(slots), g.dout.resize(slots);
     g.eh.resize(slots), g.ec.resize(slots), g.ed.resize(slots);
     unsigned flags = timing ? cudaEventDefault : cudaEventDisableTiming;
     for (int j = 0; j < slots; j++) {
-        CK(cudaMalloc(&g.din[j], chunk));
-        CK(cudaMalloc(&g.dout[j], chunk));
+        CK(cudaMalloc(&g.din[j], chunk * (size_t)group));
+        CK(cudaMalloc(&g.dout[j], chunk * (size_t)group));
         CK(cudaEventCreateWithFlags(&g.eh[j], flags));
         CK(cudaEventCreateWithFlags(&g.ec[j], flags));
         CK(cudaEventCreateWithFlags(&g.ed[j], flags));
@@ -248,10 +259,9 @@ static void ring_destroy(Ring &g)
         CK(cudaEventDestroy(g.ec[j]));
         CK(cudaEventDestroy(g.ed[j]));
     }
-    for (auto &s : g.sc)
-        CK(cudaStreamDestroy(s));
-    CK(cudaStreamDestroy(g.sh));
-    CK(cudaStreamDestroy(g.sd));
+    for (auto *v : {&g.sh, &g.sd, &g.sc})
+        for (auto &s : *v)
+            CK(cudaStreamDestroy(s));
 }
 
 /* Every configuration of one chunk size and compute-stream count runs on the same host buffers,
@@ -259,7 +269,9 @@ static void ring_destroy(Ring &g)
  * all alike. */
 static void bench_roundtrip(const std::vector<size_t> &chunks, const std::vector<size_t> &ncomps,
                             const std::vector<size_t> &slot_list,
-                            const std::vector<size_t> &timing_list, size_t total, int reps)
+                            const std::vector<size_t> &timing_list,
+                            const std::vector<size_t> &copy_list,
+                            const std::vector<size_t> &group_list, size_t total, int reps)
 {
     size_t pool = std::min(total, (size_t)1 << 30);
     float *in = (float *)pinned(pool), *out = (float *)pinned(pool);
@@ -269,12 +281,16 @@ static void bench_roundtrip(const std::vector<size_t> &chunks, const std::vector
     for (size_t chunk : chunks) {
         for (size_t nc : ncomps) {
             std::vector<Ring> rings;
+            size_t span_max = chunk * *std::max_element(group_list.begin(), group_list.end());
             for (size_t sl : slot_list)
-                for (size_t t : timing_list) {
-                    rings.emplace_back();
-                    ring_create(rings.back(), chunk, nc, (int)sl, t != 0);
-                }
-            size_t tot = total - total % chunk, use_pool = pool - pool % chunk;
+                for (size_t t : timing_list)
+                    for (size_t nco : copy_list)
+                        for (size_t gr : group_list) {
+                            rings.emplace_back();
+                            ring_create(rings.back(), chunk, nc, (int)sl, t != 0, nco, (int)gr);
+                        }
+            /* one length for every grouping: a multiple of the largest group's copy */
+            size_t tot = total - total % span_max, use_pool = pool - pool % span_max;
             std::vector<std::vector<double>> gbps(rings.size());
             std::vector<bool> ok(rings.size(), true);
             for (int r = 0; r <= reps; r++) /* the first is a warm-up */
@@ -290,9 +306,11 @@ static void bench_roundtrip(const std::vector<size_t> &chunks, const std::vector
                 }
             for (size_t i = 0; i < rings.size(); i++) {
                 printf("{\"peer\":\"cuda\",\"kind\":\"roundtrip\",\"chunk_bytes\":%zu,"
-                       "\"compute_streams\":%zu,\"slots\":%d,\"timing_events\":%s,\"bytes\":%zu,"
+                       "\"compute_streams\":%zu,\"copy_streams\":%zu,\"copy_group\":%d,"
+                       "\"slots\":%d,\"timing_events\":%s,\"bytes\":%zu,"
                        "\"gbps_each_way\":%.3f,\"best_gbps\":%.3f,\"reps\":%d,\"verified\":%s}\n",
-                       chunk, nc, rings[i].slots, rings[i].timing ? "true" : "false", tot,
+                       chunk, nc, rings[i].sh.size(), rings[i].group, rings[i].slots,
+                       rings[i].timing ? "true" : "false", tot,
                        median(gbps[i]), *std::max_element(gbps[i].begin(), gbps[i].end()), reps,
                        ok[i] ? "true" : "false");
                 ring_destroy(rings[i]);
@@ -346,7 +364,8 @@ static void usage(void)
 {
     fprintf(stderr, "usage: cuda_roundtrip copy [--sizes LIST] [--reps N] [--warmup N]\n"
                     "       cuda_roundtrip roundtrip [--chunks LIST] [--compute-streams LIST] "
-                    "[--slots LIST] [--timing-events 0,1] [--bytes SIZE] [--reps N]\n"
+                    "[--slots LIST] [--timing-events 0,1] [--copy-streams LIST] [--group LIST] "
+                    "[--bytes SIZE] [--reps N]\n"
                     "       cuda_roundtrip hog [--seconds S]\n");
     exit(2);
 }
@@ -358,7 +377,7 @@ int main(int argc, char **argv)
     std::string mode = argv[1];
     std::vector<size_t> sizes = parse_list("4K,64K,1M,4M,16M,64M,256M,1G");
     std::vector<size_t> chunks = parse_list("256K,1M,4M,16M"), ncomps = parse_list("1,2");
-    std::vector<size_t> slots = parse_list("4"), timing = {0};
+    std::vector<size_t> slots = parse_list("4"), timing = {0}, copies = {1}, groups = {1};
     int reps = 0, warm = 3;
     size_t total = (size_t)4 << 30;
     double seconds = 10;
@@ -377,6 +396,10 @@ int main(int argc, char **argv)
             slots = parse_list(v);
         else if (a == "--timing-events") /* 1: the ring's events record times, as ferry's do */
             timing = parse_list(v);
+        else if (a == "--copy-streams") /* streams per copy direction, chunks round-robin */
+            copies = parse_list(v);
+        else if (a == "--group") /* chunks per copy: one copy each way, a kernel per chunk */
+            groups = parse_list(v);
         else if (a == "--bytes")
             total = parse_size(v);
         else if (a == "--reps")
@@ -393,6 +416,16 @@ int main(int argc, char **argv)
             fprintf(stderr, "cuda_roundtrip: chunk %zu (accepted: a positive multiple of 4)\n", c);
             return 2;
         }
+    for (size_t k : copies)
+        if (k < 1 || k > 8) {
+            fprintf(stderr, "cuda_roundtrip: --copy-streams %zu (accepted: 1 to 8)\n", k);
+            return 2;
+        }
+    for (size_t k : groups)
+        if (k < 1 || k > 16) {
+            fprintf(stderr, "cuda_roundtrip: --group %zu (accepted: 1 to 16)\n", k);
+            return 2;
+        }
     for (size_t sl : slots)
         if (sl < 1 || sl > 64) {
             fprintf(stderr, "cuda_roundtrip: --slots %zu (accepted: 1 to 64)\n", sl);
@@ -401,7 +434,7 @@ int main(int argc, char **argv)
     if (mode == "copy")
         bench_copy(sizes, reps ? reps : 10, warm);
     else if (mode == "roundtrip")
-        bench_roundtrip(chunks, ncomps, slots, timing, total, reps ? reps : 5);
+        bench_roundtrip(chunks, ncomps, slots, timing, copies, groups, total, reps ? reps : 5);
     else if (mode == "hog")
         bench_hog(seconds);
     else

@@ -58,6 +58,8 @@ enum chunk_timing { TIME_NONE, TIME_ENDS, TIME_SAMPLE, TIME_ANCHOR };
 #define LADDER_HEALTHY 64u
 /* Prime, so that the sampled chunks visit every stream of a round-robin plan (at most 16). */
 #define SAMPLE_EVERY 31u
+/* Chunks in a copy group, at most (option coalesce_bytes). */
+#define GROUP_MAX 16u
 /* Chunks timed ahead of a sampled chunk for its starts, at most. */
 #define ANCHORS_MAX 4u
 
@@ -81,6 +83,7 @@ typedef struct batch_rec {
     ferry_done_fn cb;
     void *arg;
     uint32_t nchunks;
+    uint32_t nslots;      /* slots it takes: nchunks / copy group, rounded up */
     uint32_t chunks_left; /* completion thread only, once issued */
     uint32_t cpu_chunks;  /* completion thread: chunks the CPU fallback produced */
     int status;           /* completion thread only */
@@ -102,9 +105,10 @@ typedef struct slot {
     struct slot *next_free;
     /* The chunk bound to the slot while it is in flight. */
     batch_rec_t *batch;
-    uint64_t issue_ns; /* device clock when its H2D was issued */
-    uint32_t chunk;
-    size_t offset, bytes;
+    uint64_t issue_ns;       /* device clock when its H2D was issued */
+    uint32_t chunk;          /* the first chunk of the group bound to the slot */
+    uint32_t nsub;           /* chunks in the group: one copy each way, a kernel each */
+    size_t offset, bytes;    /* the group's, within the batch */
     unsigned h2d, comp, d2h; /* stream indices into p->streams */
     bool copy_out;           /* output lands in h_out and must be copied to the batch */
     const void *host_in;     /* the chunk's input in host memory (for the CPU fallback) */
@@ -123,6 +127,7 @@ typedef struct trace_rec {
     uint16_t stream;
     char kind; /* 'h', 'c', 'd'; 'a' an alert (instant): stream holds its trace_note */
     uint64_t start, end, bytes;
+    uint32_t nsub; /* the chunks of its copy group (0 read as 1) */
 } trace_rec_t;
 
 /* Instant events in the trace. */
@@ -140,6 +145,7 @@ struct ferry_pipeline {
     ferry_stage_t stage;
     char stage_name[64];
     size_t chunk;
+    unsigned group; /* chunks per copy at most (coalesce_bytes): a slot holds a group */
     unsigned depth, ncopy, ncomp, nstreams;
     bool single; /* one stream for everything */
     int copy_prio, comp_prio;
@@ -315,7 +321,7 @@ static void trace_note(ferry_pipeline_t *p, enum trace_note n, uint64_t batch, u
 {
     if (!__atomic_load_n(&p->tracing, __ATOMIC_RELAXED))
         return;
-    trace_rec_t r = {batch, chunk, (uint16_t)n, 'a', now, now, 0};
+    trace_rec_t r = {batch, chunk, (uint16_t)n, 'a', now, now, 0, 1};
     pthread_mutex_lock(&p->lock);
     trace_add(p, &r);
     pthread_mutex_unlock(&p->lock);
@@ -451,13 +457,13 @@ static void write_failure_record(ferry_pipeline_t *p, const slot_t *s, int err, 
             s->attempt);
     ferry__json_str(f, p->stage_name);
     fprintf(f,
-            ",\"chunk\":%u,\"offset\":%zu,\"bytes\":%zu,\"streams\":{\"h2d\":%u,"
+            ",\"chunk\":%u,\"chunks\":%u,\"offset\":%zu,\"bytes\":%zu,\"streams\":{\"h2d\":%u,"
             "\"compute\":%u,\"d2h\":%u},\"plan\":{\"copy_streams\":%u,\"compute_streams\":%u,"
             "\"depth\":%u,\"chunk_bytes\":%zu},\"launch\":{\"blocks\":%d},"
             "\"buffers\":{\"host_in\":\"%p\",\"out\":\"%p\",\"d_in\":\"%p\",\"d_out\":\"%p\"},"
             "\"issue_ns\":%llu,\"level\":%d,\"error\":\"%s\",\"message\":",
-            s->chunk, s->offset, s->bytes, s->h2d, s->comp, s->d2h, p->ncopy, p->ncomp, p->depth,
-            p->chunk, p->dev->props.sms > 0 ? p->dev->props.sms : 1, s->host_in,
+            s->chunk, s->nsub, s->offset, s->bytes, s->h2d, s->comp, s->d2h, p->ncopy, p->ncomp,
+            p->depth, p->chunk, p->dev->props.sms > 0 ? p->dev->props.sms : 1, s->host_in,
             b->b.out != NULL ? (void *)((unsigned char *)b->b.out + s->offset) : NULL, s->d_in,
             s->d_out, (unsigned long long)s->issue_ns, strcmp(action, "retry") == 0 ? 1 : 2,
             ferry_err_name(err));
@@ -480,27 +486,46 @@ static void guard_late_copy(ferry_pipeline_t *p, slot_t *s, const unsigned char 
                   (unsigned long long)s->batch->id, s->chunk, ferry__last_error_text());
 }
 
-/* The kernel launch of the chunk bound to @s, for its attempt: device buffers, the abort word
- * and the chunk's sequence number, and the simulator's timing hints. */
-static ferry_be_launch_t chunk_launch(const ferry_pipeline_t *p, const slot_t *s)
+/* Chunk @i of the group bound to @s: its bytes, and its offset within the group. */
+static size_t sub_bytes(const ferry_pipeline_t *p, const slot_t *s, uint32_t i, size_t *at)
 {
+    *at = (size_t)i * p->chunk;
+    return s->bytes - *at < p->chunk ? s->bytes - *at : p->chunk;
+}
+
+/* The kernel launch of chunk @i of the group bound to @s, for its attempt: device buffers,
+ * the abort word and the group's sequence number, and the simulator's timing hints. */
+static ferry_be_launch_t chunk_launch(const ferry_pipeline_t *p, const slot_t *s, uint32_t i)
+{
+    size_t at, n = sub_bytes(p, s, i, &at);
     return (ferry_be_launch_t){
         .gpu = p->stage.gpu,
         .cpu = p->stage.cpu,
         .user = p->stage.user,
         .args = {.size = sizeof(ferry_kernel_args_t),
-                 .in = s->d_in,
-                 .out = s->d_out,
-                 .bytes = s->bytes,
-                 .offset = s->offset,
+                 .in = (unsigned char *)s->d_in + at,
+                 .out = (unsigned char *)s->d_out + at,
+                 .bytes = n,
+                 .offset = s->offset + at,
                  .batch_id = s->batch->id,
-                 .chunk = s->chunk,
+                 .chunk = s->chunk + i,
                  .attempt = s->attempt,
                  .abort_word = ferry__watchdog_abort_word(p->wd),
                  .seq = s->seq},
         .blocks = (uint32_t)(p->dev->props.sms > 0 ? p->dev->props.sms : 1),
-        .block_ns = (uint64_t)(p->stage.ns_per_byte * (double)s->bytes),
+        .block_ns = (uint64_t)(p->stage.ns_per_byte * (double)n),
     };
+}
+
+/* The kernels of the group bound to @s, in chunk order, on @st. */
+static int launch_group(ferry_pipeline_t *p, slot_t *s, ferry_be_stream_t *st)
+{
+    int rc = 0;
+    for (uint32_t i = 0; rc == 0 && i < s->nsub; i++) {
+        ferry_be_launch_t l = chunk_launch(p, s, i);
+        rc = ferry__be_launch(p->dev, st, &l);
+    }
+    return rc;
 }
 
 /* The ladder's level 1: a non-sticky failure takes a step down (fewer streams, fewer chunks in
@@ -544,9 +569,8 @@ static int retry_on_gpu(ferry_pipeline_t *p, slot_t *s)
     batch_rec_t *b = s->batch;
     void *dst =
         s->copy_out || b->b.out == NULL ? (void *)s->h_out : (unsigned char *)b->b.out + s->offset;
-    ferry_be_launch_t l = chunk_launch(p, s);
     if ((rc = ferry__be_memcpy_h2d(d, p->retry_stream, s->d_in, s->host_in, s->bytes)) != 0 ||
-        (rc = ferry__be_launch(d, p->retry_stream, &l)) != 0 ||
+        (rc = launch_group(p, s, p->retry_stream)) != 0 ||
         (rc = ferry__be_memcpy_d2h(d, p->retry_stream, dst, s->d_out, s->bytes)) != 0 ||
         (rc = ferry__be_event_record(d, p->retry_ev, p->retry_stream)) != 0) {
         ferry__be_stream_sync(d, p->retry_stream); /* what was queued, before the slot moves on */
@@ -586,19 +610,25 @@ static void fall_back(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, pas
         step_down(p);
     int rc = err;
     const char *action = "failed";
+    uint32_t ok = 0;
     if (p->stage.cpu != NULL && s->host_in != NULL) {
         unsigned char *out =
             b->b.out != NULL ? (unsigned char *)b->b.out + s->offset : (unsigned char *)s->h_out;
-        ferry_kernel_args_t args = {.size = sizeof(args),
-                                    .in = s->host_in,
-                                    .out = out,
-                                    .bytes = s->bytes,
-                                    .offset = s->offset,
-                                    .batch_id = b->id,
-                                    .chunk = s->chunk,
-                                    .attempt = s->attempt + 1,
-                                    .seq = s->seq};
-        rc = p->stage.cpu(&args, p->stage.user);
+        rc = 0;
+        for (uint32_t i = 0; rc == 0 && i < s->nsub; i++) { /* every chunk of the group */
+            size_t at, n = sub_bytes(p, s, i, &at);
+            ferry_kernel_args_t args = {.size = sizeof(args),
+                                        .in = (const unsigned char *)s->host_in + at,
+                                        .out = out + at,
+                                        .bytes = n,
+                                        .offset = s->offset + at,
+                                        .batch_id = b->id,
+                                        .chunk = s->chunk + i,
+                                        .attempt = s->attempt + 1,
+                                        .seq = s->seq};
+            rc = p->stage.cpu(&args, p->stage.user);
+            ok += rc == 0;
+        }
         if (rc > 0 || rc < FERRY_ERR_MIN_)
             rc = FERRY_EKERNEL;
         action = rc == 0 ? "cpu" : "failed";
@@ -614,9 +644,9 @@ static void fall_back(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, pas
     }
     if (rc == 0 && s->abandoned && !s->copy_out && b->b.out != NULL)
         guard_late_copy(p, s, (unsigned char *)b->b.out + s->offset);
+    __atomic_add_fetch(&b->cpu_chunks, ok, __ATOMIC_RELAXED);
+    p->chunks_cpu += ok;
     if (rc == 0) {
-        __atomic_add_fetch(&b->cpu_chunks, 1, __ATOMIC_RELAXED);
-        p->chunks_cpu++;
         a->bytes_cpu += s->bytes;
     } else {
         int zero = 0;
@@ -767,7 +797,7 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
         s->errmsg[0] = '\0';
         err = retry_on_gpu(p, s);
         if (err == 0) {
-            p->chunks_retried++;
+            p->chunks_retried += s->nsub;
             s->timing = TIME_NONE; /* the first attempt's timed events are not this one's */
         } else if (s->errmsg[0] == '\0') {
             ferry__strlcpy(s->errmsg, ferry__last_error_text(), sizeof(s->errmsg));
@@ -783,7 +813,7 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
         a->copied_out += s->bytes;
     }
     a->bytes += s->bytes;
-    a->chunks++;
+    a->chunks += s->nsub;
     a->stream_ops[s->h2d]++;
     a->stream_ops[s->comp]++;
     a->stream_ops[s->d2h]++;
@@ -852,7 +882,7 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     uint64_t dh = t[TEV_H2D_END] - hs, dc = t[TEV_COMP_END] - cs, dd = t[TEV_D2H_END] - ds;
     bw_sample(p, 0, s->bytes, dh, now);
     bw_sample(p, 1, s->bytes, dd, now);
-    a->timed++;
+    a->timed += s->nsub; /* as chunks_retired counts: the busy figures scale by their ratio */
     a->busy_h2d += dh;
     a->busy_comp += dc;
     a->busy_d2h += dd;
@@ -863,7 +893,8 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     a->stream_timed[s->comp]++;
     a->stream_timed[s->d2h]++;
     if (s->traced && __atomic_load_n(&p->tracing, __ATOMIC_RELAXED)) {
-        trace_rec_t r = {b->id, s->chunk, (uint16_t)s->h2d, 'h', hs, t[TEV_H2D_END], s->bytes};
+        trace_rec_t r = {b->id, s->chunk,       (uint16_t)s->h2d, 'h',
+                         hs,    t[TEV_H2D_END], s->bytes,         s->nsub};
         a->trace[a->ntrace++] = r;
         r.stream = (uint16_t)s->comp, r.kind = 'c', r.start = cs;
         r.end = t[TEV_COMP_END];
@@ -1082,7 +1113,7 @@ static void *completion_main(void *arg)
             batch_rec_t *b = d->batch;
             retire_chunk(p, d, errs[i], pass_now, acc);
             p->head_since[d->d2h] = pass_now;
-            if (__atomic_sub_fetch(&b->chunks_left, 1, __ATOMIC_ACQ_REL) == 0) {
+            if (__atomic_sub_fetch(&b->chunks_left, d->nsub, __ATOMIC_ACQ_REL) == 0) {
                 b->next = NULL;
                 *fin_tail = b;
                 fin_tail = &b->next;
@@ -1282,7 +1313,8 @@ static bool is_pinned(ferry_pipeline_t *p, const void *ptr, size_t n)
     return ferry_pool_owns(p->pool, ptr, n) || ferry__rt_is_registered(p->dev, ptr, n);
 }
 
-/* Issue the three ops of one chunk. Returns 0 or the error of the first call that failed. */
+/* Issue the ops of the group bound to @s: one H2D, a kernel per chunk, one D2H. Returns 0 or
+ * the error of the first call that failed. */
 static int issue_chunk(ferry_pipeline_t *p, slot_t *s)
 {
     batch_rec_t *b = s->batch;
@@ -1291,9 +1323,12 @@ static int issue_chunk(ferry_pipeline_t *p, slot_t *s)
     int rc = 0;
 
     if (b->b.prepare != NULL) {
-        rc = b->b.prepare(s->h_in, s->bytes, s->offset, b->b.prepare_arg);
-        if (rc != 0)
-            return rc < 0 ? rc : FERRY_EKERNEL;
+        for (uint32_t i = 0; i < s->nsub; i++) { /* chunk by chunk, as the callback is told */
+            size_t at, n = sub_bytes(p, s, i, &at);
+            rc = b->b.prepare(s->h_in + at, n, s->offset + at, b->b.prepare_arg);
+            if (rc != 0)
+                return rc < 0 ? rc : FERRY_EKERNEL;
+        }
     } else {
         const unsigned char *in = (const unsigned char *)b->b.in + s->offset;
         if (is_pinned(p, in, s->bytes)) {
@@ -1315,7 +1350,6 @@ static int issue_chunk(ferry_pipeline_t *p, slot_t *s)
         s->copy_out = false;
     }
     ferry_be_stream_t *sh = p->streams[s->h2d], *sc = p->streams[s->comp], *sd = p->streams[s->d2h];
-    ferry_be_launch_t l = chunk_launch(p, s);
     bool sample = s->timing == TIME_SAMPLE;
     ferry_be_event_t **dep = s->dep;
     s->issue_ns = ferry_device_now_ns(d);
@@ -1326,7 +1360,7 @@ static int issue_chunk(ferry_pipeline_t *p, slot_t *s)
     /* On one stream, stream order already is the dependency. */
     if ((sc != sh && (rc = ferry__be_stream_wait_event(d, sc, dep[EV_H2D_END])) != 0) ||
         (sample && (rc = ferry__be_event_record(d, s->tev[TEV_COMP_START], sc)) != 0) ||
-        (rc = ferry__be_launch(d, sc, &l)) != 0 ||
+        (rc = launch_group(p, s, sc)) != 0 ||
         (rc = ferry__be_event_record(d, dep[EV_COMP_END], sc)) != 0)
         return rc;
     if ((sd != sc && (rc = ferry__be_stream_wait_event(d, sd, dep[EV_COMP_END])) != 0) ||
@@ -1337,15 +1371,18 @@ static int issue_chunk(ferry_pipeline_t *p, slot_t *s)
     return 0;
 }
 
-/* Bind chunk @c of @b to slot @s, issue it and hand it to the completion thread (the caller
- * pokes it). Token holder only. */
-static void issue_one(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c, slot_t *s)
+/* Bind the group of chunks of @b from @c on (the copy group's size, or what is left of the
+ * batch) to slot @s, issue it and hand it to the completion thread (the caller pokes it).
+ * Returns the chunks bound. Token holder only. */
+static uint32_t issue_one(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c, slot_t *s)
 {
     uint64_t k = p->chunk_counter++;
     s->batch = b;
     s->chunk = c;
+    s->nsub = b->nchunks - c < p->group ? b->nchunks - c : p->group;
     s->offset = (size_t)c * p->chunk;
-    s->bytes = b->b.bytes - s->offset < p->chunk ? b->b.bytes - s->offset : p->chunk;
+    size_t span = (size_t)s->nsub * p->chunk;
+    s->bytes = b->b.bytes - s->offset < span ? b->b.bytes - s->offset : span;
     int level = __atomic_load_n(&p->level, __ATOMIC_RELAXED);
     if (p->single || level >= 3) {
         s->h2d = s->comp = s->d2h = 0;
@@ -1397,23 +1434,25 @@ static void issue_one(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c, slot_t *s
         ferry__be_stream_sync(p->dev, p->streams[s->d2h]);
         s->err = rc;
     }
-    __atomic_add_fetch(&p->chunks_issued, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&p->chunks_issued, s->nsub, __ATOMIC_RELAXED);
     if (p->virtual_clock)
         read_clock(p); /* for submit_stamp() */
     /* A failed chunk still goes through the completion thread, which counts the error once
      * for its batch and frees the slot. */
-    push_incoming(p, s);
+    uint32_t n = s->nsub;
+    push_incoming(p, s); /* the completion thread's from here on */
+    return n;
 }
 
-/* Issue a light batch whose slots (@sl, b->nchunks of them) are already taken. Once its last
+/* Issue a light batch whose slots (@sl, b->nslots of them) are already taken. Once its last
  * chunk is handed over, @b may be completed and reused: it is not read again. */
 static void issue_light(ferry_pipeline_t *p, batch_rec_t *b, slot_t *const *sl)
 {
     uint32_t n = b->nchunks;
     if (n == 0)
         push_ready(p, b);
-    for (uint32_t c = 0; c < n; c++)
-        issue_one(p, b, c, sl[c]);
+    for (uint32_t c = 0, j = 0; c < n; j++)
+        c += issue_one(p, b, c, sl[j]);
     poke(p, false);
 }
 
@@ -1477,13 +1516,13 @@ static void issue_heavy(ferry_pipeline_t *p, batch_rec_t *b)
         poke(p, false);
         return;
     }
-    for (uint32_t c = 0; c < n; c++) {
+    for (uint32_t c = 0; c < n;) {
         slot_t *s = __atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE) ? NULL : acquire_slot(p);
         if (s == NULL) {
             cpu_direct(p, b, c, n);
             return;
         }
-        issue_one(p, b, c, s);
+        c += issue_one(p, b, c, s);
         poke(p, false);
     }
 }
@@ -1534,10 +1573,10 @@ static void run_queue(ferry_pipeline_t *p, enum issue_role role)
             continue;
         }
         pthread_mutex_lock(&p->lock);
-        if (b->light && p->nfree_slots >= b->nchunks &&
-            p->depth - p->nfree_slots + b->nchunks <= inflight_limit(p) &&
+        if (b->light && p->nfree_slots >= b->nslots &&
+            p->depth - p->nfree_slots + b->nslots <= inflight_limit(p) &&
             (role == ROLE_ISSUER || budget > 0)) {
-            take_slots(p, b->nchunks, sl);
+            take_slots(p, b->nslots, sl);
             p->nqueued--;
             p->pending = NULL;
             pthread_mutex_unlock(&p->lock);
@@ -1552,7 +1591,7 @@ static void run_queue(ferry_pipeline_t *p, enum issue_role role)
             issue_heavy(p, b);
             continue;
         }
-        if (b->light && p->nfree_slots < b->nchunks) {
+        if (b->light && p->nfree_slots < b->nslots) {
             p->token = false;
             set_busy(p, false, true);
         } else {
@@ -1728,6 +1767,15 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     long long ncomp =
         cfg->compute_streams ? cfg->compute_streams : ferry__opt_i64(o, FERRY__OPT_compute_streams);
     int rc;
+    size_t coalesce =
+        cfg->size > offsetof(ferry_pipeline_config_t, coalesce_bytes) ? cfg->coalesce_bytes : 0;
+    if (coalesce == 0)
+        coalesce = (size_t)ferry__opt_i64(o, FERRY__OPT_coalesce_bytes);
+    /* A copy group: adjacent chunks of a batch share one copy each way (FACTS.md: a copy costs
+     * ~5 us plus its bytes at the link's rate, so 1 MiB copies lose ~20%). */
+    unsigned group = coalesce == SIZE_MAX || coalesce <= chunk ? 1u
+                     : coalesce / chunk > GROUP_MAX            ? GROUP_MAX
+                                                               : (unsigned)(coalesce / chunk);
     if ((rc = check_range("chunk_bytes", (long long)chunk, 1, 1LL << 30)) != 0 ||
         (rc = check_range("depth", depth, 1, 64)) != 0 ||
         (rc = check_range("copy_streams", ncopy, 1, 8)) != 0 ||
@@ -1769,6 +1817,7 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     ferry__strlcpy(p->stage_name, st->name ? st->name : "stage", sizeof(p->stage_name));
     p->stage.name = p->stage_name;
     p->chunk = chunk;
+    p->group = group;
     p->depth = (unsigned)depth;
     p->ncopy = (unsigned)ncopy;
     p->ncomp = (unsigned)ncomp;
@@ -1813,8 +1862,8 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
      * stage's cost hint and a pessimistic link (a quarter of its rate, 1 GB/s when unknown) for
      * a full ring of chunks: a slow first kernel is not taken for a hang. */
     double link = p->dev->props.link_gbps > 4 ? p->dev->props.link_gbps / 4 : 1;
-    p->lat_ewma_ns = (uint64_t)((double)p->depth * (p->stage.ns_per_byte * (double)chunk +
-                                                    2.0 * (double)chunk / link));
+    p->lat_ewma_ns = (uint64_t)((double)p->depth * (p->stage.ns_per_byte * (double)chunk * group +
+                                                    2.0 * (double)chunk * group / link));
     const char *flog = ferry__opt_str(o, FERRY__OPT_failure_log);
     if (flog != NULL && flog[0] != '\0') {
         ferry__strlcpy(p->failure_log_path, flog, sizeof(p->failure_log_path));
@@ -1842,10 +1891,11 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
         (rc = ferry__workers_create((unsigned)nworkers, "ferry-worker", &p->workers)) != 0)
         goto out_fail;
 
-    /* Pool: two pinned buffers (in, out) per slot: stages x largest chunk x 2 with depth
-     * stages in flight. Allocated once, here. */
+    /* Pool: two pinned buffers (in, out) per slot, each a copy group of chunks, depth slots in
+     * flight. Allocated once, here. */
+    size_t span = chunk * group;
     ferry_pool_config_t pc = FERRY_POOL_CONFIG_INIT;
-    pc.slot_bytes = chunk;
+    pc.slot_bytes = span;
     pc.slots = (size_t)depth * 2;
     pc.pageable_fallback = true;
     if ((rc = ferry_pool_create(dev, &pc, &p->pool)) != 0)
@@ -1861,13 +1911,13 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     for (unsigned i = 0; i < p->depth; i++) {
         slot_t *s = &p->slots[i];
         void *hi_ = NULL, *ho_ = NULL;
-        if ((rc = ferry_pool_alloc(p->pool, chunk, false, &hi_)) != 0 ||
-            (rc = ferry_pool_alloc(p->pool, chunk, false, &ho_)) != 0)
+        if ((rc = ferry_pool_alloc(p->pool, span, false, &hi_)) != 0 ||
+            (rc = ferry_pool_alloc(p->pool, span, false, &ho_)) != 0)
             goto out_fail;
         s->h_in = hi_;
         s->h_out = ho_;
-        if ((rc = ferry__be_mem_alloc(dev, chunk, &s->d_in)) != 0 ||
-            (rc = ferry__be_mem_alloc(dev, chunk, &s->d_out)) != 0) {
+        if ((rc = ferry__be_mem_alloc(dev, span, &s->d_in)) != 0 ||
+            (rc = ferry__be_mem_alloc(dev, span, &s->d_out)) != 0) {
             /* Memory pressure (the ladder's level 1): fewer chunks in flight, if one fits. */
             if (rc != FERRY_EDEVMEM || i == 0)
                 goto out_fail;
@@ -1937,9 +1987,9 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     p->issuer_started = true;
     pthread_setname_np(p->issuer, "ferry-issue");
     ferry_log(FERRY_LOG_INFO, "pipeline",
-              "created: stage %s, chunk %zu, depth %u, streams %u H2D + %u compute + %u D2H, "
-              "queue %lld, workers %lld",
-              p->stage_name, chunk, p->depth, p->ncopy, p->ncomp, p->ncopy, qd, nworkers);
+              "created: stage %s, chunk %zu, %u per copy, depth %u, streams %u H2D + %u compute "
+              "+ %u D2H, queue %lld, workers %lld",
+              p->stage_name, chunk, group, p->depth, p->ncopy, p->ncomp, p->ncopy, qd, nworkers);
     *out = p;
     return 0;
 
@@ -1974,9 +2024,10 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
             return ferry__error(FERRY_EINVAL, "ferry_pipeline_submit: in and out overlap "
                                               "partially");
     }
+    uint64_t nslots = nchunks / p->group + (nchunks % p->group != 0);
     /* Cheap enough to issue on whichever thread holds the token, without waiting. */
     bool light = batch->bytes == 0 ||
-                 (batch->prepare == NULL && batch->bytes <= LIGHT_MAX_BYTES && nchunks <= p->depth);
+                 (batch->prepare == NULL && batch->bytes <= LIGHT_MAX_BYTES && nslots <= p->depth);
     uint64_t now = submit_stamp(p);
     slot_t *sl[64];
     pthread_mutex_lock(&p->lock);
@@ -1997,11 +2048,11 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
     /* Nothing queued ahead of it and nobody issuing: issue it here, skipping the queue and
      * the hand-off to the issuer thread. */
     bool direct =
-        p->caller_issues && light && !p->token && p->nqueued == 0 && p->nfree_slots >= nchunks;
+        p->caller_issues && light && !p->token && p->nqueued == 0 && p->nfree_slots >= nslots;
     if (direct) {
         p->token = true;
         __atomic_store_n(&p->busy, 1, __ATOMIC_SEQ_CST);
-        take_slots(p, (uint32_t)nchunks, sl);
+        take_slots(p, (uint32_t)nslots, sl);
         p->submitted++;
         p->st.batches_submitted++;
     }
@@ -2011,6 +2062,7 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
     b->cb = cb;
     b->arg = arg;
     b->nchunks = (uint32_t)nchunks;
+    b->nslots = (uint32_t)nslots;
     b->chunks_left = (uint32_t)nchunks;
     b->status = 0;
     b->cpu_chunks = 0;
@@ -2147,6 +2199,7 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
                        : 0;
     out->streams = p->nstreams;
     out->chunk_bytes = p->chunk;
+    out->copy_group = p->group;
     out->depth = p->depth;
     out->copy_streams = p->ncopy;
     out->compute_streams = p->ncomp;
@@ -2228,14 +2281,21 @@ int ferry_pipeline_write_trace(ferry_pipeline_t *p, const char *path)
                                  : "f",
                 (unsigned long long)(r->batch << 20 | (r->chunk & 0xFFFFFu)), (unsigned)r->stream,
                 ts + dur / 2, r->kind == 'd' ? ",\"bp\":\"e\"" : "");
+        /* A copy group's ops name its chunks: "h2d b3 c4-7", a compute slice its kernels. */
+        unsigned nsub = r->nsub > 1 ? r->nsub : 1;
+        char chunks[32];
+        if (nsub > 1)
+            snprintf(chunks, sizeof(chunks), "%u-%u", r->chunk, r->chunk + nsub - 1);
+        else
+            snprintf(chunks, sizeof(chunks), "%u", r->chunk);
         for (int pid = 1; pid <= 2; pid++)
             fprintf(f,
                     "{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
-                    "\"name\":\"%s b%llu c%u\",\"cat\":\"%s\",\"args\":{\"batch\":%llu,"
-                    "\"chunk\":%u,\"bytes\":%llu}},\n",
+                    "\"name\":\"%s b%llu c%s\",\"cat\":\"%s\",\"args\":{\"batch\":%llu,"
+                    "\"chunk\":%u,\"chunks\":%u,\"bytes\":%llu}},\n",
                     pid, pid == 1 ? (int)r->stream : eng, ts, dur, kind_name(r->kind),
-                    (unsigned long long)r->batch, r->chunk, kind_name(r->kind),
-                    (unsigned long long)r->batch, r->chunk, (unsigned long long)r->bytes);
+                    (unsigned long long)r->batch, chunks, kind_name(r->kind),
+                    (unsigned long long)r->batch, r->chunk, nsub, (unsigned long long)r->bytes);
     }
     fprintf(f, "{\"ph\":\"M\",\"pid\":1,\"name\":\"process_sort_index\",\"args\":{\"sort_index\":1}"
                "}\n]}\n");
@@ -2256,6 +2316,7 @@ static ferry_op_record_t op_record(const trace_rec_t *r, uint64_t t0)
     o.start_ns = r->start > t0 ? r->start - t0 : 0;
     o.end_ns = r->end > t0 ? r->end - t0 : 0;
     o.bytes = r->bytes;
+    o.chunks = r->nsub > 1 ? r->nsub : 1;
     return o;
 }
 

@@ -112,8 +112,8 @@ typedef struct walk {
     ferry_pipeline_stats_t st;
 } walk_t;
 
-/* One more option for the walks (NULL: none). */
-static const char *walk_key, *walk_val;
+/* Up to two more options for the walks (NULL: none). */
+static const char *walk_key, *walk_val, *walk_key2, *walk_val2;
 
 /* 24 batches of 4 chunks (256 KiB chunks) of random floats through `scale`, with the fault
  * schedule @spec; checks exactly-once and the output of every batch that did not fail. */
@@ -124,7 +124,9 @@ static walk_t walk(const char *spec, uint64_t seed)
     int fd = mkstemp(log);
     assert_true(fd >= 0);
     close(fd);
-    const char *const kv[] = {"inject", spec, "failure_log", log, walk_key, walk_val, NULL};
+    const char *kv[] = {"inject", spec, "failure_log", log, walk_key, walk_val, NULL, NULL, NULL};
+    if (walk_key != NULL && walk_key2 != NULL)
+        kv[6] = walk_key2, kv[7] = walk_val2;
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
     ferry_device_t *dev = NULL;
     assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
@@ -243,6 +245,48 @@ static void test_kernel_fault_walk(void **state)
            w.records, (unsigned long long)w.st.chunks_retried);
     assert_int_equal(w.records, w.st.chunks_retried + 2 * w.st.chunks_cpu);
     assert_true(w.st.chunks_retried > 0);
+}
+
+/* Copies coalesced (coalesce_bytes 1M: a batch's 4 chunks share one copy each way, a kernel
+ * each): a fault in any chunk costs its group, which is retried or redone whole, and nothing
+ * is lost or wrong. */
+static void test_coalesced_fault_walk(void **state)
+{
+    (void)state;
+    uint64_t seed = test_seed(23);
+    walk_key = "coalesce_bytes", walk_val = "1M";
+    for (int b = 0; b < 24; b += step(3)) {
+        char spec[64];
+        snprintf(spec, sizeof(spec), "kernel@batch=%d", b);
+        walk_t w = walk(spec, seed + (uint64_t)b);
+        assert_int_equal(w.st.copy_group, 4);
+        assert_int_equal(w.gpu, 24);
+        assert_int_equal(w.records, 1);
+        assert_int_equal(w.st.chunks_retried, 4); /* the group ran again */
+        assert_int_equal(w.st.chunks, 96);
+    }
+    walk_key2 = "gpu_retries", walk_val2 = "0";
+    for (int k = 1; k <= 96; k += step(11)) {
+        char spec[64];
+        snprintf(spec, sizeof(spec), "kernel@n=%d", k);
+        walk_t w = walk(spec, seed + 100 + (uint64_t)k);
+        assert_int_equal(w.cpu, 1);
+        assert_int_equal(w.gpu, 23);
+        assert_int_equal(w.records, 1);
+        assert_int_equal(w.st.chunks_cpu, 4); /* the CPU redid the whole group */
+    }
+    walk_key2 = walk_val2 = NULL;
+    for (int k = 1; k <= 96; k += step(13)) {
+        char spec[64];
+        snprintf(spec, sizeof(spec), "sticky@n=%d", k);
+        walk_t w = walk(spec, seed + 200 + (uint64_t)k);
+        assert_true(w.st.gpu_lost);
+        assert_int_equal(w.failed, 0);
+        assert_int_equal(w.gpu + w.cpu, 24);
+    }
+    walk_t w = walk("kernel@p=0.2", seed);
+    assert_int_equal(w.records * 4, w.st.chunks_retried + 2 * w.st.chunks_cpu);
+    walk_key = walk_val = NULL;
 }
 
 static void test_sticky_fault_walk(void **state)
@@ -488,10 +532,15 @@ static void test_no_fallback_fails_once(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_spec_parser),       cmocka_unit_test(test_kernel_fault_walk),
-        cmocka_unit_test(test_sticky_fault_walk), cmocka_unit_test(test_slow_link_and_memory),
-        cmocka_unit_test(test_hang_walk),         cmocka_unit_test(test_ladder),
-        cmocka_unit_test(test_retry_fails_too),   cmocka_unit_test(test_no_fallback_fails_once),
+        cmocka_unit_test(test_spec_parser),
+        cmocka_unit_test(test_kernel_fault_walk),
+        cmocka_unit_test(test_coalesced_fault_walk),
+        cmocka_unit_test(test_sticky_fault_walk),
+        cmocka_unit_test(test_slow_link_and_memory),
+        cmocka_unit_test(test_hang_walk),
+        cmocka_unit_test(test_ladder),
+        cmocka_unit_test(test_retry_fails_too),
+        cmocka_unit_test(test_no_fallback_fails_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

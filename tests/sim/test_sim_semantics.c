@@ -617,6 +617,18 @@ static void test_kernel_error_is_reported_not_sticky(void **state)
     assert_int_equal(be->stream_sync(c), FERRY_EKERNEL);
     assert_int_equal(be->launch(c, &good), 0);
     assert_int_equal(be->stream_sync(c), 0);
+    /* Kernels back to back before one event (a copy group's): a good kernel after a failed
+     * one does not hide the failure from that event; once reported, the next good one clears
+     * it. */
+    assert_int_equal(be->launch(c, &bad), 0);
+    assert_int_equal(be->launch(c, &good), 0);
+    assert_int_equal(be->event_record(r, c), 0);
+    assert_int_equal(be->stream_sync(c), FERRY_EKERNEL);
+    assert_int_equal(be->event_query(r), FERRY_EKERNEL);
+    assert_int_equal(be->launch(c, &good), 0);
+    assert_int_equal(be->event_record(r, c), 0);
+    assert_int_equal(be->stream_sync(c), 0);
+    assert_int_equal(be->event_query(r), 0);
 
     for (int chunk = 0; chunk < 2; chunk++)
         for (int i = 0; i < N1; i++)

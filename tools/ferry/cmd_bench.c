@@ -87,6 +87,9 @@ static int usage(void)
         "  --chunks LIST     chunk sizes (default 256K,1M,4M,16M)\n"
         "  --streams LIST    compute streams (default 1,2)\n"
         "  --intensity LIST  FMAs per float; 0 is the scale workload (default 0,64)\n"
+        "  --coalesce-bytes SIZE  merge the copies of a batch's adjacent chunks up to SIZE\n"
+        "                    (batches hold 4 chunks; the copy column shows what one copy\n"
+        "                    moved); default 0: a copy per chunk\n"
         "  --compare         also run the sweep on the simulator (--compare-profile FILE,\n"
         "                    --compare-bytes SIZE: default 256M, as its kernels run on the\n"
         "                    CPU; a shorter run than the GPU's weighs filling and draining\n"
@@ -291,6 +294,7 @@ out:
 
 typedef struct sweep_row {
     unsigned long long chunk, streams, intensity;
+    unsigned long long copy_bytes; /* what one copy moved: a chunk, or a group (coalesce_bytes) */
     double h2d, d2h, overlap, ceiling;
     bool ok;
 } sweep_row_t;
@@ -411,6 +415,11 @@ static int sweep(ferry_options_t *o, const bench_opts_t *bo, const char *backend
                 ferry_pipeline_drain(p);
                 ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
                 ferry_pipeline_stats(p, &st);
+                /* A copy group never spans batches: a batch holds 4 chunks here. */
+                unsigned grp = st.copy_group < 4 ? st.copy_group : 4;
+                row->copy_bytes = (unsigned long long)(grp ? grp : 1) * row->chunk;
+                if (row->copy_bytes > batch)
+                    row->copy_bytes = batch;
                 row->h2d = st.gbps_h2d;
                 row->d2h = st.gbps_d2h;
                 row->overlap = st.overlap;
@@ -510,12 +519,14 @@ static void pipeline_table(report_t *r, const bench_opts_t *bo, const sweep_row_
 {
     bool cmp = bo->compare && np == n;
     /* without --compare, a NULL in place of the simulator's column ends the list there */
-    report_table(r, "chunk", "compute streams", "intensity", "H2D GB/s", "D2H GB/s", "overlap",
-                 "of ceiling", "verified", cmp ? "simulator H2D GB/s" : NULL, "error", NULL);
+    report_table(r, "chunk", "copy", "compute streams", "intensity", "H2D GB/s", "D2H GB/s",
+                 "overlap", "of ceiling", "verified", cmp ? "simulator H2D GB/s" : NULL, "error",
+                 NULL);
     for (int i = 0; i < n; i++) {
         const sweep_row_t *w = &meas[i];
-        char v[10][40];
+        char v[10][40], cb[40];
         cli_bytes(w->chunk, v[0], sizeof(v[0]));
+        cli_bytes(w->copy_bytes, cb, sizeof(cb));
         snprintf(v[1], sizeof(v[1]), "%llu", w->streams);
         snprintf(v[2], sizeof(v[2]), "%llu", w->intensity);
         snprintf(v[3], sizeof(v[3]), "%.2f", w->h2d);
@@ -529,7 +540,7 @@ static void pipeline_table(report_t *r, const bench_opts_t *bo, const sweep_row_
             snprintf(v[9], sizeof(v[9]), "%+.1f%%",
                      w->h2d > 0 ? (pred[i].h2d - w->h2d) / w->h2d * 100 : 0);
         }
-        report_row(r, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], cmp ? v[8] : NULL, v[9],
+        report_row(r, v[0], cb, v[1], v[2], v[3], v[4], v[5], v[6], v[7], cmp ? v[8] : NULL, v[9],
                    NULL);
     }
     report_table_end(r);
@@ -593,14 +604,14 @@ static int bench_pipeline(ferry_options_t *o, const bench_opts_t *bo)
         printf(",\"ceiling_gbps\":%.3f,\"results\":[", n ? meas[0].ceiling : 0.0);
     } else if (bo->csv) {
         printf("chunk_bytes,compute_streams,intensity,gbps_h2d,gbps_d2h,overlap,ceiling_gbps,"
-               "fraction,verified%s\n",
+               "fraction,verified,copy_bytes%s\n",
                bo->compare ? ",sim_gbps_h2d,sim_error" : "");
     } else {
         device_line(rt, dev, stdout, false);
         printf("# round-trip ceiling (H2D and D2H of 64 MiB at once, per direction): %.2f GB/s\n",
                n ? meas[0].ceiling : 0.0);
-        printf("%10s %7s %9s %9s %9s %8s %9s %3s", "chunk", "streams", "intensity", "H2D GB/s",
-               "D2H GB/s", "overlap", "ceiling%", "ok");
+        printf("%10s %10s %7s %9s %9s %9s %8s %9s %3s", "chunk", "copy", "streams", "intensity",
+               "H2D GB/s", "D2H GB/s", "overlap", "ceiling%", "ok");
         if (bo->compare)
             printf(" %9s %7s", "sim GB/s", "error");
         printf("\n");
@@ -611,26 +622,28 @@ static int bench_pipeline(ferry_options_t *o, const bench_opts_t *bo)
         double err = bo->compare && i < np && r->h2d > 0 ? (pred[i].h2d - r->h2d) / r->h2d : 0;
         all_ok &= r->ok;
         if (bo->json) {
-            printf("%s{\"chunk_bytes\":%llu,\"compute_streams\":%llu,\"intensity\":%llu,"
-                   "\"gbps_h2d\":%.3f,\"gbps_d2h\":%.3f,\"overlap\":%.3f,\"fraction\":%.4f,"
-                   "\"verified\":%s",
-                   i ? "," : "", r->chunk, r->streams, r->intensity, r->h2d, r->d2h, r->overlap,
-                   frac, r->ok ? "true" : "false");
+            printf("%s{\"chunk_bytes\":%llu,\"copy_bytes\":%llu,\"compute_streams\":%llu,"
+                   "\"intensity\":%llu,\"gbps_h2d\":%.3f,\"gbps_d2h\":%.3f,\"overlap\":%.3f,"
+                   "\"fraction\":%.4f,\"verified\":%s",
+                   i ? "," : "", r->chunk, r->copy_bytes, r->streams, r->intensity, r->h2d, r->d2h,
+                   r->overlap, frac, r->ok ? "true" : "false");
             if (bo->compare)
                 printf(",\"sim_gbps_h2d\":%.3f,\"sim_gbps_d2h\":%.3f,\"sim_error\":%.4f",
                        pred[i].h2d, pred[i].d2h, err);
             printf("}");
         } else if (bo->csv) {
-            printf("%llu,%llu,%llu,%.3f,%.3f,%.3f,%.3f,%.4f,%d", r->chunk, r->streams, r->intensity,
-                   r->h2d, r->d2h, r->overlap, r->ceiling, frac, r->ok);
+            printf("%llu,%llu,%llu,%.3f,%.3f,%.3f,%.3f,%.4f,%d,%llu", r->chunk, r->streams,
+                   r->intensity, r->h2d, r->d2h, r->overlap, r->ceiling, frac, r->ok,
+                   r->copy_bytes);
             if (bo->compare)
                 printf(",%.3f,%.4f", pred[i].h2d, err);
             printf("\n");
         } else {
-            char b[32];
-            printf("%10s %7llu %9llu %9.2f %9.2f %8.2f %8.1f%% %3s",
-                   cli_bytes(r->chunk, b, sizeof(b)), r->streams, r->intensity, r->h2d, r->d2h,
-                   r->overlap, frac * 100, r->ok ? "yes" : "NO");
+            char b[32], cb[32];
+            printf("%10s %10s %7llu %9llu %9.2f %9.2f %8.2f %8.1f%% %3s",
+                   cli_bytes(r->chunk, b, sizeof(b)), cli_bytes(r->copy_bytes, cb, sizeof(cb)),
+                   r->streams, r->intensity, r->h2d, r->d2h, r->overlap, frac * 100,
+                   r->ok ? "yes" : "NO");
             if (bo->compare)
                 printf(" %9.2f %+6.1f%%", pred[i].h2d, err * 100);
             printf("\n");

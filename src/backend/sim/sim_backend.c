@@ -456,6 +456,8 @@ static int sim_stream_sync(ferry_be_stream_t *s)
              : s->completed < s->submitted ? FERRY_ETIMEDOUT
              : s->own_err != 0             ? s->own_err
                                            : s->in_err;
+    if (s->own_err != 0 && s->completed == s->submitted)
+        s->own_err_reported = true; /* the host has seen it */
     unlock(dev);
     if (rc != 0)
         return ferry__error(rc, "sim: stream_sync: work on or before this stream failed (%s)",

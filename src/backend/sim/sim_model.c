@@ -393,7 +393,12 @@ static void finish_kernel(struct ferry_be_device *dev, struct sim_op *k)
         dev->stats.kernels++;
     /* Non-sticky: events recorded after this kernel on its stream report the error until a
      * later kernel of the stream succeeds; other streams see it only through event waits. */
-    s->own_err = rc == 0 ? 0 : rc < 0 ? rc : FERRY_EKERNEL;
+    if (rc != 0) {
+        s->own_err = rc < 0 ? rc : FERRY_EKERNEL;
+        s->own_err_reported = false;
+    } else if (s->own_err_reported) {
+        s->own_err = 0;
+    }
     if (rc != 0)
         dev->stats.kernel_errors++;
     dev->resident--;
@@ -443,6 +448,7 @@ static void dispatch(struct ferry_be_device *dev, struct sim_op *op)
         break;
     case SIM_OP_RECORD:
         op->err = s->own_err != 0 ? s->own_err : s->in_err;
+        s->own_err_reported = s->own_err != 0;
         op->start_ns = dev->now;
         complete(dev, op);
         break;
@@ -634,6 +640,7 @@ int ferry__sim_abort(struct ferry_be_device *dev, const volatile uint64_t *word,
         dev->hung[i] = dev->hung[--dev->nhung];
         /* The kernel saw the flag and returned early: an error, not a sticky one. */
         k->stream->own_err = FERRY_ETIMEDOUT;
+        k->stream->own_err_reported = false;
         dev->stats.kernels++;
         dev->stats.kernel_errors++;
         dev->resident--;

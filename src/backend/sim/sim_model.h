@@ -62,9 +62,12 @@ struct ferry_be_stream {
     uint64_t submitted, completed; /* ops; stream order makes them complete in order */
     uint64_t last_end_ns;
     /* Non-sticky kernel errors, reported by every event recorded after them: own_err is the
-     * result of the stream's latest kernel (a later good kernel clears it), in_err the error
-     * that reached the stream through its latest run of event waits. */
+     * stream's latest kernel error, which a later good kernel clears once an event recorded
+     * after the error has reported it (so kernels run back to back before one event, a copy
+     * group's, report any of theirs that failed); in_err the error that reached the stream
+     * through its latest run of event waits. */
     int own_err, in_err;
+    bool own_err_reported;
     enum sim_op_kind last_kind; /* of the latest op dispatched, to tell runs of waits */
     bool any_dispatched;
     bool destroyed; /* freed once its last op completes */
