@@ -297,4 +297,12 @@ for r in rows:
     if "bench" in r:
         print(f"bench {r['bench']}/{r['case']}: {r['value']:.1f} {r['unit']}")
 PY
+# The device machine's transfer brings back at most 8 files: under $OUT, the pieces (the sweeps'
+# JSON, the link runs, the calibrated profile, the reports) go into one archive beside the
+# results, the summary's log and the tests' log.
+if [ -n "${OUT:-}" ]; then
+  (cd "$out" && find . -maxdepth 1 -type f ! -name "gpu-*.jsonl" ! -name gpu-check.log \
+      ! -name ctest.log ! -name console.log ! -name pieces.tar.gz -printf '%f\n' \
+    | tar czf pieces.tar.gz -T - --remove-files) || echo "could not archive the pieces" | tee -a "$log"
+fi
 exit $tests_rc
