@@ -727,7 +727,8 @@ static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, u
         cause = FERRY_CAUSE_SMALL_TRANSFERS;
         snprintf(text, sizeof(text),
                  "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s: small transfers (median "
-                 "%llu KiB); each copy pays a fixed cost: use chunks of 4 MiB or more",
+                 "%llu KiB); each copy pays a fixed cost: use chunks of 4 MiB or more, or "
+                 "coalesce_bytes=8M to merge the copies of a batch's chunks",
                  dir, gbps, w->ratio * 100, link, (unsigned long long)(median >> 10));
     } else if (!p->host_pinned) {
         cause = FERRY_CAUSE_PAGEABLE;
