@@ -145,11 +145,13 @@ python3 -c "import json,sys; j=json.load(open(sys.argv[1])); j['kind']='bench_pi
 step "monitoring and watchdog cost, the plan's depth and copy streams: interleaved rounds"
 # full: the defaults (one chunk in 31 timed, watchdog every 1 ms, heartbeat every 100 ms, link
 # sampled every 200 ms); bare: no timed events, no heartbeat, watchdog every second, no link
-# sampling; beat1ms: a heartbeat every ms; link20ms: NVML sampled back to back.
+# sampling; beat1ms: a heartbeat every ms; link20ms: NVML sampled back to back; coalesced: the
+# defaults with copies coalesced up to 8 MiB (4 chunks of 1 MiB, 2 of 4 MiB per copy).
 for round in 1 2 3; do
-  for mode in full bare beat1ms link20ms; do
+  for mode in full bare beat1ms link20ms coalesced; do
     case $mode in
       full) envs=() ;;
+      coalesced) envs=(FERRY_COALESCE_BYTES=8M) ;;
       bare) envs=(FERRY_OP_TIMING=off FERRY_HEARTBEAT_MS=0 FERRY_WATCHDOG_MS=1000 FERRY_LINK_SAMPLE_MS=0) ;;
       beat1ms) envs=(FERRY_HEARTBEAT_MS=1) ;;
       link20ms) envs=(FERRY_LINK_SAMPLE_MS=20) ;;
@@ -273,17 +275,19 @@ if peer:
             print(f"ferry best at {c >> 20}M / peer's best at {c >> 20}M: {v:.2f} / {max(same):.2f} = "
                   f"{v / max(same):.3f}x (peer's best at any chunk {best_peer:.2f}: {v / best_peer:.3f}x)")
 import statistics
-modes = {}
+modes, fracs = {}, {}
 for r in rows:
     if r.get("kind") == "bench_pipeline_mode":
         for x in r["results"]:
             modes.setdefault((r["mode"], x["chunk_bytes"]), []).append(min(x["gbps_h2d"], x["gbps_d2h"]))
+            fracs.setdefault((r["mode"], x["chunk_bytes"]), []).append(x["fraction"])
 if modes:
-    print("modes (median of 3 interleaved rounds, GB/s each way; ratio to bare):")
+    print("modes (median of 3 interleaved rounds, GB/s each way; ratio to bare; of each round's ceiling):")
     for (m, c), v in sorted(modes.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         base = modes.get(("bare", c))
         ratio = statistics.median(v) / statistics.median(base) if base else float("nan")
-        print(f"  {m:8s} {c >> 10:6d}K  {statistics.median(v):6.2f}  (runs {', '.join(f'{y:.2f}' for y in v)})  x{ratio:.4f}")
+        print(f"  {m:9s} {c >> 10:6d}K  {statistics.median(v):6.2f}  (runs {', '.join(f'{y:.2f}' for y in v)})  x{ratio:.4f}"
+              f"  {statistics.median(fracs[(m, c)]) * 100:5.1f}% of the ceiling")
 for r in rows:
     if r.get("kind") == "connections":
         print(f"connections law, {r['streams']} streams of A {r['a_ms']} ms then B {r['b_ms']} ms "
