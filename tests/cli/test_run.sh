@@ -24,6 +24,16 @@ for wl in copy scale "fma --intensity 3"; do
   json_check "workload $wl verified" "$TMP/out" "j['verified'] and j['verified_bytes'] == 5000003"
 done
 
+# copies coalesced: odd sizes (short last group, short last chunk) still verify, the group shows
+expect_rc "coalesced, odd sizes" 0 "$FERRY" run --bytes 5000003 --batch-bytes 1000001 --chunk-bytes 65537 --coalesce-bytes 256K --json
+json_check "coalesced: verified, 4 chunks (64K after the float granularity) per copy" "$TMP/out" "j['verified'] and j['verified_bytes'] == 5000003 and j['chunk_bytes'] == 65536 and j['copy_group'] == 4"
+expect_rc "coalesced summary" 0 "$FERRY" run --bytes 16M --chunk-bytes 1M --coalesce-bytes 4M
+expect_in "summary names the copy group" "$TMP/out" "up to 4 per copy (coalesce_bytes)"
+expect_rc "bad --coalesce-bytes" 2 "$FERRY" run --bytes 16M --coalesce-bytes 4Q
+expect_in "bad --coalesce-bytes named" "$TMP/err" "coalesce"
+FERRY_COALESCE_BYTES=lots expect_rc "bad FERRY_COALESCE_BYTES" 1 "$FERRY" run --bytes 16M
+expect_in "bad FERRY_COALESCE_BYTES named" "$TMP/err" "FERRY_COALESCE_BYTES"
+
 # a file through the copy workload comes back identical; through scale it verifies
 head -c 3000001 /dev/urandom >"$TMP/in.bin"
 expect_rc "--input/--output copy" 0 "$FERRY" run --workload copy --input "$TMP/in.bin" --output "$TMP/out.bin" --batch-bytes 1M

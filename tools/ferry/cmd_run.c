@@ -385,11 +385,12 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
         printf(",\"simulated\":%s,\"profile\":", p.simulated ? "true" : "false");
         cli_json_str(stdout, p.profile);
         printf(",\"workload\":\"%s\",\"bytes\":%llu,\"batches\":%llu,\"chunk_bytes\":%llu,"
-               "\"chunks\":%llu,\"time_s\":%.9f,\"time_simulated\":%s,\"wall_s\":%.3f,"
+               "\"chunks\":%llu,\"copy_group\":%u,\"time_s\":%.9f,\"time_simulated\":%s,\"wall_s\":"
+               "%.3f,"
                "\"gbps_h2d\":%.3f,\"gbps_d2h\":%.3f,\"link_gbps\":%.3f,\"overlap\":%.4f,"
                "\"util_h2d\":%.4f,\"util_compute\":%.4f,\"util_d2h\":%.4f,\"streams\":[",
-               ro->workload, total, nbatches, chunk, (unsigned long long)s->chunks, el,
-               p.simulated ? "true" : "false", wall_s, s->gbps_h2d, s->gbps_d2h, p.link_gbps,
+               ro->workload, total, nbatches, chunk, (unsigned long long)s->chunks, s->copy_group,
+               el, p.simulated ? "true" : "false", wall_s, s->gbps_h2d, s->gbps_d2h, p.link_gbps,
                s->overlap, u_h, u_c, u_d);
         for (unsigned i = 0; i < s->streams; i++)
             printf("%s{\"index\":%u,\"kind\":\"%s\",\"busy_s\":%.9f,\"util\":%.4f}", i ? "," : "",
@@ -440,9 +441,12 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
     }
     char b1[32], b2[32], b3[32];
     const char *sim = p.simulated ? " (simulated)" : "";
-    printf("ferry run: %s, %s in %llu batch(es) of up to %s, chunks of %s\n", ro->workload,
+    printf("ferry run: %s, %s in %llu batch(es) of up to %s, chunks of %s", ro->workload,
            cli_bytes(total, b1, sizeof(b1)), nbatches, cli_bytes(ro->batch_bytes, b2, sizeof(b2)),
            cli_bytes(chunk, b3, sizeof(b3)));
+    if (s->copy_group > 1)
+        printf(", up to %u per copy (coalesce_bytes)", s->copy_group);
+    printf("\n");
     printf("  backend    %s, %s%s\n", ferry_runtime_backend(rt), p.name, p.profile[0] ? "" : "");
     if (p.profile[0])
         printf("  profile    %s\n", p.profile);
@@ -703,10 +707,11 @@ static void summary_section(report_t *r, const run_opts_t *ro, ferry_device_t *d
                   ro->intensity ? ro->intensity : 64);
     else
         report_kv(r, "workload", "%s", ro->workload);
-    report_kv(r, "bytes", "%s in %llu batch(es) of up to %s; %llu chunk(s) of %s",
+    report_kv(r, "bytes",
+              "%s in %llu batch(es) of up to %s; %llu chunk(s) of %s, up to %u per copy",
               cli_bytes(o->total, b1, sizeof(b1)), o->nbatches,
               cli_bytes(ro->batch_bytes, b2, sizeof(b2)), (unsigned long long)s->chunks,
-              cli_bytes(s->chunk_bytes, b3, sizeof(b3)));
+              cli_bytes(s->chunk_bytes, b3, sizeof(b3)), s->copy_group ? s->copy_group : 1);
     report_kv(r, "time", "%.3f ms%s, wall %.2f s", (double)s->elapsed_ns / 1e6, sim, o->wall_s);
     report_kv(r, "H2D", "%.2f GB/s%s", s->gbps_h2d, sim);
     report_kv(r, "D2H", "%.2f GB/s%s", s->gbps_d2h, sim);
