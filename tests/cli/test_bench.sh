@@ -29,6 +29,7 @@ expect_in "compare columns" "$TMP/out" "sim_gbps_h2d,sim_error"
 expect_rc "bench pipeline --compare-bytes" 0 "$FERRY" bench pipeline --backend sim --bytes 16M --chunks 16M --streams 1 --intensity 0 --compare-bytes 64M --json
 json_check "a longer prediction is faster" "$TMP/out" "j['results'][0]['sim_gbps_h2d'] > 1.2 * j['results'][0]['gbps_h2d']"
 expect_rc "bench pipeline --compare-bytes 0" 2 "$FERRY" bench pipeline --compare-bytes 0
+expect_in "compare-bytes named" "$TMP/err" "--compare-bytes must be at least 1"
 # Passes: the median of N, each on a fresh pipeline; the best one beside it.
 expect_rc "bench pipeline --passes 3" 0 "$FERRY" bench pipeline --backend sim --bytes 32M --chunks 1M --streams 1 --intensity 0 --passes 3 --json
 json_check "passes: 3, best at least the median" "$TMP/out" \
@@ -39,7 +40,6 @@ expect_in "--passes 0 named" "$TMP/err" "passes"
 expect_rc "bench pipeline --coalesce-bytes" 0 "$FERRY" bench pipeline --backend sim --bytes 32M --chunks 1M,16M --streams 1 --intensity 0 --coalesce-bytes 8M --json
 json_check "coalesced: 4 chunks of 1 MiB per copy, 16 MiB alone" "$TMP/out" \
   "[r['copy_bytes'] for r in j['results']] == [4 << 20, 16 << 20] and all(r['verified'] for r in j['results'])"
-expect_in "compare-bytes named" "$TMP/err" "--compare-bytes must be at least 1"
 
 expect_rc "bench without a benchmark" 2 "$FERRY" bench
 expect_rc "unknown benchmark" 2 "$FERRY" bench disk
