@@ -1777,6 +1777,16 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     unsigned group = coalesce == SIZE_MAX || coalesce <= chunk ? 1u
                      : coalesce / chunk > GROUP_MAX            ? GROUP_MAX
                                                                : (unsigned)(coalesce / chunk);
+    /* Said, not refused: the option stays meaningful for other chunk sizes. */
+    if (coalesce != 0 && coalesce != SIZE_MAX && coalesce < 2 * chunk)
+        ferry_log(FERRY_LOG_WARN, "pipeline",
+                  "coalesce_bytes %zu holds fewer than two chunks of %zu: a copy per chunk "
+                  "(set it to at least twice chunk_bytes to merge copies)",
+                  coalesce, chunk);
+    else if (coalesce != 0 && coalesce != SIZE_MAX && coalesce / chunk > GROUP_MAX)
+        ferry_log(FERRY_LOG_WARN, "pipeline",
+                  "coalesce_bytes %zu holds %zu chunks of %zu: copies merge %u chunks at most",
+                  coalesce, coalesce / chunk, chunk, GROUP_MAX);
     if ((rc = check_range("chunk_bytes", (long long)chunk, 1, 1LL << 30)) != 0 ||
         (rc = check_range("depth", depth, 1, 64)) != 0 ||
         (rc = check_range("copy_streams", ncopy, 1, 8)) != 0 ||

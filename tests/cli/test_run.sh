@@ -29,6 +29,12 @@ expect_rc "coalesced, odd sizes" 0 "$FERRY" run --bytes 5000003 --batch-bytes 10
 json_check "coalesced: verified, 4 chunks (64K after the float granularity) per copy" "$TMP/out" "j['verified'] and j['verified_bytes'] == 5000003 and j['chunk_bytes'] == 65536 and j['copy_group'] == 4"
 expect_rc "coalesced summary" 0 "$FERRY" run --bytes 16M --chunk-bytes 1M --coalesce-bytes 4M
 expect_in "summary names the copy group" "$TMP/out" "up to 4 per copy (coalesce_bytes)"
+expect_rc "coalesce under two chunks" 0 "$FERRY" run --bytes 16M --chunk-bytes 4M --coalesce-bytes 6M --json
+expect_in "coalesce under two chunks said" "$TMP/err" "holds fewer than two chunks"
+json_check "coalesce under two chunks: a copy per chunk" "$TMP/out" "j['copy_group'] == 1 and j['verified']"
+expect_rc "coalesce over 16 chunks" 0 "$FERRY" run --bytes 16M --chunk-bytes 64K --coalesce-bytes 4M --json
+expect_in "coalesce over 16 chunks said" "$TMP/err" "copies merge 16 chunks at most"
+json_check "coalesce over 16 chunks: 16" "$TMP/out" "j['copy_group'] == 16 and j['verified']"
 expect_rc "bad --coalesce-bytes" 2 "$FERRY" run --bytes 16M --coalesce-bytes 4Q
 expect_in "bad --coalesce-bytes named" "$TMP/err" "coalesce"
 FERRY_COALESCE_BYTES=lots expect_rc "bad FERRY_COALESCE_BYTES" 1 "$FERRY" run --bytes 16M
