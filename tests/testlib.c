@@ -33,6 +33,15 @@ uint64_t test_rand_range(uint64_t *state, uint64_t lo, uint64_t hi)
     return lo + test_rand(state) % (hi - lo + 1);
 }
 
+void test_fill_floats(void *p, size_t n, uint64_t *state)
+{
+    unsigned char *b = p;
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+        uint32_t w = ((uint32_t)test_rand(state) & 0x807fffffu) | 0x3f800000u;
+        memcpy(b + i, &w, 4);
+    }
+}
+
 void test_fill_random(void *p, size_t n, uint64_t *state)
 {
     unsigned char *b = p;

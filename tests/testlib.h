@@ -20,6 +20,9 @@ uint64_t test_rand(uint64_t *state);
 /* Uniform in [lo, hi]. */
 uint64_t test_rand_range(uint64_t *state, uint64_t lo, uint64_t hi);
 void test_fill_random(void *p, size_t n, uint64_t *state);
+/* Random floats in +-[1, 2) (no zeros, NaNs or denormals: every workload's output is exact
+ * and comparable), @n bytes (a multiple of 4). */
+void test_fill_floats(void *p, size_t n, uint64_t *state);
 /* A runtime on the sim backend with the in-tree H200 profile; fails the test on error. */
 ferry_runtime_t *test_sim_runtime(void);
 /* The same with options set first: @kv is NULL or name, value, name, value, ..., NULL. */

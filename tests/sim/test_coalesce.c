@@ -82,10 +82,7 @@ static void test_every_batch_shape(void **state)
     unsigned char *in = malloc(total), *out = malloc(total), *ref = malloc(total);
     assert_true(in && out && ref);
     uint64_t rs = test_seed(31);
-    for (size_t i = 0; i < total; i += 4) {
-        uint32_t w = ((uint32_t)test_rand(&rs) & 0x807fffffu) | 0x3f800000u;
-        memcpy(in + i, &w, 4);
-    }
+    test_fill_floats(in, total, &rs);
     memset(out, 0xAB, total);
     assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
 

@@ -137,10 +137,7 @@ static walk_t walk(const char *spec, uint64_t seed)
     unsigned char *in = malloc(total), *out = malloc(total), *ref = malloc(total);
     assert_true(in && out && ref);
     uint64_t rs = seed;
-    for (size_t i = 0; i < total; i += 4) {
-        uint32_t w = ((uint32_t)test_rand(&rs) & 0x807fffffu) | 0x3f800000u;
-        memcpy(in + i, &w, 4);
-    }
+    test_fill_floats(in, total, &rs);
     memset(out, 0xAB, total);
     assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
     ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;

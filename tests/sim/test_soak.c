@@ -86,10 +86,7 @@ static void test_soak(void **state)
     s.out = malloc((size_t)RING * SLICE);
     assert_true(s.in && s.out);
     uint64_t seed = test_seed(41);
-    for (size_t i = 0; i < (size_t)RING * SLICE / 4; i++) {
-        uint32_t w = ((uint32_t)test_rand(&seed) & 0x807fffffu) | 0x3f800000u;
-        memcpy(&s.in[i], &w, 4);
-    }
+    test_fill_floats(s.in, (size_t)RING * SLICE, &seed);
     ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
     pc.device = dev;
     pc.stage = ferry_workload_stage(wl);

@@ -50,10 +50,7 @@ static ferry_pipeline_stats_t run(unsigned nb, double kernel_ms, probe_t *pr)
     unsigned char *in = malloc(total), *out = malloc(total), *ref = malloc(total);
     assert_true(in && out && ref);
     uint64_t rs = test_seed(61);
-    for (size_t i = 0; i < total; i += 4) {
-        uint32_t w = ((uint32_t)test_rand(&rs) & 0x807fffffu) | 0x3f800000u;
-        memcpy(in + i, &w, 4);
-    }
+    test_fill_floats(in, total, &rs);
     assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
     ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
     pc.device = dev;
