@@ -51,6 +51,7 @@ expect_rc "--calibrate without -o" 2 "$FERRY" probe --calibrate
 expect_in "says what is missing" "$TMP/err" "-o FILE"
 expect_rc "--calibrate to an unwritable path" 1 "$FERRY" probe --calibrate -o "$TMP/no/dir/x.json" --backend sim
 expect_in "path named" "$TMP/err" "no/dir/x.json"
+expect_in "before calibrating: the directory named" "$TMP/err" "its directory"
 
 expect_rc "options" 0 "$FERRY" options
 expect_in "options lists chunk_bytes" "$TMP/out" "FERRY_CHUNK_BYTES"

@@ -1,7 +1,11 @@
 /* `ferry probe`: the backends built in, whether each has a device (and why not), and every
  * device's properties; on the simulator, the profile it models. Text or --json. */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "ferry/bench.h"
@@ -82,6 +86,23 @@ static int usage(void)
 static int calibrate(ferry_options_t *opts, const char *backend, const char *path, bool json)
 {
     const char *cmd = "probe";
+    /* The profile's place is checked first: a calibration takes seconds (minutes under a
+     * sanitizer) and its results would be lost at the end. */
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir)
+        dir[1] = '\0';
+    else if (slash != NULL)
+        *slash = '\0';
+    else
+        strcpy(dir, ".");
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return cli_fail(cmd, "cannot write the profile '%s': its directory '%s' does not exist",
+                        path, dir);
+    if (access(dir, W_OK) != 0 || (access(path, F_OK) == 0 && access(path, W_OK) != 0))
+        return cli_fail(cmd, "cannot write the profile '%s': %s", path, strerror(EACCES));
     ferry_runtime_config_t rc_ = FERRY_RUNTIME_CONFIG_INIT;
     rc_.backend = backend;
     rc_.options = opts;
