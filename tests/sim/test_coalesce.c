@@ -144,13 +144,6 @@ static void test_every_batch_shape(void **state)
     ferry_runtime_destroy(rt);
 }
 
-static int cpu_copy(const ferry_kernel_args_t *a, void *user)
-{
-    (void)user;
-    memcpy(a->out, a->in, a->bytes);
-    return 0;
-}
-
 static int fill(void *slot, size_t bytes, size_t offset, void *arg)
 {
     (void)arg;
@@ -162,12 +155,11 @@ static int fill(void *slot, size_t bytes, size_t offset, void *arg)
 static double rate(ferry_device_t *dev, size_t chunk, size_t coalesce, size_t total,
                    unsigned *group)
 {
-    ferry_stage_t s = FERRY_STAGE_INIT;
-    s.name = "copy";
-    s.cpu = cpu_copy;
+    ferry_workload_t *wl = NULL;
+    assert_int_equal(ferry_workload_create("copy", NULL, &wl), 0);
     ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
     pc.device = dev;
-    pc.stage = &s;
+    pc.stage = ferry_workload_stage(wl);
     pc.chunk_bytes = chunk;
     pc.coalesce_bytes = coalesce;
     pc.queue_depth = 64;
@@ -185,6 +177,7 @@ static double rate(ferry_device_t *dev, size_t chunk, size_t coalesce, size_t to
     ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &st), 0);
     assert_int_equal(ferry_pipeline_close(p), 0);
+    ferry_workload_destroy(wl);
     *group = st.copy_group;
     return st.gbps_h2d < st.gbps_d2h ? st.gbps_h2d : st.gbps_d2h;
 }
