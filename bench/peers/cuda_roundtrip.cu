@@ -172,8 +172,9 @@ static void bench_copy(const std::vector<size_t> &sizes, int reps, int warm)
 struct Ring {
     int slots, ncomp, group;
     bool timing;
-    size_t chunk; /* a kernel's share; a copy moves group x chunk */
-    std::vector<float *> din, dout;
+    size_t chunk;                   /* a kernel's share; a copy moves group x chunk */
+    std::vector<float *> din, dout; /* --device-offset bytes into din_base, dout_base */
+    std::vector<float *> din_base, dout_base;
     std::vector<cudaEvent_t> eh, ec, ed;
     std::vector<cudaStream_t> sh, sd, sc;
 };
@@ -227,7 +228,7 @@ static double roundtrip_once(Ring &g, const float *in, float *out, size_t pool, 
 }
 
 static void ring_create(Ring &g, size_t chunk, size_t nc, int slots, bool timing, size_t ncopy,
-                        int group)
+                        int group, size_t dev_offset)
 {
     g.slots = slots;
     g.chunk = chunk;
@@ -239,11 +240,14 @@ static void ring_create(Ring &g, size_t chunk, size_t nc, int slots, bool timing
         for (auto &s : *v)
             CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     g.din.resize(slots), g.dout.resize(slots);
+    g.din_base.resize(slots), g.dout_base.resize(slots);
     g.eh.resize(slots), g.ec.resize(slots), g.ed.resize(slots);
     unsigned flags = timing ? cudaEventDefault : cudaEventDisableTiming;
     for (int j = 0; j < slots; j++) {
-        CK(cudaMalloc(&g.din[j], chunk * (size_t)group));
-        CK(cudaMalloc(&g.dout[j], chunk * (size_t)group));
+        CK(cudaMalloc(&g.din_base[j], chunk * (size_t)group + 4096));
+        CK(cudaMalloc(&g.dout_base[j], chunk * (size_t)group + 4096));
+        g.din[j] = (float *)((unsigned char *)g.din_base[j] + dev_offset);
+        g.dout[j] = (float *)((unsigned char *)g.dout_base[j] + dev_offset);
         CK(cudaEventCreateWithFlags(&g.eh[j], flags));
         CK(cudaEventCreateWithFlags(&g.ec[j], flags));
         CK(cudaEventCreateWithFlags(&g.ed[j], flags));
@@ -253,8 +257,8 @@ static void ring_create(Ring &g, size_t chunk, size_t nc, int slots, bool timing
 static void ring_destroy(Ring &g)
 {
     for (int j = 0; j < g.slots; j++) {
-        CK(cudaFree(g.din[j]));
-        CK(cudaFree(g.dout[j]));
+        CK(cudaFree(g.din_base[j]));
+        CK(cudaFree(g.dout_base[j]));
         CK(cudaEventDestroy(g.eh[j]));
         CK(cudaEventDestroy(g.ec[j]));
         CK(cudaEventDestroy(g.ed[j]));
@@ -271,10 +275,15 @@ static void bench_roundtrip(const std::vector<size_t> &chunks, const std::vector
                             const std::vector<size_t> &slot_list,
                             const std::vector<size_t> &timing_list,
                             const std::vector<size_t> &copy_list,
-                            const std::vector<size_t> &group_list, size_t total, int reps)
+                            const std::vector<size_t> &group_list, size_t total, int reps,
+                            size_t host_offset, size_t dev_offset)
 {
     size_t pool = std::min(total, (size_t)1 << 30);
-    float *in = (float *)pinned(pool), *out = (float *)pinned(pool);
+    /* --host-offset: input and output start that many bytes past a page boundary, as a
+     * malloc'd buffer does (glibc's large blocks start 16 bytes into a page). */
+    unsigned char *in_base = (unsigned char *)pinned(pool + 4096),
+                  *out_base = (unsigned char *)pinned(pool + 4096);
+    float *in = (float *)(in_base + host_offset), *out = (float *)(out_base + host_offset);
     fill_random(in, pool, 88172645463325252ull);
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -287,7 +296,8 @@ static void bench_roundtrip(const std::vector<size_t> &chunks, const std::vector
                     for (size_t nco : copy_list)
                         for (size_t gr : group_list) {
                             rings.emplace_back();
-                            ring_create(rings.back(), chunk, nc, (int)sl, t != 0, nco, (int)gr);
+                            ring_create(rings.back(), chunk, nc, (int)sl, t != 0, nco, (int)gr,
+                                        dev_offset);
                         }
             /* one length for every grouping: a multiple of the largest group's copy */
             size_t tot = total - total % span_max, use_pool = pool - pool % span_max;
@@ -307,10 +317,11 @@ static void bench_roundtrip(const std::vector<size_t> &chunks, const std::vector
             for (size_t i = 0; i < rings.size(); i++) {
                 printf("{\"peer\":\"cuda\",\"kind\":\"roundtrip\",\"chunk_bytes\":%zu,"
                        "\"compute_streams\":%zu,\"copy_streams\":%zu,\"copy_group\":%d,"
-                       "\"slots\":%d,\"timing_events\":%s,\"bytes\":%zu,"
+                       "\"slots\":%d,\"timing_events\":%s,\"bytes\":%zu,\"host_offset\":%zu,"
+                       "\"device_offset\":%zu,"
                        "\"gbps_each_way\":%.3f,\"best_gbps\":%.3f,\"reps\":%d,\"verified\":%s}\n",
                        chunk, nc, rings[i].sh.size(), rings[i].group, rings[i].slots,
-                       rings[i].timing ? "true" : "false", tot,
+                       rings[i].timing ? "true" : "false", tot, host_offset, dev_offset,
                        median(gbps[i]), *std::max_element(gbps[i].begin(), gbps[i].end()), reps,
                        ok[i] ? "true" : "false");
                 ring_destroy(rings[i]);
@@ -318,8 +329,8 @@ static void bench_roundtrip(const std::vector<size_t> &chunks, const std::vector
             fflush(stdout);
         }
     }
-    unpin(in, pool);
-    unpin(out, pool);
+    unpin(in_base, pool + 4096);
+    unpin(out_base, pool + 4096);
 }
 
 static void bench_hog(double seconds)
@@ -365,6 +376,7 @@ static void usage(void)
     fprintf(stderr, "usage: cuda_roundtrip copy [--sizes LIST] [--reps N] [--warmup N]\n"
                     "       cuda_roundtrip roundtrip [--chunks LIST] [--compute-streams LIST] "
                     "[--slots LIST] [--timing-events 0,1] [--copy-streams LIST] [--group LIST] "
+                    "[--host-offset N] [--device-offset N] "
                     "[--bytes SIZE] [--reps N]\n"
                     "       cuda_roundtrip hog [--seconds S]\n");
     exit(2);
@@ -379,7 +391,7 @@ int main(int argc, char **argv)
     std::vector<size_t> chunks = parse_list("256K,1M,4M,16M"), ncomps = parse_list("1,2");
     std::vector<size_t> slots = parse_list("4"), timing = {0}, copies = {1}, groups = {1};
     int reps = 0, warm = 3;
-    size_t total = (size_t)4 << 30;
+    size_t total = (size_t)4 << 30, host_offset = 0, dev_offset = 0;
     double seconds = 10;
     for (int i = 2; i < argc; i++) {
         std::string a = argv[i];
@@ -402,6 +414,10 @@ int main(int argc, char **argv)
             groups = parse_list(v);
         else if (a == "--bytes")
             total = parse_size(v);
+        else if (a == "--host-offset") /* bytes past a page boundary for input and output */
+            host_offset = parse_size(v);
+        else if (a == "--device-offset") /* bytes past the device buffers' start */
+            dev_offset = parse_size(v);
         else if (a == "--reps")
             reps = (int)parse_size(v);
         else if (a == "--warmup")
@@ -431,10 +447,18 @@ int main(int argc, char **argv)
             fprintf(stderr, "cuda_roundtrip: --slots %zu (accepted: 1 to 64)\n", sl);
             return 2;
         }
+    if (host_offset % 4 != 0 || host_offset >= 4096 || dev_offset % 4 != 0 || dev_offset >= 4096) {
+        fprintf(stderr,
+                "cuda_roundtrip: --host-offset %zu, --device-offset %zu (accepted: multiples of 4 "
+                "below 4096)\n",
+                host_offset, dev_offset);
+        return 2;
+    }
     if (mode == "copy")
         bench_copy(sizes, reps ? reps : 10, warm);
     else if (mode == "roundtrip")
-        bench_roundtrip(chunks, ncomps, slots, timing, copies, groups, total, reps ? reps : 5);
+        bench_roundtrip(chunks, ncomps, slots, timing, copies, groups, total, reps ? reps : 5,
+                        host_offset, dev_offset);
     else if (mode == "hog")
         bench_hog(seconds);
     else

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -30,6 +31,7 @@ typedef struct bench_opts {
     unsigned long long compare_bytes; /* the simulator's bytes per configuration; 0: default */
     unsigned long long passes;        /* pipeline: measured passes per configuration; 0: 3 on a
                                          GPU (after a warm-up pass), 1 on the simulator */
+    unsigned long long host_offset;   /* pipeline: bytes past a page boundary of in and out */
     const char *report;               /* --report FILE */
     int argc;                         /* the command line, for the report */
     char **argv;
@@ -92,6 +94,8 @@ static int usage(void)
         "  --passes N        measured passes per configuration, each on a fresh pipeline,\n"
         "                    the median reported (default 3 on a GPU, after a warm-up pass;\n"
         "                    1 on the simulator, whose kernels run on this CPU)\n"
+        "  --host-offset N   start the input and output N bytes past a page boundary\n"
+        "                    (default 0; malloc'd blocks start 16 bytes in)\n"
         "  --coalesce-bytes SIZE  merge the copies of a batch's adjacent chunks up to SIZE\n"
         "                    (batches hold 4 chunks; the copy column shows what one copy\n"
         "                    moved); default 0: a copy per chunk\n"
@@ -346,15 +350,23 @@ static int sweep(ferry_options_t *o, const bench_opts_t *bo, const char *backend
         total = ferry_device_is_simulated(dev) ? (256ull << 20) : (4ull << 30);
     *total_io = total;
     /* Input and output live in registered (pinned) host memory, so the copies go straight
-     * from and to them: the sweep measures the device path, not host staging. The input is
-     * random floats in +-[1, 2); batches cycle over it. */
+     * from and to them: the sweep measures the device path, not host staging. They start on a
+     * page boundary, as cudaHostAlloc's and a pinned PyTorch tensor's do, or --host-offset
+     * bytes past one. The input is random floats in +-[1, 2); batches cycle over it. */
     size_t pool = total < (1ull << 30) ? (size_t)total : (1u << 30);
-    float *in = malloc(pool), *outb = malloc(pool);
+    size_t map_bytes = pool + 4096;
+    unsigned char *in_map = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE,
+                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0),
+                  *out_map = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE,
+                                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    float *in = NULL, *outb = NULL;
     int rc = CLI_OK;
-    if (in == NULL || outb == NULL) {
+    if (in_map == MAP_FAILED || out_map == MAP_FAILED) {
         rc = cli_fail("bench", "out of host memory for 2 x %zu bytes", pool);
         goto out;
     }
+    in = (float *)(in_map + bo->host_offset);
+    outb = (float *)(out_map + bo->host_offset);
     uint64_t x = 88172645463325252ull;
     for (size_t i = 0; i < pool / 4; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
@@ -485,8 +497,10 @@ out_unreg:
     ferry_host_unregister(dev, in);
     ferry_host_unregister(dev, outb);
 out:
-    free(in);
-    free(outb);
+    if (in_map != MAP_FAILED)
+        munmap(in_map, map_bytes);
+    if (out_map != MAP_FAILED)
+        munmap(out_map, map_bytes);
     return rc;
 }
 
@@ -641,7 +655,8 @@ static int bench_pipeline(ferry_options_t *o, const bench_opts_t *bo)
     if (bo->json) {
         printf("{\"command\":\"bench pipeline\",");
         device_line(rt, dev, stdout, true);
-        printf(",\"ceiling_gbps\":%.3f,\"results\":[", n ? meas[0].ceiling : 0.0);
+        printf(",\"ceiling_gbps\":%.3f,\"host_offset\":%llu,\"results\":[",
+               n ? meas[0].ceiling : 0.0, bo->host_offset);
     } else if (bo->csv) {
         printf("chunk_bytes,compute_streams,intensity,gbps_h2d,gbps_d2h,overlap,ceiling_gbps,"
                "fraction,verified,copy_bytes%s\n",
@@ -650,6 +665,8 @@ static int bench_pipeline(ferry_options_t *o, const bench_opts_t *bo)
         device_line(rt, dev, stdout, false);
         printf("# round-trip ceiling (H2D and D2H of 64 MiB at once, per direction): %.2f GB/s\n",
                n ? meas[0].ceiling : 0.0);
+        if (bo->host_offset != 0)
+            printf("# input and output start %llu bytes past a page boundary\n", bo->host_offset);
         if (n && meas[0].passes > 1)
             printf("# each configuration: the median of %u passes%s\n", meas[0].passes,
                    ferry_device_is_simulated(dev) ? "" : ", after a warm-up pass");
@@ -806,6 +823,18 @@ int cmd_bench(int argc, char **argv)
         if (pipe && (k = cli_flag_value(&a, "passes", &v)) != 0) {
             if (k < 0 || cli_parse_uint(cmd, "passes", v, 1, 100, &bo.passes) != 0)
                 goto usage_out;
+            continue;
+        }
+        if (pipe && (k = cli_flag_value(&a, "host-offset", &v)) != 0) {
+            if (k < 0 || cli_parse_uint(cmd, "host-offset", v, 0, 4092, &bo.host_offset) != 0)
+                goto usage_out;
+            if (bo.host_offset % 4 != 0) {
+                cli_usage_error(cmd,
+                                "--host-offset %llu: accepted: a multiple of 4 (a float) from "
+                                "0 to 4092",
+                                bo.host_offset);
+                goto usage_out;
+            }
             continue;
         }
         if (pipe && (k = cli_flag_value(&a, "chunks", &v)) != 0) {

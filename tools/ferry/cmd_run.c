@@ -231,6 +231,15 @@ static void *prep_main(void *arg)
     return NULL;
 }
 
+/* Page-aligned memory (free() releases it) for the buffers the copies read and write: on the
+ * H200 a copy from or to a buffer 16 bytes into a page, where glibc's malloc puts large blocks,
+ * ran 1.5% slower (bench/results/2026-12-04-h200-explore-alignment.jsonl). */
+static void *page_alloc(size_t n)
+{
+    void *m = NULL;
+    return posix_memalign(&m, 4096, n) == 0 ? m : NULL;
+}
+
 static unsigned helper_threads(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -876,9 +885,9 @@ int cmd_run(int argc, char **argv)
     bool alloc_ok = st.ring && st.freeq && st.doneq && cbs;
     for (size_t i = 0; alloc_ok && i < st.nring; i++) {
         ring_entry_t *re = &st.ring[i];
-        re->out = malloc(bb);
+        re->out = page_alloc(bb);
         if (infd >= 0)
-            re->own_in = re->in = malloc(bb);
+            re->own_in = re->in = page_alloc(bb);
         alloc_ok = re->out && (infd < 0 || re->in);
         st.freeq[st.nfree++] = i;
         cbs[i] = (cb_ctx_t){&st, i};
@@ -892,7 +901,7 @@ int cmd_run(int argc, char **argv)
         if (k > nbatches)
             k = (size_t)nbatches;
         pool_bytes = k * bb;
-        pool = malloc(pool_bytes);
+        pool = page_alloc(pool_bytes);
         ref = malloc(pool_bytes);
         alloc_ok = pool && ref;
         if (alloc_ok) {
