@@ -135,14 +135,14 @@ step "ferry probe --calibrate"
 "$ferry" probe --calibrate -o "$out/h200-calibrated.json" --backend cuda --json >"$out/calibration.json" 2>>"$log"
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); j['kind']='calibration'; print(json.dumps(j))" "$out/calibration.json" >>"$res" 2>>"$log"
 
-step "ferry bench pipeline --compare (simulator on the calibrated profile)"
-"$ferry" bench pipeline --backend cuda --chunks 256K,1M,4M,16M --streams 1,2 --intensity 0,64 --compare \
+step "ferry bench pipeline --coalesce-bytes 0 --compare (a copy per chunk; simulator on the calibrated profile)"
+"$ferry" bench pipeline --backend cuda --chunks 256K,1M,4M,16M --streams 1,2 --intensity 0,64 --coalesce-bytes 0 --compare \
   --compare-profile "$out/h200-calibrated.json" \
   --json >"$out/bench-pipeline.json" 2>>"$log"
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); j['kind']='bench_pipeline'; print(json.dumps(j))" "$out/bench-pipeline.json" >>"$res" 2>>"$log"
 
-step "ferry bench pipeline with copies coalesced (--coalesce-bytes 8M: a batch's 4 chunks share copies up to 8 MiB)"
-"$ferry" bench pipeline --backend cuda --chunks 256K,1M,4M,16M --streams 1,2 --intensity 0 --coalesce-bytes 8M \
+step "ferry bench pipeline, defaults (copies coalesced up to 8 MiB within a batch of 4 chunks)"
+"$ferry" bench pipeline --backend cuda --chunks 256K,1M,4M,16M --streams 1,2 --intensity 0 \
   --compare --compare-profile "$out/h200-calibrated.json" \
   --json >"$out/bench-pipeline-coalesced.json" 2>>"$log"
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); j['kind']='bench_pipeline_coalesced'; print(json.dumps(j))" "$out/bench-pipeline-coalesced.json" >>"$res" 2>>"$log"
@@ -156,18 +156,20 @@ python3 -c "import json,sys; j=json.load(open(sys.argv[1])); j['kind']='bench_pi
 fi
 
 step "monitoring and watchdog cost, the plan's depth and copy streams: interleaved rounds"
-# full: the defaults (one chunk in 31 timed, watchdog every 1 ms, heartbeat every 100 ms, link
-# sampled every 200 ms); bare: no timed events, no heartbeat, watchdog every second, no link
-# sampling; beat1ms: a heartbeat every ms; link20ms: NVML sampled back to back; coalesced: the
-# defaults with copies coalesced up to 8 MiB (4 chunks of 1 MiB, 2 of 4 MiB per copy).
+# full: the defaults (copies coalesced up to 8 MiB: 4 chunks of 1 MiB, 2 of 4 MiB per copy; one
+# copy group in 31 timed, watchdog every 1 ms, heartbeat every 100 ms, link sampled every
+# 200 ms); bare: no timed events, no heartbeat, watchdog every second, no link sampling;
+# untimed: the defaults without timed events; percopy, percopy_bare: full and bare with a copy
+# per chunk (coalesce_bytes 0).
+bare_env=(FERRY_OP_TIMING=off FERRY_HEARTBEAT_MS=0 FERRY_WATCHDOG_MS=1000 FERRY_LINK_SAMPLE_MS=0)
 for round in 1 2 3; do
-  for mode in full bare beat1ms link20ms coalesced; do
+  for mode in full bare untimed percopy percopy_bare; do
     case $mode in
       full) envs=() ;;
-      coalesced) envs=(FERRY_COALESCE_BYTES=8M) ;;
-      bare) envs=(FERRY_OP_TIMING=off FERRY_HEARTBEAT_MS=0 FERRY_WATCHDOG_MS=1000 FERRY_LINK_SAMPLE_MS=0) ;;
-      beat1ms) envs=(FERRY_HEARTBEAT_MS=1) ;;
-      link20ms) envs=(FERRY_LINK_SAMPLE_MS=20) ;;
+      bare) envs=("${bare_env[@]}") ;;
+      untimed) envs=(FERRY_OP_TIMING=off) ;;
+      percopy) envs=(FERRY_COALESCE_BYTES=0) ;;
+      percopy_bare) envs=(FERRY_COALESCE_BYTES=0 "${bare_env[@]}") ;;
     esac
     env "${envs[@]}" "$ferry" bench pipeline --backend cuda --chunks 1M,4M --streams 1 --intensity 0 \
       --json 2>>"$log" | python3 -c "import json,sys; j=json.load(sys.stdin); j['kind']='bench_pipeline_mode'; j['mode']='$mode'; j['round']=$round; print(json.dumps(j))" >>"$res" 2>>"$log"
@@ -249,6 +251,7 @@ for r in rows:
                       f"plain cudaMemcpyAsync loop {raw['best_gbps']:6.1f}  "
                       f"ratio {x['best_gbps'] / raw['best_gbps']:.3f}")
 best_ferry = {}
+best_default = {}
 best_frac = {}
 for r in rows:
     if r.get("kind") in ("bench_pipeline", "bench_pipeline_coalesced"):
@@ -257,8 +260,10 @@ for r in rows:
         print(f"{'chunk':>9s} {'copy':>6s} {'str':>3s} {'int':>4s} {'H2D':>7s} {'D2H':>7s} {'ceil%':>6s} {'sim':>7s} {'err%':>6s} ok")
         for x in r["results"]:
             c = x["chunk_bytes"]
-            if r["kind"] == "bench_pipeline":  # against the peers: a copy per chunk, as theirs
+            if r["kind"] == "bench_pipeline":  # against the ring: a copy per chunk, as its
                 best_ferry[c] = max(best_ferry.get(c, 0), min(x["gbps_h2d"], x["gbps_d2h"]))
+            else:  # ferry as it comes: copies coalesced
+                best_default[c] = max(best_default.get(c, 0), min(x["gbps_h2d"], x["gbps_d2h"]))
             key = (c, x.get("copy_bytes", c))
             best_frac[key] = max(best_frac.get(key, 0), x["fraction"])
             print(f"{c >> 10:8d}K {x.get('copy_bytes', c) >> 10:5d}K {x['compute_streams']:3d} {x['intensity']:4d} {x['gbps_h2d']:7.2f} "
@@ -288,11 +293,12 @@ if peer:
     for p in peer:
         print(f"peer {p['peer']} chunk {p['chunk_bytes'] >> 20}M streams {p['streams']}: "
               f"{p['gbps_each_way']:.2f} GB/s each way, verified {p['verified']}")
-    for c, v in sorted(best_ferry.items()):
-        same = [p["gbps_each_way"] for p in peer if p["chunk_bytes"] == c]
-        if same:
-            print(f"ferry best at {c >> 20}M / peer's best at {c >> 20}M: {v:.2f} / {max(same):.2f} = "
-                  f"{v / max(same):.3f}x (peer's best at any chunk {best_peer:.2f}: {v / best_peer:.3f}x)")
+    for name, best in (("a copy per chunk", best_ferry), ("defaults", best_default)):
+        for c, v in sorted(best.items()):
+            same = [p["gbps_each_way"] for p in peer if p["chunk_bytes"] == c]
+            if same:
+                print(f"ferry ({name}) best at {c >> 20}M / peer's best at {c >> 20}M: {v:.2f} / {max(same):.2f} = "
+                      f"{v / max(same):.3f}x (peer's best at any chunk {best_peer:.2f}: {v / best_peer:.3f}x)")
 import statistics
 modes, fracs = {}, {}
 for r in rows:
@@ -301,11 +307,11 @@ for r in rows:
             modes.setdefault((r["mode"], x["chunk_bytes"]), []).append(min(x["gbps_h2d"], x["gbps_d2h"]))
             fracs.setdefault((r["mode"], x["chunk_bytes"]), []).append(x["fraction"])
 if modes:
-    print("modes (median of 3 interleaved rounds, GB/s each way; ratio to bare; of each round's ceiling):")
+    print("modes (median of 3 interleaved rounds, GB/s each way; ratio to bare, or to percopy_bare; of each round's ceiling):")
     for (m, c), v in sorted(modes.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        base = modes.get(("bare", c))
+        base = modes.get(("percopy_bare" if m.startswith("percopy") else "bare", c))
         ratio = statistics.median(v) / statistics.median(base) if base else float("nan")
-        print(f"  {m:9s} {c >> 10:6d}K  {statistics.median(v):6.2f}  (runs {', '.join(f'{y:.2f}' for y in v)})  x{ratio:.4f}"
+        print(f"  {m:12s} {c >> 10:6d}K  {statistics.median(v):6.2f}  (runs {', '.join(f'{y:.2f}' for y in v)})  x{ratio:.4f}"
               f"  {statistics.median(fracs[(m, c)]) * 100:5.1f}% of the ceiling")
 for r in rows:
     if r.get("kind") == "connections":

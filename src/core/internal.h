@@ -54,6 +54,9 @@ typedef enum ferry__opt_id {
     FERRY__OPT_COUNT
 } ferry__opt_id_t;
 int64_t ferry__opt_i64(const ferry_options_t *o, ferry__opt_id_t id);
+/* Whether the option was set (ferry_options_set, the environment) rather than left at its
+ * default. */
+bool ferry__opt_given(const ferry_options_t *o, ferry__opt_id_t id);
 double ferry__opt_double(const ferry_options_t *o, ferry__opt_id_t id);
 const char *ferry__opt_str(const ferry_options_t *o, ferry__opt_id_t id);
 

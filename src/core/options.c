@@ -29,7 +29,8 @@ typedef union opt_value {
 
 struct ferry_options {
     opt_value_t v[FERRY__OPT_COUNT];
-    char *s[FERRY__OPT_COUNT]; /* string and enum text */
+    char *s[FERRY__OPT_COUNT];    /* string and enum text */
+    bool given[FERRY__OPT_COUNT]; /* set by ferry_options_set or the environment */
 };
 
 static void build_infos(void)
@@ -232,6 +233,7 @@ static void store(ferry_options_t *o, size_t i, opt_value_t v, char *s)
     free(o->s[i]);
     o->s[i] = s;
     o->v[i] = v;
+    o->given[i] = true;
 }
 
 int ferry_options_set(ferry_options_t *o, const char *name, const char *value)
@@ -322,6 +324,11 @@ const char *ferry_options_get_str(const ferry_options_t *o, const char *name)
     if (option_table[i].type != FERRY_OPT_STRING && option_table[i].type != FERRY_OPT_ENUM)
         return NULL;
     return o->s[i] ? o->s[i] : "";
+}
+
+bool ferry__opt_given(const ferry_options_t *o, ferry__opt_id_t id)
+{
+    return o->given[id];
 }
 
 int64_t ferry__opt_i64(const ferry_options_t *o, ferry__opt_id_t id)

@@ -725,11 +725,18 @@ static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, u
                  dir, gbps, w->ratio * 100, link);
     } else if (median < (1u << 20)) {
         cause = FERRY_CAUSE_SMALL_TRANSFERS;
-        snprintf(text, sizeof(text),
-                 "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s: small transfers (median "
-                 "%llu KiB); each copy pays a fixed cost: use chunks of 4 MiB or more, or "
-                 "coalesce_bytes=8M to merge the copies of a batch's chunks",
-                 dir, gbps, w->ratio * 100, link, (unsigned long long)(median >> 10));
+        if (p->group > 1) /* copies merge already: what limits them is the batches */
+            snprintf(text, sizeof(text),
+                     "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s: small transfers "
+                     "(median %llu KiB); each copy pays a fixed cost and copies merge only a "
+                     "batch's chunks: submit batches of 4 MiB or more",
+                     dir, gbps, w->ratio * 100, link, (unsigned long long)(median >> 10));
+        else
+            snprintf(text, sizeof(text),
+                     "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s: small transfers "
+                     "(median %llu KiB); each copy pays a fixed cost: use chunks of 4 MiB or "
+                     "more, or coalesce_bytes=8M to merge the copies of a batch's chunks",
+                     dir, gbps, w->ratio * 100, link, (unsigned long long)(median >> 10));
     } else if (!p->host_pinned) {
         cause = FERRY_CAUSE_PAGEABLE;
         snprintf(text, sizeof(text),
@@ -1770,6 +1777,9 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     int rc;
     size_t coalesce =
         cfg->size > offsetof(ferry_pipeline_config_t, coalesce_bytes) ? cfg->coalesce_bytes : 0;
+    /* The default merges what it can quietly; a value someone chose is told when it merges
+     * nothing or more than a copy takes. */
+    bool chosen = coalesce != 0 || ferry__opt_given(o, FERRY__OPT_coalesce_bytes);
     if (coalesce == 0)
         coalesce = (size_t)ferry__opt_i64(o, FERRY__OPT_coalesce_bytes);
     /* A copy group: adjacent chunks of a batch share one copy each way (FACTS.md: a copy costs
@@ -1778,12 +1788,12 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
                      : coalesce / chunk > GROUP_MAX            ? GROUP_MAX
                                                                : (unsigned)(coalesce / chunk);
     /* Said, not refused: the option stays meaningful for other chunk sizes. */
-    if (coalesce != 0 && coalesce != SIZE_MAX && coalesce < 2 * chunk)
+    if (chosen && coalesce != 0 && coalesce != SIZE_MAX && coalesce < 2 * chunk)
         ferry_log(FERRY_LOG_WARN, "pipeline",
                   "coalesce_bytes %zu holds fewer than two chunks of %zu: a copy per chunk "
                   "(set it to at least twice chunk_bytes to merge copies)",
                   coalesce, chunk);
-    else if (coalesce != 0 && coalesce != SIZE_MAX && coalesce / chunk > GROUP_MAX)
+    else if (chosen && coalesce != 0 && coalesce != SIZE_MAX && coalesce / chunk > GROUP_MAX)
         ferry_log(FERRY_LOG_WARN, "pipeline",
                   "coalesce_bytes %zu holds %zu chunks of %zu: copies merge %u chunks at most",
                   coalesce, coalesce / chunk, chunk, GROUP_MAX);

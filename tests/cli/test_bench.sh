@@ -15,7 +15,8 @@ expect_rc "bench copy --csv" 0 "$FERRY" bench copy --backend sim --sizes 4K --re
 expect_in "csv header" "$TMP/out" "bytes,direction,memory,best_gbps,median_gbps"
 if [ "$(wc -l <"$TMP/out")" -eq 4 ]; then ok "csv rows"; else bad "csv rows: $(wc -l <"$TMP/out")"; fi
 
-expect_rc "bench pipeline --json" 0 "$FERRY" bench pipeline --backend sim --bytes 128M --chunks 1M,4M --streams 1,2 --intensity 0,2 --json
+# A copy per chunk (--coalesce-bytes 0), so that the fixed cost of a copy shows at 1 MiB.
+expect_rc "bench pipeline --json" 0 "$FERRY" bench pipeline --backend sim --bytes 128M --chunks 1M,4M --streams 1,2 --intensity 0,2 --coalesce-bytes 0 --json
 json_check "pipeline: 8 rows verified" "$TMP/out" "len(j['results']) == 8 and all(r['verified'] for r in j['results']) and j['ok']"
 json_check "pipeline: ceiling from the same run" "$TMP/out" "44 < j['ceiling_gbps'] < 52"
 json_check "pipeline: 4 MiB chunks >= 90% of the ceiling" "$TMP/out" \
@@ -36,10 +37,26 @@ json_check "passes: 3, best at least the median" "$TMP/out" \
   "all(r['passes'] == 3 and r['verified'] and r['best_gbps'] >= min(r['gbps_h2d'], r['gbps_d2h']) > 30 for r in j['results'])"
 expect_rc "bench pipeline --passes 0" 2 "$FERRY" bench pipeline --passes 0
 expect_in "--passes 0 named" "$TMP/err" "passes"
-# Coalesced copies: the copy column says what one copy moved.
+# Coalesced copies: the copy column says what one copy moved. By default (8M) a batch's 4
+# chunks of 1 MiB share a copy, 2 of 4 MiB, and a 16 MiB chunk goes alone; faster than a
+# copy per chunk.
 expect_rc "bench pipeline --coalesce-bytes" 0 "$FERRY" bench pipeline --backend sim --bytes 32M --chunks 1M,16M --streams 1 --intensity 0 --coalesce-bytes 8M --json
 json_check "coalesced: 4 chunks of 1 MiB per copy, 16 MiB alone" "$TMP/out" \
   "[r['copy_bytes'] for r in j['results']] == [4 << 20, 16 << 20] and all(r['verified'] for r in j['results'])"
+expect_rc "bench pipeline, coalescing by default" 0 "$FERRY" bench pipeline --backend sim --bytes 128M --chunks 1M,4M --streams 1 --intensity 0 --json
+json_check "default: 4 chunks of 1 MiB per copy, 2 of 4 MiB" "$TMP/out" \
+  "[r['copy_bytes'] for r in j['results']] == [4 << 20, 8 << 20] and all(r['verified'] for r in j['results'])"
+cp "$TMP/out" "$TMP/coalesced.json"
+expect_rc "bench pipeline --coalesce-bytes 0" 0 "$FERRY" bench pipeline --backend sim --bytes 128M --chunks 1M --streams 1 --intensity 0 --coalesce-bytes 0 --json
+json_check "a copy per chunk is slower at 1 MiB than the default" "$TMP/out" \
+  "j['results'][0]['copy_bytes'] == 1 << 20 and j['results'][0]['gbps_h2d'] * 1.05 < json.load(open('$TMP/coalesced.json'))['results'][0]['gbps_h2d']"
+# The host buffers' offset from a page boundary (a malloc'd block's 16 bytes, say).
+expect_rc "bench pipeline --host-offset 16" 0 "$FERRY" bench pipeline --backend sim --bytes 16M --chunks 4M --streams 1 --intensity 0 --host-offset 16 --json
+json_check "host offset: said, verified" "$TMP/out" "j['host_offset'] == 16 and j['results'][0]['verified']"
+expect_rc "bench pipeline --host-offset 6" 2 "$FERRY" bench pipeline --host-offset 6
+expect_in "--host-offset 6 named" "$TMP/err" "--host-offset 6: accepted: a multiple of 4"
+expect_rc "bench pipeline --host-offset 4096" 2 "$FERRY" bench pipeline --host-offset 4096
+expect_in "--host-offset 4096 named" "$TMP/err" "host-offset"
 
 expect_rc "bench without a benchmark" 2 "$FERRY" bench
 expect_rc "unknown benchmark" 2 "$FERRY" bench disk

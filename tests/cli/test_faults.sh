@@ -3,7 +3,8 @@
 # the summary counts batches done on the GPU and on the CPU, the failed attempts and where
 # their records went; a sticky fault ends the GPU path; bad specs and log paths are refused.
 . "$(dirname "$0")/lib.sh"
-run() { "$FERRY" run --backend sim --bytes 128M --batch-bytes 16M --chunk-bytes 4M "$@"; }
+# A copy per chunk (--coalesce-bytes 0): the retries and records counted are per chunk.
+run() { "$FERRY" run --backend sim --bytes 128M --batch-bytes 16M --chunk-bytes 4M --coalesce-bytes 0 "$@"; }
 
 # A kernel fault: the chunk is retried on the GPU a ladder step lower, and succeeds.
 expect_rc "kernel fault" 0 run --inject kernel@batch=2 --failure-log "$TMP/f1.jsonl" --json
@@ -64,9 +65,10 @@ expect_in "summary says the GPU hung" "$TMP/out" "a hung kernel"
 expect_in "still verified after a hang" "$TMP/out" "verify     OK"
 
 # The trace shows what happened: a flow per chunk (H2D -> compute -> D2H) and instant events
-# for the deadline and for the bandwidth alert (256 KiB chunks are small transfers).
+# for the deadline and for the bandwidth alert (256 KiB chunks, a copy each, are small
+# transfers).
 expect_rc "trace with faults" 0 "$FERRY" run --backend sim --bytes 128M --batch-bytes 16M \
-  --chunk-bytes 256K --inject hang@batch=3 --trace "$TMP/t.json"
+  --chunk-bytes 256K --coalesce-bytes 0 --inject hang@batch=3 --trace "$TMP/t.json"
 json_check "a flow per timed chunk, each with its three steps" "$TMP/t.json" \
   "(lambda ev: len([e for e in ev if e['ph'] == 's']) == len([e for e in ev if e['ph'] == 't']) == len([e for e in ev if e['ph'] == 'f']) == len([e for e in ev if e['ph'] == 'X']) // 6 > 400)(j['traceEvents'])"
 json_check "instant events for the deadline and the alert" "$TMP/t.json" \

@@ -149,7 +149,7 @@ shot "pipeline page" "$TMP/r2.html"
 # chunk in 31 sampled as without a report: chunk 93); the timeline ends where the H2D records
 # do, as chunk 65's H2D is not recorded, so 60 to 64 of them are done in it.
 echo stale >"$TMP/r3.html"
-expect_rc "run --report" 0 "$FERRY" run --backend sim --bytes 96M --batch-bytes 8M --chunk-bytes 1M --json --report "$TMP/r3.html"
+expect_rc "run --report" 0 "$FERRY" run --backend sim --bytes 96M --batch-bytes 8M --chunk-bytes 1M --coalesce-bytes 0 --json --report "$TMP/r3.html"
 json_check "run: json names the report, 64 + 1 chunks timed" "$TMP/out" "j['report'].endswith('r3.html') and j['chunks'] == 96 and j['chunks_timed'] == 65"
 if ! grep -q stale "$TMP/r3.html" && [ ! -e "$TMP/r3.html.tmp" ]; then ok "run: old page replaced, no .tmp left"; else bad "run: old page kept or .tmp left"; fi
 check_page "run: page well-formed, self-contained, named" "$TMP/r3.html" "set(charts) == {'timeline', 'engine-utilisation'}"
@@ -162,7 +162,7 @@ check_page "run: summary table" "$TMP/r3.html" \
 shot "run page" "$TMP/r3.html"
 
 # with --trace the whole run is recorded; the report still shows the first 64 chunks
-expect_rc "run --report --trace" 0 "$FERRY" run --backend sim --bytes 96M --chunk-bytes 1M --json --report "$TMP/r4.html" --trace "$TMP/t4.json"
+expect_rc "run --report --trace" 0 "$FERRY" run --backend sim --bytes 96M --chunk-bytes 1M --coalesce-bytes 0 --json --report "$TMP/r4.html" --trace "$TMP/t4.json"
 json_check "run --trace: every chunk timed" "$TMP/out" "j['chunks_timed'] == 96"
 json_check "run --trace: the trace has every chunk" "$TMP/t4.json" "sum(1 for e in j['traceEvents'] if e['ph'] == 'X') == 96 * 3 * 2"
 check_page "run --trace: timeline of the first 64 chunks" "$TMP/r4.html" "charts['timeline'].find(NS + 'title').text.endswith(': 64 chunk(s) done')"

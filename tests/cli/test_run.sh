@@ -51,8 +51,9 @@ if [ "$(stat -c %s "$TMP/out2.bin")" = 3000001 ] && ! cmp -s "$TMP/in.bin" "$TMP
 expect_rc "empty input file" 0 "$FERRY" run --input "$TMP/empty.bin" --output "$TMP/empty.out" --json
 json_check "empty input: zero batches" "$TMP/out" "j['bytes'] == 0 and j['batches'] == 0 and j['ok']"
 
-# the trace: valid JSON, every chunk's three stages present on stream and engine tracks
-expect_rc "--trace" 0 "$FERRY" run --bytes 32M --chunk-bytes 4M --trace "$TMP/trace.json"
+# the trace: valid JSON, every chunk's three stages present on stream and engine tracks (a copy
+# per chunk here; the default's copy groups below)
+expect_rc "--trace" 0 "$FERRY" run --bytes 32M --chunk-bytes 4M --coalesce-bytes 0 --trace "$TMP/trace.json"
 expect_in "summary names the trace" "$TMP/out" "trace.json"
 json_check "trace: three stages x 8 chunks x 2 tracks" "$TMP/trace.json" \
   "sum(1 for e in j['traceEvents'] if e['ph'] == 'X') == 8 * 3 * 2"
@@ -60,6 +61,11 @@ json_check "trace: stages ordered per chunk" "$TMP/trace.json" \
   "all(h['ts'] + h['dur'] <= c['ts'] + 1e-6 and c['ts'] + c['dur'] <= d['ts'] + 1e-6 for (h, c, d) in [tuple(sorted([e for e in j['traceEvents'] if e['ph'] == 'X' and e['pid'] == 1 and e['args']['chunk'] == k and e['args']['batch'] == 0], key=lambda e: e['ts'])) for k in range(8)])"
 json_check "trace: named tracks" "$TMP/trace.json" \
   "any(e['ph'] == 'M' and e['args'].get('name') == 'stream 0 (H2D)' for e in j['traceEvents'])"
+# by default (coalesce_bytes 8M) two chunks of 4 MiB share each copy: 4 groups, three ops each
+expect_rc "--trace, copies coalesced by default" 0 "$FERRY" run --bytes 32M --chunk-bytes 4M --trace "$TMP/trace2.json" --json
+json_check "default: copy group 2" "$TMP/out" "j['copy_group'] == 2 and j['ok']"
+json_check "trace: three ops x 4 groups of 2 chunks x 2 tracks" "$TMP/trace2.json" \
+  "(lambda x: len(x) == 4 * 3 * 2 and all(e['args']['chunks'] == 2 and e['args']['bytes'] == 8 << 20 for e in x))([e for e in j['traceEvents'] if e['ph'] == 'X'])"
 
 expect_rc "--quiet prints nothing" 0 "$FERRY" run --bytes 1M --quiet
 if [ ! -s "$TMP/out" ]; then ok "quiet output empty"; else bad "quiet printed"; fi

@@ -85,6 +85,7 @@ static int child(int mode, const char *log)
     pc.device = d;
     pc.stage = &st;
     pc.chunk_bytes = 2u << 20;
+    pc.coalesce_bytes = SIZE_MAX; /* a copy per chunk: one chunk retried, not its group */
     ferry_pipeline_t *p = NULL;
     if (ferry_pipeline_create(&pc, &p) != 0)
         return 15;

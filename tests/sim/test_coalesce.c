@@ -3,6 +3,7 @@
  * groups, a short last group, a short last chunk, one chunk, an empty batch, a light batch,
  * prepared input) comes out bit-exact; the trace shows one copy per group; small chunks gain
  * what the model's per-copy cost predicts; the group follows the option's bounds. */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "ferry/options.h"
@@ -229,12 +230,65 @@ static void test_option(void **state)
     ferry_options_destroy(o);
 }
 
+static atomic_int coalesce_warnings;
+
+static void count_warnings(ferry_log_level_t level, const char *subsystem, const char *line,
+                           void *arg)
+{
+    (void)subsystem, (void)arg;
+    if (level == FERRY_LOG_WARN && strstr(line, "coalesce_bytes") != NULL)
+        atomic_fetch_add(&coalesce_warnings, 1);
+}
+
+/* The default (8M) merges what it can without a word: a group of eight 1 MiB chunks (the
+ * batches here hold 4, so their copies move 4), two of 4 MiB, 8 MiB and more alone. A value someone
+ * chose is told when it merges nothing or more than 16 chunks; 0 is a copy per chunk. */
+static void test_default(void **state)
+{
+    (void)state;
+    ferry_set_log_handler(count_warnings, NULL);
+    ferry_runtime_t *rt = test_sim_runtime();
+    ferry_device_t *dev = NULL;
+    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    unsigned g = 0;
+    rate(dev, 1u << 20, 0, 16u << 20, &g);
+    assert_int_equal(g, 8);
+    rate(dev, 4u << 20, 0, 32u << 20, &g);
+    assert_int_equal(g, 2);
+    rate(dev, 8u << 20, 0, 32u << 20, &g);
+    assert_int_equal(g, 1);
+    rate(dev, 256u << 10, 0, 8u << 20, &g); /* 32 chunks' worth: capped, quietly */
+    assert_int_equal(g, 16);
+    assert_int_equal(atomic_load(&coalesce_warnings), 0);
+    ferry_runtime_destroy(rt);
+
+    const char *const same[] = {"coalesce_bytes", "8M", NULL};
+    rt = test_sim_runtime_with(same);
+    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    rate(dev, 8u << 20, 0, 32u << 20, &g); /* chosen, and it merges nothing: said */
+    assert_int_equal(g, 1);
+    assert_int_equal(atomic_load(&coalesce_warnings), 1);
+    rate(dev, 256u << 10, 0, 8u << 20, &g); /* chosen, more than 16 chunks: said */
+    assert_int_equal(atomic_load(&coalesce_warnings), 2);
+    ferry_runtime_destroy(rt);
+
+    const char *const off[] = {"coalesce_bytes", "0", NULL};
+    rt = test_sim_runtime_with(off);
+    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    rate(dev, 1u << 20, 0, 16u << 20, &g);
+    assert_int_equal(g, 1);
+    assert_int_equal(atomic_load(&coalesce_warnings), 2);
+    ferry_runtime_destroy(rt);
+    ferry_set_log_handler(NULL, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_batch_shape),
         cmocka_unit_test(test_small_chunks_gain),
         cmocka_unit_test(test_option),
+        cmocka_unit_test(test_default),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

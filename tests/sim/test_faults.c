@@ -124,9 +124,12 @@ static walk_t walk(const char *spec, uint64_t seed)
     int fd = mkstemp(log);
     assert_true(fd >= 0);
     close(fd);
-    const char *kv[] = {"inject", spec, "failure_log", log, walk_key, walk_val, NULL, NULL, NULL};
+    /* A copy per chunk unless the walk says otherwise (the counts checked are per chunk);
+     * later pairs win. */
+    const char *kv[] = {"inject", spec, "failure_log", log, "coalesce_bytes", "0", walk_key,
+                        walk_val, NULL, NULL,          NULL};
     if (walk_key != NULL && walk_key2 != NULL)
-        kv[6] = walk_key2, kv[7] = walk_val2;
+        kv[8] = walk_key2, kv[9] = walk_val2;
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
     ferry_device_t *dev = NULL;
     assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
@@ -428,6 +431,7 @@ static void test_retry_fails_too(void **state)
     pc.device = dev;
     pc.stage = &st;
     pc.chunk_bytes = 1u << 20;
+    pc.coalesce_bytes = SIZE_MAX; /* a copy per chunk: the records counted are per chunk */
     ferry_pipeline_t *p = NULL;
     assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
     static done_t d;

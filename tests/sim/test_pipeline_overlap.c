@@ -41,6 +41,7 @@ static ferry_pipeline_stats_t run(ferry_device_t *dev, size_t chunk, unsigned de
     cfg.depth = depth;
     cfg.compute_streams = ncomp;
     cfg.single_stream = single;
+    cfg.coalesce_bytes = SIZE_MAX; /* a copy per chunk: the chunk size is what is measured */
     /* Every batch fits in the queue: the submitting thread, when this machine is busy, cannot
      * leave the simulated device idle (the model charges host time only to ferry's threads). */
     cfg.queue_depth = 64;

@@ -56,6 +56,7 @@ static ferry_pipeline_t *run(ferry_runtime_t *rt, size_t chunk, size_t total)
     cfg.stage = &s;
     cfg.chunk_bytes = chunk;
     cfg.queue_depth = 64;
+    cfg.coalesce_bytes = SIZE_MAX; /* a copy per chunk: three ops each (sim.coalesce: groups) */
     ferry_pipeline_t *p = NULL;
     assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
     int failed = 0;

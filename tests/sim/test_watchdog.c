@@ -56,6 +56,7 @@ static ferry_pipeline_stats_t run(unsigned nb, double kernel_ms, probe_t *pr)
     pc.device = dev;
     pc.stage = &st;
     pc.chunk_bytes = chunk;
+    pc.coalesce_bytes = SIZE_MAX; /* a copy per chunk: a sequence number each */
     ferry_pipeline_t *p = NULL;
     assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
     atomic_int done = 0;
