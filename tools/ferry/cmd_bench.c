@@ -98,7 +98,7 @@ static int usage(void)
         "                    (default 0; malloc'd blocks start 16 bytes in)\n"
         "  --coalesce-bytes SIZE  merge the copies of a batch's adjacent chunks up to SIZE\n"
         "                    (batches hold 4 chunks; the copy column shows what one copy\n"
-        "                    moved); default 0: a copy per chunk\n"
+        "                    moved); default 8M, the option's; 0: a copy per chunk\n"
         "  --compare         also run the sweep on the simulator (--compare-profile FILE,\n"
         "                    --compare-bytes SIZE: default 256M, as its kernels run on the\n"
         "                    CPU; a shorter run than the GPU's weighs filling and draining\n"
