@@ -323,7 +323,14 @@ for r in rows:
                   f"err {x['error'] * 100:+5.1f}%  queues {'>=' if c['at_least'] else ''}{c['effective_queues']:.1f}  "
                   f"round-robin {c['roundrobin_ms']:.2f} ms  memory {x['memory_vs_base_bytes'] / 1024:+.0f} KiB")
 for r in rows:
-    if "bench" in r:
+    if r.get("bench") == "abort_poll" and r["case"] == "kernel_us":
+        print(f"abort poll, {r['bytes'] >> 20} MiB byte-wise kernel, {r['blocks']} blocks, one poll a block: "
+              f"none {r['none_us']:.1f} us, device word {r['device_word_us']:.1f} us "
+              f"(x{r['device_over_none']:.3f}), mapped host word {r['host_word_us']:.1f} us (x{r['host_over_none']:.1f})")
+    elif r.get("bench") == "abort_poll":
+        print(f"abort poll, a grid of {r['grid_blocks']} blocks holding every SM: retired {r['overrun_ms']:.3f} ms "
+              f"past its deadline, gpu_lost {r['gpu_lost']}, output {'OK' if r['output_ok'] else 'WRONG'}")
+    elif "bench" in r and "value" in r:
         print(f"bench {r['bench']}/{r['case']}: {r['value']:.1f} {r['unit']}")
 PY
 # The device machine's transfer brings back at most 8 files: under $OUT, the pieces (the sweeps'

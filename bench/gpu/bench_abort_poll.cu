@@ -1,0 +1,265 @@
+/* What polling ferry_should_abort() costs a kernel, and that the abort still arrives: a
+ * byte-wise kernel (out = in ^ 0x5a, 16 bytes a thread, 256 threads a block) whose first thread
+ * in each block polls once, against the same kernel without the poll, and against a poll of a
+ * word in mapped host memory (where ferry kept the word before). The word polled is ferry's
+ * own: taken from the kernel arguments of a pipeline's chunk. Each kernel is timed with events
+ * on a stream of its own, 1 MiB and 8 MiB, modes interleaved, median of the timed runs after a
+ * warm-up; every output is checked first. Then a pipeline whose one chunk runs a grid that
+ * fills every SM and repeats the pass until the abort: how long past its deadline the chunk
+ * was retired. One JSON line per figure, for scripts/gpu-check.sh. */
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "ferry.h"
+#include "ferry/device.h"
+
+enum { POLL_NONE = 0, POLL_ARGS = 1 }; /* POLL_ARGS: the word in the arguments */
+
+__global__ void xor_kernel(ferry_kernel_args_t a, int poll, unsigned long long spin_ns)
+{
+    __shared__ int stop;
+    unsigned long long t0 = 0, t;
+    if (spin_ns)
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    const unsigned char *in = (const unsigned char *)a.in;
+    unsigned char *out = (unsigned char *)a.out;
+    size_t base = (size_t)blockIdx.x * blockDim.x * 16;
+    for (;;) {
+        if (poll) {
+            if (threadIdx.x == 0)
+                stop = ferry_should_abort(&a);
+            __syncthreads();
+            if (stop)
+                return;
+        }
+        for (int k = 0; k < 16; k++) {
+            size_t i = base + (size_t)k * blockDim.x + threadIdx.x;
+            if (i < a.bytes)
+                out[i] = in[i] ^ 0x5a;
+        }
+        if (!spin_ns)
+            return;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        if (t - t0 > spin_ns)
+            return;
+        __syncthreads();
+    }
+}
+
+static unsigned blocks_for(size_t bytes)
+{
+    return (unsigned)((bytes + 256 * 16 - 1) / (256 * 16));
+}
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "bench_abort_poll: %s: %s\n", #call, cudaGetErrorString(e_));          \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* The stage: the kernel, polling; the chunk chosen to hang repeats its pass until the abort. */
+typedef struct stage_ctx {
+    ferry_kernel_args_t seen; /* a chunk's arguments, for the timing below */
+    int have;
+    int hang_armed;     /* the next first chunk launched hangs (atomic) */
+    unsigned grid_fill; /* blocks that fill the GPU */
+} stage_ctx_t;
+
+static int gpu_fn(const ferry_kernel_args_t *a, void *stream, void *user)
+{
+    stage_ctx_t *c = (stage_ctx_t *)user;
+    if (!c->have) {
+        c->seen = *a;
+        c->have = 1;
+    }
+    bool hang = a->chunk == 0 && a->attempt == 0 &&
+                __atomic_exchange_n(&c->hang_armed, 0, __ATOMIC_ACQ_REL) != 0;
+    unsigned blocks = blocks_for(a->bytes);
+    if (hang && blocks < c->grid_fill)
+        blocks = c->grid_fill;
+    xor_kernel<<<blocks, 256, 0, (cudaStream_t)stream>>>(*a, POLL_ARGS, hang ? 20000000000ull : 0);
+    return cudaGetLastError() == cudaSuccess ? 0 : FERRY_EKERNEL;
+}
+
+static int cpu_fn(const ferry_kernel_args_t *a, void *user)
+{
+    (void)user;
+    const unsigned char *in = (const unsigned char *)a->in;
+    unsigned char *out = (unsigned char *)a->out;
+    for (size_t i = 0; i < a->bytes; i++)
+        out[i] = in[i] ^ 0x5a;
+    return 0;
+}
+
+static void on_done(const ferry_batch_result_t *r, void *arg)
+{
+    int *bad = (int *)arg;
+    if (r->status != 0)
+        __atomic_add_fetch(bad, 1, __ATOMIC_RELAXED);
+}
+
+static void fill(unsigned char *p, size_t n, uint64_t *s)
+{
+    for (size_t i = 0; i < n; i++) {
+        *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+        p[i] = (unsigned char)(*s >> 56);
+    }
+}
+
+static bool check(const unsigned char *in, const unsigned char *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (out[i] != (unsigned char)(in[i] ^ 0x5a))
+            return false;
+    return true;
+}
+
+int main(void)
+{
+    ferry_runtime_config_t rc = FERRY_RUNTIME_CONFIG_INIT;
+    rc.backend = "cuda";
+    ferry_runtime_t *rt = NULL;
+    ferry_device_t *dev = NULL;
+    if (ferry_runtime_create(&rc, &rt) != 0 || ferry_device_get(rt, 0, &dev) != 0) {
+        fprintf(stderr, "bench_abort_poll: no GPU (%s)\n", ferry_last_error());
+        return 77;
+    }
+    ferry_device_props_t props = FERRY_DEVICE_PROPS_INIT;
+    ferry_device_props(dev, &props);
+    int per_sm = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, xor_kernel, 256, 0));
+
+    stage_ctx_t ctx = {};
+    ctx.grid_fill = 2u * (unsigned)props.sms * (unsigned)per_sm;
+    ferry_stage_t st = FERRY_STAGE_INIT;
+    st.name = "xor-poll";
+    st.gpu = gpu_fn;
+    st.cpu = cpu_fn;
+    st.user = &ctx;
+
+    const size_t big = 8u << 20, per = 8u << 20, nb = 12;
+    unsigned char *in = NULL, *out = NULL;
+    CK(cudaMallocHost((void **)&in, nb * per));
+    CK(cudaMallocHost((void **)&out, nb * per));
+    uint64_t seed = 0x5eed;
+    fill(in, nb * per, &seed);
+
+    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
+    pc.device = dev;
+    pc.stage = &st;
+    pc.chunk_bytes = 2u << 20;
+    pc.coalesce_bytes = SIZE_MAX; /* a copy per chunk */
+    ferry_pipeline_t *p = NULL;
+    if (ferry_pipeline_create(&pc, &p) != 0) {
+        fprintf(stderr, "bench_abort_poll: pipeline: %s\n", ferry_last_error());
+        return 1;
+    }
+    int bad = 0;
+    ferry_batch_t b = FERRY_BATCH_INIT;
+    b.in = in;
+    b.out = out;
+    b.bytes = per;
+    if (ferry_pipeline_submit(p, &b, on_done, &bad, NULL) != 0 || ferry_pipeline_drain(p) != 0 ||
+        bad || !check(in, out, per) || !ctx.have) {
+        fprintf(stderr, "bench_abort_poll: the first batch failed or differs\n");
+        return 1;
+    }
+
+    /* Kernel timing, outside the pipeline, with ferry's word (not raised: 0 < seq). */
+    unsigned char *d_in, *d_out, *h_word;
+    CK(cudaMalloc((void **)&d_in, big));
+    CK(cudaMalloc((void **)&d_out, big));
+    CK(cudaHostAlloc((void **)&h_word, 64, cudaHostAllocMapped));
+    memset(h_word, 0, 64);
+    void *d_word = NULL;
+    CK(cudaHostGetDevicePointer(&d_word, h_word, 0));
+    std::vector<unsigned char> hin(big), hout(big);
+    fill(hin.data(), big, &seed);
+    CK(cudaMemcpy(d_in, hin.data(), big, cudaMemcpyHostToDevice));
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    const char *names[3] = {"none", "device_word", "host_word"};
+    const size_t sizes[2] = {1u << 20, 8u << 20};
+    const int warm = 20, reps = 200;
+    for (int si = 0; si < 2; si++) {
+        size_t n = sizes[si];
+        ferry_kernel_args_t a[3];
+        for (int m = 0; m < 3; m++) {
+            a[m] = ctx.seen;
+            a[m].in = d_in;
+            a[m].out = d_out;
+            a[m].bytes = n;
+        }
+        a[2].abort_word = (const volatile uint64_t *)d_word;
+        /* Correctness first, each mode. */
+        for (int m = 0; m < 3; m++) {
+            CK(cudaMemsetAsync(d_out, 0, n, s));
+            xor_kernel<<<blocks_for(n), 256, 0, s>>>(a[m], m != 0, 0);
+            CK(cudaMemcpyAsync(hout.data(), d_out, n, cudaMemcpyDeviceToHost, s));
+            CK(cudaStreamSynchronize(s));
+            if (!check(hin.data(), hout.data(), n)) {
+                fprintf(stderr, "bench_abort_poll: %s at %zu bytes: wrong output\n", names[m], n);
+                return 1;
+            }
+        }
+        std::vector<double> t[3];
+        for (int r = 0; r < warm + reps; r++)
+            for (int m = 0; m < 3; m++) {
+                CK(cudaEventRecord(e0, s));
+                xor_kernel<<<blocks_for(n), 256, 0, s>>>(a[m], m != 0, 0);
+                CK(cudaEventRecord(e1, s));
+                CK(cudaEventSynchronize(e1));
+                float ms = 0;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                if (r >= warm)
+                    t[m].push_back(ms * 1000.0);
+            }
+        double med[3];
+        for (int m = 0; m < 3; m++) {
+            std::sort(t[m].begin(), t[m].end());
+            med[m] = t[m][t[m].size() / 2];
+        }
+        printf("{\"bench\":\"abort_poll\",\"case\":\"kernel_us\",\"bytes\":%zu,\"blocks\":%u,"
+               "\"none_us\":%.2f,\"device_word_us\":%.2f,\"host_word_us\":%.2f,"
+               "\"device_over_none\":%.4f,\"host_over_none\":%.2f,\"reps\":%d}\n",
+               n, blocks_for(n), med[0], med[1], med[2], med[1] / med[0], med[2] / med[0], reps);
+    }
+
+    /* The abort, while a grid fills every SM: batch 3's first chunk repeats until stopped. */
+    for (size_t i = 0; i < nb; i++) {
+        ferry_batch_t bb = FERRY_BATCH_INIT;
+        bb.in = in + i * per;
+        bb.out = out + i * per;
+        bb.bytes = per;
+        if (i == 3) {
+            ferry_pipeline_drain(p); /* batch 3's first chunk is the next one launched */
+            __atomic_store_n(&ctx.hang_armed, 1, __ATOMIC_RELEASE);
+        }
+        if (ferry_pipeline_submit(p, &bb, on_done, &bad, NULL) != 0) {
+            fprintf(stderr, "bench_abort_poll: submit: %s\n", ferry_last_error());
+            return 1;
+        }
+    }
+    ferry_pipeline_drain(p);
+    ferry_pipeline_stats_t ps = FERRY_PIPELINE_STATS_INIT;
+    ferry_pipeline_stats(p, &ps);
+    bool ok = !bad && check(in, out, nb * per);
+    printf("{\"bench\":\"abort_poll\",\"case\":\"abort_full_grid\",\"grid_blocks\":%u,"
+           "\"deadlines_passed\":%llu,\"overrun_ms\":%.3f,\"gpu_lost\":%d,\"output_ok\":%s}\n",
+           ctx.grid_fill, (unsigned long long)ps.deadlines_passed,
+           (double)ps.deadline_overrun_ns / 1e6, ps.gpu_lost, ok ? "true" : "false");
+    ferry_pipeline_close(p);
+    ferry_runtime_destroy(rt);
+    return ok ? 0 : 1;
+}
