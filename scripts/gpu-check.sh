@@ -324,9 +324,10 @@ for r in rows:
                   f"round-robin {c['roundrobin_ms']:.2f} ms  memory {x['memory_vs_base_bytes'] / 1024:+.0f} KiB")
 for r in rows:
     if r.get("bench") == "abort_poll" and r["case"] == "kernel_us":
-        print(f"abort poll, {r['bytes'] >> 20} MiB byte-wise kernel, {r['blocks']} blocks, one poll a block: "
-              f"none {r['none_us']:.1f} us, device word {r['device_word_us']:.1f} us "
-              f"(x{r['device_over_none']:.3f}), mapped host word {r['host_word_us']:.1f} us (x{r['host_over_none']:.1f})")
+        print(f"abort poll, {r['bytes'] >> 20} MiB byte-wise kernel, {r['blocks']} blocks: none {r['none_us']:.2f} us; "
+              f"device word, a block's first thread {r['device_block_us']:.2f} (x{r['device_block_over_none']:.3f}), "
+              f"every thread {r['device_threads_us']:.2f} (x{r['device_threads_over_none']:.3f}); "
+              f"mapped host word {r['host_block_us']:.0f} (x{r['host_block_over_none']:.1f})")
     elif r.get("bench") == "abort_poll":
         print(f"abort poll, a grid of {r['grid_blocks']} blocks holding every SM: retired {r['overrun_ms']:.3f} ms "
               f"past its deadline, gpu_lost {r['gpu_lost']}, output {'OK' if r['output_ok'] else 'WRONG'}")
