@@ -22,9 +22,7 @@
  * memory and a barrier, before the pass's work (the block waits for the read) or after it (the
  * read was issued before the work, whose time hides its latency); every thread, the read issued
  * before the work and its answer used after it (one read a warp, from L2, no barrier). */
-enum { POLL_NONE = 0, POLL_BLOCK_FIRST, POLL_BLOCK_LATE, POLL_THREADS_LATE, POLL_ONE_COPY_LATE };
-/* POLL_ONE_COPY_LATE: as POLL_BLOCK_LATE, but every block reads the word's first copy, as if
- * the word had one copy only (to see what its copies are worth). */
+enum { POLL_NONE = 0, POLL_BLOCK_FIRST, POLL_BLOCK_LATE, POLL_THREADS_LATE };
 
 __global__ void xor_kernel(ferry_kernel_args_t a, int poll, unsigned long long spin_ns)
 {
@@ -45,8 +43,6 @@ __global__ void xor_kernel(ferry_kernel_args_t a, int poll, unsigned long long s
                 return;
         } else if (poll == POLL_BLOCK_LATE && threadIdx.x == 0) {
             said = ferry_should_abort(&a);
-        } else if (poll == POLL_ONE_COPY_LATE && threadIdx.x == 0) {
-            said = *a.abort_word >= a.seq;
         } else if (poll == POLL_THREADS_LATE) {
             said = ferry_should_abort(&a);
         }
@@ -55,7 +51,7 @@ __global__ void xor_kernel(ferry_kernel_args_t a, int poll, unsigned long long s
             if (i < a.bytes)
                 out[i] = in[i] ^ 0x5a;
         }
-        if (poll == POLL_BLOCK_LATE || poll == POLL_ONE_COPY_LATE) {
+        if (poll == POLL_BLOCK_LATE) {
             if (threadIdx.x == 0)
                 stop = said;
             __syncthreads();
@@ -200,8 +196,8 @@ int main(void)
     unsigned char *d_in, *d_out, *h_word;
     CK(cudaMalloc((void **)&d_in, big));
     CK(cudaMalloc((void **)&d_out, big));
-    CK(cudaHostAlloc((void **)&h_word, 4096, cudaHostAllocMapped));
-    memset(h_word, 0, 4096);
+    CK(cudaHostAlloc((void **)&h_word, 64, cudaHostAllocMapped));
+    memset(h_word, 0, 64);
     void *d_word = NULL;
     CK(cudaHostGetDevicePointer(&d_word, h_word, 0));
     std::vector<unsigned char> hin(big), hout(big);
@@ -214,11 +210,10 @@ int main(void)
     CK(cudaEventCreate(&e1));
     /* The modes: no poll; ferry's word polled by each block's first thread, by every thread;
      * a mapped host word polled by each block's first thread (where the word was before). */
-    enum { M = 6 };
-    const char *names[M] = {"none",         "block_first", "block_late",
-                            "threads_late", "host_block",  "one_copy_late"};
-    const int polls[M] = {POLL_NONE,         POLL_BLOCK_FIRST, POLL_BLOCK_LATE,
-                          POLL_THREADS_LATE, POLL_BLOCK_FIRST, POLL_ONE_COPY_LATE};
+    enum { M = 5 };
+    const char *names[M] = {"none", "block_first", "block_late", "threads_late", "host_block"};
+    const int polls[M] = {POLL_NONE, POLL_BLOCK_FIRST, POLL_BLOCK_LATE, POLL_THREADS_LATE,
+                          POLL_BLOCK_FIRST};
     const size_t sizes[2] = {1u << 20, 8u << 20};
     const int warm = 50, reps = 500;
     for (int si = 0; si < 2; si++) {

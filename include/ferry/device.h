@@ -34,18 +34,10 @@
 
 #ifdef __CUDACC__
 /* True when ferry has given up on the chunk @a belongs to: return as soon as possible. The
- * volatile read reaches L2, where ferry's copy lands; each multiprocessor reads its own copy of
- * the word (FERRY_ABORT_REPLICAS), so that polls from thousands of blocks spread over L2. */
+ * volatile read reaches L2, where ferry's copy lands. */
 static __device__ __forceinline__ bool ferry_should_abort(const ferry_kernel_args_t *a)
 {
-    if (a->abort_word == NULL)
-        return false;
-    unsigned sm;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    const volatile uint64_t *w =
-        (const volatile uint64_t *)((const volatile char *)a->abort_word +
-                                    (sm % FERRY_ABORT_REPLICAS) * FERRY_ABORT_STRIDE);
-    return *w >= a->seq;
+    return a->abort_word != NULL && *a->abort_word >= a->seq;
 }
 #endif
 

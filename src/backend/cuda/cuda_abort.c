@@ -1,15 +1,14 @@
 /* Abort words in device memory. A kernel that polls ferry_should_abort() once per block reads
- * its multiprocessor's copy of the word from L2; a word in mapped host memory costs every read a
+ * its word from L2, at no measurable cost; a word in mapped host memory costs every read a
  * PCIe round trip, and the reads queue (FACTS.md: a byte-wise kernel over 8 MiB, one read per
  * block, 13.5 us without the read, 2,214 us with it). The host raises a word with an 8-byte
- * copy of its copies from a pinned mirror on a stream of its own at the greatest priority: a copy
- * engine delivers it, so a grid that holds every SM does not delay it. */
+ * copy from a pinned mirror on a stream of its own at the greatest priority: a copy engine
+ * delivers it, so a grid that holds every SM does not delay it. */
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
 
-/* Bytes a word takes: its FERRY_ABORT_REPLICAS copies (ferry.h), raised together. */
-#define STRIDE ((size_t)FERRY_ABORT_REPLICAS * FERRY_ABORT_STRIDE)
+#define STRIDE 64u /* bytes between words: one word per 64-byte sector */
 #define SLAB   ((size_t)FERRY_CUDA_ABORT_WORDS * STRIDE)
 
 void ferry__cuda_abort_open(struct ferry_be_device *dev)
@@ -101,11 +100,9 @@ int ferry__cuda_abort_word_create(struct ferry_be_device *dev, volatile uint64_t
     unsigned char *word = a->slab + (size_t)pick * STRIDE;
     if (a->raised >> pick & 1) {
         /* Raised by an earlier pipeline: zeroed behind its raises, on the same stream. */
-        unsigned char *src = a->mirror + (size_t)pick * STRIDE;
-        for (unsigned r = 0; r < FERRY_ABORT_REPLICAS; r++)
-            __atomic_store_n((uint64_t *)(void *)(src + r * FERRY_ABORT_STRIDE), 0,
-                             __ATOMIC_RELEASE);
-        cudaError_t e = cudaMemcpyAsync(word, src, STRIDE, cudaMemcpyHostToDevice, a->stream);
+        uint64_t *src = (uint64_t *)(void *)(a->mirror + (size_t)pick * STRIDE);
+        __atomic_store_n(src, 0, __ATOMIC_RELEASE);
+        cudaError_t e = cudaMemcpyAsync(word, src, 8, cudaMemcpyHostToDevice, a->stream);
         if (e == cudaSuccess)
             e = cudaStreamSynchronize(a->stream);
         if (e != cudaSuccess) {
