@@ -327,7 +327,7 @@ for r in rows:
         print(f"abort poll, {r['bytes'] >> 20} MiB byte-wise kernel, {r['blocks']} blocks: none {r['none_us']:.2f} us; "
               f"device word: block's first thread, before the work {r['block_first_over_none']:.3f}x, "
               f"after it {r['block_late_over_none']:.3f}x; every thread, after {r['threads_late_over_none']:.3f}x; "
-              f"mapped host word {r['host_block_over_none']:.1f}x")
+              f"mapped host word {r['host_block_over_none']:.1f}x; no poll again {r['none_again_over_none']:.3f}x")
     elif r.get("bench") == "abort_poll":
         print(f"abort poll, a grid of {r['grid_blocks']} blocks holding every SM: retired {r['overrun_ms']:.3f} ms "
               f"past its deadline, gpu_lost {r['gpu_lost']}, output {'OK' if r['output_ok'] else 'WRONG'}")

@@ -1,9 +1,10 @@
 /* Abort words in device memory. A kernel that polls ferry_should_abort() once per block reads
- * its word from L2, at no measurable cost; a word in mapped host memory costs every read a
- * PCIe round trip, and the reads queue (FACTS.md: a byte-wise kernel over 8 MiB, one read per
- * block, 13.5 us without the read, 2,214 us with it). The host raises a word with an 8-byte
- * copy from a pinned mirror on a stream of its own at the greatest priority: a copy engine
- * delivers it, so a grid that holds every SM does not delay it. */
+ * its word from L2; a word in mapped host memory costs every read a PCIe round trip, and the
+ * reads queue (FACTS.md: a byte-wise kernel over 8 MiB, one read per block, 13.5 us without
+ * the read, 2,214 us with it). The host raises a word on a stream of its own at the greatest
+ * priority with cuStreamWriteValue64 (a stream memory operation, which needs neither an SM nor
+ * a copy engine: a grid that holds every SM does not delay it), or, where the driver lacks
+ * it, with an 8-byte copy from a pinned mirror. */
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
@@ -59,6 +60,24 @@ static int build(struct ferry_be_device *dev)
     if (e != cudaSuccess) {
         rc = ferry__cuda_fail(e, "zeroing the abort words");
         goto out_stream;
+    }
+    /* The driver's stream write, tried once on word 0 (already zero). */
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    e = cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", &fn, 12000, cudaEnableDefault, &q);
+    if (e == cudaSuccess && q == cudaDriverEntryPointSuccess && fn != NULL) {
+        memcpy(&a->write_value, &fn, sizeof(fn)); /* ISO C: no cast from void * */
+        int r = a->write_value(a->stream, (uint64_t)(uintptr_t)a->slab, 0, 0);
+        if (r == 0 && cudaStreamSynchronize(a->stream) == cudaSuccess) {
+            ferry_log(FERRY_LOG_DEBUG, "cuda", "device %d: abort words raised by stream writes",
+                      dev->index);
+        } else {
+            ferry_log(FERRY_LOG_INFO, "cuda",
+                      "device %d: cuStreamWriteValue64 answered %d: abort words raised by "
+                      "8-byte copies",
+                      dev->index, r);
+            a->write_value = NULL;
+        }
     }
     a->ready = true;
     return 0;

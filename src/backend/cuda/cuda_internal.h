@@ -59,6 +59,10 @@ struct ferry_cuda_abort {
     unsigned char *slab;   /* device memory */
     unsigned char *mirror; /* pinned host memory, the same layout */
     cudaStream_t stream;
+    /* cuStreamWriteValue64 from the driver (cudaGetDriverEntryPointByVersion): a raise is a
+     * stream memory operation, no copy engine and no source buffer; NULL: an 8-byte copy
+     * from the mirror. */
+    int (*write_value)(cudaStream_t s, uint64_t addr, uint64_t value, unsigned flags);
     uint64_t used;   /* bitmap: words handed out */
     uint64_t raised; /* bitmap: words raised since they were last zeroed */
     bool ever_raised;
