@@ -325,7 +325,8 @@ for r in rows:
 for r in rows:
     if r.get("bench") == "abort_poll" and r["case"] == "kernel_us":
         print(f"abort poll, {r['bytes'] >> 20} MiB byte-wise kernel, {r['blocks']} blocks: none {r['none_us']:.2f} us; "
-              f"device word: block's first thread, before the work {r['block_first_over_none']:.3f}x, "
+              f"device word: block's first thread, before the work {r['block_first_over_none']:.3f}x "
+              f"(one copy of the word: {r['one_copy_over_none']:.3f}x), "
               f"after it {r['block_late_over_none']:.3f}x; every thread, after {r['threads_late_over_none']:.3f}x; "
               f"mapped host word {r['host_block_over_none']:.1f}x; no poll again {r['none_again_over_none']:.3f}x")
     elif r.get("bench") == "abort_poll":

@@ -23,7 +23,9 @@
  * memory and a barrier, before the pass's work (the block waits for the read) or after it (the
  * read was issued before the work, whose time hides its latency); every thread, the read issued
  * before the work and its answer used after it (one read a warp, from L2, no barrier). */
-enum { POLL_NONE = 0, POLL_BLOCK_FIRST, POLL_BLOCK_LATE, POLL_THREADS_LATE };
+enum { POLL_NONE = 0, POLL_BLOCK_FIRST, POLL_BLOCK_LATE, POLL_THREADS_LATE, POLL_ONE_COPY };
+/* POLL_ONE_COPY: as POLL_BLOCK_FIRST, but every block reads the word's first copy, as if the
+ * word had one copy only (what its FERRY_ABORT_REPLICAS copies are worth). */
 
 __global__ void xor_kernel(ferry_kernel_args_t a, int poll, unsigned long long spin_ns)
 {
@@ -36,9 +38,9 @@ __global__ void xor_kernel(ferry_kernel_args_t a, int poll, unsigned long long s
     size_t base = (size_t)blockIdx.x * blockDim.x * 16;
     for (;;) {
         bool said = false;
-        if (poll == POLL_BLOCK_FIRST) {
+        if (poll == POLL_BLOCK_FIRST || poll == POLL_ONE_COPY) {
             if (threadIdx.x == 0)
-                stop = ferry_should_abort(&a);
+                stop = poll == POLL_ONE_COPY ? *a.abort_word >= a.seq : ferry_should_abort(&a);
             __syncthreads();
             if (stop)
                 return;
@@ -204,8 +206,8 @@ int main(void)
     unsigned char *d_in, *d_out, *h_word;
     CK(cudaMalloc((void **)&d_in, big));
     CK(cudaMalloc((void **)&d_out, big));
-    CK(cudaHostAlloc((void **)&h_word, 64, cudaHostAllocMapped));
-    memset(h_word, 0, 64);
+    CK(cudaHostAlloc((void **)&h_word, 4096, cudaHostAllocMapped));
+    memset(h_word, 0, 4096);
     void *d_word = NULL;
     CK(cudaHostGetDevicePointer(&d_word, h_word, 0));
     std::vector<unsigned char> hin(big), hout(big);
@@ -219,11 +221,11 @@ int main(void)
     /* The modes: no poll; ferry's word polled by each block's first thread, by every thread;
      * a mapped host word polled by each block's first thread (where the word was before). */
     /* none_again: the same kernel as none, for the spread between two series of one kernel. */
-    enum { M = 6 };
-    const char *names[M] = {"none",         "block_first", "block_late",
-                            "threads_late", "host_block",  "none_again"};
-    const int polls[M] = {POLL_NONE,         POLL_BLOCK_FIRST, POLL_BLOCK_LATE,
-                          POLL_THREADS_LATE, POLL_BLOCK_FIRST, POLL_NONE};
+    enum { M = 7 };
+    const char *names[M] = {"none",       "block_first", "block_late", "threads_late",
+                            "host_block", "none_again",  "one_copy"};
+    const int polls[M] = {POLL_NONE,        POLL_BLOCK_FIRST, POLL_BLOCK_LATE, POLL_THREADS_LATE,
+                          POLL_BLOCK_FIRST, POLL_NONE,        POLL_ONE_COPY};
     const size_t sizes[2] = {1u << 20, 8u << 20};
     const int warm = 50, reps = 500;
     for (int si = 0; si < 2; si++) {

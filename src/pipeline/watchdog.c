@@ -15,7 +15,10 @@
 /* Raises remembered for the overrun figure (the newest ones). */
 #define RAISES 8
 /* A thread that has not shown life for this long (and at least this many periods) stalled. */
-#define STALL_MIN_NS      (100u * 1000000u)
+#define STALL_MIN_NS (100u * 1000000u)
+/* The mapped pages: the abort word's copies, then the heartbeat's counter. */
+#define HB_OFFSET         ((size_t)FERRY_ABORT_REPLICAS * FERRY_ABORT_STRIDE)
+#define PAGE_BYTES        (HB_OFFSET + 4096)
 #define STALL_MIN_PERIODS 50u
 
 struct ferry__watchdog {
@@ -23,7 +26,8 @@ struct ferry__watchdog {
     ferry__wd_config_t cfg;
     char name[64];
 
-    /* The mapped page: the abort word and the heartbeat's counter, 64 bytes apart. The abort
+    /* The mapped pages: the abort word's copies (ferry.h: FERRY_ABORT_REPLICAS) in the first,
+     * the heartbeat's counter at the start of the second. The abort
      * word moves to device memory where the backend offers one (abort_own): kernels then
      * poll it at no cost, and only abort_kernels writes it. */
     unsigned char *page;
@@ -73,13 +77,13 @@ static void map_page(ferry__watchdog_t *w)
 {
     void *pg = NULL;
     void *dp = NULL;
-    if (posix_memalign(&pg, 4096, 4096) != 0) {
+    if (posix_memalign(&pg, 4096, PAGE_BYTES) != 0) {
         ferry_log(FERRY_LOG_WARN, "watchdog", "%s: out of memory for the abort word", w->name);
         return;
     }
-    memset(pg, 0, 4096);
+    memset(pg, 0, PAGE_BYTES);
     w->page = pg;
-    int rc = ferry__be_host_register(w->dev, pg, 4096);
+    int rc = ferry__be_host_register(w->dev, pg, PAGE_BYTES);
     if (rc == 0) {
         w->registered = true;
         rc = ferry__be_host_device_ptr(w->dev, pg, &dp);
@@ -92,9 +96,9 @@ static void map_page(ferry__watchdog_t *w)
         return;
     }
     w->abort_host = (volatile uint64_t *)pg;
-    w->hb_host = (volatile uint64_t *)((unsigned char *)pg + 64);
+    w->hb_host = (volatile uint64_t *)((unsigned char *)pg + HB_OFFSET);
     w->abort_dev = (const volatile uint64_t *)dp;
-    w->hb_dev = (volatile uint64_t *)((unsigned char *)dp + 64);
+    w->hb_dev = (volatile uint64_t *)((unsigned char *)dp + HB_OFFSET);
 }
 
 /* The abort word in device memory where the backend has one (a GPU): every read of a mapped
@@ -187,8 +191,10 @@ static unsigned check_heads(ferry__watchdog_t *w, uint64_t now, action_t *acts)
             if (now <= h->since_ns || now - h->since_ns <= deadline)
                 continue;
             __atomic_store_n(&w->raised, h->seq, __ATOMIC_SEQ_CST);
-            if (w->abort_host != NULL)
-                __atomic_store_n(w->abort_host, h->seq, __ATOMIC_SEQ_CST);
+            for (unsigned r = 0; w->abort_host != NULL && r < FERRY_ABORT_REPLICAS; r++)
+                __atomic_store_n((volatile uint64_t *)((volatile unsigned char *)w->abort_host +
+                                                       r * FERRY_ABORT_STRIDE),
+                                 h->seq, __ATOMIC_SEQ_CST);
             w->raises[w->nraises % RAISES].seq = h->seq;
             w->raises[w->nraises % RAISES].deadline_at = h->since_ns + deadline;
             w->nraises++;

@@ -49,9 +49,10 @@ struct ferry_cuda_clock {
     uint64_t rebases, rebase_misses;
 };
 
-/* Abort words in device memory (cuda_abort.c): a slab of FERRY_CUDA_ABORT_WORDS words, one
- * per 64 bytes, handed out to pipelines; a pinned mirror holds the values their raises copy
- * from, on a stream of greatest priority kept for them. Built on the first word asked for. */
+/* Abort words in device memory (cuda_abort.c): a slab of FERRY_CUDA_ABORT_WORDS words (each
+ * FERRY_ABORT_REPLICAS copies, ferry.h), handed out to pipelines; a pinned mirror holds the values
+ * their raises copy from, on a stream of greatest priority kept for them. Built on the first word
+ * asked for. */
 #define FERRY_CUDA_ABORT_WORDS 64
 struct ferry_cuda_abort {
     pthread_mutex_t mu;
