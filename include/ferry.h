@@ -228,7 +228,7 @@ typedef struct ferry_kernel_args {
 /* The abort word is kept in FERRY_ABORT_REPLICAS copies, FERRY_ABORT_STRIDE bytes apart, all
  * raised together: a kernel reads the copy of its multiprocessor (ferry_should_abort()), so
  * that thousands of blocks polling do not all queue on one cache line. */
-#define FERRY_ABORT_REPLICAS 32
+#define FERRY_ABORT_REPLICAS 128
 #define FERRY_ABORT_STRIDE   128
 
 /** Launch the stage's kernel(s) on @p stream (a cudaStream_t on the cuda backend). Must only

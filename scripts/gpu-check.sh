@@ -324,7 +324,7 @@ for r in rows:
                   f"round-robin {c['roundrobin_ms']:.2f} ms  memory {x['memory_vs_base_bytes'] / 1024:+.0f} KiB")
 for r in rows:
     if r.get("bench") == "abort_poll" and r["case"] == "kernel_us":
-        print(f"abort poll, {r['bytes'] >> 20} MiB byte-wise kernel, {r['blocks']} blocks: none {r['none_us']:.2f} us; "
+        print(f"abort poll, {r['bytes'] >> 20} MiB byte-wise kernel, {r['blocks']} blocks, {r.get('bytes_per_thread', 16)} B a thread: none {r['none_us']:.2f} us; "
               f"device word: block's first thread, before the work {r['block_first_over_none']:.3f}x "
               f"(one copy of the word: {r['one_copy_over_none']:.3f}x), "
               f"after it {r['block_late_over_none']:.3f}x; every thread, after {r['threads_late_over_none']:.3f}x; "

@@ -27,7 +27,7 @@ enum { POLL_NONE = 0, POLL_BLOCK_FIRST, POLL_BLOCK_LATE, POLL_THREADS_LATE, POLL
 /* POLL_ONE_COPY: as POLL_BLOCK_FIRST, but every block reads the word's first copy, as if the
  * word had one copy only (what its FERRY_ABORT_REPLICAS copies are worth). */
 
-__global__ void xor_kernel(ferry_kernel_args_t a, int poll, unsigned long long spin_ns)
+__global__ void xor_kernel(ferry_kernel_args_t a, int poll, unsigned long long spin_ns, int vecs)
 {
     __shared__ int stop;
     unsigned long long t0 = 0, t;
@@ -35,7 +35,7 @@ __global__ void xor_kernel(ferry_kernel_args_t a, int poll, unsigned long long s
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     const unsigned char *in = (const unsigned char *)a.in;
     unsigned char *out = (unsigned char *)a.out;
-    size_t base = (size_t)blockIdx.x * blockDim.x * 16;
+    size_t base = (size_t)blockIdx.x * blockDim.x * 16 * vecs;
     for (;;) {
         bool said = false;
         if (poll == POLL_BLOCK_FIRST || poll == POLL_ONE_COPY) {
@@ -49,17 +49,19 @@ __global__ void xor_kernel(ferry_kernel_args_t a, int poll, unsigned long long s
         } else if (poll == POLL_THREADS_LATE) {
             said = ferry_should_abort(&a);
         }
-        size_t i = base + (size_t)threadIdx.x * 16;
-        if (i + 16 <= a.bytes) { /* 16 bytes in one load and one store */
-            uint4 v = *(const uint4 *)(in + i);
-            v.x ^= 0x5a5a5a5au;
-            v.y ^= 0x5a5a5a5au;
-            v.z ^= 0x5a5a5a5au;
-            v.w ^= 0x5a5a5a5au;
-            *(uint4 *)(out + i) = v;
-        } else {
-            for (; i < a.bytes && i < base + (size_t)(threadIdx.x + 1) * 16; i++)
-                out[i] = in[i] ^ 0x5a;
+        for (int k = 0; k < vecs; k++) {
+            size_t i = base + ((size_t)k * blockDim.x + threadIdx.x) * 16;
+            if (i + 16 <= a.bytes) { /* 16 bytes in one load and one store */
+                uint4 v = *(const uint4 *)(in + i);
+                v.x ^= 0x5a5a5a5au;
+                v.y ^= 0x5a5a5a5au;
+                v.z ^= 0x5a5a5a5au;
+                v.w ^= 0x5a5a5a5au;
+                *(uint4 *)(out + i) = v;
+            } else {
+                for (size_t j = i; j < a.bytes && j < i + 16; j++)
+                    out[j] = in[j] ^ 0x5a;
+            }
         }
         if (poll == POLL_BLOCK_LATE) {
             if (threadIdx.x == 0)
@@ -79,9 +81,10 @@ __global__ void xor_kernel(ferry_kernel_args_t a, int poll, unsigned long long s
     }
 }
 
-static unsigned blocks_for(size_t bytes)
+static unsigned blocks_for(size_t bytes, int vecs = 1)
 {
-    return (unsigned)((bytes + 256 * 16 - 1) / (256 * 16));
+    size_t per = (size_t)256 * 16 * vecs;
+    return (unsigned)((bytes + per - 1) / per);
 }
 
 #define CK(call)                                                                                   \
@@ -226,10 +229,13 @@ int main(void)
                             "host_block", "none_again",  "one_copy"};
     const int polls[M] = {POLL_NONE,        POLL_BLOCK_FIRST, POLL_BLOCK_LATE, POLL_THREADS_LATE,
                           POLL_BLOCK_FIRST, POLL_NONE,        POLL_ONE_COPY};
-    const size_t sizes[2] = {1u << 20, 8u << 20};
+    /* 16 bytes a thread (4 KiB a block) at 1 and 8 MiB; 64 bytes a thread (16 KiB a block). */
+    const size_t sizes[3] = {1u << 20, 8u << 20, 8u << 20};
+    const int vecs_of[3] = {1, 1, 4};
     const int warm = 50, reps = 500;
-    for (int si = 0; si < 2; si++) {
+    for (int si = 0; si < 3; si++) {
         size_t n = sizes[si];
+        int vecs = vecs_of[si];
         ferry_kernel_args_t a[M];
         for (int m = 0; m < M; m++) {
             a[m] = ctx.seen;
@@ -241,7 +247,7 @@ int main(void)
         /* Correctness first, each mode. */
         for (int m = 0; m < M; m++) {
             CK(cudaMemsetAsync(d_out, 0, n, s));
-            xor_kernel<<<blocks_for(n), 256, 0, s>>>(a[m], polls[m], 0);
+            xor_kernel<<<blocks_for(n, vecs), 256, 0, s>>>(a[m], polls[m], 0, vecs);
             CK(cudaMemcpyAsync(hout.data(), d_out, n, cudaMemcpyDeviceToHost, s));
             CK(cudaStreamSynchronize(s));
             if (!check(hin.data(), hout.data(), n)) {
@@ -255,7 +261,7 @@ int main(void)
                 if (m == 4 && r % 10 != 0)
                     continue; /* 2 ms a run: every tenth is enough */
                 CK(cudaEventRecord(e0, s));
-                xor_kernel<<<blocks_for(n), 256, 0, s>>>(a[m], polls[m], 0);
+                xor_kernel<<<blocks_for(n, vecs), 256, 0, s>>>(a[m], polls[m], 0, vecs);
                 CK(cudaEventRecord(e1, s));
                 CK(cudaEventSynchronize(e1));
                 float ms = 0;
@@ -269,8 +275,8 @@ int main(void)
             med[m] = t[m][t[m].size() / 2];
         }
         printf("{\"bench\":\"abort_poll\",\"case\":\"kernel_us\",\"bytes\":%zu,\"blocks\":%u,"
-               "\"reps\":%d",
-               n, blocks_for(n), reps);
+               "\"bytes_per_thread\":%d,\"reps\":%d",
+               n, blocks_for(n, vecs), 16 * vecs, reps);
         for (int m = 0; m < M; m++)
             printf(",\"%s_us\":%.2f,\"%s_over_none\":%.4f", names[m], med[m], names[m],
                    med[m] / med[0]);

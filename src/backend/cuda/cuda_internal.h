@@ -53,7 +53,7 @@ struct ferry_cuda_clock {
  * FERRY_ABORT_REPLICAS copies, ferry.h), handed out to pipelines; a pinned mirror holds the values
  * their raises copy from, on a stream of greatest priority kept for them. Built on the first word
  * asked for. */
-#define FERRY_CUDA_ABORT_WORDS 64
+#define FERRY_CUDA_ABORT_WORDS 32
 struct ferry_cuda_abort {
     pthread_mutex_t mu;
     bool ready;
