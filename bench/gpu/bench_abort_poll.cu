@@ -117,7 +117,7 @@ static int gpu_fn(const ferry_kernel_args_t *a, void *stream, void *user)
     if (hang && blocks < c->grid_fill)
         blocks = c->grid_fill;
     xor_kernel<<<blocks, 256, 0, (cudaStream_t)stream>>>(*a, POLL_BLOCK_LATE,
-                                                         hang ? 20000000000ull : 0);
+                                                         hang ? 20000000000ull : 0, 1);
     return cudaGetLastError() == cudaSuccess ? 0 : FERRY_EKERNEL;
 }
 
