@@ -75,9 +75,11 @@ int ferry__sim_profile_load(const char *path, struct ferry_sim_profile *out);
 /* The same on @len bytes of JSON at @text; @name names the source in messages. For fuzzers. */
 int ferry__sim_profile_parse(const char *text, size_t len, const char *name,
                              struct ferry_sim_profile *out);
-/* Load the built-in profile: FERRY_SOURCE_PROFILE_DIR/h200.json, then
- * FERRY_PROFILE_DIR/h200.json. A file that exists but is invalid is an error (no silent fall
- * back); none found is FERRY_ENODEV naming the paths tried. */
+/* Load the built-in profile, h200.json from the first of: the profiles of the tree the program
+ * was installed in (<prefix>/share/ferry/profiles, <prefix> found from /proc/self/exe), those of
+ * the tree the library was installed in (found with dladdr), FERRY_SOURCE_PROFILE_DIR,
+ * FERRY_PROFILE_DIR. A file that exists but is invalid is an error (no silent fall back); none
+ * found is FERRY_ENODEV naming the paths tried. */
 int ferry__sim_profile_load_default(struct ferry_sim_profile *out);
 
 /* Device-side time in ns of one copy of @bytes in direction @dir on an otherwise idle device
