@@ -105,9 +105,9 @@ struct ferry_sim_stats {
 };
 int ferry__sim_stats(ferry_be_device_t *dev, struct ferry_sim_stats *out);
 
-/* Faults (kernel error, sticky error, hang, slow link, allocation failure on a schedule seeded
- * by ferry_be_open_params_t.seed) are a later issue. They will hook in sim_model.c where a
- * kernel or copy completes and in sim_backend.c's mem_alloc; the places are marked
- * "FAULT HOOK". Nothing is injected today. */
+/* Faults: the option `inject` (fault/spec.h, docs/faults.md) gives each device a schedule of
+ * kernel errors, sticky errors, hangs, a slow or shared link and allocation failures, seeded by
+ * ferry_be_open_params_t.seed. sim_model.c decides them where a kernel or copy starts or
+ * completes, sim_backend.c's mem_alloc for allocations. */
 
 #endif
