@@ -23,6 +23,8 @@
 #   compared.
 . "$(dirname "$0")/lib.sh"
 src=$(cd "$(dirname "$0")/../.." && pwd)
+# The commands run in directories of their own: the binary by its absolute path.
+FERRY=$(cd "$(dirname "$FERRY")" && pwd)/$(basename "$FERRY")
 unset CUDA_VISIBLE_DEVICES CUDA_DEVICE_MAX_CONNECTIONS CUDA_DEVICE_MAX_COPY_CONNECTIONS NO_COLOR
 
 cat >"$TMP/check.py" <<'PY'
