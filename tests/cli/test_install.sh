@@ -52,6 +52,18 @@ expect_in "static pkg-config example verified" "$TMP/out" "batches ok"
 # shellcheck disable=SC2086
 expect_rc "configure the shared example without a CUDA toolkit" 0 cmake -S "$src/examples" -B "$TMP/ex-nocuda" $gen -DCMAKE_PREFIX_PATH="$TMP/prefix" -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON
 expect_rc "build it" 0 cmake --build "$TMP/ex-nocuda"
+# With the CUDA backend, asking for the static library without a toolkit fails, and says why.
+if grep -q cudart_static "$pc"; then
+  mkdir -p "$TMP/static-src2"
+  sed 's/find_package(ferry REQUIRED)/find_package(ferry REQUIRED COMPONENTS static)/' \
+    "$TMP/static-src/CMakeLists.txt" >"$TMP/static-src2/CMakeLists.txt"
+  # shellcheck disable=SC2086
+  expect_rc "COMPONENTS static with the toolkit" 0 cmake -S "$TMP/static-src2" -B "$TMP/exs2" $gen -DCMAKE_PREFIX_PATH="$TMP/prefix"
+  # shellcheck disable=SC2086
+  expect_rc "COMPONENTS static without a toolkit" 1 cmake -S "$TMP/static-src2" -B "$TMP/exs3" $gen -DCMAKE_PREFIX_PATH="$TMP/prefix" -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON
+  cat "$TMP/out" >>"$TMP/err"
+  expect_in "COMPONENTS static without a toolkit: says why" "$TMP/err" "needs the CUDA toolkit"
+fi
 
 # ---- libferry.so exports the API and nothing else ----
 # Every dynamic symbol it defines is a ferry_ name that a public header declares.
