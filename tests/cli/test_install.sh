@@ -14,8 +14,9 @@ pc=$(find "$TMP/prefix" -name ferry.pc | head -1)
 cfgdir=$(dirname "$(find "$TMP/prefix" -name ferryConfig.cmake | head -1)")
 if [ -n "$pc" ]; then ok "ferry.pc installed"; else bad "ferry.pc missing"; fi
 libso=$(find "$TMP/prefix" -name libferry.so | head -1)
-liba=$(find "$TMP/prefix" -name libferry.a | head -1)
 libdir=$(dirname "$libso")
+if [ -n "$libso" ] && [ -e "$libdir/libferry.a" ]; then ok "libferry.so and libferry.a installed"; else
+  bad "libferry.so or libferry.a missing"; fi
 gen=""; command -v ninja >/dev/null && gen="-G Ninja"
 # shellcheck disable=SC2086
 expect_rc "configure example with find_package" 0 cmake -S "$src/examples" -B "$TMP/ex" $gen -DCMAKE_PREFIX_PATH="$TMP/prefix"
