@@ -39,9 +39,14 @@ int cli_parse_uint(const char *cmd, const char *flag, const char *v, unsigned lo
                    unsigned long long hi, unsigned long long *out);
 int cli_parse_size(const char *cmd, const char *flag, const char *v, unsigned long long *out);
 
-/* Options from defaults and FERRY_* environment; prints the error and returns NULL on a bad
- * variable. */
-ferry_options_t *cli_options(const char *cmd);
+/* Options from defaults and FERRY_* environment into *out. Returns CLI_OK, CLI_USAGE on a bad
+ * variable (as the same bad flag is) or CLI_FAIL (out of memory), message printed. */
+int cli_options(const char *cmd, ferry_options_t **out);
+
+/* --quiet: the tool prints errors only. When argv holds --quiet, ferry's log lines below
+ * FERRY_LOG_ERROR (warnings, info) are dropped from here on, including those of reading the
+ * environment, which comes before the flags are parsed. Errors still print. */
+void cli_quiet_logs(int argc, char **argv);
 
 /* "4.00 GiB", "8.0 MiB", "512 B" */
 const char *cli_bytes(unsigned long long b, char *buf, size_t len);

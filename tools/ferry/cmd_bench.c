@@ -46,10 +46,23 @@ typedef struct copy_cell {
 static int parse_list(const char *flag, const char *text, bool sizes, unsigned long long lo,
                       unsigned long long hi, unsigned long long *v, int max, int *n)
 {
-    char *copy = strdup(text), *save = NULL;
+    char *copy = strdup(text);
     int k = 0, rc = 0;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    if (copy == NULL)
+        return cli_fail("bench", "--%s: out of memory", flag);
+    /* strtok would skip empty items ("4K,,8K"): walk the commas by hand to refuse them. */
+    for (char *tok = copy, *comma = NULL; tok; tok = comma ? comma + 1 : NULL) {
         unsigned long long x = 0;
+        comma = strchr(tok, ',');
+        if (comma)
+            *comma = '\0';
+        if (*tok == '\0') {
+            rc = cli_usage_error("bench",
+                                 "--%s '%s': item %d is empty (accepted: a comma-separated list "
+                                 "with no empty item, e.g. %s)",
+                                 flag, text, k + 1, sizes ? "4K,1M,16M" : "1,2,4");
+            break;
+        }
         if (k == max) {
             rc = cli_usage_error("bench", "--%s: at most %d values", flag, max);
             break;
@@ -750,9 +763,10 @@ int cmd_bench(int argc, char **argv)
         .nstreams = 2,
         .intensities = {0, 64},
         .nint = 2};
-    ferry_options_t *o = cli_options(cmd);
-    if (o == NULL)
-        return CLI_FAIL;
+    ferry_options_t *o = NULL;
+    int orc = cli_options(cmd, &o);
+    if (orc != CLI_OK)
+        return orc;
     cli_args_t a = {.argc = argc, .argv = argv, .i = 2, .cmd = cmd};
     int rc = CLI_OK;
     while (a.i < argc) {

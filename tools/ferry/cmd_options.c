@@ -24,6 +24,7 @@ static void range_text(const ferry_option_info_t *o, char *buf, size_t len)
     case FERRY_OPT_ENUM: snprintf(buf, len, "%s", o->choices); break;
     case FERRY_OPT_BOOL: snprintf(buf, len, "0|1"); break;
     case FERRY_OPT_STRING: snprintf(buf, len, "text"); break;
+    case FERRY_OPT_DOUBLE: snprintf(buf, len, "%g..%g", o->min, o->max); break;
     default:
         if (o->max >= 1.8e19)
             snprintf(buf, len, "%.0f..2^64-1", o->min);
