@@ -50,6 +50,10 @@ void cli_quiet_logs(int argc, char **argv);
 
 /* "4.00 GiB", "8.0 MiB", "512 B" */
 const char *cli_bytes(unsigned long long b, char *buf, size_t len);
+/* Open a command's JSON object: {"command":@command,"ferry_version":"0.1.0",
+ * "time_utc":"2026-12-04T11:40:00Z" (when it was printed). The caller goes on with
+ * ",\"key\":..." and closes the object. Every command's --json output starts here. */
+void cli_json_begin(FILE *f, const char *command);
 /* JSON string with escapes, quotes included. */
 void cli_json_str(FILE *f, const char *s);
 

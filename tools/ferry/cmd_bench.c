@@ -255,7 +255,8 @@ static int bench_copy(ferry_options_t *o, const bench_opts_t *bo)
     const char *const *dirs = copy_dirs;
     copy_cell_t cells[2][3][32];
     if (bo->json) {
-        printf("{\"command\":\"bench copy\",");
+        cli_json_begin(stdout, "bench copy");
+        printf(",");
         device_line(rt, dev, stdout, true);
         printf(",\"results\":[");
     } else if (bo->csv) {
@@ -666,7 +667,8 @@ static int bench_pipeline(ferry_options_t *o, const bench_opts_t *bo)
     ferry_device_get(rt, (int)idx, &dev);
     bool all_ok = true;
     if (bo->json) {
-        printf("{\"command\":\"bench pipeline\",");
+        cli_json_begin(stdout, "bench pipeline");
+        printf(",");
         device_line(rt, dev, stdout, true);
         printf(",\"ceiling_gbps\":%.3f,\"host_offset\":%llu,\"results\":[",
                n ? meas[0].ceiling : 0.0, bo->host_offset);

@@ -110,7 +110,7 @@ static int report(bool json)
     size_t mem_def =
         ferry_connections_memory_bytes(FERRY_CONNECTIONS_DEFAULT, FERRY_CONNECTIONS_DEFAULT);
     if (json) {
-        printf("{\"command\":\"connections\"");
+        cli_json_begin(stdout, "connections");
         json_var("CUDA_DEVICE_MAX_CONNECTIONS", conn, &rc, true);
         json_var("CUDA_DEVICE_MAX_COPY_CONNECTIONS", copy, &rk, true);
         printf(",\"CUDA_SCALE_LAUNCH_QUEUES\":");
@@ -335,8 +335,8 @@ static int measure(const char *backend, const unsigned *values, int nv, unsigned
     double a = (double)KERNEL_A_NS / 1e6;
     double worst = 0;
     if (json) {
-        printf("{\"command\":\"connections\",\"mode\":\"measure\",\"backend\":\"%s\",\"device\":",
-               res[0].backend);
+        cli_json_begin(stdout, "connections");
+        printf(",\"mode\":\"measure\",\"backend\":\"%s\",\"device\":", res[0].backend);
         cli_json_str(stdout, res[0].device);
         printf(",\"streams\":%u,\"a_ms\":%.3f,\"b_ms\":%.3f,\"reps\":%u,\"sweep_s\":%.3f,"
                "\"results\":[",
@@ -440,7 +440,8 @@ static int recommend(unsigned streams, bool strict, bool json)
                  "matters when kernels wait on other streams");
     }
     if (json) {
-        printf("{\"command\":\"connections\",\"mode\":\"recommend\",\"streams\":%u,"
+        cli_json_begin(stdout, "connections");
+        printf(",\"mode\":\"recommend\",\"streams\":%u,"
                "\"ordering\":\"%s\",\"value\":%u,\"memory_bytes\":%zu,\"reasons\":[",
                streams, strict ? "strict" : "any", v, ferry_connections_memory_bytes(v, v));
         for (int i = 0; i < 3; i++) {

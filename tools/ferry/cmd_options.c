@@ -61,8 +61,10 @@ int cmd_options(int argc, char **argv)
     if (md && json)
         return cli_usage_error("options", "--markdown and --json exclude each other");
     size_t n = ferry_option_count();
-    if (json)
-        printf("[");
+    if (json) {
+        cli_json_begin(stdout, "options");
+        printf(",\"options\":[");
+    }
     if (md)
         printf("| option | flag | environment | type | default | accepted | meaning |\n"
                "| --- | --- | --- | --- | --- | --- | --- |\n");
@@ -93,6 +95,6 @@ int cmd_options(int argc, char **argv)
         }
     }
     if (json)
-        printf("]\n");
+        printf("]}\n");
     return CLI_OK;
 }

@@ -124,7 +124,8 @@ static int calibrate(ferry_options_t *opts, const char *backend, const char *pat
     ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
     ferry_device_props(dev, &p);
     if (json) {
-        printf("{\"calibrated\":true,\"backend\":\"%s\",\"device\":", ferry_runtime_backend(rt));
+        cli_json_begin(stdout, "probe");
+        printf(",\"calibrated\":true,\"backend\":\"%s\",\"device\":", ferry_runtime_backend(rt));
         cli_json_str(stdout, p.name);
         printf(",\"profile\":");
         cli_json_str(stdout, path);
@@ -238,10 +239,12 @@ int cmd_probe(int argc, char **argv)
     }
     const char *const *names = ferry_backend_names();
     const char *all[] = {"cuda", "sim", NULL};
-    if (json)
-        printf("{\"ferry_version\":\"%s\",\"backends\":[", ferry_version_string());
-    else
+    if (json) {
+        cli_json_begin(stdout, "probe");
+        printf(",\"backends\":[");
+    } else {
         printf("ferry %s\n", ferry_version_string());
+    }
     bool any = false;
     int nb = 0;
     char whynot[1024] = ""; /* why each backend asked for is unavailable, for the error line */

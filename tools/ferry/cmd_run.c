@@ -389,8 +389,9 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
     double u_c = el > 0 ? (double)s->busy_compute_ns / 1e9 / el : 0;
     double u_d = el > 0 ? (double)s->busy_d2h_ns / 1e9 / el : 0;
     if (ro->json) {
-        printf("{\"command\":\"run\",\"ok\":%s,\"backend\":\"%s\",\"device\":",
-               ok ? "true" : "false", ferry_runtime_backend(rt));
+        cli_json_begin(stdout, "run");
+        printf(",\"ok\":%s,\"backend\":\"%s\",\"device\":", ok ? "true" : "false",
+               ferry_runtime_backend(rt));
         cli_json_str(stdout, p.name);
         printf(",\"simulated\":%s,\"profile\":", p.simulated ? "true" : "false");
         cli_json_str(stdout, p.profile);
