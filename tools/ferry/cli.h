@@ -69,6 +69,19 @@ int cli_metrics_start(const char *cmd, const ferry_options_t *o, ferry_pipeline_
                       const char *label, bool quiet, cli_metrics_t **out);
 int cli_metrics_stop(const char *cmd, cli_metrics_t *cm);
 
+/* A subcommand: its name, entry, one-line summary, its own flags (space-separated), its
+ * subcommands (NULL: none) and whether it also takes every option of the table as a flag. */
+typedef struct cli_command {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *summary;
+    const char *flags;
+    const char *subcommands;
+    bool options;
+} cli_command_t;
+extern const cli_command_t cli_commands[];
+extern const size_t cli_command_count;
+
 int cmd_run(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
 int cmd_options(int argc, char **argv);

@@ -75,7 +75,7 @@ static int usage(void)
            "  --json            one JSON object\n"
            "  --backend NAME    probe only this backend (sim, cuda)\n"
            "  --profile FILE    simulator profile to load (default: profiles/h200.json)\n"
-           "  --calibrate -o FILE\n"
+           "  --calibrate -o FILE (or --output FILE)\n"
            "                    measure copies, the shared link, pageable rates, host call costs\n"
            "                    and the kernel rate on the device, and write a simulator profile\n"
            "                    (--backend sim --profile FILE then models this device)\n");
