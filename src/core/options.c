@@ -263,10 +263,12 @@ int ferry_options_set(ferry_options_t *o, const char *name, const char *value)
     return 0;
 }
 
-/* Variables under the FERRY_ prefix that ferry's own tests and scripts read and that are not
- * options: the unknown-variable warning leaves them alone. A trailing '*' matches a prefix. */
-static const char *const env_not_options[] = {"FERRY_TEST_*", "FERRY_SOAK_BATCHES",
-                                              "FERRY_FUZZ_SECONDS"};
+/* Variables under the FERRY_ prefix that are not options: FERRY_DEVICE_INDEX, which `ferry exec
+ * --per-device` gives each child (a ferry itself, often), and those ferry's own tests and
+ * scripts read. The unknown-variable warning leaves them alone. A trailing '*' matches a
+ * prefix. */
+static const char *const env_not_options[] = {"FERRY_DEVICE_INDEX", "FERRY_TEST_*",
+                                              "FERRY_SOAK_BATCHES", "FERRY_FUZZ_SECONDS"};
 
 static bool env_is_exempt(const char *name, size_t len)
 {

@@ -42,9 +42,12 @@ done
 # --- misspelt variables -----------------------------------------------------------------------
 expect_rc "FERRY_DEPT=4" 0 env FERRY_DEPT=4 "$FERRY" run --backend sim --bytes 16M
 expect_in "FERRY_DEPT named with FERRY_DEPTH" "$TMP/err" "unknown variable FERRY_DEPT; did you mean FERRY_DEPTH?"
-expect_rc "FERRY_TEST_* and FERRY_SOAK_BATCHES" 0 env FERRY_TEST_ANYTHING=1 FERRY_SOAK_BATCHES=5 \
+expect_rc "FERRY_TEST_*, FERRY_SOAK_BATCHES, FERRY_DEVICE_INDEX" 0 env FERRY_TEST_ANYTHING=1 FERRY_SOAK_BATCHES=5 FERRY_DEVICE_INDEX=0 \
   "$FERRY" run --backend sim --bytes 16M
 expect_not_in "ferry's test variables not flagged" "$TMP/err" "unknown variable"
+expect_rc "a ferry started by exec --per-device" 0 "$FERRY" exec --backend sim --per-device '*=8' -- \
+  "$FERRY" run --backend sim --bytes 16M
+expect_not_in "FERRY_DEVICE_INDEX not flagged" "$TMP/err" "unknown variable"
 expect_rc "options' variables not flagged" 0 env FERRY_DEPTH=4 FERRY_SEED=3 "$FERRY" run --backend sim --bytes 16M
 expect_not_in "FERRY_DEPTH not flagged" "$TMP/err" "unknown variable"
 

@@ -274,6 +274,7 @@ static void test_env_unknown_variable(void **state)
     setenv("FERRY_DEPTH", "5", 1);
     setenv("FERRY_TEST_SOMETHING", "1", 1);
     setenv("FERRY_SOAK_BATCHES", "10", 1);
+    setenv("FERRY_DEVICE_INDEX", "1", 1); /* what ferry exec --per-device gives a child */
     assert_int_equal(ferry_options_apply_env(o), 0);
     ferry_set_log_handler(NULL, NULL);
     ferry_set_log_level(lv);
@@ -283,6 +284,7 @@ static void test_env_unknown_variable(void **state)
     assert_false(logged("FERRY_DEPTH "));
     assert_false(logged("FERRY_TEST_SOMETHING"));
     assert_false(logged("FERRY_SOAK_BATCHES"));
+    assert_false(logged("FERRY_DEVICE_INDEX"));
     assert_int_equal(log_count, 3);
     assert_int_equal(get(o, "depth"), 5);
     unsetenv("FERRY_DEPT");
@@ -291,6 +293,7 @@ static void test_env_unknown_variable(void **state)
     unsetenv("FERRY_DEPTH");
     unsetenv("FERRY_TEST_SOMETHING");
     unsetenv("FERRY_SOAK_BATCHES");
+    unsetenv("FERRY_DEVICE_INDEX");
     ferry_options_destroy(o);
 }
 
