@@ -139,7 +139,8 @@ typedef struct ferry_pool ferry_pool_t;
 typedef struct ferry_pool_config {
     size_t size;       /* sizeof(ferry_pool_config_t), set by the INIT macro */
     size_t bytes;      /* total pinned bytes; 0: slots x slot_bytes */
-    size_t slot_bytes; /* bytes per slot (rounded up to align); 0: the chunk_bytes option */
+    size_t slot_bytes; /* bytes per slot (rounded up to align); 0: the chunk_bytes option,
+                        * then the device profile's default chunk, then 8M */
     size_t slots;      /* used when bytes is 0; 0: 2 x the depth option */
     size_t align;      /* slot alignment, a power of two; 0: 4096 */
     /* When pinning is refused (a locked-memory limit, FERRY_EBACKEND), keep the memory
