@@ -433,6 +433,22 @@ void ferry__watchdog_check_alive(ferry__watchdog_t *w, uint64_t now)
     }
 }
 
+int ferry__watchdog_abort(ferry__watchdog_t *w, uint64_t seq)
+{
+    if (w == NULL)
+        return FERRY_ENOTSUP;
+    pthread_mutex_lock(&w->mu);
+    if (seq > __atomic_load_n(&w->raised, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&w->raised, seq, __ATOMIC_SEQ_CST);
+        if (w->abort_host != NULL)
+            __atomic_store_n(w->abort_host, seq, __ATOMIC_SEQ_CST);
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (w->abort_dev == NULL)
+        return FERRY_ENOTSUP;
+    return ferry__be_abort_kernels(w->dev, w->abort_dev, seq);
+}
+
 void ferry__watchdog_retired_aborted(ferry__watchdog_t *w, uint64_t seq, uint64_t now)
 {
     pthread_mutex_lock(&w->mu);
