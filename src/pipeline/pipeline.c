@@ -295,7 +295,9 @@ struct ferry_pipeline {
     uint64_t chunks_cpu_seen, failure_records_seen; /* under lock: as of the last pass */
     uint64_t first_start, last_end;
     bool any_retired;
-    uint64_t stream_end[FERRY_STATS_MAX_STREAMS];   /* completion thread: last end per stream */
+    uint64_t stream_end[FERRY_STATS_MAX_STREAMS]; /* completion thread: last end per stream */
+    uint64_t class_end[3]; /* completion thread: end of the union of the timed H2D, compute and
+                              D2H ops so far */
     uint64_t stream_busy[FERRY_STATS_MAX_STREAMS];  /* of the timed ops */
     uint64_t stream_ops[FERRY_STATS_MAX_STREAMS];   /* ops retired, timed or not */
     uint64_t stream_timed[FERRY_STATS_MAX_STREAMS]; /* ops timed */
@@ -831,6 +833,19 @@ static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, u
     }
 }
 
+/* The part of [@start, @end) past *@covered, the end of the union of a class's intervals so
+ * far, which then moves to @end. Intervals arrive about in start order (chunks retire in
+ * issue order per D2H stream): one that starts before an earlier one ended adds only what
+ * sticks out. Completion thread. */
+static uint64_t union_add(uint64_t *covered, uint64_t start, uint64_t end)
+{
+    uint64_t from = start > *covered ? start : *covered;
+    if (end <= from)
+        return 0;
+    *covered = end;
+    return end - from;
+}
+
 /* Retire one chunk whose events are complete (or which failed): copy its output out, read its
  * event times if it was timed. @now: the device clock at this pass, the end of an untimed
  * chunk as far as the stats know (late by the polling latency, a few microseconds).
@@ -937,9 +952,12 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     bw_sample(p, 0, s->bytes, dh, now);
     bw_sample(p, 1, s->bytes, dd, now);
     a->timed += s->nsub; /* as chunks_retired counts: the busy figures scale by their ratio */
-    a->busy_h2d += dh;
-    a->busy_comp += dc;
-    a->busy_d2h += dd;
+    /* An engine class is busy while any of its streams is: with several streams of a class
+     * their ops overlap, and the sum of their times exceeds the elapsed time (two compute
+     * streams reported a compute-bound run's overlap as 1.76). */
+    a->busy_h2d += union_add(&p->class_end[0], hs, t[TEV_H2D_END]);
+    a->busy_comp += union_add(&p->class_end[1], cs, t[TEV_COMP_END]);
+    a->busy_d2h += union_add(&p->class_end[2], ds, t[TEV_D2H_END]);
     a->stream_busy[s->h2d] += dh;
     a->stream_busy[s->comp] += dc;
     a->stream_busy[s->d2h] += dd;
@@ -1549,6 +1567,9 @@ static void cpu_direct(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c0, uint32_
             in = p->cpu_tmp;
         }
         void *out = b->b.out != NULL ? (unsigned char *)b->b.out + off : p->cpu_tmp + p->chunk;
+        /* A sequence number as on the GPU path (>= 1, in issue order): the chunk counter is
+         * the token holder's, as is this call. */
+        uint64_t seq = ++p->chunk_counter;
         ferry_kernel_args_t args = {.size = sizeof(args),
                                     .in = in,
                                     .out = out,
@@ -1556,7 +1577,8 @@ static void cpu_direct(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c0, uint32_
                                     .offset = off,
                                     .batch_id = b->id,
                                     .chunk = c,
-                                    .attempt = 1};
+                                    .attempt = 1,
+                                    .seq = seq};
         rc = p->stage.cpu(&args, p->stage.user);
         ok += rc == 0;
     }
@@ -2440,6 +2462,12 @@ static void fill_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
     out->busy_h2d_ns = (uint64_t)((double)p->st.busy_h2d_ns * scale);
     out->busy_compute_ns = (uint64_t)((double)p->st.busy_compute_ns * scale);
     out->busy_d2h_ns = (uint64_t)((double)p->st.busy_d2h_ns * scale);
+    /* Sampled, the union is of the sampled ops only, scaled up: an estimate, which cannot
+     * exceed the time there was. */
+    uint64_t *busy[3] = {&out->busy_h2d_ns, &out->busy_compute_ns, &out->busy_d2h_ns};
+    for (int i = 0; i < 3; i++)
+        if (*busy[i] > out->elapsed_ns)
+            *busy[i] = out->elapsed_ns;
     double secs = (double)out->elapsed_ns / 1e9;
     out->gbps_h2d = secs > 0 ? (double)out->bytes_h2d / secs / 1e9 : 0;
     out->gbps_d2h = secs > 0 ? (double)out->bytes_d2h / secs / 1e9 : 0;
