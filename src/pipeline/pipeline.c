@@ -1033,9 +1033,11 @@ static void wd_deadline(void *ctx, const ferry__wd_head_t *h, uint64_t now, uint
 static void end_gpu_path_hung(ferry_pipeline_t *p, uint64_t batch, uint32_t chunk, uint64_t now,
                               const char *why)
 {
+    /* gpu_lost first: whoever sees hang_lost (and abandons a slot) sees it too. */
+    bool first = !__atomic_exchange_n(&p->gpu_lost, 1, __ATOMIC_ACQ_REL);
     __atomic_store_n(&p->hang_lost, 1, __ATOMIC_RELEASE);
     trace_note(p, NOTE_GPU_LOST, batch, chunk, now);
-    if (!__atomic_exchange_n(&p->gpu_lost, 1, __ATOMIC_ACQ_REL))
+    if (first)
         ferry_log(FERRY_LOG_ERROR, "pipeline",
                   "batch %llu chunk %u: %s: the GPU is hung, its path in this process has "
                   "ended; every batch in flight and every later one runs on the %s",
@@ -1234,6 +1236,10 @@ static void *completion_main(void *arg)
             for (size_t i = 0; i < ndone; i++) {
                 done[i]->batch = NULL;
                 if (done[i]->abandoned) {
+                    /* Only a hang abandons a slot, and a hang ends the GPU path: nothing waits
+                     * for slots any more (acquire_slot, run_queue), or this one would be
+                     * waited for in vain. */
+                    FERRY_ASSERT(__atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE));
                     p->nabandoned++; /* its kernel may still run: never reused */
                     continue;
                 }
