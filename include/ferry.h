@@ -420,7 +420,9 @@ typedef struct ferry_pipeline_stats {
     uint64_t chunks;
     uint64_t bytes_h2d, bytes_d2h;
     uint64_t elapsed_ns; /* device clock from the first copy's start to the last's end */
-    uint64_t busy_h2d_ns, busy_compute_ns, busy_d2h_ns; /* time each engine class was busy */
+    /* Time each engine class was busy: the union of the intervals of its ops (several
+     * streams of a class overlap), so never more than elapsed_ns. */
+    uint64_t busy_h2d_ns, busy_compute_ns, busy_d2h_ns;
     double gbps_h2d, gbps_d2h; /* bytes / elapsed, GB/s (1e9 bytes per second) */
     double overlap;            /* (busy_h2d + busy_compute + busy_d2h) / elapsed: 1 means
                                   serial, up to 3 when every engine is always busy */
@@ -428,12 +430,14 @@ typedef struct ferry_pipeline_stats {
     char stream_kind[FERRY_STATS_MAX_STREAMS]; /* 'h' H2D, 'c' compute, 'd' D2H, 'a' all */
     uint64_t stream_busy_ns[FERRY_STATS_MAX_STREAMS];
     uint64_t queue_full_waits;  /* submits that waited (blocking) on a full queue */
-    uint64_t queue_full_eagain; /* submits refused with FERRY_EAGAIN */
+    uint64_t queue_full_eagain; /* submits refused with FERRY_EAGAIN (or, from a callback,
+                                   FERRY_EBUSY) on a full queue */
     uint64_t staged_bytes;      /* input bytes copied into pinned slots by host workers */
     uint64_t copied_out_bytes;  /* output bytes copied out of pinned slots */
     uint64_t chunk_bytes;       /* the plan in force: chunk size, slots, streams */
     unsigned depth, copy_streams, compute_streams, queue_depth;
-    unsigned slots_in_use; /* slots bound to chunks in flight now (0 once drained) */
+    unsigned slots_in_use; /* slots bound to chunks in flight now (0 once drained; a slot
+                              abandoned to a hung kernel is bound to none) */
     /* Chunks whose ops were timed. Every chunk with op_timing "all" or tracing (with the
      * trace_chunks option, the first N, then one in 31); otherwise one in 31, and the busy
      * figures above (and overlap) are scaled up from those. */
