@@ -148,11 +148,11 @@ struct ferry_pipeline {
      * pipeline still finds it. All under lock, but released (atomic, read by the runtime). */
     ferry__rt_child_t child;
     unsigned serial;   /* for names in messages: the pipelines made in this process */
-    bool shut;         /* submits return FERRY_ECLOSED */
+    bool shut;         /* submits return FERRY_ECLOSED (written under lock, read atomically) */
     bool releasing;    /* a close is releasing the resources */
     int released;      /* it has (atomic) */
     bool final_ready;  /* the stats are those of final */
-    unsigned entering; /* submits past the shut check, not yet returned */
+    unsigned entering; /* atomic: submits inside the call, not yet returned */
     ferry_pipeline_stats_t final;
     ferry_stage_t stage;
     char stage_name[64];
@@ -2164,20 +2164,22 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
     if (p == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_submit: NULL pipeline");
     /* Counted in, so that a close racing this call waits for it (FERRY_EBUSY) instead of
-     * releasing what it is about to use. */
-    pthread_mutex_lock(&p->lock);
-    if (p->shut) {
-        pthread_mutex_unlock(&p->lock);
-        return ferry__error(FERRY_ECLOSED, "ferry_pipeline_submit: pipeline '%s' #%u is closed",
-                            p->stage_name, p->serial);
-    }
-    p->entering++;
-    pthread_mutex_unlock(&p->lock);
-    int rc = submit(p, batch, cb, arg, id);
-    pthread_mutex_lock(&p->lock);
-    if (--p->entering == 0 && p->shut)
+     * releasing what it is about to use. Without the lock (two atomics on the hot path): the
+     * sequentially consistent pair (count in, then read shut) against close's (set shut, then
+     * read the count) means at least one side sees the other. */
+    __atomic_add_fetch(&p->entering, 1, __ATOMIC_SEQ_CST);
+    int rc;
+    if (__atomic_load_n(&p->shut, __ATOMIC_SEQ_CST))
+        rc = ferry__error(FERRY_ECLOSED, "ferry_pipeline_submit: pipeline '%s' #%u is closed",
+                          p->stage_name, p->serial);
+    else
+        rc = submit(p, batch, cb, arg, id);
+    if (__atomic_sub_fetch(&p->entering, 1, __ATOMIC_SEQ_CST) == 0 &&
+        __atomic_load_n(&p->shut, __ATOMIC_SEQ_CST)) {
+        pthread_mutex_lock(&p->lock); /* a destroy may wait for the last one out */
         pthread_cond_broadcast(&p->drain_cv);
-    pthread_mutex_unlock(&p->lock);
+        pthread_mutex_unlock(&p->lock);
+    }
     return rc;
 }
 
@@ -2336,7 +2338,7 @@ static void shut(ferry_pipeline_t *p)
 {
     if (p->shut)
         return;
-    p->shut = true;
+    __atomic_store_n(&p->shut, true, __ATOMIC_SEQ_CST);
     if (p->queue != NULL)
         ferry__bqueue_close(p->queue); /* what is queued is still issued */
 }
@@ -2360,9 +2362,9 @@ int ferry_pipeline_close(ferry_pipeline_t *p)
                             p->stage_name, p->serial);
     }
     uint64_t completed = __atomic_load_n(&p->completed, __ATOMIC_SEQ_CST);
-    if (completed != p->submitted || p->entering > 0) {
+    unsigned entering = __atomic_load_n(&p->entering, __ATOMIC_SEQ_CST);
+    if (completed != p->submitted || entering > 0) {
         uint64_t n = p->submitted - completed;
-        unsigned entering = p->entering;
         pthread_mutex_unlock(&p->lock);
         return ferry__error(FERRY_EBUSY,
                             "ferry_pipeline_close: pipeline '%s' #%u is shut to new batches, but "
@@ -2404,7 +2406,7 @@ int ferry_pipeline_destroy(ferry_pipeline_t *p)
         if (rc != FERRY_EBUSY)
             break;
         pthread_mutex_lock(&p->lock); /* submits still inside their call */
-        while (p->entering > 0)
+        while (__atomic_load_n(&p->entering, __ATOMIC_SEQ_CST) > 0)
             pthread_cond_wait(&p->drain_cv, &p->lock);
         pthread_mutex_unlock(&p->lock);
         ferry_pipeline_drain(p);
