@@ -160,7 +160,7 @@ static void arm_open(arm_t *a, const ferry_stage_t *st, const ferry_options_t *o
 
 static void arm_close(arm_t *a)
 {
-    ferry_pipeline_close(a->p);
+    ferry_pipeline_destroy(a->p);
     ferry_runtime_destroy(a->rt);
     free(a->wall);
     free(a->cpu);
@@ -300,7 +300,7 @@ int main(int argc, char **argv)
     bench_report("pipeline", "host_ns_per_batch_sim_64B", bench_median(per, (size_t)runs),
                  "ns/batch", 2000);
     bench_report("pipeline", "context_switches_per_batch_sim_64B", csw, "switches/batch", 0);
-    ferry_pipeline_close(p);
+    ferry_pipeline_destroy(p);
 
     /* pool alloc + free pair, uncontended */
     ferry_pool_config_t pc = FERRY_POOL_CONFIG_INIT;

@@ -80,7 +80,7 @@ int main(void)
            ferry_device_is_simulated(dev) ? "simulated" : "measured");
     rc = ok == batches ? 0 : 1;
 out:
-    ferry_pipeline_close(p);
+    ferry_pipeline_destroy(p); /* waits for what is in flight, closes, frees */
     ferry_runtime_destroy(rt);
     free(in);
     free(out);

@@ -69,8 +69,14 @@ typedef struct ferry_runtime_config {
  *  Returns 0, FERRY_EINVAL, FERRY_ENOMEM, FERRY_ENODEV (backend unknown or unavailable),
  *  FERRY_EPARSE (profile or environment), FERRY_EBACKEND. Thread-safe. */
 FERRY_EXTERN int ferry_runtime_create(const ferry_runtime_config_t *cfg, ferry_runtime_t **out);
-/** Destroy @p rt. Every pipeline and pool created on it must be destroyed first. NULL: no-op. */
-FERRY_EXTERN void ferry_runtime_destroy(ferry_runtime_t *rt);
+/** Destroy @p rt and free what it owns: its devices, and the pipelines made on it that were
+ *  closed (ferry_pipeline_close returned 0) but not destroyed, whose handles become invalid.
+ *  While a pipeline made on it is still open (never closed, or its close returned FERRY_EBUSY)
+ *  it does nothing and returns FERRY_EBUSY, the pipelines named in the last-error text (stage
+ *  and number): their threads would outlive the runtime. Pools made on its devices must be
+ *  destroyed first. NULL: no-op returning 0. Returns 0 or FERRY_EBUSY. Must not race another
+ *  call on @p rt or its objects; @p rt is invalid once this returns 0. */
+FERRY_EXTERN int ferry_runtime_destroy(ferry_runtime_t *rt);
 /** Names of the backends built into this library, in "auto" order ("cuda" first when built
  *  with CUDA, then "sim"), NULL-terminated. Static storage. */
 FERRY_EXTERN const char *const *ferry_backend_names(void);
@@ -321,7 +327,8 @@ typedef struct ferry_pipeline_config {
 
 /** Fill one chunk's pinned input directly (decode, generate) instead of copying from
  *  batch->in. @p slot holds @p bytes; @p offset is the chunk's offset within the batch.
- *  Called on a ferry thread; returns 0 or a negative code (the batch then fails). */
+ *  Called on one of the pipeline's own threads, under the same rules as ferry_done_fn (no
+ *  drain, no waiting submit); returns 0 or a negative code (the batch then fails). */
 typedef int (*ferry_prepare_fn)(void *slot, size_t bytes, size_t offset, void *arg);
 
 typedef struct ferry_batch {
@@ -356,31 +363,64 @@ typedef struct ferry_batch_result {
     uint64_t done_ns;
 } ferry_batch_result_t;
 
-/** Called exactly once per accepted batch, from a ferry thread, after its output is complete
- *  (or it failed). @p r is valid during the call only. Must not call drain or close. */
+/** Called exactly once per accepted batch, from the pipeline's completion thread, after its
+ *  output is complete (or it failed). @p r is valid during the call only. Callbacks of one
+ *  pipeline run one at a time; while one runs, no other batch of that pipeline completes.
+ *  From a callback, on its own pipeline: ferry_pipeline_submit never blocks (a full queue
+ *  returns FERRY_EBUSY in blocking mode, FERRY_EAGAIN in non-blocking mode: retrying inside
+ *  the callback cannot succeed, as room is made by the thread running it);
+ *  ferry_pipeline_drain and ferry_pipeline_destroy return FERRY_EBUSY; ferry_pipeline_close
+ *  shuts the pipeline and returns FERRY_EBUSY. Calls on other pipelines are not restricted. */
 typedef void (*ferry_done_fn)(const ferry_batch_result_t *r, void *arg);
 
 /** Create a pipeline: streams, events, device buffers, pinned slots and threads, all once,
  *  here. @p cfg is read during the call; the stage is copied. On error *out is untouched.
  *  Returns 0, FERRY_EINVAL (NULL, missing stage function, value out of range with the
- *  option named in the last-error text), FERRY_ENOMEM, FERRY_EDEVMEM, FERRY_EBACKEND. */
+ *  option named in the last-error text), FERRY_ENOMEM, FERRY_EDEVMEM, FERRY_EBACKEND.
+ *
+ *  Lifetime: open from here; ferry_pipeline_close shuts it (submits refused) and, once nothing
+ *  is in flight, releases its threads and memory; the handle stays valid, and every call on
+ *  it answers (submit FERRY_ECLOSED, drain 0, stats the final figures), until
+ *  ferry_pipeline_destroy frees it, or the runtime's destroy does. A handle used after it was
+ *  freed is undefined behaviour, as with any freed pointer. Thread-safe. */
 FERRY_EXTERN int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **out);
 
 /** Queue @p batch (copied; its buffers are borrowed until the callback). The bounded
  *  submission queue applies backpressure: a full queue blocks, or returns FERRY_EAGAIN in
  *  non-blocking mode. Never drops. If this returns an error, @p cb is never called. @p id may
- *  be NULL. Returns 0, FERRY_EINVAL (NULL cb, in and prepare both or neither for bytes > 0),
- *  FERRY_EAGAIN, FERRY_ECLOSED. Thread-safe. */
+ *  be NULL. Returns 0, FERRY_EINVAL (NULL p, batch or cb, in and prepare both or neither for
+ *  bytes > 0), FERRY_EAGAIN, FERRY_ECLOSED (the pipeline was closed: also a submit waiting for
+ *  room when a close comes), FERRY_EBUSY (from one of the pipeline's callbacks, a full queue:
+ *  see ferry_done_fn), FERRY_ENOMEM. Thread-safe, also against a close on another thread:
+ *  each submit is either accepted (its callback will run) or refused with FERRY_ECLOSED. */
 FERRY_EXTERN int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch,
                                        ferry_done_fn cb, void *arg, uint64_t *id);
 
 /** Block until every batch submitted before the call has completed and its callback has
- *  returned. Returns 0 or FERRY_EINVAL. Must not be called from a callback. */
+ *  returned (on a closed pipeline: returns at once). Returns 0, FERRY_EINVAL (NULL), or
+ *  FERRY_EBUSY when called from one of @p p's callbacks (it would wait for itself).
+ *  Thread-safe; several threads may drain at once. */
 FERRY_EXTERN int ferry_pipeline_drain(ferry_pipeline_t *p);
 
-/** Destroy @p p if nothing is in flight: returns FERRY_EBUSY (and does nothing) while batches
- *  are queued or running; drain first. NULL is a no-op returning 0. */
+/** Shut @p p, then release it if nothing is in flight. Shutting is immediate and permanent:
+ *  from the call on, every submit that was not accepted returns FERRY_ECLOSED (a submit
+ *  waiting for room included). If batches are still queued or running (or a submit is inside
+ *  its call), returns FERRY_EBUSY: they complete and their callbacks run as usual; drain and
+ *  close again. Otherwise the pipeline's threads stop and its streams, device and pinned
+ *  memory are released, and it returns 0. The handle is not freed: closing again returns 0,
+ *  stats give the figures as of the close, traces can still be written, submit returns
+ *  FERRY_ECLOSED; free it with ferry_pipeline_destroy (or the runtime's destroy). From one of
+ *  @p p's callbacks it shuts @p p and returns FERRY_EBUSY. NULL is a no-op returning 0.
+ *  Returns 0 or FERRY_EBUSY (with the count in the last-error text). Thread-safe: may race
+ *  submits, drains and other closes on other threads. */
 FERRY_EXTERN int ferry_pipeline_close(ferry_pipeline_t *p);
+
+/** Close @p p, waiting for the batches in flight to complete (as drain, then close), and free
+ *  it. @p p is invalid afterwards. Returns 0; FERRY_EBUSY, having only shut @p p, when called
+ *  from one of its callbacks. NULL is a no-op returning 0. Must be the last call on @p p: no
+ *  other thread may be inside, or enter, a call on it (close first, from any thread, to stop
+ *  submitters: they get FERRY_ECLOSED; then destroy once they are done with the handle). */
+FERRY_EXTERN int ferry_pipeline_destroy(ferry_pipeline_t *p);
 
 #define FERRY_STATS_MAX_STREAMS 32
 
@@ -390,7 +430,9 @@ typedef struct ferry_pipeline_stats {
     uint64_t chunks;
     uint64_t bytes_h2d, bytes_d2h;
     uint64_t elapsed_ns; /* device clock from the first copy's start to the last's end */
-    uint64_t busy_h2d_ns, busy_compute_ns, busy_d2h_ns; /* time each engine class was busy */
+    /* Time each engine class was busy: the union of the intervals of its ops (several
+     * streams of a class overlap), so never more than elapsed_ns. */
+    uint64_t busy_h2d_ns, busy_compute_ns, busy_d2h_ns;
     double gbps_h2d, gbps_d2h; /* bytes / elapsed, GB/s (1e9 bytes per second) */
     double overlap;            /* (busy_h2d + busy_compute + busy_d2h) / elapsed: 1 means
                                   serial, up to 3 when every engine is always busy */
@@ -398,12 +440,14 @@ typedef struct ferry_pipeline_stats {
     char stream_kind[FERRY_STATS_MAX_STREAMS]; /* 'h' H2D, 'c' compute, 'd' D2H, 'a' all */
     uint64_t stream_busy_ns[FERRY_STATS_MAX_STREAMS];
     uint64_t queue_full_waits;  /* submits that waited (blocking) on a full queue */
-    uint64_t queue_full_eagain; /* submits refused with FERRY_EAGAIN */
+    uint64_t queue_full_eagain; /* submits refused with FERRY_EAGAIN (or, from a callback,
+                                   FERRY_EBUSY) on a full queue */
     uint64_t staged_bytes;      /* input bytes copied into pinned slots by host workers */
     uint64_t copied_out_bytes;  /* output bytes copied out of pinned slots */
     uint64_t chunk_bytes;       /* the plan in force: chunk size, slots, streams */
     unsigned depth, copy_streams, compute_streams, queue_depth;
-    unsigned slots_in_use; /* slots bound to chunks in flight now (0 once drained) */
+    unsigned slots_in_use; /* slots bound to chunks in flight now (0 once drained; a slot
+                              abandoned to a hung kernel is bound to none) */
     /* Chunks whose ops were timed. Every chunk with op_timing "all" or tracing (with the
      * trace_chunks option, the first N, then one in 31); otherwise one in 31, and the busy
      * figures above (and overlap) are scaled up from those. */
@@ -452,7 +496,8 @@ typedef struct ferry_pipeline_stats {
         .size = sizeof(ferry_pipeline_stats_t)                                                     \
     }
 
-/** Fill @p out (caller sets size). Consistent once drained. Returns 0 or FERRY_EINVAL. */
+/** Fill @p out (caller sets size). Consistent once drained; after a close that returned 0,
+ *  the figures as of that close. Returns 0 or FERRY_EINVAL. Thread-safe. */
 FERRY_EXTERN int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out);
 
 /** Write a Chrome trace (JSON, opens in ui.perfetto.dev) of every op the pipeline ran so far,

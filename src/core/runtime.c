@@ -176,10 +176,72 @@ out_free:
     return rc;
 }
 
-void ferry_runtime_destroy(ferry_runtime_t *rt)
+void ferry__rt_child_add(ferry_runtime_t *rt, ferry__rt_child_t *c)
+{
+    pthread_mutex_lock(&rt->lock);
+    c->prev = NULL;
+    c->next = rt->children;
+    if (rt->children != NULL)
+        rt->children->prev = c;
+    rt->children = c;
+    pthread_mutex_unlock(&rt->lock);
+}
+
+void ferry__rt_child_remove(ferry_runtime_t *rt, ferry__rt_child_t *c)
+{
+    pthread_mutex_lock(&rt->lock);
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else if (rt->children == c)
+        rt->children = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+    pthread_mutex_unlock(&rt->lock);
+}
+
+/* The live children of @rt, named, into the calling thread's last error: FERRY_EBUSY, or 0
+ * when none is live. Under rt->lock. */
+static int refuse_live_children(ferry_runtime_t *rt)
+{
+    char names[320] = "";
+    size_t at = 0;
+    unsigned live = 0;
+    for (ferry__rt_child_t *c = rt->children; c != NULL; c = c->next) {
+        char name[96];
+        if (!c->is_live(c, name, sizeof(name)))
+            continue;
+        if (live++ < 4 && at < sizeof(names))
+            at += (size_t)snprintf(names + at, sizeof(names) - at, "%s%s", live > 1 ? ", " : "",
+                                   name);
+    }
+    if (live == 0)
+        return 0;
+    return ferry__error(FERRY_EBUSY,
+                        "ferry_runtime_destroy: %u pipeline(s) still open on this runtime (%s%s); "
+                        "close or destroy them first",
+                        live, names, live > 4 ? ", ..." : "");
+}
+
+int ferry_runtime_destroy(ferry_runtime_t *rt)
 {
     if (rt == NULL)
-        return;
+        return 0;
+    pthread_mutex_lock(&rt->lock);
+    int rc = refuse_live_children(rt);
+    ferry__rt_child_t *c = rt->children;
+    if (rc == 0)
+        rt->children = NULL;
+    pthread_mutex_unlock(&rt->lock);
+    if (rc != 0)
+        return ferry__rt_fail(rt, rc);
+    /* Pipelines closed but not destroyed: their memory goes with the runtime. */
+    while (c != NULL) {
+        ferry__rt_child_t *next = c->next;
+        c->prev = c->next = NULL;
+        c->destroy(c);
+        c = next;
+    }
     for (int i = 0; rt->devs != NULL && i < rt->ndev; i++) {
         ferry_device_t *d = rt->devs[i];
         if (d == NULL)
@@ -193,6 +255,7 @@ void ferry_runtime_destroy(ferry_runtime_t *rt)
     pthread_rwlock_destroy(&rt->reg_lock);
     pthread_mutex_destroy(&rt->lock);
     free(rt);
+    return 0;
 }
 
 const char *ferry_runtime_backend(const ferry_runtime_t *rt)

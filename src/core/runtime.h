@@ -21,6 +21,17 @@ struct ferry_device {
     unsigned active_streams;
 };
 
+/* An object made on a runtime that the runtime must outlive (a pipeline): linked into the
+ * runtime's list while it exists. Core knows objects above it only through these functions. */
+typedef struct ferry__rt_child {
+    struct ferry__rt_child *prev, *next; /* under the runtime's lock */
+    /* Whether it still holds threads or device resources (not shut and released), and its
+     * name for the runtime's refusal; under the runtime's lock, must not take it. */
+    bool (*is_live)(struct ferry__rt_child *c, char *name, size_t len);
+    /* Free a child that is not live (the runtime's destroy). */
+    void (*destroy)(struct ferry__rt_child *c);
+} ferry__rt_child_t;
+
 struct ferry_runtime {
     const ferry_backend_ops_t *ops;
     ferry_options_t *opts;
@@ -38,7 +49,12 @@ struct ferry_runtime {
         int device;
     } * regs;
     size_t nregs, regs_cap;
+    ferry__rt_child_t *children; /* under lock */
 };
+
+/* Link @c into @rt's children, and out again (its own destroy does, before it frees). */
+void ferry__rt_child_add(ferry_runtime_t *rt, ferry__rt_child_t *c);
+void ferry__rt_child_remove(ferry_runtime_t *rt, ferry__rt_child_t *c);
 
 /* True when [p, p + n) lies inside one range registered for @dev with ferry_host_register. */
 bool ferry__rt_is_registered(ferry_device_t *dev, const void *p, size_t n);

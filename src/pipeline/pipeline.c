@@ -142,6 +142,18 @@ enum issue_role { ROLE_CALLER, ROLE_COMPLETER, ROLE_ISSUER };
 
 struct ferry_pipeline {
     ferry_device_t *dev;
+    /* Lifetime. close shuts the pipeline (submits refused from then on) and, once nothing is
+     * in flight, releases its threads, streams and memory; the handle itself lives until
+     * ferry_pipeline_destroy or the runtime's destroy, so that every call on a closed
+     * pipeline still finds it. All under lock, but released (atomic, read by the runtime). */
+    ferry__rt_child_t child;
+    unsigned serial;   /* for names in messages: the pipelines made in this process */
+    bool shut;         /* submits return FERRY_ECLOSED (written under lock, read atomically) */
+    bool releasing;    /* a close is releasing the resources */
+    int released;      /* it has (atomic) */
+    bool final_ready;  /* the stats are those of final */
+    unsigned entering; /* atomic: submits inside the call, not yet returned */
+    ferry_pipeline_stats_t final;
     ferry_stage_t stage;
     char stage_name[64];
     size_t chunk;
@@ -193,8 +205,9 @@ struct ferry_pipeline {
 
     slot_t *free_slots; /* under lock */
     unsigned nfree_slots;
-    unsigned slot_wake; /* free slots that wake the issuer thread waiting for one */
-    bool slot_waiting;  /* the issuer thread waits on slot_cv */
+    unsigned nabandoned; /* under lock: slots of hung chunks, retired but never reused */
+    unsigned slot_wake;  /* free slots that wake the issuer thread waiting for one */
+    bool slot_waiting;   /* the issuer thread waits on slot_cv */
 
     /* Hand-over to the completion thread, lock-free: chunks issued (a stack, reversed by the
      * completion thread) and empty batches; work_seq moves on every hand-over and whenever
@@ -282,7 +295,9 @@ struct ferry_pipeline {
     uint64_t chunks_cpu_seen, failure_records_seen; /* under lock: as of the last pass */
     uint64_t first_start, last_end;
     bool any_retired;
-    uint64_t stream_end[FERRY_STATS_MAX_STREAMS];   /* completion thread: last end per stream */
+    uint64_t stream_end[FERRY_STATS_MAX_STREAMS]; /* completion thread: last end per stream */
+    uint64_t class_end[3]; /* completion thread: end of the union of the timed H2D, compute and
+                              D2H ops so far */
     uint64_t stream_busy[FERRY_STATS_MAX_STREAMS];  /* of the timed ops */
     uint64_t stream_ops[FERRY_STATS_MAX_STREAMS];   /* ops retired, timed or not */
     uint64_t stream_timed[FERRY_STATS_MAX_STREAMS]; /* ops timed */
@@ -297,6 +312,16 @@ struct ferry_pipeline {
 };
 
 /* ---- helpers --------------------------------------------------------------------------- */
+
+/* The pipeline whose thread (completion or issuer) this is, NULL on any other thread: callbacks
+ * and prepare functions run there, and a call that would wait for that very thread (a drain, a
+ * blocking submit on a full queue, a close that releases) is refused instead. */
+static _Thread_local const ferry_pipeline_t *own_thread;
+
+static bool on_own_thread(const ferry_pipeline_t *p)
+{
+    return own_thread == p;
+}
 
 static void trace_add(ferry_pipeline_t *p, const trace_rec_t *r)
 {
@@ -553,6 +578,9 @@ static bool may_retry(const ferry_pipeline_t *p, const slot_t *s, int err)
            !__atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE);
 }
 
+static void end_gpu_path_hung(ferry_pipeline_t *p, uint64_t batch, uint32_t chunk, uint64_t now,
+                              const char *why);
+
 /* The ladder's level 1, retry: the chunk's three ops again, on the retry stream, at the lower
  * level the failure stepped down to, waited for here. The wait is bounded by the deadline; a
  * retry past it is a hang (the slot is abandoned). Returns 0 when the output is in place.
@@ -580,12 +608,32 @@ static int retry_on_gpu(ferry_pipeline_t *p, slot_t *s)
         p->deadline_floor_ns + (uint64_t)(p->deadline_factor * (double)p->lat_ewma_ns);
     size_t which = 0;
     rc = ferry__be_event_wait_any(d, &p->retry_ev, 1, deadline, &which);
-    if (rc == FERRY_ETIMEDOUT) {
-        s->abandoned = true; /* its kernel may still run and write */
+    /* FERRY_ETIMEDOUT is also the error of a kernel that stopped at the abort flag: only a
+     * query that says "not yet" is a wait that ran out. */
+    if (rc == FERRY_ETIMEDOUT && ferry__be_event_query(d, p->retry_ev) == FERRY_EAGAIN) {
+        /* Past its deadline: as the watchdog does for the chunks of the main path, raise the
+         * abort word to the chunk's number and give a kernel that polls it a floor to stop.
+         * The retry stream is then free and the slot comes back; the GPU output is discarded
+         * (the CPU redoes the chunk). A kernel that ignores the flag holds the retry stream
+         * for good, and with it every later retry: the GPU is hung, and its path ends, so that
+         * nothing waits for slots that never come back. */
+        __atomic_add_fetch(&p->deadlines_passed, 1, __ATOMIC_RELAXED);
+        (void)ferry__watchdog_abort(p->wd, s->seq);
+        rc = ferry__be_event_wait_any(d, &p->retry_ev, 1, p->deadline_floor_ns, &which);
+        if (rc == FERRY_ETIMEDOUT && ferry__be_event_query(d, p->retry_ev) == FERRY_EAGAIN) {
+            s->abandoned = true; /* its kernel may still run and write */
+            snprintf(s->errmsg, sizeof(s->errmsg),
+                     "the GPU retry passed its deadline (%.1f ms) and ignored the abort flag "
+                     "for %.1f ms more",
+                     (double)deadline / 1e6, (double)p->deadline_floor_ns / 1e6);
+            end_gpu_path_hung(p, b->id, s->chunk, ferry_device_now_ns(d), s->errmsg);
+            return rc;
+        }
         snprintf(s->errmsg, sizeof(s->errmsg),
-                 "the GPU retry did not finish within the deadline (%.1f ms)",
+                 "the GPU retry passed its deadline (%.1f ms): the abort flag was raised and "
+                 "its GPU output discarded",
                  (double)deadline / 1e6);
-        return rc;
+        return FERRY_ETIMEDOUT;
     }
     if (rc == 0)
         rc = ferry__be_event_query(d, p->retry_ev);
@@ -785,6 +833,19 @@ static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, u
     }
 }
 
+/* The part of [@start, @end) past *@covered, the end of the union of a class's intervals so
+ * far, which then moves to @end. Intervals arrive about in start order (chunks retire in
+ * issue order per D2H stream): one that starts before an earlier one ended adds only what
+ * sticks out. Completion thread. */
+static uint64_t union_add(uint64_t *covered, uint64_t start, uint64_t end)
+{
+    uint64_t from = start > *covered ? start : *covered;
+    if (end <= from)
+        return 0;
+    *covered = end;
+    return end - from;
+}
+
 /* Retire one chunk whose events are complete (or which failed): copy its output out, read its
  * event times if it was timed. @now: the device clock at this pass, the end of an untimed
  * chunk as far as the stats know (late by the polling latency, a few microseconds).
@@ -891,9 +952,12 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     bw_sample(p, 0, s->bytes, dh, now);
     bw_sample(p, 1, s->bytes, dd, now);
     a->timed += s->nsub; /* as chunks_retired counts: the busy figures scale by their ratio */
-    a->busy_h2d += dh;
-    a->busy_comp += dc;
-    a->busy_d2h += dd;
+    /* An engine class is busy while any of its streams is: with several streams of a class
+     * their ops overlap, and the sum of their times exceeds the elapsed time (two compute
+     * streams reported a compute-bound run's overlap as 1.76). */
+    a->busy_h2d += union_add(&p->class_end[0], hs, t[TEV_H2D_END]);
+    a->busy_comp += union_add(&p->class_end[1], cs, t[TEV_COMP_END]);
+    a->busy_d2h += union_add(&p->class_end[2], ds, t[TEV_D2H_END]);
     a->stream_busy[s->h2d] += dh;
     a->stream_busy[s->comp] += dc;
     a->stream_busy[s->d2h] += dd;
@@ -962,27 +1026,39 @@ static void wd_deadline(void *ctx, const ferry__wd_head_t *h, uint64_t now, uint
                              : " (not supported here)");
 }
 
-/* A chunk still not done a floor after its abort: the kernel ignores the flag. The GPU path
- * ends (hang_lost): every chunk in flight is redone on the CPU and its slot abandoned. */
-static void wd_hang(void *ctx, const ferry__wd_head_t *h, uint64_t now, uint64_t since_abort,
-                    bool heartbeat_stalled)
+/* A kernel ignores the abort flag (@why says how it was seen): the GPU is hung, and its path in
+ * this process ends (hang_lost): every chunk in flight is redone on the CPU and its slot
+ * abandoned, every later one runs on the CPU directly, and an issuer waiting for slots (which
+ * may never come back) goes to the CPU. Either thread. */
+static void end_gpu_path_hung(ferry_pipeline_t *p, uint64_t batch, uint32_t chunk, uint64_t now,
+                              const char *why)
 {
-    ferry_pipeline_t *p = ctx;
+    /* gpu_lost first: whoever sees hang_lost (and abandons a slot) sees it too. */
+    bool first = !__atomic_exchange_n(&p->gpu_lost, 1, __ATOMIC_ACQ_REL);
     __atomic_store_n(&p->hang_lost, 1, __ATOMIC_RELEASE);
-    trace_note(p, NOTE_GPU_LOST, h->batch, h->chunk, now);
-    if (!__atomic_exchange_n(&p->gpu_lost, 1, __ATOMIC_ACQ_REL))
+    trace_note(p, NOTE_GPU_LOST, batch, chunk, now);
+    if (first)
         ferry_log(FERRY_LOG_ERROR, "pipeline",
-                  "batch %llu chunk %u is still not done %.1f ms after the abort flag (%s): the "
-                  "GPU is hung, its path in this process has ended; every batch in flight and "
-                  "every later one runs on the %s",
-                  (unsigned long long)h->batch, h->chunk, (double)since_abort / 1e6,
-                  heartbeat_stalled ? "the heartbeat has stopped too: the GPU runs no new work"
-                                    : "its kernel ignores the flag",
+                  "batch %llu chunk %u: %s: the GPU is hung, its path in this process has "
+                  "ended; every batch in flight and every later one runs on the %s",
+                  (unsigned long long)batch, chunk, why,
                   p->stage.cpu ? "stage's CPU function" : "CPU (no CPU function: they fail)");
     pthread_mutex_lock(&p->lock);
     pthread_cond_broadcast(&p->slot_cv);
     pthread_mutex_unlock(&p->lock);
     poke(p, false);
+}
+
+/* A chunk still not done a floor after its abort: the kernel ignores the flag. */
+static void wd_hang(void *ctx, const ferry__wd_head_t *h, uint64_t now, uint64_t since_abort,
+                    bool heartbeat_stalled)
+{
+    char why[160];
+    snprintf(why, sizeof(why), "still not done %.1f ms after the abort flag (%s)",
+             (double)since_abort / 1e6,
+             heartbeat_stalled ? "the heartbeat has stopped too: the GPU runs no new work"
+                               : "its kernel ignores the flag");
+    end_gpu_path_hung(ctx, h->batch, h->chunk, now, why);
 }
 
 /* A chunk at or below the abort word completed: its kernel may have stopped early, so its
@@ -1031,6 +1107,7 @@ static void publish_heads(ferry_pipeline_t *p, slot_t *head, uint64_t now)
 static void *completion_main(void *arg)
 {
     ferry_pipeline_t *p = arg;
+    own_thread = p;
 #ifdef __linux__
     /* Linux stretches short sleeps by the thread's timer slack (50 us by default): the polls
      * of a real device sleep a few microseconds and must wake on time. */
@@ -1158,8 +1235,14 @@ static void *completion_main(void *arg)
             unsigned freed = 0;
             for (size_t i = 0; i < ndone; i++) {
                 done[i]->batch = NULL;
-                if (done[i]->abandoned)
-                    continue; /* its kernel may still run: never reused */
+                if (done[i]->abandoned) {
+                    /* Only a hang abandons a slot, and a hang ends the GPU path: nothing waits
+                     * for slots any more (acquire_slot, run_queue), or this one would be
+                     * waited for in vain. */
+                    FERRY_ASSERT(__atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE));
+                    p->nabandoned++; /* its kernel may still run: never reused */
+                    continue;
+                }
                 done[i]->next_free = p->free_slots;
                 p->free_slots = done[i];
                 freed++;
@@ -1490,6 +1573,9 @@ static void cpu_direct(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c0, uint32_
             in = p->cpu_tmp;
         }
         void *out = b->b.out != NULL ? (unsigned char *)b->b.out + off : p->cpu_tmp + p->chunk;
+        /* A sequence number as on the GPU path (>= 1, in issue order): the chunk counter is
+         * the token holder's, as is this call. */
+        uint64_t seq = ++p->chunk_counter;
         ferry_kernel_args_t args = {.size = sizeof(args),
                                     .in = in,
                                     .out = out,
@@ -1497,7 +1583,8 @@ static void cpu_direct(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c0, uint32_
                                     .offset = off,
                                     .batch_id = b->id,
                                     .chunk = c,
-                                    .attempt = 1};
+                                    .attempt = 1,
+                                    .seq = seq};
         rc = p->stage.cpu(&args, p->stage.user);
         ok += rc == 0;
     }
@@ -1614,6 +1701,7 @@ static void run_queue(ferry_pipeline_t *p, enum issue_role role)
 static void *issuer_main(void *arg)
 {
     ferry_pipeline_t *p = arg;
+    own_thread = p;
     pthread_mutex_lock(&p->lock);
     for (;;) {
         while (!p->issuer_turn && !p->closing)
@@ -1640,10 +1728,12 @@ static int check_range(const char *what, long long v, long long lo, long long hi
     return 0;
 }
 
-static void destroy(ferry_pipeline_t *p)
+static void fill_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out);
+
+/* Stop the threads and release the streams, events, device and pinned memory, the watchdog
+ * and the queue; the stats as they stand go to final. Once per pipeline, nothing in flight. */
+static void release(ferry_pipeline_t *p)
 {
-    if (p == NULL)
-        return;
     if (p->counted_streams)
         __atomic_sub_fetch(&p->dev->active_streams, p->nstreams, __ATOMIC_RELAXED);
     if (p->failure_log != NULL)
@@ -1664,6 +1754,11 @@ static void destroy(ferry_pipeline_t *p)
         pthread_mutex_unlock(&p->lock);
         pthread_join(p->completer, NULL);
     }
+    pthread_mutex_lock(&p->lock);
+    p->final.size = sizeof(p->final);
+    fill_stats(p, &p->final);
+    p->final_ready = true;
+    pthread_mutex_unlock(&p->lock);
     /* A hung GPU never finishes the kernel that hangs, nor what waits behind it: waiting for
      * its streams, or freeing memory (which waits for the device), would never return. Its
      * memory is left to the process's end. */
@@ -1705,6 +1800,10 @@ static void destroy(ferry_pipeline_t *p)
     ferry_pool_destroy(p->pool);
     ferry__workers_destroy(p->workers);
     ferry__bqueue_destroy(p->queue);
+    p->queue = NULL;
+    p->workers = NULL;
+    p->wd = NULL;
+    p->link = NULL;
     for (int i = 0; i < 2; i++) {
         batch_rec_t *r = i == 0 ? p->free_recs : p->returned_recs;
         while (r != NULL) {
@@ -1713,6 +1812,13 @@ static void destroy(ferry_pipeline_t *p)
             r = next;
         }
     }
+    p->free_recs = p->returned_recs = NULL;
+    __atomic_store_n(&p->released, 1, __ATOMIC_RELEASE);
+}
+
+/* Free what a released pipeline kept: the trace, the lock, the handle. */
+static void free_husk(ferry_pipeline_t *p)
+{
     free(p->trace);
     pthread_cond_destroy(&p->issue_cv);
     pthread_cond_destroy(&p->slot_cv);
@@ -1720,6 +1826,31 @@ static void destroy(ferry_pipeline_t *p)
     pthread_cond_destroy(&p->drain_cv);
     pthread_mutex_destroy(&p->lock);
     free(p);
+}
+
+static void destroy(ferry_pipeline_t *p)
+{
+    if (p == NULL)
+        return;
+    release(p);
+    free_husk(p);
+}
+
+static ferry_pipeline_t *of_child(ferry__rt_child_t *c)
+{
+    return (ferry_pipeline_t *)((char *)c - offsetof(ferry_pipeline_t, child));
+}
+
+static bool child_is_live(ferry__rt_child_t *c, char *name, size_t len)
+{
+    ferry_pipeline_t *p = of_child(c);
+    snprintf(name, len, "'%s' #%u", p->stage_name, p->serial);
+    return !__atomic_load_n(&p->released, __ATOMIC_ACQUIRE);
+}
+
+static void child_destroy(ferry__rt_child_t *c)
+{
+    free_husk(of_child(c));
 }
 
 int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **out)
@@ -1833,6 +1964,8 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     ferry_pipeline_t *p = calloc(1, sizeof(*p));
     if (p == NULL)
         return ferry__rt_fail(dev->rt, ferry__error(FERRY_ENOMEM, "pipeline: out of memory"));
+    static unsigned serials;
+    p->serial = __atomic_add_fetch(&serials, 1, __ATOMIC_RELAXED);
     p->dev = dev;
     p->stage = *st;
     ferry__strlcpy(p->stage_name, st->name ? st->name : "stage", sizeof(p->stage_name));
@@ -2011,6 +2144,9 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
               "created: stage %s, chunk %zu, %u per copy, depth %u, streams %u H2D + %u compute "
               "+ %u D2H, queue %lld, workers %lld",
               p->stage_name, chunk, group, p->depth, p->ncopy, p->ncomp, p->ncopy, qd, nworkers);
+    p->child.is_live = child_is_live;
+    p->child.destroy = child_destroy;
+    ferry__rt_child_add(dev->rt, &p->child);
     *out = p;
     return 0;
 
@@ -2019,10 +2155,38 @@ out_fail:
     return ferry__rt_fail(dev->rt, rc);
 }
 
+static int submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn cb, void *arg,
+                  uint64_t *id);
+
 int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn cb,
                           void *arg, uint64_t *id)
 {
-    if (p == NULL || batch == NULL || cb == NULL)
+    if (p == NULL)
+        return ferry__error(FERRY_EINVAL, "ferry_pipeline_submit: NULL pipeline");
+    /* Counted in, so that a close racing this call waits for it (FERRY_EBUSY) instead of
+     * releasing what it is about to use. Without the lock (two atomics on the hot path): the
+     * sequentially consistent pair (count in, then read shut) against close's (set shut, then
+     * read the count) means at least one side sees the other. */
+    __atomic_add_fetch(&p->entering, 1, __ATOMIC_SEQ_CST);
+    int rc;
+    if (__atomic_load_n(&p->shut, __ATOMIC_SEQ_CST))
+        rc = ferry__error(FERRY_ECLOSED, "ferry_pipeline_submit: pipeline '%s' #%u is closed",
+                          p->stage_name, p->serial);
+    else
+        rc = submit(p, batch, cb, arg, id);
+    if (__atomic_sub_fetch(&p->entering, 1, __ATOMIC_SEQ_CST) == 0 &&
+        __atomic_load_n(&p->shut, __ATOMIC_SEQ_CST)) {
+        pthread_mutex_lock(&p->lock); /* a destroy may wait for the last one out */
+        pthread_cond_broadcast(&p->drain_cv);
+        pthread_mutex_unlock(&p->lock);
+    }
+    return rc;
+}
+
+static int submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn cb, void *arg,
+                  uint64_t *id)
+{
+    if (batch == NULL || cb == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_submit: NULL pipeline, batch or "
                                           "callback");
     if (batch->size < offsetof(ferry_batch_t, prepare_arg))
@@ -2052,9 +2216,10 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
     uint64_t now = submit_stamp(p);
     slot_t *sl[64];
     pthread_mutex_lock(&p->lock);
-    if (p->closing) {
+    if (p->shut) {
         pthread_mutex_unlock(&p->lock);
-        return ferry__error(FERRY_ECLOSED, "ferry_pipeline_submit: pipeline is closing");
+        return ferry__error(FERRY_ECLOSED, "ferry_pipeline_submit: pipeline '%s' #%u is closed",
+                            p->stage_name, p->serial);
     }
     if (p->free_recs == NULL)
         p->free_recs = __atomic_exchange_n(&p->returned_recs, NULL, __ATOMIC_ACQUIRE);
@@ -2099,8 +2264,12 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
         return 0;
     }
 
+    /* A callback (or prepare function) of this pipeline must not wait for room in its queue:
+     * the queue empties as slots come back, and slots come back through the thread that runs
+     * the callback. Such a submit never blocks; on a full queue it is refused. */
+    bool own = on_own_thread(p);
     bool waited = false;
-    int rc = ferry__bqueue_push(p->queue, &b, !p->nonblocking, &waited);
+    int rc = ferry__bqueue_push(p->queue, &b, !p->nonblocking && !own, &waited);
     bool run = false;
     pthread_mutex_lock(&p->lock);
     if (rc != 0) {
@@ -2123,6 +2292,15 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
         }
     }
     pthread_mutex_unlock(&p->lock);
+    if (rc == FERRY_EAGAIN && !p->nonblocking)
+        return ferry__error(FERRY_EBUSY,
+                            "ferry_pipeline_submit: the queue of pipeline '%s' #%u is full and "
+                            "this is one of its callbacks: waiting for room would deadlock (room "
+                            "is made by the thread running the callback)",
+                            p->stage_name, p->serial);
+    if (rc == FERRY_ECLOSED)
+        return ferry__error(FERRY_ECLOSED, "ferry_pipeline_submit: pipeline '%s' #%u is closed",
+                            p->stage_name, p->serial);
     if (rc != 0)
         return rc == FERRY_EAGAIN
                    ? FERRY_EAGAIN
@@ -2138,6 +2316,12 @@ int ferry_pipeline_drain(ferry_pipeline_t *p)
 {
     if (p == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_drain: NULL pipeline");
+    if (on_own_thread(p))
+        return ferry__error(FERRY_EBUSY,
+                            "ferry_pipeline_drain: called from a callback of pipeline '%s' #%u: "
+                            "it would wait for itself (batches complete on the thread running "
+                            "it)",
+                            p->stage_name, p->serial);
     pthread_mutex_lock(&p->lock);
     uint64_t target = p->submitted;
     __atomic_add_fetch(&p->drain_waiters, 1, __ATOMIC_SEQ_CST);
@@ -2148,23 +2332,87 @@ int ferry_pipeline_drain(ferry_pipeline_t *p)
     return 0;
 }
 
+/* Refuse submits from now on: the flag, and the queue (a submit waiting for room returns
+ * FERRY_ECLOSED). Under lock. */
+static void shut(ferry_pipeline_t *p)
+{
+    if (p->shut)
+        return;
+    __atomic_store_n(&p->shut, true, __ATOMIC_SEQ_CST);
+    if (p->queue != NULL)
+        ferry__bqueue_close(p->queue); /* what is queued is still issued */
+}
+
 int ferry_pipeline_close(ferry_pipeline_t *p)
 {
     if (p == NULL)
         return 0;
     pthread_mutex_lock(&p->lock);
+    shut(p);
+    if (__atomic_load_n(&p->released, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_unlock(&p->lock);
+        return 0;
+    }
+    if (on_own_thread(p)) {
+        pthread_mutex_unlock(&p->lock);
+        return ferry__error(FERRY_EBUSY,
+                            "ferry_pipeline_close: called from a callback of pipeline '%s' #%u: "
+                            "it is shut to new batches, but its threads can be stopped only "
+                            "from another thread (close it again there)",
+                            p->stage_name, p->serial);
+    }
     uint64_t completed = __atomic_load_n(&p->completed, __ATOMIC_SEQ_CST);
-    if (completed != p->submitted) {
+    unsigned entering = __atomic_load_n(&p->entering, __ATOMIC_SEQ_CST);
+    if (completed != p->submitted || entering > 0) {
         uint64_t n = p->submitted - completed;
         pthread_mutex_unlock(&p->lock);
         return ferry__error(FERRY_EBUSY,
-                            "ferry_pipeline_close: %llu batch(es) still in flight; "
-                            "drain first",
-                            (unsigned long long)n);
+                            "ferry_pipeline_close: pipeline '%s' #%u is shut to new batches, but "
+                            "%llu batch(es) are still in flight and %u submit(s) in progress; "
+                            "drain, then close again",
+                            p->stage_name, p->serial, (unsigned long long)n, entering);
     }
-    p->closing = true;
+    /* Another close is releasing: return once it has, so that either caller may destroy. */
+    while (p->releasing && !__atomic_load_n(&p->released, __ATOMIC_ACQUIRE))
+        pthread_cond_wait(&p->drain_cv, &p->lock);
+    bool mine = !p->releasing;
+    p->releasing = true;
     pthread_mutex_unlock(&p->lock);
-    destroy(p);
+    if (mine) {
+        release(p);
+        pthread_mutex_lock(&p->lock);
+        pthread_cond_broadcast(&p->drain_cv);
+        pthread_mutex_unlock(&p->lock);
+    }
+    return 0;
+}
+
+int ferry_pipeline_destroy(ferry_pipeline_t *p)
+{
+    if (p == NULL)
+        return 0;
+    if (on_own_thread(p)) {
+        pthread_mutex_lock(&p->lock);
+        shut(p);
+        pthread_mutex_unlock(&p->lock);
+        return ferry__error(FERRY_EBUSY,
+                            "ferry_pipeline_destroy: called from a callback of pipeline '%s' "
+                            "#%u: it is shut to new batches, but it can be freed only from "
+                            "another thread",
+                            p->stage_name, p->serial);
+    }
+    for (;;) {
+        int rc = ferry_pipeline_close(p); /* shuts it first: the batches in flight are all */
+        if (rc != FERRY_EBUSY)
+            break;
+        pthread_mutex_lock(&p->lock); /* submits still inside their call */
+        while (__atomic_load_n(&p->entering, __ATOMIC_SEQ_CST) > 0)
+            pthread_cond_wait(&p->drain_cv, &p->lock);
+        pthread_mutex_unlock(&p->lock);
+        ferry_pipeline_drain(p);
+    }
+    ferry__rt_child_remove(p->dev->rt, &p->child);
+    free_husk(p);
     return 0;
 }
 
@@ -2174,6 +2422,17 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_stats: NULL argument or size not set "
                                           "(use FERRY_PIPELINE_STATS_INIT)");
     pthread_mutex_lock(&p->lock);
+    if (p->final_ready)
+        *out = p->final; /* closed: the figures as of its close */
+    else
+        fill_stats(p, out);
+    pthread_mutex_unlock(&p->lock);
+    return 0;
+}
+
+/* The stats now. Under lock. */
+static void fill_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
+{
     *out = p->st;
     out->chunks = __atomic_load_n(&p->chunks_issued, __ATOMIC_RELAXED);
     out->staged_bytes = __atomic_load_n(&p->staged_bytes, __ATOMIC_RELAXED);
@@ -2211,6 +2470,12 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
     out->busy_h2d_ns = (uint64_t)((double)p->st.busy_h2d_ns * scale);
     out->busy_compute_ns = (uint64_t)((double)p->st.busy_compute_ns * scale);
     out->busy_d2h_ns = (uint64_t)((double)p->st.busy_d2h_ns * scale);
+    /* Sampled, the union is of the sampled ops only, scaled up: an estimate, which cannot
+     * exceed the time there was. */
+    uint64_t *busy[3] = {&out->busy_h2d_ns, &out->busy_compute_ns, &out->busy_d2h_ns};
+    for (int i = 0; i < 3; i++)
+        if (*busy[i] > out->elapsed_ns)
+            *busy[i] = out->elapsed_ns;
     double secs = (double)out->elapsed_ns / 1e9;
     out->gbps_h2d = secs > 0 ? (double)out->bytes_h2d / secs / 1e9 : 0;
     out->gbps_d2h = secs > 0 ? (double)out->bytes_d2h / secs / 1e9 : 0;
@@ -2225,7 +2490,8 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
     out->copy_streams = p->ncopy;
     out->compute_streams = p->ncomp;
     out->queue_depth = (unsigned)p->queue_depth;
-    out->slots_in_use = p->depth - p->nfree_slots;
+    /* A slot abandoned to a hung kernel is bound to no chunk any more. */
+    out->slots_in_use = p->depth - p->nfree_slots - p->nabandoned;
     for (unsigned i = 0; i < p->nstreams; i++) {
         out->stream_kind[i] = p->stream_kind[i];
         out->stream_busy_ns[i] =
@@ -2233,8 +2499,6 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
                                             (double)p->stream_timed[i])
                                : 0;
     }
-    pthread_mutex_unlock(&p->lock);
-    return 0;
 }
 
 static const char *kind_name(char k)

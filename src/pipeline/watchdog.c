@@ -176,6 +176,17 @@ static bool completion_stalled(ferry__watchdog_t *w, uint64_t now)
     return stalled;
 }
 
+/* The abort word to @seq: the value chunks are judged by, and every copy of a word in the mapped
+ * page (a word in device memory is written by abort_kernels). Under mu. */
+static void raise_word(ferry__watchdog_t *w, uint64_t seq)
+{
+    __atomic_store_n(&w->raised, seq, __ATOMIC_SEQ_CST);
+    for (unsigned r = 0; w->abort_host != NULL && r < FERRY_ABORT_REPLICAS; r++)
+        __atomic_store_n(
+            (volatile uint64_t *)((volatile unsigned char *)w->abort_host + r * FERRY_ABORT_STRIDE),
+            seq, __ATOMIC_SEQ_CST);
+}
+
 /* Deadlines of the heads: raise the abort word past one, report a hang a floor after. Under
  * mu; the callbacks run later, from @acts. */
 static unsigned check_heads(ferry__watchdog_t *w, uint64_t now, action_t *acts)
@@ -190,11 +201,7 @@ static unsigned check_heads(ferry__watchdog_t *w, uint64_t now, action_t *acts)
         if (h->seq > raised) {
             if (now <= h->since_ns || now - h->since_ns <= deadline)
                 continue;
-            __atomic_store_n(&w->raised, h->seq, __ATOMIC_SEQ_CST);
-            for (unsigned r = 0; w->abort_host != NULL && r < FERRY_ABORT_REPLICAS; r++)
-                __atomic_store_n((volatile uint64_t *)((volatile unsigned char *)w->abort_host +
-                                                       r * FERRY_ABORT_STRIDE),
-                                 h->seq, __ATOMIC_SEQ_CST);
+            raise_word(w, h->seq);
             w->raises[w->nraises % RAISES].seq = h->seq;
             w->raises[w->nraises % RAISES].deadline_at = h->since_ns + deadline;
             w->nraises++;
@@ -462,6 +469,19 @@ void ferry__watchdog_check_alive(ferry__watchdog_t *w, uint64_t now)
     } else {
         ferry_log(FERRY_LOG_INFO, "watchdog", "%s: the watchdog thread runs again", w->name);
     }
+}
+
+int ferry__watchdog_abort(ferry__watchdog_t *w, uint64_t seq)
+{
+    if (w == NULL)
+        return FERRY_ENOTSUP;
+    pthread_mutex_lock(&w->mu);
+    if (seq > __atomic_load_n(&w->raised, __ATOMIC_RELAXED))
+        raise_word(w, seq);
+    pthread_mutex_unlock(&w->mu);
+    if (w->abort_dev == NULL)
+        return FERRY_ENOTSUP;
+    return ferry__be_abort_kernels(w->dev, w->abort_dev, seq);
 }
 
 void ferry__watchdog_retired_aborted(ferry__watchdog_t *w, uint64_t seq, uint64_t now)

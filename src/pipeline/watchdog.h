@@ -73,6 +73,10 @@ void ferry__watchdog_alive(ferry__watchdog_t *w, uint64_t now);
 void ferry__watchdog_step(ferry__watchdog_t *w, uint64_t now);
 /* Completion thread, own-thread mode: report a watchdog that stopped stepping. */
 void ferry__watchdog_check_alive(ferry__watchdog_t *w, uint64_t now);
+/* Completion thread: give up on chunk @seq outside the heads' deadlines (a GPU retry past its
+ * own): the abort word is raised to @seq, at least, so that kernels that poll it stop. Returns
+ * how many kernels stopped (as ferry__be_abort_kernels), or FERRY_ENOTSUP without a word. */
+int ferry__watchdog_abort(ferry__watchdog_t *w, uint64_t seq);
 /* An aborted chunk @seq retired at @now: how late past its deadline, for the stats. */
 void ferry__watchdog_retired_aborted(ferry__watchdog_t *w, uint64_t seq, uint64_t now);
 

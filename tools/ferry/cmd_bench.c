@@ -463,7 +463,7 @@ static int sweep(ferry_options_t *o, const bench_opts_t *bo, const char *backend
                     ferry_pipeline_drain(p);
                     ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
                     ferry_pipeline_stats(p, &st);
-                    ferry_pipeline_close(p);
+                    ferry_pipeline_destroy(p);
                     /* A copy group never spans batches: a batch holds 4 chunks here. */
                     unsigned grp = st.copy_group < 4 ? st.copy_group : 4;
                     row->copy_bytes = (unsigned long long)(grp ? grp : 1) * row->chunk;
