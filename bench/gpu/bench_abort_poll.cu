@@ -306,7 +306,7 @@ int main(void)
            "\"deadlines_passed\":%llu,\"overrun_ms\":%.3f,\"gpu_lost\":%d,\"output_ok\":%s}\n",
            ctx.grid_fill, (unsigned long long)ps.deadlines_passed,
            (double)ps.deadline_overrun_ns / 1e6, ps.gpu_lost, ok ? "true" : "false");
-    ferry_pipeline_close(p);
+    ferry_pipeline_destroy(p);
     ferry_runtime_destroy(rt);
     return ok ? 0 : 1;
 }
