@@ -490,6 +490,9 @@ typedef struct ferry_pipeline_stats {
     double link_bps[2], link_own_bps[2];
     /* Chunks per copy at most (option coalesce_bytes): 1 is a copy per chunk. */
     unsigned copy_group;
+    /* Failure records (option failure_log) that could not be written (the file's write
+     * failed: a full disk, /dev/full); a warning names the file once. */
+    uint64_t failure_log_errors;
 } ferry_pipeline_stats_t;
 #define FERRY_PIPELINE_STATS_INIT                                                                  \
     {                                                                                              \

@@ -289,6 +289,7 @@ struct ferry_pipeline {
     FILE *failure_log;
     char failure_log_path[256];
     uint64_t chunks_cpu, failure_records; /* completion thread */
+    uint64_t failure_log_errors;          /* records not written; atomic */
     uint64_t chunks_cpu_direct;           /* atomic: CPU chunks that needed no slot */
     /* Batch latency, submit to callback on the device clock (atomics; pipeline_internal.h). */
     uint64_t lat_count, lat_sum_ns, lat_buckets[FERRY__LAT_BUCKETS + 1];
@@ -495,7 +496,18 @@ static void write_failure_record(ferry_pipeline_t *p, const slot_t *s, int err, 
     ferry__json_str(f, msg);
     fprintf(f, ",\"action\":\"%s\",\"gpu_lost\":%s}\n", action,
             __atomic_load_n(&p->gpu_lost, __ATOMIC_RELAXED) ? "true" : "false");
-    fflush(f);
+    /* A record that cannot be written (a full disk, /dev/full) is counted in the stats and
+     * said once: the caller decides whether the run failed. */
+    errno = 0;
+    if (fflush(f) != 0 || ferror(f)) {
+        int werr = errno;
+        clearerr(f);
+        if (__atomic_fetch_add(&p->failure_log_errors, 1, __ATOMIC_RELAXED) == 0)
+            ferry_log(FERRY_LOG_WARN, "pipeline",
+                      "failure_log '%s': cannot write a failure record: %s (later records may "
+                      "be lost too)",
+                      p->failure_log_path, werr ? strerror(werr) : "write error");
+    }
 }
 
 /* An abandoned chunk (a hang) whose D2H goes straight to the batch's output is still queued
@@ -2458,6 +2470,7 @@ static void fill_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
     out->failure_records = p->failure_records_seen;
     if (out->size > offsetof(ferry_pipeline_stats_t, chunks_retried))
         out->chunks_retried = p->chunks_retried_seen;
+    out->failure_log_errors = __atomic_load_n(&p->failure_log_errors, __ATOMIC_RELAXED);
     out->gpu_lost = __atomic_load_n(&p->gpu_lost, __ATOMIC_RELAXED) != 0;
     out->batches_failed = __atomic_load_n(&p->failed, __ATOMIC_RELAXED);
     out->elapsed_ns = p->last_end > p->first_start ? p->last_end - p->first_start : 0;

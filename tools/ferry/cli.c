@@ -1,9 +1,11 @@
 /* Shared CLI helpers: errors and exit codes, flag parsing, formatting, JSON strings. */
 #include "cli.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -193,4 +195,41 @@ bool cli_color(void)
 {
     const char *nc = getenv("NO_COLOR");
     return isatty(STDOUT_FILENO) && (nc == NULL || nc[0] == '\0');
+}
+
+static int path_error(const char *cmd, const char *flag, const char *path, const char *why,
+                      const char *example)
+{
+    return cli_usage_error(cmd,
+                           "--%s '%s': %s; accepted: a file path (e.g. %s) in an existing, "
+                           "writable directory",
+                           flag, path, why, example);
+}
+
+int cli_check_out_path(const char *cmd, const char *flag, const char *path, const char *example)
+{
+    size_t n = strlen(path);
+    if (n == 0)
+        return path_error(cmd, flag, path, "empty path", example);
+    struct stat sb;
+    if (path[n - 1] == '/' || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)))
+        return path_error(cmd, flag, path, "is a directory, not a file", example);
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return path_error(cmd, flag, path, "exists and is not a regular file", example);
+    char *dir = strdup(path);
+    if (dir == NULL)
+        return cli_fail(cmd, "out of memory");
+    char *slash = strrchr(dir, '/');
+    const char *d = slash == NULL ? "." : slash == dir ? "/" : (*slash = '\0', dir);
+    char why[4200];
+    why[0] = '\0';
+    if (stat(d, &sb) != 0)
+        snprintf(why, sizeof(why), "directory '%s' %s", d,
+                 errno == ENOENT ? "does not exist" : strerror(errno));
+    else if (!S_ISDIR(sb.st_mode))
+        snprintf(why, sizeof(why), "'%s' is not a directory", d);
+    else if (access(d, W_OK | X_OK) != 0)
+        snprintf(why, sizeof(why), "directory '%s' is not writable (%s)", d, strerror(errno));
+    free(dir);
+    return why[0] ? path_error(cmd, flag, path, why, example) : CLI_OK;
 }

@@ -39,6 +39,11 @@ int cli_parse_uint(const char *cmd, const char *flag, const char *v, unsigned lo
                    unsigned long long hi, unsigned long long *out);
 int cli_parse_size(const char *cmd, const char *flag, const char *v, unsigned long long *out);
 
+/* A file the command writes at the end (--report, --trace), checked before the run: a path
+ * in an existing, writable directory that is not a directory or an existing non-regular
+ * file. Returns CLI_OK or CLI_USAGE ("--@flag '@path': why; accepted: ... (e.g. @example)"). */
+int cli_check_out_path(const char *cmd, const char *flag, const char *path, const char *example);
+
 /* Options from defaults and FERRY_* environment into *out. Returns CLI_OK, CLI_USAGE on a bad
  * variable (as the same bad flag is) or CLI_FAIL (out of memory), message printed. */
 int cli_options(const char *cmd, ferry_options_t **out);

@@ -4,7 +4,10 @@
  * --report draws it as an HTML page with a timeline of the first chunks (report.c). */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,6 +17,7 @@
 #include "cli.h"
 #include "progress.h"
 #include "report.h"
+#include "run_io.h"
 
 typedef struct run_totals {
     uint64_t ok_gpu, ok_cpu, failed, mismatched, verified_bytes;
@@ -29,6 +33,8 @@ typedef struct ring_entry {
     uint64_t offset; /* in the stream */
     size_t pool_off; /* generated data: where the input and its reference sit in the pool */
     int status, where;
+    uint64_t seq; /* the batch's number, for a stream output written in order */
+    bool ready;   /* a stream output: verified, waiting for the batches before it */
 } ring_entry_t;
 
 /* Shared by the submitting thread, the pipeline's callback and the verifier threads. */
@@ -47,6 +53,12 @@ typedef struct run_state {
     const unsigned char *ref; /* generated data: the reference output of the whole pool */
     size_t batch_bytes;
     int outfd;
+    /* A stream output (stdout, a device) is written in batch order: the verifier that finds
+     * the next batch ready writes it and those after it, one writer at a time. */
+    bool ordered, writing;
+    uint64_t cut_seq;  /* the first batch that failed: the stream ends before it */
+    uint64_t next_seq; /* the next batch to write */
+    int signal;        /* SIGINT or SIGTERM taken: stop submitting */
 } run_state_t;
 
 /* Deterministic data: byte o of the stream is byte (o % 8) of word(o / 8), whatever the
@@ -95,6 +107,47 @@ static ssize_t read_full(int fd, void *buf, size_t n, uint64_t off)
     return (ssize_t)got;
 }
 
+/* A stream (stdin, a device): read up to @n bytes, fewer only at the end of the stream.
+ * Returns the bytes read, -1 on an error, -2 when a signal stopped the run while it waited. */
+static ssize_t read_stream(int fd, void *buf, size_t n, run_state_t *st)
+{
+    size_t got = 0;
+    while (got < n) {
+        if (__atomic_load_n(&st->signal, __ATOMIC_RELAXED) != 0)
+            return -2;
+        /* a writer that sends nothing must not keep a signal waiting */
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int r = poll(&pfd, 1, 100);
+        if (r < 0 && errno != EINTR)
+            return -1;
+        if (r <= 0)
+            continue;
+        ssize_t k = read(fd, (char *)buf + got, n - got);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (k < 0)
+            return -1;
+        if (k == 0)
+            break;
+        got += (size_t)k;
+    }
+    return (ssize_t)got;
+}
+
+static int write_stream(int fd, const void *buf, size_t n)
+{
+    size_t put = 0;
+    while (put < n) {
+        ssize_t k = write(fd, (const char *)buf + put, n - put);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        put += (size_t)k;
+    }
+    return 0;
+}
+
 static int write_full(int fd, const void *buf, size_t n, uint64_t off)
 {
     size_t put = 0;
@@ -129,13 +182,14 @@ static void on_done(const ferry_batch_result_t *r, void *arg)
     pthread_mutex_unlock(&st->lock);
 }
 
-/* Compare one finished batch with the CPU reference (and write it out); runs on verifier
- * threads, several at once, so that checking keeps up with a GPU. */
-static void verify_entry(run_state_t *st, ring_entry_t *e, unsigned char *scratch, run_totals_t *t)
+/* Compare one finished batch with the CPU reference (and write it out to a file); runs on
+ * verifier threads, several at once, so that checking keeps up with a GPU. Returns whether
+ * the batch completed and matched. */
+static bool verify_entry(run_state_t *st, ring_entry_t *e, unsigned char *scratch, run_totals_t *t)
 {
     if (e->status != 0) {
         t->failed++;
-        return;
+        return false;
     }
     if (e->where == FERRY_DONE_CPU)
         t->ok_cpu++;
@@ -149,7 +203,8 @@ static void verify_entry(run_state_t *st, ring_entry_t *e, unsigned char *scratc
         ferry_workload_reference(st->wl, e->in, scratch, e->bytes);
         expect = scratch;
     }
-    if (memcmp(expect, e->out, e->bytes) != 0) {
+    bool match = memcmp(expect, e->out, e->bytes) == 0;
+    if (!match) {
         size_t k = 0;
         while (expect[k] == e->out[k])
             k++;
@@ -158,8 +213,38 @@ static void verify_entry(run_state_t *st, ring_entry_t *e, unsigned char *scratc
     } else {
         t->verified_bytes += e->bytes;
     }
-    if (st->outfd >= 0 && write_full(st->outfd, e->out, e->bytes, e->offset) != 0)
+    if (st->outfd >= 0 && !st->ordered && write_full(st->outfd, e->out, e->bytes, e->offset) != 0)
         t->io_error = errno ? errno : EIO;
+    return match;
+}
+
+/* A stream output: write the batches that are next in order, as long as no other verifier
+ * is writing. Under st->lock (dropped while writing). */
+static void write_in_order(run_state_t *st)
+{
+    while (!st->writing) {
+        ring_entry_t *e = NULL;
+        size_t idx = 0;
+        for (size_t i = 0; i < st->nring && e == NULL; i++)
+            if (st->ring[i].ready && st->ring[i].seq == st->next_seq)
+                e = &st->ring[idx = i];
+        if (e == NULL)
+            return;
+        st->writing = true;
+        bool skip = e->seq >= st->cut_seq || st->t.io_error;
+        pthread_mutex_unlock(&st->lock);
+        int err = 0;
+        if (!skip && write_stream(st->outfd, e->out, e->bytes) != 0)
+            err = errno ? errno : EIO;
+        pthread_mutex_lock(&st->lock);
+        if (err && !st->t.io_error)
+            st->t.io_error = err;
+        st->writing = false;
+        e->ready = false;
+        st->next_seq++;
+        st->freeq[st->nfree++] = idx;
+        pthread_cond_signal(&st->cv_free);
+    }
 }
 
 static void *verifier_main(void *arg)
@@ -177,10 +262,11 @@ static void *verifier_main(void *arg)
         st->dcount--;
         pthread_mutex_unlock(&st->lock);
         run_totals_t t = {0};
+        bool good = false;
         if (scratch == NULL)
             t.io_error = ENOMEM;
         else
-            verify_entry(st, &st->ring[idx], scratch, &t);
+            good = verify_entry(st, &st->ring[idx], scratch, &t);
         pthread_mutex_lock(&st->lock);
         st->t.ok_gpu += t.ok_gpu;
         st->t.ok_cpu += t.ok_cpu;
@@ -193,6 +279,14 @@ static void *verifier_main(void *arg)
         }
         if (t.io_error && !st->t.io_error)
             st->t.io_error = t.io_error;
+        if (st->ordered) {
+            /* a stream cannot have a hole: it ends before the first batch that is wrong */
+            if (!good && st->ring[idx].seq < st->cut_seq)
+                st->cut_seq = st->ring[idx].seq;
+            st->ring[idx].ready = true;
+            write_in_order(st);
+            continue;
+        }
         st->freeq[st->nfree++] = idx;
         pthread_cond_signal(&st->cv_free);
     }
@@ -255,6 +349,9 @@ typedef struct run_opts {
     unsigned long long batch_bytes;
     const char *input, *output, *trace, *report;
     bool json, quiet, single_stream;
+    bool bytes_set;               /* --bytes given: with --input, a limit */
+    bool output_stream;           /* --output is stdout or a device, written in order */
+    int signal;                   /* the run was stopped by this signal (0: it was not) */
     bool report_done;             /* the report was written */
     unsigned long long tl_chunks; /* --report: the chunks its timeline shows */
     const ferry_options_t *opts;
@@ -269,9 +366,13 @@ static int usage(void)
            "and print what happened: time, GB/s each way, overlap of copies and compute, engine\n"
            "utilisation, batches. Runs on the GPU when one answers, else on the simulated H200\n"
            "(its times are virtual, marked 'simulated').\n\n"
-           "  --bytes SIZE         bytes of generated data (default 4G; K, M, G suffixes)\n"
-           "  --input FILE         stream FILE instead of generated data\n"
-           "  --output FILE        write the transformed stream to FILE\n"
+           "  --bytes SIZE         bytes of generated data (default 4G; K, M, G suffixes); with\n"
+           "                       --input, read at most SIZE bytes of it (as dd's count)\n"
+           "  --input FILE         stream FILE instead of generated data: a regular file, a\n"
+           "                       character device (/dev/zero), or - for stdin (a pipe)\n"
+           "  --output FILE        write the transformed stream to FILE, put in place only once\n"
+           "                       every batch verified; a character device (/dev/null), or -\n"
+           "                       for stdout (the summary then goes to stderr)\n"
            "  --workload NAME      copy, scale (default) or fma (tunable compute)\n"
            "  --intensity N        fma: fused multiply-adds per float, 1..100000 (default 64)\n"
            "  --batch-bytes SIZE   bytes per submitted batch (default 64M)\n"
@@ -286,7 +387,7 @@ static int usage(void)
            "  --copy-streams N, --compute-streams N, --queue-depth N, --seed N ...\n"
            "                       any option of `ferry options`\n\n"
            "Exit status: 0 when every batch completed and matched the reference, 1 otherwise,\n"
-           "2 on a usage error.\n");
+           "2 on a usage error, 130 (SIGINT) or 143 (SIGTERM) when a signal stopped the run.\n");
     return CLI_OK;
 }
 
@@ -314,6 +415,7 @@ static int parse(int argc, char **argv, ferry_options_t *o, run_opts_t *r)
         if ((k = cli_flag_value(&a, "bytes", &v)) != 0) {
             if (k < 0 || cli_parse_size(cmd, "bytes", v, &r->bytes) != 0)
                 return CLI_USAGE;
+            r->bytes_set = true;
             continue;
         }
         if ((k = cli_flag_value(&a, "batch-bytes", &v)) != 0) {
@@ -347,7 +449,7 @@ static int parse(int argc, char **argv, ferry_options_t *o, run_opts_t *r)
             continue;
         }
         if ((k = cli_flag_value(&a, "trace", &v)) != 0) {
-            if (k < 0)
+            if (k < 0 || cli_check_out_path(cmd, "trace", v, "trace.json") != CLI_OK)
                 return CLI_USAGE;
             r->trace = v;
             continue;
@@ -372,7 +474,7 @@ static int parse(int argc, char **argv, ferry_options_t *o, run_opts_t *r)
         return cli_usage_error(cmd, "--workload '%s': accepted: copy, scale, fma", r->workload);
     if (r->intensity && strcmp(r->workload, "fma") != 0)
         return cli_usage_error(cmd, "--intensity applies to --workload fma only");
-    if (r->bytes == 0 && !r->input)
+    if (r->bytes == 0 && (!r->input || r->bytes_set))
         return cli_usage_error(cmd, "--bytes must be at least 1");
     return 0;
 }
@@ -439,6 +541,11 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
                (unsigned long long)t->ok_gpu, (unsigned long long)t->ok_cpu,
                (unsigned long long)t->failed, (unsigned long long)t->mismatched,
                (unsigned long long)t->verified_bytes, ok ? "true" : "false");
+        printf(",\"failure_log_errors\":%llu,\"interrupted\":%s",
+               (unsigned long long)s->failure_log_errors, ro->signal ? "true" : "false");
+        if (ro->signal)
+            printf(",\"signal\":\"%s\",\"bytes_done\":%llu", run_signal_name(ro->signal),
+                   (unsigned long long)t->verified_bytes);
         if (ro->trace) {
             printf(",\"trace\":");
             cli_json_str(stdout, ro->trace);
@@ -517,7 +624,20 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
                (unsigned long long)s->chunks_cpu,
                flog && flog[0] ? flog : "none (set --failure-log FILE)");
     }
-    if (t->mismatched == 0 && t->failed == 0)
+    if (s->failure_log_errors > 0)
+        printf("  failures   %llu record(s) could not be written to %s\n",
+               (unsigned long long)s->failure_log_errors,
+               ro->opts ? ferry_options_get_str(ro->opts, "failure_log") : "the failure log");
+    if (ro->signal)
+        printf("  stopped    by %s after %s of %s verified; %s\n", run_signal_name(ro->signal),
+               cli_bytes(t->verified_bytes, b1, sizeof(b1)), cli_bytes(total, b2, sizeof(b2)),
+               !ro->output         ? "nothing more was submitted"
+               : ro->output_stream ? "the output stream ends there"
+                                   : "--output was not written");
+    if (t->mismatched == 0 && t->failed == 0 && ro->signal)
+        printf("  verify     OK: the %s done match the CPU reference\n",
+               cli_bytes(t->verified_bytes, b1, sizeof(b1)));
+    else if (t->mismatched == 0 && t->failed == 0)
         printf("  verify     OK: all %s match the CPU reference\n",
                cli_bytes(t->verified_bytes, b1, sizeof(b1)));
     else if (t->mismatched)
@@ -771,6 +891,21 @@ static int write_report(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_
     return report_close(r);
 }
 
+/* How long a run stopped by a signal may take to finish the batches in flight before it
+ * gives up on them (run_io.h): a few queues of 64 MiB batches on the simulator, whose kernels
+ * run on this CPU, take about a second. */
+#define RUN_GRACE_S 10
+
+/* The signal thread (run_io.c): stop submitting, wake the submitter. */
+static void on_signal(int sig, void *arg)
+{
+    run_state_t *st = arg;
+    pthread_mutex_lock(&st->lock);
+    __atomic_store_n(&st->signal, sig, __ATOMIC_RELAXED);
+    pthread_cond_broadcast(&st->cv_free);
+    pthread_mutex_unlock(&st->lock);
+}
+
 int cmd_run(int argc, char **argv)
 {
     const char *cmd = "run";
@@ -807,31 +942,40 @@ int cmd_run(int argc, char **argv)
     pthread_t verifiers[8];
     unsigned nver = 0;
     int infd = -1;
+    run_file_t in = RUN_FILE_INIT, out = RUN_FILE_INIT;
+    run_signals_t *sg = NULL;
     pthread_mutex_init(&st.lock, NULL);
     pthread_cond_init(&st.cv_free, NULL);
     pthread_cond_init(&st.cv_done, NULL);
+    st.cut_seq = UINT64_MAX;
 
+    /* Before any other thread exists, ferry's included, so that SIGINT and SIGTERM reach only
+     * the thread that takes them. */
+    if (run_signals_start(cmd, &out, RUN_GRACE_S, on_signal, &st, &sg) != CLI_OK)
+        goto out;
     unsigned long long total = ro.bytes;
+    bool stream_in = false;
     if (ro.input) {
-        infd = open(ro.input, O_RDONLY);
-        struct stat sb;
-        if (infd < 0 || fstat(infd, &sb) != 0) {
-            cli_fail(cmd, "cannot read --input %s: %s", ro.input, strerror(errno));
+        if ((rc = run_input_open(cmd, ro.input, &in)) != CLI_OK)
             goto out;
-        }
-        if (!S_ISREG(sb.st_mode)) {
-            cli_fail(cmd, "--input %s is not a regular file", ro.input);
-            goto out;
-        }
-        total = (unsigned long long)sb.st_size;
+        infd = in.fd;
+        stream_in = in.stream;
+        /* --bytes is a limit on what is read; a stream without it is read to its end */
+        if (!stream_in && (!ro.bytes_set || (unsigned long long)in.sb.st_size < total))
+            total = (unsigned long long)in.sb.st_size;
+        else if (stream_in && !ro.bytes_set)
+            total = ULLONG_MAX;
     }
     if (ro.output) {
-        st.outfd = open(ro.output, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (st.outfd < 0) {
-            cli_fail(cmd, "cannot write --output %s: %s", ro.output, strerror(errno));
+        if ((rc = run_output_open(cmd, ro.output, &in, &out)) != CLI_OK)
             goto out;
-        }
+        st.outfd = out.fd;
+        st.ordered = ro.output_stream = out.stream;
+        /* a reader that went away is a write error (EPIPE) to report, not a silent death */
+        if (out.stream)
+            signal(SIGPIPE, SIG_IGN);
     }
+    rc = CLI_FAIL;
 
     ferry_runtime_config_t rcfg = FERRY_RUNTIME_CONFIG_INIT;
     rcfg.options = opts;
@@ -875,7 +1019,7 @@ int cmd_run(int argc, char **argv)
         bb -= bb % 4;
     if (bb == 0)
         bb = 1;
-    unsigned long long nbatches = total == 0 ? 0 : (total + bb - 1) / bb;
+    unsigned long long nbatches = total / bb + (total % bb != 0); /* a stream: until its end */
     st.batch_bytes = bb;
     st.wl = wl;
     /* Enough entries that the queue and every slot can be full while others are verified. */
@@ -955,11 +1099,17 @@ int cmd_run(int argc, char **argv)
     clock_gettime(CLOCK_MONOTONIC, &ts0);
     bool failed_submit = false;
     cli_progress_t bar;
-    cli_progress_begin(&bar, "ferry run", total, true, ro.quiet);
+    cli_progress_begin(&bar, "ferry run", total == ULLONG_MAX ? 0 : total, true, ro.quiet);
+    unsigned long long submitted = 0, nsub = 0; /* bytes and batches */
     for (unsigned long long i = 0; i < nbatches; i++) {
         pthread_mutex_lock(&st.lock);
-        while (st.nfree == 0)
+        while (st.nfree == 0 && st.signal == 0)
             pthread_cond_wait(&st.cv_free, &st.lock);
+        /* a signal, or an output stream that cannot be written: submit nothing more */
+        if (st.signal != 0 || (st.ordered && st.t.io_error)) {
+            pthread_mutex_unlock(&st.lock);
+            break;
+        }
         size_t idx = st.freeq[--st.nfree];
         uint64_t done_bytes = st.t.verified_bytes;
         pthread_mutex_unlock(&st.lock);
@@ -967,7 +1117,24 @@ int cmd_run(int argc, char **argv)
         ring_entry_t *re = &st.ring[idx];
         re->offset = i * bb;
         re->bytes = (size_t)(total - re->offset < bb ? total - re->offset : bb);
-        if (infd >= 0) {
+        re->seq = i;
+        size_t want = re->bytes;
+        if (stream_in) {
+            ssize_t got = read_stream(infd, re->in, re->bytes, &st);
+            if (got < 0 && got != -2) {
+                cli_fail(cmd, "reading --input %s at %llu: %s", ro.input,
+                         (unsigned long long)re->offset, strerror(errno));
+                failed_submit = true;
+                break;
+            }
+            if (got <= 0) { /* the stream's end, or a signal */
+                pthread_mutex_lock(&st.lock);
+                st.freeq[st.nfree++] = idx;
+                pthread_mutex_unlock(&st.lock);
+                break;
+            }
+            re->bytes = (size_t)got;
+        } else if (infd >= 0) {
             ssize_t got = read_full(infd, re->in, re->bytes, re->offset);
             if (got != (ssize_t)re->bytes) {
                 cli_fail(cmd, "reading --input %s at %llu: %s", ro.input,
@@ -988,9 +1155,18 @@ int cmd_run(int argc, char **argv)
             failed_submit = true;
             break;
         }
+        submitted += re->bytes;
+        nsub++;
+        if (re->bytes < want) /* the stream ended */
+            break;
     }
+    nbatches = nsub;
     ferry_pipeline_drain(pl);
     stop_verifiers(&st, verifiers, &nver);
+    run_signals_finish(sg);
+    ro.signal = run_signals_caught(sg);
+    if (stream_in && (!ro.signal || total == ULLONG_MAX))
+        total = submitted;
     clock_gettime(CLOCK_MONOTONIC, &ts1);
     cli_progress_end(&bar);
     int mrc = cli_metrics_stop(cmd, metrics);
@@ -1011,9 +1187,12 @@ int cmd_run(int argc, char **argv)
         cli_fail(cmd, "writing --output %s: %s", ro.output, strerror(st.t.io_error));
         goto out;
     }
-    bool ok = st.t.failed == 0 && st.t.mismatched == 0 && st.callbacks == nbatches &&
+    bool ok = !ro.signal && st.t.failed == 0 && st.t.mismatched == 0 && st.callbacks == nbatches &&
               st.t.verified_bytes == total;
     rc = ok ? CLI_OK : CLI_FAIL;
+    /* the output takes its name only now, every batch verified */
+    if (ok && ro.output && run_output_commit(cmd, &out) != CLI_OK)
+        rc = CLI_FAIL;
     if (ro.report) {
         run_outcome_t oc = {&s, &st.t, total, nbatches, wall, ok};
         if (write_report(&ro, rt, dev, pl, &oc) == CLI_OK)
@@ -1023,6 +1202,12 @@ int cmd_run(int argc, char **argv)
     }
     if (!ro.quiet)
         print_summary(&ro, rt, dev, &s, &st.t, total, nbatches, s.chunk_bytes, wall, ok);
+    if (s.failure_log_errors > 0)
+        rc = cli_fail(cmd, "--failure-log %s: %llu failure record(s) could not be written",
+                      ferry_options_get_str(opts, "failure_log"),
+                      (unsigned long long)s.failure_log_errors);
+    if (ro.signal)
+        rc = 128 + ro.signal;
 
 out:
     cli_metrics_stop(cmd, metrics);
@@ -1049,10 +1234,9 @@ out:
     free(st.freeq);
     free(st.doneq);
     free(cbs);
-    if (infd >= 0)
-        close(infd);
-    if (st.outfd >= 0 && close(st.outfd) != 0 && rc == CLI_OK)
-        rc = cli_fail(cmd, "closing --output %s: %s", ro.output, strerror(errno));
+    run_signals_stop(sg); /* first: its thread may remove the temporary output */
+    run_file_close(&in);
+    run_file_close(&out);
     pthread_mutex_destroy(&st.lock);
     pthread_cond_destroy(&st.cv_free);
     pthread_cond_destroy(&st.cv_done);

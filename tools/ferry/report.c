@@ -80,40 +80,9 @@ static void escf(FILE *f, const char *fmt, ...)
 
 /* ---- the file ------------------------------------------------------------------------------ */
 
-static int path_error(const char *cmd, const char *path, const char *why)
-{
-    return cli_usage_error(cmd,
-                           "--report '%s': %s; accepted: a file path (e.g. report.html) in an "
-                           "existing, writable directory",
-                           path, why);
-}
-
 int report_check_path(const char *cmd, const char *path)
 {
-    size_t n = strlen(path);
-    if (n == 0)
-        return path_error(cmd, path, "empty path");
-    struct stat sb;
-    if (path[n - 1] == '/' || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)))
-        return path_error(cmd, path, "is a directory, not a file");
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
-        return path_error(cmd, path, "exists and is not a regular file");
-    char *dir = strdup(path);
-    if (dir == NULL)
-        return cli_fail(cmd, "out of memory");
-    char *slash = strrchr(dir, '/');
-    const char *d = slash == NULL ? "." : slash == dir ? "/" : (*slash = '\0', dir);
-    char why[4200];
-    why[0] = '\0';
-    if (stat(d, &sb) != 0)
-        snprintf(why, sizeof(why), "directory '%s' %s", d,
-                 errno == ENOENT ? "does not exist" : strerror(errno));
-    else if (!S_ISDIR(sb.st_mode))
-        snprintf(why, sizeof(why), "'%s' is not a directory", d);
-    else if (access(d, W_OK | X_OK) != 0)
-        snprintf(why, sizeof(why), "directory '%s' is not writable (%s)", d, strerror(errno));
-    free(dir);
-    return why[0] ? path_error(cmd, path, why) : CLI_OK;
+    return cli_check_out_path(cmd, "report", path, "report.html");
 }
 
 static const char *page_css =
