@@ -44,7 +44,9 @@ expect_rc "empty environment value" 2 env FERRY_CHUNK_BYTES= "$FERRY" run --byte
 expect_in "empty variable named" "$TMP/err" "FERRY_CHUNK_BYTES"
 expect_rc "missing input file" 1 "$FERRY" run --input "$TMP/nonexistent"
 expect_in "input path named" "$TMP/err" "nonexistent"
-expect_rc "input is a directory" 1 "$FERRY" run --input "$TMP"
+# a kind of file ferry does not read is a usage error naming what is accepted
+expect_rc "input is a directory" 2 "$FERRY" run --input "$TMP"
+expect_in "input directory: what is accepted" "$TMP/err" "is a directory; accepted: a regular file"
 expect_rc "unwritable output" 1 "$FERRY" run --bytes 1M --output "$TMP/no/such/dir/out"
 expect_rc "bad profile" 1 "$FERRY" run --bytes 1M --backend sim --profile "$TMP/nonexistent.json"
 expect_in "profile path named" "$TMP/err" "nonexistent.json"
