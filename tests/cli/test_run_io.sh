@@ -117,6 +117,19 @@ for sig in INT TERM; do
   if [ "$(cat "$d/out.bin")" = old ]; then ok "SIG$sig: old output untouched"; else bad "SIG$sig: output replaced"; fi
   no_tmp_left "$d" "SIG$sig"
 done
+# a second signal: stop at once, the partial output removed all the same
+d="$TMP/sig2"
+mkdir "$d"
+start_run "$d/log" "$FERRY" run --bytes 2G --batch-bytes 8M --output "$d/out.bin"
+wait_for_tmp "$d" out.bin || bad "second signal: no temporary output appeared"
+kill -INT "$RUN_PID"
+kill -TERM "$RUN_PID"
+finish_run 20
+if [ "$RUN_RC" -eq 143 ]; then ok "second signal: exit 143"; else bad "second signal: exit $RUN_RC, expected 143"; fi
+expect_in "second signal: said" "$d/log" "SIGTERM after SIGINT: stopped at once; the partial output was removed"
+if [ ! -e "$d/out.bin" ]; then ok "second signal: no output"; else bad "second signal: output left"; fi
+no_tmp_left "$d" "second signal"
+
 # the text summary, and a run blocked reading a pipe that sends nothing
 mkfifo "$TMP/idle"
 sleep 60 >"$TMP/idle" &

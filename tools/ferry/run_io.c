@@ -246,20 +246,25 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* A second signal, or the work in flight outlived the grace period: remove the partial output
- * and end the process now. Under sg->lock, so the run cannot rename the output meanwhile. */
-static void give_up(run_signals_t *sg, int sig, bool again)
+/* A second signal (@sig), or the work in flight outlived the grace period (@sig 0): remove
+ * the partial output and end the process now. Under sg->lock, so the run cannot rename the
+ * output meanwhile. */
+static void give_up(run_signals_t *sg, int sig)
 {
     bool removed = sg->out != NULL && sg->out->tmp != NULL && unlink(sg->out->tmp) == 0;
-    char msg[512];
-    int n = snprintf(msg, sizeof(msg), "%sferry %s: %s%s: stopped %s%s\n",
-                     isatty(STDERR_FILENO) ? "\r\033[K" : "", sg->cmd, run_signal_name(sig),
-                     again ? " again" : "",
-                     again ? "at once" : "without waiting longer for the work in flight",
-                     removed ? "; the partial output was removed" : "");
+    char msg[512], why[128];
+    if (sig != 0)
+        snprintf(why, sizeof(why), "%s after %s: stopped at once", run_signal_name(sig),
+                 run_signal_name(sg->caught));
+    else
+        snprintf(why, sizeof(why), "%s: the work in flight took over %llu s: stopped",
+                 run_signal_name(sg->caught), (unsigned long long)(sg->grace_ns / 1000000000u));
+    int n =
+        snprintf(msg, sizeof(msg), "%sferry %s: %s%s\n", isatty(STDERR_FILENO) ? "\r\033[K" : "",
+                 sg->cmd, why, removed ? "; the partial output was removed" : "");
     if (n > 0)
         (void)!write(STDERR_FILENO, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
-    _exit(128 + sig);
+    _exit(128 + (sig != 0 ? sig : sg->caught));
 }
 
 static void *signal_main(void *arg)
@@ -287,9 +292,9 @@ static void *signal_main(void *arg)
             continue;
         }
         if (sig > 0)
-            give_up(sg, sig, true);
+            give_up(sg, sig);
         if (first_ns != 0 && mono_ns() - first_ns > sg->grace_ns)
-            give_up(sg, sg->caught, false);
+            give_up(sg, 0);
         pthread_mutex_unlock(&sg->lock);
     }
 }
