@@ -117,6 +117,35 @@ for sig in INT TERM; do
   if [ "$(cat "$d/out.bin")" = old ]; then ok "SIG$sig: old output untouched"; else bad "SIG$sig: output replaced"; fi
   no_tmp_left "$d" "SIG$sig"
 done
+# on a terminal: the progress bar is cleared before the summary says the run was stopped
+python3 - "$FERRY" >"$TMP/pty.log" 2>&1 <<'PY' && ok "terminal: bar cleared, then the summary" || { bad "terminal: bar not cleared before the summary"; tail -c 600 "$TMP/pty.log"; }
+import os, pty, select, signal, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.execv(sys.argv[1], [sys.argv[1], "run", "--bytes", "2G", "--batch-bytes", "8M"])
+buf, sent, end = b"", False, time.time() + 60
+while time.time() < end:
+    if select.select([fd], [], [], 0.1)[0]:
+        try:
+            d = os.read(fd, 65536)
+        except OSError:
+            break
+        if not d:
+            break
+        buf += d
+    if not sent and b"ferry run [" in buf:
+        os.kill(pid, signal.SIGINT)
+        sent = True
+if time.time() >= end:
+    os.kill(pid, signal.SIGKILL)
+status = os.waitpid(pid, 0)[1]
+tail = buf[buf.rfind(b"ferry run ["):]
+print(repr(tail[-400:]))
+clear, stop = tail.find(b"\r\x1b[K"), tail.find(b"stopped    by SIGINT")
+sys.exit(0 if sent and os.WEXITSTATUS(status) == 130 and 0 <= clear < stop else 1)
+PY
+
 # a second signal: stop at once, the partial output removed all the same
 d="$TMP/sig2"
 mkdir "$d"
