@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Metrics: `ferry run --metrics-file` writes the Prometheus text format (parsed here with the
 # real parser, python3-prometheus-client from Debian) with the run's numbers in it;
-# `--metrics-addr 127.0.0.1:0` serves /metrics while the run goes, and the values move; bad
-# addresses and paths are refused by name.
+# `--metrics-addr 127.0.0.1:0` serves /metrics while the run goes, and the values move;
+# localhost and [::1] are resolved and served; bad addresses and paths are refused by name;
+# `ferry bench` serves and writes its cases, results and running pipeline.
 . "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3 # Debian's, which has python3-prometheus-client (scripts/deps.sh)
 
@@ -81,10 +82,97 @@ if [ $r1 -eq 0 ]; then ok "scraped with curl"; else bad "scrape failed ($r1)"; f
 if [ "$code" = "404" ]; then ok "other paths are 404"; else bad "other path: $code"; fi
 if [ $rrc -eq 0 ]; then ok "run finished"; else bad "run exit $rrc"; fi
 
+# Loopback names and IPv6 in brackets are resolved and served (issue 15, point 9).
+for a in "localhost:0" "[::1]:0"; do
+  if [ "$a" = "[::1]:0" ] && ! python3 -c 'import socket; socket.socket(socket.AF_INET6).bind(("::1", 0))' 2>/dev/null; then
+    echo "# skip $a: this host has no IPv6 loopback"; continue
+  fi
+  "$FERRY" run --bytes 1G --metrics-addr "$a" >"$TMP/run.out" 2>"$TMP/run.err" &
+  pid=$!
+  url=""
+  for _ in $(seq 1 900); do
+    url=$(sed -n 's|.*metrics on \(http://[^ ]*/metrics\).*|\1|p' "$TMP/run.err" | head -1)
+    [ -n "$url" ] && break
+    sleep 0.1
+  done
+  case "$a:$url" in
+    "localhost:0:http://127.0.0.1:"* | "localhost:0:http://[::1]:"* | "[::1]:0:http://[::1]:"*) ok "$a bound as $url" ;;
+    *) bad "$a: bound as '$url'"; cat "$TMP/run.err" ;;
+  esac
+  if [ -n "$url" ] && curl -sfg --max-time 5 "$url" | grep -q '^ferry_pipeline_chunks_total'; then
+    ok "$a scraped"; else bad "$a not scraped"; fi
+  wait "$pid"; rrc=$?
+  if [ $rrc -eq 0 ]; then ok "$a: run finished"; else bad "$a: run exit $rrc"; fi
+done
+
 expect_rc "not loopback" 1 "$FERRY" run --bytes 1M --metrics-addr 0.0.0.0:9100
 expect_in "loopback required" "$TMP/err" "loopback"
 expect_rc "bad address" 1 "$FERRY" run --bytes 1M --metrics-addr localhost
 expect_in "accepted form named" "$TMP/err" "127.0.0.1:PORT"
+expect_rc "IPv6 not loopback" 1 "$FERRY" run --bytes 1M --metrics-addr "[::]:9100"
+expect_in "IPv6 loopback required" "$TMP/err" "not loopback"
+expect_rc "IPv6 without brackets" 1 "$FERRY" run --bytes 1M --metrics-addr "::1:9100"
+expect_in "brackets asked for" "$TMP/err" "[::1]:PORT"
 expect_rc "unwritable metrics file" 1 "$FERRY" run --bytes 1M --metrics-file /nonexistent/dir/m.prom
 expect_in "path named" "$TMP/err" "/nonexistent/dir/m.prom"
+
+# `ferry bench` serves and writes them too (issue 15, point 10): the cases done, each result,
+# and the pipeline of the pass that runs.
+expect_rc "bench copy with a metrics file" 0 "$FERRY" bench copy --sizes 4K,64K --reps 2 --no-pageable --metrics-file "$TMP/bc.prom"
+if "$PY" - "$TMP/bc.prom" <<'PYEOF'; then ok "bench copy: cases and results in the file"; else bad "bench copy metrics"; fi
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+fams = {f.name: f for f in text_string_to_metric_families(open(sys.argv[1]).read())}
+assert fams["ferry_bench_cases"].type == "counter"
+done = fams["ferry_bench_cases"].samples
+assert done[0].labels == {"bench": "copy"} and done[0].value == 6, done
+planned = fams["ferry_bench_cases_planned"].samples
+assert planned[0].value == 6, planned
+r = fams["ferry_bench_copy_bytes_per_second"].samples
+assert len(r) == 12, r  # 2 sizes x 3 directions x best, median
+assert {s.labels["bytes"] for s in r} == {"4096", "65536"}
+assert all(s.value > 1e8 for s in r), r
+PYEOF
+"$FERRY" bench pipeline --bytes 512M --chunks 256K,1M --streams 1 --intensity 0 --metrics-addr 127.0.0.1:0 >"$TMP/bp.out" 2>"$TMP/bp.err" &
+pid=$!
+if "$PY" - "$TMP/bp.err" "$pid" <<'PYEOF'; then ok "bench pipeline: endpoint serves the running pass"; else bad "bench pipeline endpoint"; fi
+import os, re, sys, time, urllib.request
+from prometheus_client.parser import text_string_to_metric_families
+err, pid = sys.argv[1], int(sys.argv[2])
+def alive():
+    try:
+        os.kill(pid, 0)
+        return open("/proc/%d/stat" % pid).read().split()[2] != "Z"
+    except OSError:
+        return False
+url = None
+deadline = time.time() + 120
+while url is None and time.time() < deadline and alive():
+    m = re.search(r"metrics on (http://\S+/metrics)", open(err).read())
+    url = m.group(1) if m else None
+    time.sleep(0.05)
+assert url, "no endpoint address"
+seen_pipeline = seen_planned = False
+while time.time() < deadline and alive() and not (seen_pipeline and seen_planned):
+    try:
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+    except OSError:
+        break
+    for f in text_string_to_metric_families(text):
+        for s in f.samples:
+            if s.name == "ferry_pipeline_chunks_total" and s.labels.get("pipeline") == "measured":
+                seen_pipeline = True
+            if s.name == "ferry_bench_cases_planned" and s.value == 2:
+                seen_planned = True
+    time.sleep(0.05)
+print("# pipeline series seen: %s, cases planned seen: %s" % (seen_pipeline, seen_planned))
+assert seen_pipeline and seen_planned
+PYEOF
+wait "$pid"; rrc=$?
+if [ $rrc -eq 0 ]; then ok "bench pipeline finished"; else bad "bench pipeline exit $rrc"; cat "$TMP/bp.err"; fi
+expect_rc "bench: not loopback" 1 "$FERRY" bench copy --sizes 4K --reps 1 --metrics-addr 0.0.0.0:9100
+expect_in "bench: loopback required" "$TMP/err" "loopback"
+expect_not_in "bench: refused before any case" "$TMP/out" "h2d"
+expect_rc "bench: unwritable metrics file" 1 "$FERRY" bench copy --sizes 4K --reps 1 --metrics-file /nonexistent/dir/b.prom
+expect_in "bench: path named" "$TMP/err" "/nonexistent/dir/b.prom"
 finish
