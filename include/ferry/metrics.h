@@ -19,7 +19,8 @@ typedef struct ferry_metric ferry_metric_t;
 
 /** A new, empty registry. Returns 0 or FERRY_ENOMEM. */
 FERRY_EXTERN int ferry_metrics_create(ferry_metrics_t **out);
-/** Stop serving, detach pipelines, free everything. NULL is a no-op. */
+/** Stop serving (every connection is closed at once), detach pipelines, free everything. NULL
+ *  is a no-op. */
 FERRY_EXTERN void ferry_metrics_destroy(ferry_metrics_t *m);
 
 /** Register one series. @p name: [a-zA-Z_:][a-zA-Z0-9_:]*, counters ending in `_total`;

@@ -598,11 +598,12 @@ int ferry_metrics_write_file(ferry_metrics_t *m, const char *path)
 /* libmicrohttpd serves every connection from one thread of its own (poll(2), not a thread per
  * connection), so the only data a request touches is ferry's, read under m->lock as any
  * caller of ferry_metrics_write does. Its guarantees are what a scrape needs from a process
- * that other local programs can connect to: a connection that sends one byte now and then,
- * or none, costs a slot and nothing else; idle connections close after
- * FERRY_METRICS_IDLE_TIMEOUT_S; past FERRY_METRICS_CONNECTION_LIMIT connections new ones are closed
- * at once; MHD_stop_daemon closes them all whatever their state (issue 15: a serial server
- * held one scrape 30 s behind a client sending a byte every 0.9 s). */
+ * that other local programs can connect to: a connection that sends one byte now and then, or
+ * none, costs a slot and nothing else; idle connections close after
+ * FERRY_METRICS_IDLE_TIMEOUT_S; past FERRY_METRICS_CONNECTION_LIMIT, new connections wait in
+ * the kernel's queue until one closes; MHD_stop_daemon closes them all whatever their state
+ * (issue 15: a serial server held one scrape 30 s behind a client sending a byte every 0.9 s,
+ * and a run's exit 38 s). */
 
 static const char only_metrics[] = "ferry serves GET /metrics only\n";
 
