@@ -134,7 +134,7 @@ static int metrics_start(bench_opts_t *bo, const ferry_options_t *o, const char 
 }
 
 /* One gauge per result, registered when the case is done; a case measured twice (a size
- * given twice) keeps its last value. */
+ * given twice) keeps its first value: the registry refuses the same series twice. */
 static void metrics_result(const bench_opts_t *bo, const char *name, const char *help,
                            const char *const *labels, double v)
 {

@@ -12,6 +12,7 @@
 #include "ferry/metrics.h"
 
 struct cli_metrics {
+    const char *cmd; /* for messages: "run", "bench" (a literal) */
     ferry_metrics_t *reg;
     ferry_pipeline_t *p;
     char *file;
@@ -55,6 +56,7 @@ int cli_metrics_start(const char *cmd, const ferry_options_t *o, ferry_pipeline_
         return cli_fail(cmd, "out of memory for the metrics");
     pthread_mutex_init(&cm->lock, NULL);
     pthread_cond_init(&cm->cv, NULL);
+    cm->cmd = cmd;
     cm->p = p;
     if (ferry_metrics_create(&cm->reg) != 0 ||
         (p != NULL && ferry_metrics_add_pipeline(cm->reg, p, label) != 0))
@@ -99,7 +101,7 @@ int cli_metrics_attach(cli_metrics_t *cm, ferry_pipeline_t *p, const char *label
     if (cm == NULL)
         return CLI_OK;
     if (ferry_metrics_add_pipeline(cm->reg, p, label) != 0)
-        return cli_fail("metrics", "%s", ferry_last_error());
+        return cli_fail(cm->cmd, "metrics: %s", ferry_last_error());
     return CLI_OK;
 }
 
