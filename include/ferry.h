@@ -139,7 +139,8 @@ typedef struct ferry_pool ferry_pool_t;
 typedef struct ferry_pool_config {
     size_t size;       /* sizeof(ferry_pool_config_t), set by the INIT macro */
     size_t bytes;      /* total pinned bytes; 0: slots x slot_bytes */
-    size_t slot_bytes; /* bytes per slot (rounded up to align); 0: the chunk_bytes option */
+    size_t slot_bytes; /* bytes per slot (rounded up to align); 0: the chunk_bytes option,
+                        * then the device profile's default chunk, then 8M */
     size_t slots;      /* used when bytes is 0; 0: 2 x the depth option */
     size_t align;      /* slot alignment, a power of two; 0: 4096 */
     /* When pinning is refused (a locked-memory limit, FERRY_EBACKEND), keep the memory
@@ -215,12 +216,21 @@ typedef struct ferry_kernel_args {
     uint32_t chunk;    /* chunk index within the batch */
     uint32_t attempt;  /* 0 for the first attempt */
     /* Long kernels poll these through ferry_should_abort() (include/ferry/device.h): ferry
-     * raises the word, in mapped host memory, to the sequence number of the newest chunk it
-     * gives up on (a stage past its deadline); a kernel whose @seq is at or below it should
-     * return early. NULL when the backend has no abort flag (then nothing ever aborts). */
-    const volatile uint64_t *abort_word; /* a device pointer for gpu functions */
+     * raises the word to the sequence number of the newest chunk it gives up on (a stage past
+     * its deadline); a kernel whose @seq is at or below it should return early. On a GPU the
+     * word is in device memory (a poll is an L2 read: once per block costs nothing
+     * measurable), written by ferry with a copy on a stream of its own; on the simulator it
+     * is host memory. NULL when the backend has no abort word (then nothing ever aborts). */
+    const volatile uint64_t *abort_word; /* a device pointer for gpu functions; the first of
+                                            FERRY_ABORT_REPLICAS copies */
     uint64_t seq;                        /* this chunk's sequence number in its pipeline, >= 1 */
 } ferry_kernel_args_t;
+
+/* The abort word is kept in FERRY_ABORT_REPLICAS copies, FERRY_ABORT_STRIDE bytes apart, all
+ * raised together: a kernel reads the copy of its multiprocessor (ferry_should_abort()), so
+ * that thousands of blocks polling do not all queue on one cache line. */
+#define FERRY_ABORT_REPLICAS 128
+#define FERRY_ABORT_STRIDE   128
 
 /** Launch the stage's kernel(s) on @p stream (a cudaStream_t on the cuda backend). Must only
  *  enqueue work on that stream and return; returns 0 or a negative FERRY_* code. */

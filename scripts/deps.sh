@@ -26,6 +26,8 @@ need=(
   "python3-pil:/usr/lib/python3/dist-packages/PIL/__init__.py"
   # the progress-bar test runs ferry on a pseudo-terminal with script(1)
   "bsdutils:/usr/bin/script"
+  # the man-page test renders ferry.1 with man (groff comes with it) and finds it installed
+  "man-db:/usr/bin/man"
 )
 
 missing=()

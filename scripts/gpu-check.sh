@@ -323,7 +323,16 @@ for r in rows:
                   f"err {x['error'] * 100:+5.1f}%  queues {'>=' if c['at_least'] else ''}{c['effective_queues']:.1f}  "
                   f"round-robin {c['roundrobin_ms']:.2f} ms  memory {x['memory_vs_base_bytes'] / 1024:+.0f} KiB")
 for r in rows:
-    if "bench" in r:
+    if r.get("bench") == "abort_poll" and r["case"] == "kernel_us":
+        print(f"abort poll, {r['bytes'] >> 20} MiB byte-wise kernel, {r['blocks']} blocks, {r.get('bytes_per_thread', 16)} B a thread: none {r['none_us']:.2f} us; "
+              f"device word: block's first thread, before the work {r['block_first_over_none']:.3f}x "
+              f"(one copy of the word: {r['one_copy_over_none']:.3f}x), "
+              f"after it {r['block_late_over_none']:.3f}x; every thread, after {r['threads_late_over_none']:.3f}x; "
+              f"mapped host word {r['host_block_over_none']:.1f}x; no poll again {r['none_again_over_none']:.3f}x")
+    elif r.get("bench") == "abort_poll":
+        print(f"abort poll, a grid of {r['grid_blocks']} blocks holding every SM: retired {r['overrun_ms']:.3f} ms "
+              f"past its deadline, gpu_lost {r['gpu_lost']}, output {'OK' if r['output_ok'] else 'WRONG'}")
+    elif "bench" in r and "value" in r:
         print(f"bench {r['bench']}/{r['case']}: {r['value']:.1f} {r['unit']}")
 PY
 # The device machine's transfer brings back at most 8 files: under $OUT, the pieces (the sweeps'

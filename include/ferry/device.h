@@ -1,7 +1,7 @@
 /* Device-side helpers for CUDA stage kernels (include from .cu files).
  *
  * A long kernel can let ferry stop it: when a chunk passes its deadline, ferry raises an abort
- * word in mapped host memory (ferry_kernel_args_t.abort_word) to that chunk's sequence number.
+ * word in device memory (ferry_kernel_args_t.abort_word) to that chunk's sequence number.
  * A kernel that polls ferry_should_abort() and returns early when it says so frees its stream
  * within microseconds; ferry then discards the chunk's output and redoes it on the stage's CPU
  * function (or fails the batch with the reason). A kernel that never polls keeps running: ferry
@@ -21,18 +21,34 @@
  *         return cudaGetLastError() == cudaSuccess ? 0 : FERRY_EKERNEL;
  *     }
  *
- * Each poll reads host memory over the link (about a microsecond): poll every few microseconds
- * of work, not every iteration. */
+ * A poll is one read of a word in device memory, from L2, each multiprocessor reading its own
+ * copy of the word. Poll from one thread of a block and share the answer, not from every
+ * thread; read it before a stretch of work and act on it after, so the work hides the read
+ * (docs/faults.md has the measured cost of each way). ferry writes the word with stream memory
+ * operations on a stream of its own at the greatest priority, which need neither an SM nor a
+ * copy engine: a grid that holds every SM sees the abort within about a millisecond (measured
+ * on the H200). With fewer hardware queues (CUDA_DEVICE_MAX_CONNECTIONS) than ferry's streams,
+ * the write can queue behind the work it should stop; the chunk is then handled as one whose
+ * kernel never polls. */
 #ifndef FERRY_DEVICE_H
 #define FERRY_DEVICE_H
 
 #include "ferry.h"
 
 #ifdef __CUDACC__
-/* True when ferry has given up on the chunk @a belongs to: return as soon as possible. */
+/* True when ferry has given up on the chunk @a belongs to: return as soon as possible. The
+ * volatile read reaches L2, where ferry's copy lands; each multiprocessor reads its own copy of
+ * the word (FERRY_ABORT_REPLICAS), so that polls from thousands of blocks spread over L2. */
 static __device__ __forceinline__ bool ferry_should_abort(const ferry_kernel_args_t *a)
 {
-    return a->abort_word != NULL && *a->abort_word >= a->seq;
+    if (a->abort_word == NULL)
+        return false;
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    const volatile uint64_t *w =
+        (const volatile uint64_t *)((const volatile char *)a->abort_word +
+                                    (sm % FERRY_ABORT_REPLICAS) * FERRY_ABORT_STRIDE);
+    return *w >= a->seq;
 }
 #endif
 

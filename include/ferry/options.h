@@ -53,6 +53,10 @@ FERRY_EXTERN int ferry_options_clone(const ferry_options_t *src, ferry_options_t
 /** Read every FERRY_<NAME> variable that is set. A set but malformed or out-of-range value is
  *  an error (FERRY_EPARSE or FERRY_ERANGE) whose last-error text names the variable, the
  *  value and what is accepted; @p o is then unchanged. An empty value counts as malformed.
+ *  A set FERRY_* variable that names no option (FERRY_DEPT=4) is logged as a warning
+ *  ("unknown variable FERRY_DEPT; did you mean FERRY_DEPTH?") and otherwise ignored;
+ *  FERRY_DEVICE_INDEX (set by `ferry exec --per-device`), FERRY_TEST_*, FERRY_SOAK_BATCHES and
+ *  FERRY_FUZZ_SECONDS (read by ferry's tests and scripts) are not.
  *  Not thread-safe on the same object. */
 FERRY_EXTERN int ferry_options_apply_env(ferry_options_t *o);
 

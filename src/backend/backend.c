@@ -176,6 +176,18 @@ int ferry__be_abort_kernels(ferry_device_t *d, const volatile uint64_t *word, ui
                                  : notsup(d, "abort_kernels");
 }
 
+int ferry__be_abort_word_create(ferry_device_t *d, volatile uint64_t **out)
+{
+    return d->ops->abort_word_create ? d->ops->abort_word_create(d->be, out)
+                                     : notsup(d, "abort_word_create");
+}
+
+void ferry__be_abort_word_destroy(ferry_device_t *d, volatile uint64_t *word)
+{
+    if (d->ops->abort_word_destroy != NULL && word != NULL)
+        d->ops->abort_word_destroy(d->be, word);
+}
+
 int ferry__be_host_device_ptr(ferry_device_t *d, void *host, void **out)
 {
     return d->ops->host_device_ptr ? d->ops->host_device_ptr(d->be, host, out)

@@ -11,7 +11,7 @@
 
 #include "ferry.h"
 
-#define FERRY_BACKEND_ABI 5
+#define FERRY_BACKEND_ABI 6
 
 /* event_create flags. */
 #define FERRY_BE_EVENT_TIMING 1u
@@ -110,11 +110,18 @@ typedef struct ferry_backend_ops {
     int (*mem_info)(ferry_be_device_t *dev, uint64_t *free_bytes, uint64_t *total_bytes);
 
     /* The abort word @word (ferry_kernel_args_t.abort_word, a device address) was raised to
-     * @upto: kernels launched with that word and a seq <= @upto that poll it stop. A GPU's
-     * kernels read the word themselves, so the cuda backend needs no call; the simulator
-     * models the polling here. Returns how many kernels stopped when the backend knows (sim),
-     * else 0. */
+     * @upto: kernels launched with that word and a seq <= @upto that poll it stop. cuda: a
+     * word from abort_word_create is written with a copy on the backend's own stream; any
+     * other word is mapped host memory the caller stored into, and kernels read it there. The
+     * simulator models the polling here. Returns how many kernels stopped when the backend
+     * knows (sim), else 0, or an error. */
     int (*abort_kernels)(ferry_be_device_t *dev, const volatile uint64_t *word, uint64_t upto);
+    /* Optional: an abort word that kernels read at device-memory cost (8 zeroed bytes in
+     * device memory: cuda), raised only through abort_kernels; released by
+     * abort_word_destroy. NULL: the caller keeps its word in mapped host memory, where each
+     * read by a kernel crosses the link (FACTS.md: reads from many blocks queue). */
+    int (*abort_word_create)(ferry_be_device_t *dev, volatile uint64_t **out);
+    void (*abort_word_destroy)(ferry_be_device_t *dev, volatile uint64_t *word);
 
     /* The device address of registered host memory @host (cudaHostGetDevicePointer): where a
      * kernel reads and writes it over the link. The simulator returns @host. */

@@ -9,6 +9,8 @@
 
 #include "core/internal.h"
 
+extern char **environ;
+
 static const ferry_option_info_t option_table[FERRY__OPT_COUNT] = {
 #define FERRY_OPTION(name, type, def, min, max, choices, doc)                                      \
     {#name, "FERRY_" #name, FERRY_OPT_##type, def, (double)(min), (double)(max), choices, doc},
@@ -120,9 +122,14 @@ static int parse_value(size_t i, const char *text, const char *src, opt_value_t 
         rc = ferry__parse_u64(text, &u);
         if (rc == 0 && ((double)u < inf->min || (inf->max < 1.8e19 && (double)u > inf->max)))
             rc = FERRY_ERANGE;
-        if (rc != 0)
+        if (rc != 0) {
+            /* The double 2^64-1 rounds up to 2^64: print the largest uint64_t itself. */
+            if (inf->max >= 1.8e19)
+                return ferry__error(rc, "%s: '%s' is not accepted: an integer from %.0f to %llu",
+                                    src, text, inf->min, (unsigned long long)UINT64_MAX);
             return ferry__error(rc, "%s: '%s' is not accepted: an integer from %.0f to %.0f", src,
                                 text, inf->min, inf->max);
+        }
         val->u = u;
         return 0;
     }
@@ -143,8 +150,10 @@ static int parse_value(size_t i, const char *text, const char *src, opt_value_t 
         if (rc == 0 && (d < inf->min || d > inf->max))
             rc = FERRY_ERANGE;
         if (rc != 0)
-            return ferry__error(rc, "%s: '%s' is not accepted: a number from %g to %g", src, text,
-                                inf->min, inf->max);
+            return ferry__error(rc,
+                                "%s: '%s' is not accepted: a decimal number from %g to %g "
+                                "(e.g. 0.5 or 1e-2)",
+                                src, text, inf->min, inf->max);
         val->d = d;
         return 0;
     }
@@ -254,6 +263,86 @@ int ferry_options_set(ferry_options_t *o, const char *name, const char *value)
     return 0;
 }
 
+/* Variables under the FERRY_ prefix that are not options: FERRY_DEVICE_INDEX, which `ferry exec
+ * --per-device` gives each child (a ferry itself, often), and those ferry's own tests and
+ * scripts read. The unknown-variable warning leaves them alone. A trailing '*' matches a
+ * prefix. */
+static const char *const env_not_options[] = {"FERRY_DEVICE_INDEX", "FERRY_TEST_*",
+                                              "FERRY_SOAK_BATCHES", "FERRY_FUZZ_SECONDS"};
+
+static bool env_is_exempt(const char *name, size_t len)
+{
+    for (size_t k = 0; k < sizeof(env_not_options) / sizeof(env_not_options[0]); k++) {
+        const char *x = env_not_options[k];
+        size_t xl = strlen(x);
+        if (x[xl - 1] == '*' ? len >= xl - 1 && strncmp(name, x, xl - 1) == 0
+                             : len == xl && strncmp(name, x, len) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Edit distance (insertions, deletions, substitutions) between a[0..al) and b, at most 47
+ * characters each: enough to tell a typo from another word. */
+static size_t edit_distance(const char *a, size_t al, const char *b)
+{
+    size_t bl = strlen(b);
+    if (al > 47 || bl > 47)
+        return SIZE_MAX;
+    size_t row[48];
+    for (size_t j = 0; j <= bl; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= al; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= bl; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (row[j] + 1 < best)
+                best = row[j] + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[bl];
+}
+
+/* A FERRY_* variable that names no option is most likely a misspelt one, whose value would
+ * otherwise be ignored without a word: warn, with the nearest option's variable when it is
+ * close (at most 2 edits, or a third of the name after FERRY_). */
+static void warn_unknown_env(void)
+{
+    for (char **e = environ; e != NULL && *e != NULL; e++) {
+        const char *eq = strchr(*e, '=');
+        if (strncmp(*e, "FERRY_", 6) != 0 || eq == NULL)
+            continue;
+        size_t len = (size_t)(eq - *e);
+        bool known = false;
+        for (size_t i = 0; i < FERRY__OPT_COUNT && !known; i++)
+            known = strlen(env_names[i]) == len && strncmp(env_names[i], *e, len) == 0;
+        if (known || env_is_exempt(*e, len))
+            continue;
+        size_t best = SIZE_MAX, at = 0;
+        for (size_t i = 0; i < FERRY__OPT_COUNT; i++) {
+            size_t d = edit_distance(*e, len, env_names[i]);
+            if (d < best) {
+                best = d;
+                at = i;
+            }
+        }
+        size_t limit = (len - 6) / 3 > 2 ? (len - 6) / 3 : 2;
+        if (best <= limit)
+            ferry_log(FERRY_LOG_WARN, "options", "unknown variable %.*s; did you mean %s?",
+                      (int)len, *e, env_names[at]);
+        else
+            ferry_log(FERRY_LOG_WARN, "options",
+                      "unknown variable %.*s: no ferry option reads it (see `ferry options`)",
+                      (int)len, *e);
+    }
+}
+
 int ferry_options_apply_env(ferry_options_t *o)
 {
     if (o == NULL)
@@ -280,6 +369,7 @@ int ferry_options_apply_env(ferry_options_t *o)
             goto out_free;
         set[i] = true;
     }
+    warn_unknown_env();
     for (size_t i = 0; i < FERRY__OPT_COUNT; i++)
         if (set[i]) {
             store(o, i, vals[i], strs[i]);

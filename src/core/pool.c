@@ -56,6 +56,8 @@ int ferry_pool_create(ferry_device_t *dev, const ferry_pool_config_t *cfg, ferry
     size_t slot = (cfg && cfg->slot_bytes) ? cfg->slot_bytes
                                            : (size_t)ferry__opt_i64(o, FERRY__OPT_chunk_bytes);
     if (slot == 0)
+        slot = (size_t)dev->props.default_chunk_bytes; /* the device profile's default */
+    if (slot == 0)
         slot = 8u << 20;
     if (slot > ((size_t)1 << 40))
         return ferry__rt_fail(

@@ -58,6 +58,8 @@ int ferry__be_stream_sync(ferry_device_t *d, ferry_be_stream_t *s);
 int ferry__be_event_create(ferry_device_t *d, unsigned flags, ferry_be_event_t **out);
 int ferry__be_mem_info(ferry_device_t *d, uint64_t *free_bytes, uint64_t *total_bytes);
 int ferry__be_abort_kernels(ferry_device_t *d, const volatile uint64_t *word, uint64_t upto);
+int ferry__be_abort_word_create(ferry_device_t *d, volatile uint64_t **out);
+void ferry__be_abort_word_destroy(ferry_device_t *d, volatile uint64_t *word); /* NULL: no-op */
 int ferry__be_host_device_ptr(ferry_device_t *d, void *host, void **out);
 int ferry__be_heartbeat(ferry_device_t *d, ferry_be_stream_t *s, volatile uint64_t *word,
                         uint64_t value);

@@ -47,6 +47,10 @@ int ferry__parse_double(const char *s, double *out)
 {
     if (s == NULL || *s == '\0' || isspace((unsigned char)*s))
         return FERRY_EPARSE;
+    /* Decimal notation only: strtod would also take hex ("0x10" is 16), "inf" and "nan". */
+    for (const char *c = s; *c; c++)
+        if (!isdigit((unsigned char)*c) && strchr("+-.eE", *c) == NULL)
+            return FERRY_EPARSE;
     errno = 0;
     char *end = NULL;
     double v = strtod(s, &end);

@@ -312,14 +312,32 @@ void ferry_metrics_remove_pipeline(ferry_metrics_t *m, ferry_pipeline_t *p)
 
 /* ---- exposition -------------------------------------------------------------------------- */
 
+/* The shortest text that reads back as @v: 0.00025, not %.17g's 0.00025000000000000001.
+ * Whole numbers print whole (400000, not the 4e+05 that reads back just as well). */
+static void shortest(char *buf, size_t len, double v)
+{
+    if (v == floor(v) && fabs(v) < 9007199254740992.0) {
+        snprintf(buf, len, "%.0f", v);
+        return;
+    }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, len, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            return;
+    }
+}
+
 static void put_value(FILE *f, double v)
 {
+    char num[32];
     if (isinf(v))
         fputs(v > 0 ? "+Inf" : "-Inf", f);
     else if (isnan(v))
         fputs("NaN", f);
-    else
-        fprintf(f, "%.17g", v);
+    else {
+        shortest(num, sizeof(num), v);
+        fputs(num, f);
+    }
 }
 
 static void put_sample(FILE *f, const char *name, const char *suffix, const char *labels,
@@ -336,12 +354,13 @@ static void put_histogram(FILE *f, const char *name, const char *labels, const d
                           size_t nb, const uint64_t *counts, double sum)
 {
     uint64_t cum = 0;
-    char le[64];
+    char le[64], num[32];
     for (size_t i = 0; i <= nb; i++) {
         cum += counts[i];
-        if (i < nb)
-            snprintf(le, sizeof(le), "le=\"%.17g\"", bounds[i]);
-        else
+        if (i < nb) {
+            shortest(num, sizeof(num), bounds[i]);
+            snprintf(le, sizeof(le), "le=\"%s\"", num);
+        } else
             snprintf(le, sizeof(le), "le=\"+Inf\"");
         put_sample(f, name, "_bucket", labels, le, (double)cum);
     }
@@ -552,6 +571,9 @@ int ferry_metrics_write(ferry_metrics_t *m, FILE *f)
     if (m == NULL || f == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_metrics_write: NULL argument");
     pthread_mutex_lock(&m->lock);
+    /* Prometheus' convention for what is running: a gauge of 1 whose labels say it. */
+    head(f, "ferry_build_info", "gauge", "ferry's version, in the label; always 1.");
+    fprintf(f, "ferry_build_info{version=\"%s\"} 1\n", ferry_version_string());
     for (family_t *fa = m->families; fa != NULL; fa = fa->next) {
         head(f, fa->name, kind_names[fa->kind], fa->help);
         for (ferry_metric_t *s = fa->series; s != NULL; s = s->next) {

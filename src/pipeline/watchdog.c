@@ -15,7 +15,10 @@
 /* Raises remembered for the overrun figure (the newest ones). */
 #define RAISES 8
 /* A thread that has not shown life for this long (and at least this many periods) stalled. */
-#define STALL_MIN_NS      (100u * 1000000u)
+#define STALL_MIN_NS (100u * 1000000u)
+/* The mapped pages: the abort word's copies, then the heartbeat's counter. */
+#define HB_OFFSET         ((size_t)FERRY_ABORT_REPLICAS * FERRY_ABORT_STRIDE)
+#define PAGE_BYTES        (HB_OFFSET + 4096)
 #define STALL_MIN_PERIODS 50u
 
 struct ferry__watchdog {
@@ -23,11 +26,15 @@ struct ferry__watchdog {
     ferry__wd_config_t cfg;
     char name[64];
 
-    /* The mapped page: the abort word and the heartbeat's counter, 64 bytes apart. */
+    /* The mapped pages: the abort word's copies (ferry.h: FERRY_ABORT_REPLICAS) in the first,
+     * the heartbeat's counter at the start of the second. The abort
+     * word moves to device memory where the backend offers one (abort_own): kernels then
+     * poll it at no cost, and only abort_kernels writes it. */
     unsigned char *page;
     bool registered;
     volatile uint64_t *abort_host, *hb_host;
     const volatile uint64_t *abort_dev;
+    volatile uint64_t *abort_own;
     volatile uint64_t *hb_dev;
     ferry_be_stream_t *hb_stream;
 
@@ -70,13 +77,13 @@ static void map_page(ferry__watchdog_t *w)
 {
     void *pg = NULL;
     void *dp = NULL;
-    if (posix_memalign(&pg, 4096, 4096) != 0) {
+    if (posix_memalign(&pg, 4096, PAGE_BYTES) != 0) {
         ferry_log(FERRY_LOG_WARN, "watchdog", "%s: out of memory for the abort word", w->name);
         return;
     }
-    memset(pg, 0, 4096);
+    memset(pg, 0, PAGE_BYTES);
     w->page = pg;
-    int rc = ferry__be_host_register(w->dev, pg, 4096);
+    int rc = ferry__be_host_register(w->dev, pg, PAGE_BYTES);
     if (rc == 0) {
         w->registered = true;
         rc = ferry__be_host_device_ptr(w->dev, pg, &dp);
@@ -89,9 +96,29 @@ static void map_page(ferry__watchdog_t *w)
         return;
     }
     w->abort_host = (volatile uint64_t *)pg;
-    w->hb_host = (volatile uint64_t *)((unsigned char *)pg + 64);
+    w->hb_host = (volatile uint64_t *)((unsigned char *)pg + HB_OFFSET);
     w->abort_dev = (const volatile uint64_t *)dp;
-    w->hb_dev = (volatile uint64_t *)((unsigned char *)dp + 64);
+    w->hb_dev = (volatile uint64_t *)((unsigned char *)dp + HB_OFFSET);
+}
+
+/* The abort word in device memory where the backend has one (a GPU): every read of a mapped
+ * host word by a kernel crosses the link, and reads from many blocks queue (FACTS.md: a
+ * byte-wise kernel polling once per block, 13.5 us -> 2,214 us over 8 MiB). Else the mapped
+ * page's word stays. */
+static void own_word(ferry__watchdog_t *w)
+{
+    volatile uint64_t *word = NULL;
+    int rc = ferry__be_abort_word_create(w->dev, &word);
+    if (rc == 0) {
+        w->abort_own = word;
+        w->abort_dev = word;
+        w->abort_host = NULL;
+    } else if (rc != FERRY_ENOTSUP) {
+        ferry_log(FERRY_LOG_WARN, "watchdog",
+                  "%s: no abort word in device memory (%s): kernels that poll "
+                  "ferry_should_abort() read it over the link",
+                  w->name, ferry__last_error_text());
+    }
 }
 
 static void unmap_page(ferry__watchdog_t *w, bool hung)
@@ -164,8 +191,10 @@ static unsigned check_heads(ferry__watchdog_t *w, uint64_t now, action_t *acts)
             if (now <= h->since_ns || now - h->since_ns <= deadline)
                 continue;
             __atomic_store_n(&w->raised, h->seq, __ATOMIC_SEQ_CST);
-            if (w->abort_host != NULL)
-                __atomic_store_n(w->abort_host, h->seq, __ATOMIC_SEQ_CST);
+            for (unsigned r = 0; w->abort_host != NULL && r < FERRY_ABORT_REPLICAS; r++)
+                __atomic_store_n((volatile uint64_t *)((volatile unsigned char *)w->abort_host +
+                                                       r * FERRY_ABORT_STRIDE),
+                                 h->seq, __ATOMIC_SEQ_CST);
             w->raises[w->nraises % RAISES].seq = h->seq;
             w->raises[w->nraises % RAISES].deadline_at = h->since_ns + deadline;
             w->nraises++;
@@ -338,6 +367,7 @@ int ferry__watchdog_create(ferry_device_t *dev, const ferry__wd_config_t *cfg,
     pthread_cond_init(&w->hb_cv, &ca);
     pthread_condattr_destroy(&ca);
     map_page(w);
+    own_word(w);
     uint64_t now = ferry_device_now_ns(dev);
     w->comp_tick = w->wd_tick = now;
     /* The first beat from here, before any stage kernel runs: its stream is created and its
@@ -378,6 +408,7 @@ void ferry__watchdog_destroy(ferry__watchdog_t *w, bool hung)
     if (w->hb_started)
         pthread_join(w->hb_thread, NULL);
     unmap_page(w, hung);
+    ferry__be_abort_word_destroy(w->dev, w->abort_own);
     ferry__be_stream_destroy(w->dev, w->hb_stream);
     pthread_cond_destroy(&w->cv);
     pthread_cond_destroy(&w->hb_cv);

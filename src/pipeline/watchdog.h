@@ -4,11 +4,12 @@
  * The completion thread publishes, after each pass, the oldest chunk in flight on each D2H
  * stream (its head) and when its deadline clock started. A step of the watchdog compares each
  * head against its deadline (running mean latency x factor + floor): past it, the abort word
- * (8 bytes of mapped host memory, passed to kernels in ferry_kernel_args_t) is raised to the
+ * (in device memory where the backend has one, else in the mapped page; passed to kernels in
+ * ferry_kernel_args_t, in FERRY_ABORT_REPLICAS copies) is raised to the
  * head's sequence number, so that kernels polling ferry_should_abort() stop; a head still not
  * done a floor after its abort is a hang, and the pipeline ends its GPU path. The step also
  * queues the heartbeat, a one-thread kernel on a lowest-priority stream that stores a counter
- * into the same mapped page, and reports a stall when a beat is not seen within the floor.
+ * into the mapped page, and reports a stall when a beat is not seen within the floor.
  *
  * Steps run on the device clock: on a GPU in the watchdog's own thread, every period; on the
  * simulator, whose clock is virtual and moves only when the completion thread waits, inline

@@ -14,6 +14,15 @@ json_check "copy: pinned 4-9x faster than pageable (H2D 64 MiB)" "$TMP/out" \
 expect_rc "bench copy --csv" 0 "$FERRY" bench copy --backend sim --sizes 4K --reps 1 --no-pageable --csv
 expect_in "csv header" "$TMP/out" "bytes,direction,memory,best_gbps,median_gbps"
 if [ "$(wc -l <"$TMP/out")" -eq 4 ]; then ok "csv rows"; else bad "csv rows: $(wc -l <"$TMP/out")"; fi
+expect_in "csv: a column says which rows sum two directions" "$TMP/out" "reps,sum_of_directions"
+if grep -q ",both,.*,1$" "$TMP/out" && ! grep -q ",h2d,.*,1$" "$TMP/out"; then ok "csv: both rows are sums"; else
+  bad "csv: sum_of_directions column"; sed 's/^/#   /' "$TMP/out"; fi
+expect_rc "bench copy text" 0 "$FERRY" bench copy --backend sim --sizes 4K --reps 1 --no-pageable
+if grep " both " "$TMP/out" | grep -qF "(sum of H2D and D2H)" && ! grep " h2d " "$TMP/out" | grep -qF "sum"; then
+  ok "text: both rows say they are the sum"; else bad "text: both rows"; sed 's/^/#   /' "$TMP/out"; fi
+expect_rc "bench copy --json" 0 "$FERRY" bench copy --backend sim --sizes 4K --reps 1 --no-pageable --json
+json_check "json: both rows carry sum_of_directions" "$TMP/out" \
+  "all(r['sum_of_directions'] == (r['direction'] == 'both') for r in j['results'])"
 
 # A copy per chunk (--coalesce-bytes 0), so that the fixed cost of a copy shows at 1 MiB.
 expect_rc "bench pipeline --json" 0 "$FERRY" bench pipeline --backend sim --bytes 128M --chunks 1M,4M --streams 1,2 --intensity 0,2 --coalesce-bytes 0 --json

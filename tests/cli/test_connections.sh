@@ -69,6 +69,6 @@ expect_in "accepted ordering named" "$TMP/err" "strict"
 expect_rc "measure and recommend" 2 "$FERRY" connections --measure --recommend --streams 2
 expect_rc "too many streams to measure" 2 "$FERRY" connections --measure --streams 65
 expect_rc "unknown flag" 2 "$FERRY" connections --frobnicate
-expect_rc "bad FERRY_CONNECTIONS" 1 env FERRY_CONNECTIONS=33 "$FERRY" connections
+expect_rc "bad FERRY_CONNECTIONS (a usage error, as the flag)" 2 env FERRY_CONNECTIONS=33 "$FERRY" connections
 expect_in "variable named" "$TMP/err" "FERRY_CONNECTIONS"
 finish

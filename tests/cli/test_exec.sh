@@ -122,4 +122,34 @@ wait "$watchdog"
 if [ "$got" -eq 42 ]; then ok "SIGTERM forwarded (exit 42)"; else
   bad "SIGTERM forwarded: exit $got, expected 42"; sed 's/^/#   /' "$TMP/sigerr"; fi
 touch "$TMP/stop"
+
+# SIGKILL cannot be passed on, yet the children must die with ferry. They write their pids and
+# wait for $TMP/stop, which the test creates in the end, so a failing test leaves nothing
+# running for long.
+rm -f "$TMP"/ready.* "$TMP/stop"
+"$FERRY" exec --backend sim --per-device '*=8' -- sh -c 'echo $$ >"$0/pid.$CUDA_VISIBLE_DEVICES"
+  mv "$0/pid.$CUDA_VISIBLE_DEVICES" "$0/ready.$CUDA_VISIBLE_DEVICES"
+  while [ ! -e "$0/stop" ] && [ -d "$0" ]; do sleep 0.1; done' "$TMP" 2>"$TMP/killerr" &
+pid=$!
+for _ in $(seq 200); do
+  [ -e "$TMP/ready.0" ] && [ -e "$TMP/ready.1" ] && break
+  sleep 0.05
+done
+if [ -e "$TMP/ready.0" ] && [ -e "$TMP/ready.1" ]; then ok "SIGKILL: both children running"; else
+  bad "SIGKILL: children not ready"; sed 's/^/#   /' "$TMP/killerr"; fi
+kids="$(cat "$TMP/ready.0" "$TMP/ready.1" 2>/dev/null)"
+kill -KILL "$pid"
+wait "$pid" 2>/dev/null
+# alive PID: the process exists and is not a zombie (nobody may reap the orphans here).
+alive() { [ -r "/proc/$1/stat" ] && [ "$(sed 's/^.*) //' "/proc/$1/stat" | cut -c1)" != Z ]; }
+left=""
+for _ in $(seq 100); do
+  left=""
+  for k in $kids; do alive "$k" && left="$left $k"; done
+  [ -z "$left" ] && break
+  sleep 0.05
+done
+if [ -n "$kids" ] && [ -z "$left" ]; then ok "SIGKILL: the children died with ferry"; else
+  bad "SIGKILL: children still running:${left:- (none started)}"; fi
+touch "$TMP/stop"
 finish

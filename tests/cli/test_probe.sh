@@ -36,7 +36,7 @@ expect_rc "probe only sim" 0 "$FERRY" probe --backend sim --json
 json_check "only sim listed" "$TMP/out" "[b['name'] for b in j['backends']] == ['sim']"
 if [ $gpu = 0 ]; then
   expect_rc "probe only cuda, no GPU" 1 "$FERRY" probe --backend cuda
-  expect_in "no usable device said" "$TMP/out" "no usable device"
+  expect_in "no usable device said, on stderr" "$TMP/err" "ferry probe: no usable device"
 fi
 
 # calibrating the simulator gives back its own profile
@@ -56,7 +56,7 @@ expect_in "before calibrating: the directory named" "$TMP/err" "its directory"
 expect_rc "options" 0 "$FERRY" options
 expect_in "options lists chunk_bytes" "$TMP/out" "FERRY_CHUNK_BYTES"
 expect_rc "options --json" 0 "$FERRY" options --json
-json_check "options json" "$TMP/out" "any(o['name'] == 'depth' and o['accepted'] == '1..64' and o['flag'] == '--depth' for o in j)"
+json_check "options json" "$TMP/out" "any(o['name'] == 'depth' and o['accepted'] == '1..64' and o['flag'] == '--depth' for o in j['options'])"
 expect_rc "options --markdown" 0 "$FERRY" options --markdown
 expect_in "markdown table" "$TMP/out" "| \`depth\` | \`--depth\` | \`FERRY_DEPTH\` |"
 finish

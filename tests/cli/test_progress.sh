@@ -24,6 +24,11 @@ has "a percentage and the amount" "$TMP/t1" "% .* / 256.0 MiB"
 has "coloured" "$TMP/t1" "$ESC\[32m"
 has "then the summary" "$TMP/t1" "verify     OK"
 
+# Many batches, so that the bar is redrawn as they complete.
+tty "run of 128 batches" "$TMP/t5" "$FERRY" run --backend sim --bytes 1G --batch-bytes 8M
+has "an ETA before anything is done" "$TMP/t5" "ETA --"
+has "an ETA in seconds once batches are done" "$TMP/t5" "ETA [0-9][0-9]*s"
+
 NO_COLOR=1 tty "NO_COLOR" "$TMP/t2" "$FERRY" run --backend sim --bytes 256M
 has "still a bar" "$TMP/t2" "ferry run \["
 hasnt "no colour" "$TMP/t2" "$ESC\[32m"
@@ -38,4 +43,5 @@ hasnt "no bar into a pipe (stdout)" "$TMP/out" "ferry run \["
 tty "bench sweep on a terminal" "$TMP/t4" "$FERRY" bench pipeline --backend sim --bytes 64M \
   --chunks 1M,4M --streams 1,2 --intensity 0
 has "a bar of configurations" "$TMP/t4" "configurations \[.*/ 4"
+has "with an ETA" "$TMP/t4" "/ 4  ETA [0-9]"
 finish

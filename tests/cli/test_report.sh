@@ -114,6 +114,10 @@ if [ -s "$TMP/r1.html" ] && [ ! -e "$TMP/r1.html.tmp" ]; then ok "copy: page in 
 check_page "copy: page well-formed, self-contained, named" "$TMP/r1.html" "set(charts) == {'copy-bandwidth'}"
 check_page "copy: 6 series of 4 points, the link's line" "$TMP/r1.html" \
   "len(all_(charts['copy-bandwidth'], 'path')) == 6 and all(p.get('d').count('L') == 3 for p in all_(charts['copy-bandwidth'], 'path')) and len(all_(charts['copy-bandwidth'], 'circle')) == 24 and any('63.0 GB/s per direction (theoretical' in t for t in titles(charts['copy-bandwidth'], 'line'))"
+check_page "copy: the both series and rows say they come from the sum" "$TMP/r1.html" \
+  "'both at once, (H2D+D2H sum) / 2, pinned' in texts(charts['copy-bandwidth'])"
+if grep -qF "<td>both (H2D+D2H sum)</td>" "$TMP/r1.html"; then ok "copy: table rows say both is the sum"; else
+  bad "copy: table rows of both"; fi
 check_page "copy: axes labelled with units, log scale, legend" "$TMP/r1.html" \
   "any('bytes per copy (log scale)' == t for t in texts(charts['copy-bandwidth'])) and any('GB/s' in t for t in texts(charts['copy-bandwidth'])) and '16 MiB' in texts(charts['copy-bandwidth']) and 'H2D, pageable' in texts(charts['copy-bandwidth'])"
 check_page "copy: H2D pinned markers rise left to right" "$TMP/r1.html" \
@@ -123,7 +127,7 @@ check_page "copy: H2D pinned markers rise left to right" "$TMP/r1.html" \
 import json, re, sys
 j = json.load(open(sys.argv[1]))
 page = open(sys.argv[2]).read()
-names = {"h2d": "H2D", "d2h": "D2H", "both": "both at once, per direction"}
+names = {"h2d": "H2D", "d2h": "D2H", "both": "both at once, (H2D+D2H sum) / 2"}
 sizes = {4096: "4.00 KiB", 65536: "64.0 KiB", 1 << 20: "1.00 MiB", 16 << 20: "16.0 MiB"}
 shown = {m.group(1): float(m.group(2)) for m in re.finditer(r"<title>([^<]*), ([\d.]+) GB/s</title>", page)}
 assert len(shown) == 24, len(shown)

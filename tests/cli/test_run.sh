@@ -37,7 +37,7 @@ expect_in "coalesce over 16 chunks said" "$TMP/err" "copies merge 16 chunks at m
 json_check "coalesce over 16 chunks: 16" "$TMP/out" "j['copy_group'] == 16 and j['verified']"
 expect_rc "bad --coalesce-bytes" 2 "$FERRY" run --bytes 16M --coalesce-bytes 4Q
 expect_in "bad --coalesce-bytes named" "$TMP/err" "coalesce"
-FERRY_COALESCE_BYTES=lots expect_rc "bad FERRY_COALESCE_BYTES" 1 "$FERRY" run --bytes 16M
+FERRY_COALESCE_BYTES=lots expect_rc "bad FERRY_COALESCE_BYTES" 2 "$FERRY" run --bytes 16M
 expect_in "bad FERRY_COALESCE_BYTES named" "$TMP/err" "FERRY_COALESCE_BYTES"
 
 # a file through the copy workload comes back identical; through scale it verifies

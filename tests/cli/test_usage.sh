@@ -37,10 +37,10 @@ expect_in "unknown flag named" "$TMP/err" "--frobnicate"
 expect_rc "stray argument" 2 "$FERRY" probe extra
 expect_rc "options bad flag" 2 "$FERRY" options --yaml
 
-expect_rc "bad environment value" 1 env FERRY_DEPTH=abc "$FERRY" run --bytes 1M
+expect_rc "bad environment value (exit 2, as the flag)" 2 env FERRY_DEPTH=abc "$FERRY" run --bytes 1M
 expect_in "variable named" "$TMP/err" "FERRY_DEPTH"
 expect_in "range named" "$TMP/err" "1 to 64"
-expect_rc "empty environment value" 1 env FERRY_CHUNK_BYTES= "$FERRY" run --bytes 1M
+expect_rc "empty environment value" 2 env FERRY_CHUNK_BYTES= "$FERRY" run --bytes 1M
 expect_in "empty variable named" "$TMP/err" "FERRY_CHUNK_BYTES"
 expect_rc "missing input file" 1 "$FERRY" run --input "$TMP/nonexistent"
 expect_in "input path named" "$TMP/err" "nonexistent"

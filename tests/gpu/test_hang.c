@@ -1,7 +1,9 @@
 /* Hangs on a real GPU, each in a child process: the first chunk of batch 3 of 16 runs a kernel
  * of one thread that spins on the GPU clock. One polls ferry_should_abort(): the watchdog must
  * raise the abort word once the chunk passes its deadline, the kernel stop, and the chunk be
- * retired (redone on the CPU) within deadline + 10 ms, the GPU path going on. The other never
+ * retired (redone on the CPU) within deadline + 10 ms, the GPU path going on. The same again
+ * with a grid that holds every SM, every thread polling: the word (in device memory) must
+ * still arrive. The other never
  * polls (it ends by itself after 5 s): the GPU path must end a floor after the abort, every
  * batch still completing exactly once, bit-exact, through the CPU fallback, and closing the
  * pipeline must not wait for the hung kernel. A third child fails the launch of that chunk once
@@ -12,7 +14,7 @@
 #include "backend/cuda/ferry_k_fault.h"
 #include "faultchild.h"
 
-enum { MODE_HARD, MODE_POLL, MODE_RETRY };
+enum { MODE_HARD, MODE_POLL, MODE_RETRY, MODE_POLL_GRID };
 
 typedef struct hanging {
     const ferry_stage_t *inner; /* the scale workload's stage */
@@ -26,6 +28,10 @@ static int hanging_gpu(const ferry_kernel_args_t *a, void *stream, void *user)
     hanging_t *f = user;
     if (a->batch_id == f->batch && a->chunk == 0 && f->mode == MODE_RETRY)
         return a->attempt == 0 ? FERRY_EKERNEL : f->inner->gpu(a, stream, f->inner->user);
+    if (a->batch_id == f->batch && a->chunk == 0 && f->mode == MODE_POLL_GRID) {
+        int e = ferry_k_hang_grid_launch(a, 30000000000ull, stream);
+        return e == 0 ? 0 : FERRY_EBACKEND;
+    }
     if (a->batch_id == f->batch && a->chunk == 0) {
         int poll = f->mode == MODE_POLL;
         int e = ferry_k_hang_launch(a, poll, poll ? 30000000000ull : 5000000000ull, stream);
@@ -113,9 +119,10 @@ static int child(int mode, const char *log)
            "retired %.3f ms past the deadline; gpu_lost %d, gpu_hung %d; heartbeats %llu sent, "
            "%llu seen, %llu stalls; %llu failure records, %llu chunks retried on the GPU; close "
            "%.1f ms; exactly once %d; output %s\n",
-           mode == MODE_POLL   ? "hang polling the abort flag"
-           : mode == MODE_HARD ? "hang ignoring it"
-                               : "launch failing once",
+           mode == MODE_POLL        ? "hang polling the abort flag"
+           : mode == MODE_POLL_GRID ? "hang of a grid holding every SM, polling"
+           : mode == MODE_HARD      ? "hang ignoring it"
+                                    : "launch failing once",
            atomic_load(&dn.gpu), atomic_load(&dn.cpu), atomic_load(&dn.failed),
            (unsigned long long)s.deadlines_passed, (double)s.deadline_overrun_ns / 1e6, s.gpu_lost,
            s.gpu_hung, (unsigned long long)s.heartbeats_sent, (unsigned long long)s.heartbeats_seen,
@@ -129,7 +136,7 @@ static int child(int mode, const char *log)
     if (mode == MODE_RETRY)
         good = good && atomic_load(&dn.gpu) == 16 && s.chunks_retried == 1 &&
                s.failure_records == 1 && s.deadlines_passed == 0 && !s.gpu_lost;
-    else if (mode == MODE_POLL)
+    else if (mode == MODE_POLL || mode == MODE_POLL_GRID)
         good = good && !s.gpu_lost && atomic_load(&dn.cpu) == 1 && s.deadlines_passed >= 1 &&
                s.deadline_overrun_ns <= 10000000u && s.deadline_overrun_ns > 0;
     else
@@ -142,6 +149,12 @@ static void test_hang_polling(void **state)
 {
     (void)state;
     faultchild_run("poll", "ETIMEDOUT");
+}
+
+static void test_hang_polling_grid(void **state)
+{
+    (void)state;
+    faultchild_run("poll-grid", "ETIMEDOUT");
 }
 
 static void test_hang_ignoring(void **state)
@@ -159,13 +172,15 @@ static void test_launch_fails_once(void **state)
 int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--child") == 0)
-        return child(strcmp(argv[2], "poll") == 0    ? MODE_POLL
-                     : strcmp(argv[2], "retry") == 0 ? MODE_RETRY
-                                                     : MODE_HARD,
+        return child(strcmp(argv[2], "poll") == 0        ? MODE_POLL
+                     : strcmp(argv[2], "poll-grid") == 0 ? MODE_POLL_GRID
+                     : strcmp(argv[2], "retry") == 0     ? MODE_RETRY
+                                                         : MODE_HARD,
                      argv[3]);
     cudatest_require_gpu();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hang_polling),
+        cmocka_unit_test(test_hang_polling_grid),
         cmocka_unit_test(test_hang_ignoring),
         cmocka_unit_test(test_launch_fails_once),
     };

@@ -68,7 +68,10 @@ static void test_registration_and_format(void **state)
     ferry_metric_observe(h, 0.05);
     ferry_metric_observe(h, 7);
     char *text = render(m);
-    const char *want = "# HELP ferry_test_bytes_total Bytes.\n"
+    const char *want = "# HELP ferry_build_info ferry's version, in the label; always 1.\n"
+                       "# TYPE ferry_build_info gauge\n"
+                       "ferry_build_info{version=\"" FERRY_VERSION_STRING "\"} 1\n"
+                       "# HELP ferry_test_bytes_total Bytes.\n"
                        "# TYPE ferry_test_bytes_total counter\n"
                        "ferry_test_bytes_total{dir=\"h2d\"} 2048\n"
                        "ferry_test_bytes_total{dir=\"say \\\"hi\\\"\\\\\\n\"} 0\n"
@@ -79,9 +82,9 @@ static void test_registration_and_format(void **state)
                        "# TYPE ferry_test_seconds histogram\n"
                        "ferry_test_seconds_bucket{le=\"0.001\"} 1\n"
                        "ferry_test_seconds_bucket{le=\"0.01\"} 1\n"
-                       "ferry_test_seconds_bucket{le=\"0.10000000000000001\"} 2\n"
+                       "ferry_test_seconds_bucket{le=\"0.1\"} 2\n"
                        "ferry_test_seconds_bucket{le=\"+Inf\"} 3\n"
-                       "ferry_test_seconds_sum 7.0505000000000004\n"
+                       "ferry_test_seconds_sum 7.0505\n"
                        "ferry_test_seconds_count 3\n";
     if (strcmp(text, want) != 0)
         fail_msg("exposition differs:\n%s\nwanted:\n%s", text, want);
@@ -408,6 +411,34 @@ static void test_endpoint_clients(void **state)
     pthread_cond_destroy(&sc.cv);
 }
 
+/* Bucket bounds and values print in the shortest form that reads back exactly. */
+static void test_short_numbers(void **state)
+{
+    (void)state;
+    ferry_metrics_t *m = NULL;
+    assert_int_equal(ferry_metrics_create(&m), 0);
+    ferry_metric_t *h = NULL, *g = NULL;
+    const double b[] = {1e-7, 0.00025, 0.3, 2.5, 1e21};
+    assert_int_equal(
+        ferry_metrics_histogram(m, "ferry_test_short_seconds", "Short.", NULL, b, 5, &h), 0);
+    assert_int_equal(ferry_metrics_gauge(m, "ferry_test_third", "A third.", NULL, &g), 0);
+    ferry_metric_set(g, 1.0 / 3.0);
+    char *text = render(m);
+    const char *want[] = {"{le=\"1e-07\"} 0\n",
+                          "{le=\"0.00025\"} 0\n",
+                          "{le=\"0.3\"} 0\n",
+                          "{le=\"2.5\"} 0\n",
+                          "{le=\"1e+21\"} 0\n",
+                          "ferry_test_third 0.3333333333333333\n",
+                          "ferry_build_info{version=\"" FERRY_VERSION_STRING "\"} 1\n"};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        if (strstr(text, want[i]) == NULL)
+            fail_msg("'%s' not in:\n%s", want[i], text);
+    assert_null(strstr(text, "0.00025000000000000001"));
+    free(text);
+    ferry_metrics_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -416,6 +447,7 @@ int main(void)
         cmocka_unit_test(test_endpoint),
         cmocka_unit_test(test_endpoint_names),
         cmocka_unit_test(test_endpoint_clients),
+        cmocka_unit_test(test_short_numbers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

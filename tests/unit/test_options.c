@@ -177,6 +177,126 @@ static void test_runtime_rejects_bad_env(void **state)
     unsetenv("FERRY_QUEUE_DEPTH");
 }
 
+/* Float options take decimal notation only: strtod alone takes hex, inf and nan. */
+static void test_double_decimal_only(void **state)
+{
+    (void)state;
+    ferry_options_t *o = NULL;
+    assert_int_equal(ferry_options_create(&o), 0);
+    double d = 0;
+    assert_int_equal(ferry_options_set(o, "deadline_factor", "16"), 0);
+    assert_int_equal(ferry_options_set(o, "deadline_factor", "1.5e1"), 0);
+    assert_int_equal(ferry_options_get_double(o, "deadline_factor", &d), 0);
+    assert_true(d == 15.0);
+    const char *bad[] = {"0x10", "0X1p4", "inf", "nan", "infinity", "1e", ".", "", " 8", "8 "};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int rc = ferry_options_set(o, "deadline_factor", bad[i]);
+        assert_true(rc == FERRY_EPARSE || rc == FERRY_ERANGE);
+        assert_non_null(strstr(ferry_last_error(), "deadline_factor"));
+        assert_non_null(strstr(ferry_last_error(), "decimal number from 1 to 1000"));
+        assert_int_equal(ferry_options_get_double(o, "deadline_factor", &d), 0);
+        assert_true(d == 15.0);
+    }
+    ferry_options_destroy(o);
+}
+
+/* The largest seed is 2^64-1, not the 2^64 that printing the double bound gives. */
+static void test_seed_message_max(void **state)
+{
+    (void)state;
+    ferry_options_t *o = NULL;
+    assert_int_equal(ferry_options_create(&o), 0);
+    assert_int_equal(ferry_options_set(o, "seed", "18446744073709551615"), 0);
+    assert_int_equal(ferry_options_set(o, "seed", "18446744073709551616"), FERRY_ERANGE);
+    assert_non_null(strstr(ferry_last_error(), "from 0 to 18446744073709551615"));
+    assert_null(strstr(ferry_last_error(), "18446744073709551616 "));
+    assert_int_equal(ferry_options_set(o, "seed", "x"), FERRY_EPARSE);
+    assert_non_null(strstr(ferry_last_error(), "to 18446744073709551615"));
+    ferry_options_destroy(o);
+}
+
+/* The option table's range for a number is what its parser accepts, at both ends. */
+static void test_double_bounds_accepted(void **state)
+{
+    (void)state;
+    ferry_options_t *o = NULL;
+    assert_int_equal(ferry_options_create(&o), 0);
+    for (size_t i = 0; i < ferry_option_count(); i++) {
+        const ferry_option_info_t *inf = ferry_option_at(i);
+        if (inf->type != FERRY_OPT_DOUBLE)
+            continue;
+        char lo[64], hi[64];
+        snprintf(lo, sizeof(lo), "%g", inf->min);
+        snprintf(hi, sizeof(hi), "%g", inf->max);
+        assert_int_equal(ferry_options_set(o, inf->name, lo), 0);
+        assert_int_equal(ferry_options_set(o, inf->name, hi), 0);
+    }
+    assert_int_equal(ferry_options_set(o, "bw_foreign_ratio", "0.01"), 0);
+    assert_int_equal(ferry_options_set(o, "bw_foreign_ratio", "0"), FERRY_ERANGE);
+    assert_non_null(strstr(ferry_last_error(), "from 0.01 to 1"));
+    ferry_options_destroy(o);
+}
+
+static char log_lines[8][512];
+static int log_count;
+
+static void capture_log(ferry_log_level_t level, const char *subsystem, const char *line, void *arg)
+{
+    (void)level;
+    (void)subsystem;
+    (void)arg;
+    if (log_count < 8)
+        snprintf(log_lines[log_count++], sizeof(log_lines[0]), "%s", line);
+}
+
+static bool logged(const char *text)
+{
+    for (int i = 0; i < log_count; i++)
+        if (strstr(log_lines[i], text) != NULL)
+            return true;
+    return false;
+}
+
+/* A misspelt variable is named with the nearest option's; ferry's own test variables and the
+ * options' variables are not flagged. */
+static void test_env_unknown_variable(void **state)
+{
+    (void)state;
+    ferry_options_t *o = NULL;
+    assert_int_equal(ferry_options_create(&o), 0);
+    ferry_log_level_t lv = ferry_get_log_level();
+    ferry_set_log_level(FERRY_LOG_WARN);
+    ferry_set_log_handler(capture_log, NULL);
+    log_count = 0;
+    setenv("FERRY_DEPT", "4", 1);
+    setenv("FERRY_CHUNKBYTES", "1M", 1);
+    setenv("FERRY_QWERTYUIOP", "1", 1);
+    setenv("FERRY_DEPTH", "5", 1);
+    setenv("FERRY_TEST_SOMETHING", "1", 1);
+    setenv("FERRY_SOAK_BATCHES", "10", 1);
+    setenv("FERRY_DEVICE_INDEX", "1", 1); /* what ferry exec --per-device gives a child */
+    assert_int_equal(ferry_options_apply_env(o), 0);
+    ferry_set_log_handler(NULL, NULL);
+    ferry_set_log_level(lv);
+    assert_true(logged("unknown variable FERRY_DEPT; did you mean FERRY_DEPTH?"));
+    assert_true(logged("unknown variable FERRY_CHUNKBYTES; did you mean FERRY_CHUNK_BYTES?"));
+    assert_true(logged("unknown variable FERRY_QWERTYUIOP: no ferry option reads it"));
+    assert_false(logged("FERRY_DEPTH "));
+    assert_false(logged("FERRY_TEST_SOMETHING"));
+    assert_false(logged("FERRY_SOAK_BATCHES"));
+    assert_false(logged("FERRY_DEVICE_INDEX"));
+    assert_int_equal(log_count, 3);
+    assert_int_equal(get(o, "depth"), 5);
+    unsetenv("FERRY_DEPT");
+    unsetenv("FERRY_CHUNKBYTES");
+    unsetenv("FERRY_QWERTYUIOP");
+    unsetenv("FERRY_DEPTH");
+    unsetenv("FERRY_TEST_SOMETHING");
+    unsetenv("FERRY_SOAK_BATCHES");
+    unsetenv("FERRY_DEVICE_INDEX");
+    ferry_options_destroy(o);
+}
+
 static void test_parse_size(void **state)
 {
     (void)state;
@@ -202,10 +322,17 @@ static void test_parse_size(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults),   cmocka_unit_test(test_table),
-        cmocka_unit_test(test_set_sizes),  cmocka_unit_test(test_set_ints_bools_enums),
-        cmocka_unit_test(test_env),        cmocka_unit_test(test_runtime_rejects_bad_env),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_table),
+        cmocka_unit_test(test_set_sizes),
+        cmocka_unit_test(test_set_ints_bools_enums),
+        cmocka_unit_test(test_env),
+        cmocka_unit_test(test_runtime_rejects_bad_env),
         cmocka_unit_test(test_parse_size),
+        cmocka_unit_test(test_double_decimal_only),
+        cmocka_unit_test(test_seed_message_max),
+        cmocka_unit_test(test_double_bounds_accepted),
+        cmocka_unit_test(test_env_unknown_variable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
@@ -109,19 +110,38 @@ int cli_parse_size(const char *cmd, const char *flag, const char *v, unsigned lo
     return 0;
 }
 
-ferry_options_t *cli_options(const char *cmd)
+int cli_options(const char *cmd, ferry_options_t **out)
 {
     ferry_options_t *o = NULL;
-    if (ferry_options_create(&o) != 0) {
-        cli_fail(cmd, "%s", ferry_last_error());
-        return NULL;
-    }
+    if (ferry_options_create(&o) != 0)
+        return cli_fail(cmd, "%s", ferry_last_error());
+    /* A bad variable is the same mistake as the same bad flag: a usage error, exit 2. */
     if (ferry_options_apply_env(o) != 0) {
-        cli_fail(cmd, "%s", ferry_last_error());
         ferry_options_destroy(o);
-        return NULL;
+        return cli_usage_error(cmd, "%s", ferry_last_error());
     }
-    return o;
+    *out = o;
+    return CLI_OK;
+}
+
+static void quiet_sink(ferry_log_level_t level, const char *subsystem, const char *line, void *arg)
+{
+    (void)subsystem;
+    (void)arg;
+    if (level == FERRY_LOG_ERROR)
+        fprintf(stderr, "%s\n", line);
+}
+
+void cli_quiet_logs(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0)
+            return;
+        if (strcmp(argv[i], "--quiet") == 0) {
+            ferry_set_log_handler(quiet_sink, NULL);
+            return;
+        }
+    }
 }
 
 const char *cli_bytes(unsigned long long b, char *buf, size_t len)
@@ -138,6 +158,21 @@ const char *cli_bytes(unsigned long long b, char *buf, size_t len)
     else
         snprintf(buf, len, "%.*f %s", v < 10 ? 2 : 1, v, units[u]);
     return buf;
+}
+
+void cli_json_begin(FILE *f, const char *command)
+{
+    char when[32] = "";
+    struct timespec ts;
+    struct tm tm;
+    if (clock_gettime(CLOCK_REALTIME, &ts) == 0 && gmtime_r(&ts.tv_sec, &tm) != NULL)
+        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    fprintf(f, "{\"command\":");
+    cli_json_str(f, command);
+    fprintf(f, ",\"ferry_version\":");
+    cli_json_str(f, ferry_version_string());
+    fprintf(f, ",\"time_utc\":");
+    cli_json_str(f, when);
 }
 
 void cli_json_str(FILE *f, const char *s)

@@ -40,12 +40,21 @@ int cli_parse_uint(const char *cmd, const char *flag, const char *v, unsigned lo
                    unsigned long long hi, unsigned long long *out);
 int cli_parse_size(const char *cmd, const char *flag, const char *v, unsigned long long *out);
 
-/* Options from defaults and FERRY_* environment; prints the error and returns NULL on a bad
- * variable. */
-ferry_options_t *cli_options(const char *cmd);
+/* Options from defaults and FERRY_* environment into *out. Returns CLI_OK, CLI_USAGE on a bad
+ * variable (as the same bad flag is) or CLI_FAIL (out of memory), message printed. */
+int cli_options(const char *cmd, ferry_options_t **out);
+
+/* --quiet: the tool prints errors only. When argv holds --quiet, ferry's log lines below
+ * FERRY_LOG_ERROR (warnings, info) are dropped from here on, including those of reading the
+ * environment, which comes before the flags are parsed. Errors still print. */
+void cli_quiet_logs(int argc, char **argv);
 
 /* "4.00 GiB", "8.0 MiB", "512 B" */
 const char *cli_bytes(unsigned long long b, char *buf, size_t len);
+/* Open a command's JSON object: {"command":@command,"ferry_version":"0.1.0",
+ * "time_utc":"2026-12-04T11:40:00Z" (when it was printed). The caller goes on with
+ * ",\"key\":..." and closes the object. Every command's --json output starts here. */
+void cli_json_begin(FILE *f, const char *command);
 /* JSON string with escapes, quotes included. */
 void cli_json_str(FILE *f, const char *s);
 
@@ -65,6 +74,19 @@ int cli_metrics_attach(cli_metrics_t *cm, ferry_pipeline_t *p, const char *label
 void cli_metrics_detach(cli_metrics_t *cm, ferry_pipeline_t *p);
 ferry_metrics_t *cli_metrics_registry(cli_metrics_t *cm);
 int cli_metrics_stop(const char *cmd, cli_metrics_t *cm);
+
+/* A subcommand: its name, entry, one-line summary, its own flags (space-separated), its
+ * subcommands (NULL: none) and whether it also takes every option of the table as a flag. */
+typedef struct cli_command {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *summary;
+    const char *flags;
+    const char *subcommands;
+    bool options;
+} cli_command_t;
+extern const cli_command_t cli_commands[];
+extern const size_t cli_command_count;
 
 int cmd_run(int argc, char **argv);
 int cmd_probe(int argc, char **argv);

@@ -48,10 +48,23 @@ typedef struct copy_cell {
 static int parse_list(const char *flag, const char *text, bool sizes, unsigned long long lo,
                       unsigned long long hi, unsigned long long *v, int max, int *n)
 {
-    char *copy = strdup(text), *save = NULL;
+    char *copy = strdup(text);
     int k = 0, rc = 0;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    if (copy == NULL)
+        return cli_fail("bench", "--%s: out of memory", flag);
+    /* strtok would skip empty items ("4K,,8K"): walk the commas by hand to refuse them. */
+    for (char *tok = copy, *comma = NULL; tok; tok = comma ? comma + 1 : NULL) {
         unsigned long long x = 0;
+        comma = strchr(tok, ',');
+        if (comma)
+            *comma = '\0';
+        if (*tok == '\0') {
+            rc = cli_usage_error("bench",
+                                 "--%s '%s': item %d is empty (accepted: a comma-separated list "
+                                 "with no empty item, e.g. %s)",
+                                 flag, text, k + 1, sizes ? "4K,1M,16M" : "1,2,4");
+            break;
+        }
         if (k == max) {
             rc = cli_usage_error("bench", "--%s: at most %d values", flag, max);
             break;
@@ -84,7 +97,8 @@ static int usage(void)
         "pageable host memory, with device events; best and median of --reps.\n"
         "  --sizes LIST      sizes (default 4K,64K,1M,4M,16M,64M,256M,1G)\n"
         "  --reps N          timed repetitions per case (default 10), after 2 warm-ups\n"
-        "  --no-pageable     pinned memory only\n\n"
+        "  --no-pageable     pinned memory only\n"
+        "  'both' rows give the sum of the two directions (H2D+D2H bytes over the time)\n\n"
         "pipeline: stream --bytes through H2D -> kernel -> D2H for every chunk size x compute\n"
         "streams x intensity, and report GB/s each way, overlap and the fraction of the\n"
         "bidirectional copy ceiling measured in the same run.\n"
@@ -184,7 +198,7 @@ static const char *const copy_dirs[] = {"h2d", "d2h", "both"};
 static void copy_chart(report_t *r, ferry_device_t *dev, const bench_opts_t *bo,
                        copy_cell_t cells[2][3][32])
 {
-    static const char *const names[3] = {"H2D", "D2H", "both at once, per direction"};
+    static const char *const names[3] = {"H2D", "D2H", "both at once, (H2D+D2H sum) / 2"};
     ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
     ferry_device_props(dev, &p);
     double x[32], y[2][3][32];
@@ -238,8 +252,9 @@ static void copy_table(report_t *r, const bench_opts_t *bo, copy_cell_t cells[2]
                 snprintf(v[1], sizeof(v[1]), "%.2f", c->median_gbps);
                 snprintf(v[2], sizeof(v[2]), "%.1f", c->best_us);
                 snprintf(v[3], sizeof(v[3]), "%.1f", c->median_us);
-                report_row(r, cli_bytes(bo->sizes[i], b, sizeof(b)), copy_dirs[d],
-                           pg ? "pageable" : "pinned", v[0], v[1], v[2], v[3], NULL);
+                report_row(r, cli_bytes(bo->sizes[i], b, sizeof(b)),
+                           d == 2 ? "both (H2D+D2H sum)" : copy_dirs[d], pg ? "pageable" : "pinned",
+                           v[0], v[1], v[2], v[3], NULL);
             }
     report_table_end(r);
 }
@@ -256,7 +271,8 @@ static int copy_report(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opt
                 "timed with device events%s. 'both' runs an H2D and a D2H of the same size at "
                 "once on two streams; it is drawn per direction (half the bytes it moved over "
                 "its time), so that every series compares with the link's rate per direction. "
-                "The table gives the bytes of both directions for it, as --json does.",
+                "The table gives the sum of both directions for it (the bytes of both over the "
+                "time), as the text, --json and --csv do.",
                 bo->reps, ferry_device_is_simulated(dev) ? " (virtual time: the simulator)" : "");
     copy_chart(r, dev, bo, cells);
     report_heading(r, "Results");
@@ -280,11 +296,13 @@ static int bench_copy(ferry_options_t *o, const bench_opts_t *bo)
     const char *const *dirs = copy_dirs;
     copy_cell_t cells[2][3][32];
     if (bo->json) {
-        printf("{\"command\":\"bench copy\",");
+        cli_json_begin(stdout, "bench copy");
+        printf(",");
         device_line(rt, dev, stdout, true);
         printf(",\"results\":[");
     } else if (bo->csv) {
-        printf("bytes,direction,memory,best_gbps,median_gbps,best_us,median_us,reps\n");
+        printf("bytes,direction,memory,best_gbps,median_gbps,best_us,median_us,reps,"
+               "sum_of_directions\n");
     } else {
         device_line(rt, dev, stdout, false);
         printf("%10s  %-5s %-8s %10s %10s %11s\n", "bytes", "dir", "memory", "best GB/s", "median",
@@ -323,17 +341,18 @@ static int bench_copy(ferry_options_t *o, const bench_opts_t *bo)
                 if (bo->json)
                     printf("%s{\"bytes\":%llu,\"direction\":\"%s\",\"memory\":\"%s\","
                            "\"best_gbps\":%.3f,\"median_gbps\":%.3f,\"best_us\":%.3f,"
-                           "\"median_us\":%.3f,\"reps\":%u}",
+                           "\"median_us\":%.3f,\"reps\":%u,\"sum_of_directions\":%s}",
                            nout++ ? "," : "", bo->sizes[s], dirs[d], mem, r.best_gbps,
-                           r.median_gbps, r.best_us, r.median_us, r.reps);
+                           r.median_gbps, r.best_us, r.median_us, r.reps,
+                           d == 2 ? "true" : "false");
                 else if (bo->csv)
-                    printf("%llu,%s,%s,%.3f,%.3f,%.3f,%.3f,%u\n", bo->sizes[s], dirs[d], mem,
-                           r.best_gbps, r.median_gbps, r.best_us, r.median_us, r.reps);
+                    printf("%llu,%s,%s,%.3f,%.3f,%.3f,%.3f,%u,%d\n", bo->sizes[s], dirs[d], mem,
+                           r.best_gbps, r.median_gbps, r.best_us, r.median_us, r.reps, d == 2);
                 else {
                     char b[32];
-                    printf("%10s  %-5s %-8s %10.2f %10.2f %11.1f\n",
+                    printf("%10s  %-5s %-8s %10.2f %10.2f %11.1f%s\n",
                            cli_bytes(bo->sizes[s], b, sizeof(b)), dirs[d], mem, r.best_gbps,
-                           r.median_gbps, r.median_us);
+                           r.median_gbps, r.median_us, d == 2 ? "  (sum of H2D and D2H)" : "");
                 }
                 fflush(stdout);
             }
@@ -729,7 +748,8 @@ static int bench_pipeline(ferry_options_t *o, const bench_opts_t *bo)
     ferry_device_get(rt, (int)idx, &dev);
     bool all_ok = true;
     if (bo->json) {
-        printf("{\"command\":\"bench pipeline\",");
+        cli_json_begin(stdout, "bench pipeline");
+        printf(",");
         device_line(rt, dev, stdout, true);
         printf(",\"ceiling_gbps\":%.3f,\"host_offset\":%llu,\"results\":[",
                n ? meas[0].ceiling : 0.0, bo->host_offset);
@@ -826,9 +846,10 @@ int cmd_bench(int argc, char **argv)
         .nstreams = 2,
         .intensities = {0, 64},
         .nint = 2};
-    ferry_options_t *o = cli_options(cmd);
-    if (o == NULL)
-        return CLI_FAIL;
+    ferry_options_t *o = NULL;
+    int orc = cli_options(cmd, &o);
+    if (orc != CLI_OK)
+        return orc;
     cli_args_t a = {.argc = argc, .argv = argv, .i = 2, .cmd = cmd};
     int rc = CLI_OK;
     while (a.i < argc) {

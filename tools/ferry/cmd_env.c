@@ -134,7 +134,8 @@ int cmd_env(int argc, char **argv)
     if (!json) {
         fputs(t.buf, stdout);
     } else {
-        printf("{\"variables\":{");
+        cli_json_begin(stdout, "env");
+        printf(",\"variables\":{");
         for (size_t i = 0; i < nv; i++)
             printf("%s\"%s\":\"%u\"", i ? "," : "", vars[i].name, vars[i].value);
         printf("},\"format\":");

@@ -1,14 +1,15 @@
 /* `ferry exec`: run a command with CUDA_DEVICE_MAX_CONNECTIONS (and the copy variant) set.
  * CUDA reads the variable once, at cuInit, and one value applies to every GPU of a process, so
  * different values for different GPUs need different processes: --per-device starts one child
- * per device, each seeing only its GPU, passes signals on to them and exits with the worst
- * status. With a single --connections value ferry simply execs the command. */
+ * per device, each seeing only its GPU, passes signals on to them, has them die with it, and
+ * exits with the worst status. With a single --connections value ferry simply execs the command. */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -82,7 +83,8 @@ static int usage(void)
            "                          backend option, FERRY_BACKEND)\n\n"
            "Exit status: with --connections, CMD's own (ferry becomes CMD). With --per-device,\n"
            "the worst child's, a child killed by signal S counting as 128+S; SIGINT, SIGTERM,\n"
-           "SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to ferry are passed on to every child.\n"
+           "SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to ferry are passed on to every child;\n"
+           "if ferry dies otherwise (SIGKILL), the children are killed with it.\n"
            "127 when CMD is not found, 126 when it cannot be run, 2 on a usage error.\n");
     return CLI_OK;
 }
@@ -376,6 +378,82 @@ static bool sets(const char *entry, const char *name)
     return strncmp(entry, name, n) == 0 && entry[n] == '=';
 }
 
+/* In the child, between fork and exec. ferry may have threads (the CUDA backend leaves some
+ * after listing the devices), so only async-signal-safe calls: no allocation, no stdio. Returns
+ * only when the command could not be started, with the errno. */
+static int child_exec(char **argv, char **envp, const sigset_t *child_mask, pid_t parent)
+{
+    /* The handlers ferry installed must not run here, where a forwarded signal would reach the
+     * other children; as posix_spawn does, a signal caught in ferry starts out default. */
+    for (size_t i = 0; i < NFORWARDED; i++) {
+        struct sigaction old;
+        if (sigaction(forwarded[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN &&
+            old.sa_handler != SIG_DFL) {
+            struct sigaction dfl;
+            memset(&dfl, 0, sizeof(dfl));
+            dfl.sa_handler = SIG_DFL;
+            if (sigaction(forwarded[i], &dfl, NULL) != 0)
+                return errno;
+        }
+    }
+    /* The children die with ferry, also when ferry cannot pass a signal on (SIGKILL, a crash):
+     * the kernel sends SIGKILL when the thread that forked them, ferry's main thread, ends. It
+     * is not inherited by the command's own children, and a set-user-ID command clears it. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+        return errno;
+    /* ferry may have died before the prctl: the child then has another parent already, and
+     * would never get the signal. */
+    if (getppid() != parent)
+        _exit(128 + SIGKILL);
+    if (sigprocmask(SIG_SETMASK, child_mask, NULL) != 0)
+        return errno;
+    execvpe(argv[0], argv, envp);
+    return errno;
+}
+
+/* Start @p argv with @p envp in a child process that dies with ferry. Returns 0 with *pid set,
+ * or the errno of what failed: fork, or the command's exec (reported back over a pipe closed on
+ * exec, so a successful exec reads as end of file). */
+static int spawn_child(char **argv, char **envp, const sigset_t *child_mask, pid_t *pid_out)
+{
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return errno;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(fds[0]);
+        close(fds[1]);
+        return e;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        int e = child_exec(argv, envp, child_mask, parent);
+        ssize_t w;
+        do
+            w = write(fds[1], &e, sizeof(e));
+        while (w < 0 && errno == EINTR);
+        _exit(exec_failure_status(e));
+    }
+    close(fds[1]);
+    int e = 0;
+    ssize_t r;
+    do
+        r = read(fds[0], &e, sizeof(e));
+    while (r < 0 && errno == EINTR);
+    close(fds[0]);
+    if (r == (ssize_t)sizeof(e)) {
+        /* Not started: reap it here, it is no child of the plan. */
+        int st;
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+            ;
+        return e != 0 ? e : ENOEXEC;
+    }
+    *pid_out = pid;
+    return 0;
+}
+
 /* Start one child per device. Runs with the forwarded signals blocked, so that a signal that
  * arrives while children are being started is delivered once they all run, and reaches each of
  * them. Returns 0 or the exit status to give when a child could not be started (message
@@ -392,7 +470,6 @@ static int start_children(child_t *children, int n, const char *copy, char **arg
         nenv++;
     char **envp = calloc(nenv + 5, sizeof(*envp));
     char(*visible)[96] = calloc((size_t)n, sizeof(*visible));
-    posix_spawnattr_t attr;
     int rc = CLI_FAIL, e;
     if (envp == NULL || visible == NULL) {
         fprintf(stderr, "ferry %s: out of memory\n", cmd);
@@ -417,16 +494,6 @@ static int start_children(child_t *children, int n, const char *copy, char **arg
         }
         snprintf(visible[k], sizeof(visible[k]), "CUDA_VISIBLE_DEVICES=%s", id);
     }
-    if ((e = posix_spawnattr_init(&attr)) != 0) {
-        fprintf(stderr, "ferry %s: posix_spawnattr_init: %s\n", cmd, strerror(e));
-        goto out_free;
-    }
-    /* The children start with ferry's signal mask from before the blocking. */
-    if ((e = posix_spawnattr_setsigmask(&attr, child_mask)) != 0 ||
-        (e = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK)) != 0) {
-        fprintf(stderr, "ferry %s: posix_spawnattr: %s\n", cmd, strerror(e));
-        goto out_attr;
-    }
     char copy_entry[64] = "";
     if (copy != NULL)
         snprintf(copy_entry, sizeof(copy_entry), "CUDA_DEVICE_MAX_COPY_CONNECTIONS=%s", copy);
@@ -442,12 +509,13 @@ static int start_children(child_t *children, int n, const char *copy, char **arg
             envp[m++] = copy_entry;
         envp[m++] = index;
         envp[m] = NULL;
+        /* The children start with ferry's signal mask from before the blocking. */
         pid_t pid = 0;
-        e = posix_spawnp(&pid, argv[0], NULL, &attr, argv, envp);
+        e = spawn_child(argv, envp, child_mask, &pid);
         if (e != 0) {
             fprintf(stderr, "ferry %s: cannot run '%s': %s\n", cmd, argv[0], strerror(e));
             rc = exec_failure_status(e);
-            goto out_attr;
+            goto out_free;
         }
         c->pid = pid;
         c->started = true;
@@ -455,8 +523,6 @@ static int start_children(child_t *children, int n, const char *copy, char **arg
                 k, c->name, c->value, (long)pid);
     }
     rc = 0;
-out_attr:
-    posix_spawnattr_destroy(&attr);
 out_free:
     free(visible);
     free(envp);

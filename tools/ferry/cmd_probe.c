@@ -75,7 +75,7 @@ static int usage(void)
            "  --json            one JSON object\n"
            "  --backend NAME    probe only this backend (sim, cuda)\n"
            "  --profile FILE    simulator profile to load (default: profiles/h200.json)\n"
-           "  --calibrate -o FILE\n"
+           "  --calibrate -o FILE (or --output FILE)\n"
            "                    measure copies, the shared link, pageable rates, host call costs\n"
            "                    and the kernel rate on the device, and write a simulator profile\n"
            "                    (--backend sim --profile FILE then models this device)\n");
@@ -124,7 +124,8 @@ static int calibrate(ferry_options_t *opts, const char *backend, const char *pat
     ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
     ferry_device_props(dev, &p);
     if (json) {
-        printf("{\"calibrated\":true,\"backend\":\"%s\",\"device\":", ferry_runtime_backend(rt));
+        cli_json_begin(stdout, "probe");
+        printf(",\"calibrated\":true,\"backend\":\"%s\",\"device\":", ferry_runtime_backend(rt));
         cli_json_str(stdout, p.name);
         printf(",\"profile\":");
         cli_json_str(stdout, path);
@@ -167,9 +168,10 @@ int cmd_probe(int argc, char **argv)
     const char *cmd = "probe";
     bool json = false, cal = false;
     const char *only = NULL, *outpath = NULL;
-    ferry_options_t *opts = cli_options(cmd);
-    if (opts == NULL)
-        return CLI_FAIL;
+    ferry_options_t *opts = NULL;
+    int orc = cli_options(cmd, &opts);
+    if (orc != CLI_OK)
+        return orc;
     cli_args_t a = {.argc = argc, .argv = argv, .i = 1, .cmd = cmd};
     int rc = CLI_OK;
     while (a.i < argc) {
@@ -237,12 +239,15 @@ int cmd_probe(int argc, char **argv)
     }
     const char *const *names = ferry_backend_names();
     const char *all[] = {"cuda", "sim", NULL};
-    if (json)
-        printf("{\"ferry_version\":\"%s\",\"backends\":[", ferry_version_string());
-    else
+    if (json) {
+        cli_json_begin(stdout, "probe");
+        printf(",\"backends\":[");
+    } else {
         printf("ferry %s\n", ferry_version_string());
+    }
     bool any = false;
     int nb = 0;
+    char whynot[1024] = ""; /* why each backend asked for is unavailable, for the error line */
     for (size_t i = 0; all[i] != NULL; i++) {
         const char *b = all[i];
         if (only && strcmp(only, b) != 0)
@@ -273,7 +278,13 @@ int cmd_probe(int argc, char **argv)
                    b, built ? "true" : "false", rt ? "true" : "false");
             cli_json_str(stdout, count > 0 ? err : why);
             printf(",\"devices\":[");
-        } else {
+        }
+        if (rt == NULL) {
+            size_t used = strlen(whynot);
+            snprintf(whynot + used, sizeof(whynot) - used, "%sbackend %s: %s", used ? "; " : "", b,
+                     count > 0 ? err : why);
+        }
+        if (!json) {
             printf("\nbackend %s: ", b);
             if (rt)
                 printf("available, %d device(s)\n", ferry_device_count(rt));
@@ -284,8 +295,8 @@ int cmd_probe(int argc, char **argv)
             ferry_device_t *dev = NULL;
             ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
             if (ferry_device_get(rt, d, &dev) != 0 || ferry_device_props(dev, &p) != 0) {
-                if (!json)
-                    printf("  device %d: %s\n", d, ferry_last_error());
+                fprintf(stderr, "ferry probe: backend %s, device %d: %s\n", b, d,
+                        ferry_last_error());
                 continue;
             }
             any = true;
@@ -341,10 +352,9 @@ int cmd_probe(int argc, char **argv)
                    n);
         else
             printf("  hardware work queues per context: %ld\n", n);
-        if (!any)
-            printf("\nno usable device\n");
     }
-    rc = any ? CLI_OK : CLI_FAIL;
+    /* The listing above is the answer; the failure, when no device answered, is an error. */
+    rc = any ? CLI_OK : cli_fail(cmd, "no usable device (%s)", whynot[0] ? whynot : "none found");
     ferry_options_destroy(opts);
     return rc;
 out_usage:

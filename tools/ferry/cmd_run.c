@@ -280,7 +280,8 @@ static int usage(void)
            "                       utilisation, summary (docs/report.md)\n"
            "  --single-stream      every op on one stream: the no-overlap baseline\n"
            "  --json               print the summary as one JSON object\n"
-           "  --quiet              print nothing but errors (exit status tells)\n"
+           "  --quiet              print nothing but errors: no summary, no progress bar, no\n"
+           "                       warnings (exit status tells)\n"
            "  --backend auto|sim|cuda, --profile FILE, --chunk-bytes SIZE, --depth N,\n"
            "  --copy-streams N, --compute-streams N, --queue-depth N, --seed N ...\n"
            "                       any option of `ferry options`\n\n"
@@ -388,8 +389,9 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
     double u_c = el > 0 ? (double)s->busy_compute_ns / 1e9 / el : 0;
     double u_d = el > 0 ? (double)s->busy_d2h_ns / 1e9 / el : 0;
     if (ro->json) {
-        printf("{\"command\":\"run\",\"ok\":%s,\"backend\":\"%s\",\"device\":",
-               ok ? "true" : "false", ferry_runtime_backend(rt));
+        cli_json_begin(stdout, "run");
+        printf(",\"ok\":%s,\"backend\":\"%s\",\"device\":", ok ? "true" : "false",
+               ferry_runtime_backend(rt));
         cli_json_str(stdout, p.name);
         printf(",\"simulated\":%s,\"profile\":", p.simulated ? "true" : "false");
         cli_json_str(stdout, p.profile);
@@ -774,9 +776,11 @@ int cmd_run(int argc, char **argv)
     const char *cmd = "run";
     run_opts_t ro = {.workload = "scale", .bytes = 4ull << 30, .batch_bytes = 64ull << 20};
     int rc = CLI_FAIL;
-    ferry_options_t *opts = cli_options(cmd);
-    if (opts == NULL)
-        return CLI_FAIL;
+    cli_quiet_logs(argc, argv);
+    ferry_options_t *opts = NULL;
+    int orc = cli_options(cmd, &opts);
+    if (orc != CLI_OK)
+        return orc;
     int pr = parse(argc, argv, opts, &ro);
     ro.opts = opts;
     if (pr != 0) {

@@ -32,6 +32,24 @@ void cli_progress_begin(cli_progress_t *pr, const char *label, uint64_t total, b
     };
 }
 
+/* "ETA 42s", "ETA 3m05s", "ETA 1h02m": the time left at the rate so far; "ETA --" before
+ * anything is done, as there is no rate yet. */
+static void eta_text(uint64_t done, uint64_t total, double elapsed_s, char *buf, size_t len)
+{
+    if (done == 0 || elapsed_s <= 0) {
+        snprintf(buf, len, "ETA --");
+        return;
+    }
+    double left = elapsed_s * (double)(total - done) / (double)done;
+    unsigned long long s = (unsigned long long)(left + 0.5);
+    if (s < 60)
+        snprintf(buf, len, "ETA %llus", s);
+    else if (s < 3600)
+        snprintf(buf, len, "ETA %llum%02llus", s / 60, s % 60);
+    else
+        snprintf(buf, len, "ETA %lluh%02llum", s / 3600, s / 60 % 60);
+}
+
 static void draw(cli_progress_t *pr, uint64_t done, uint64_t now)
 {
     if (done > pr->total)
@@ -44,9 +62,9 @@ static void draw(cli_progress_t *pr, uint64_t done, uint64_t now)
     bar[BAR_WIDTH] = '\0';
     fprintf(stderr, "\r%s [%s%.*s%s%s] %3.0f%%", pr->label, pr->color ? "\033[32m" : "", fill, bar,
             pr->color ? "\033[0m" : "", bar + fill, frac * 100);
+    double s = (double)(now - pr->t0_ns) / 1e9;
     if (pr->bytes) {
         char b1[32], b2[32];
-        double s = (double)(now - pr->t0_ns) / 1e9;
         fprintf(stderr, "  %s / %s", cli_bytes(done, b1, sizeof(b1)),
                 cli_bytes(pr->total, b2, sizeof(b2)));
         if (s > 0)
@@ -54,6 +72,9 @@ static void draw(cli_progress_t *pr, uint64_t done, uint64_t now)
     } else {
         fprintf(stderr, "  %llu / %llu", (unsigned long long)done, (unsigned long long)pr->total);
     }
+    char eta[32];
+    eta_text(done, pr->total, s, eta, sizeof(eta));
+    fprintf(stderr, "  %s", eta);
     fprintf(stderr, "\033[K");
     fflush(stderr);
     pr->drawn_ns = now;

@@ -1,7 +1,8 @@
 /* A progress bar for long commands (`ferry run`, the bench sweeps, `ferry connections
  * --measure`), on stderr, only when stdout and stderr are both terminals: never into a pipe or
  * a file. Coloured unless NO_COLOR is set (https://no-color.org). Redrawn at most ten times a
- * second; cleared when done, so the command's own output follows on a clean line. */
+ * second, with the time left at the rate so far (ETA); cleared when done, so the command's own
+ * output follows on a clean line. */
 #ifndef FERRY_CLI_PROGRESS_H
 #define FERRY_CLI_PROGRESS_H
 

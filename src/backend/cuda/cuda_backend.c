@@ -93,6 +93,7 @@ static int cuda_device_open(int index, const ferry_be_open_params_t *params,
     if (dev == NULL)
         return ferry__error(FERRY_ENOMEM, "cuda: out of memory opening device %d", index);
     dev->index = index;
+    ferry__cuda_abort_open(dev);
     /* cudaSetDevice creates the primary context (CUDA >= 12): the first call that can find
      * the device busy (46: exclusive-process mode, or lost after a reset, FACTS.md). */
     e = cudaSetDevice(index);
@@ -142,6 +143,7 @@ static int cuda_device_open(int index, const ferry_be_open_params_t *params,
     *out = dev;
     return 0;
 out_free:
+    ferry__cuda_abort_close(dev);
     free(dev);
     return rc;
 }
@@ -154,6 +156,7 @@ static void cuda_device_close(ferry_be_device_t *dev)
     if (ferry__cuda_use_device(dev->index) != 0)
         ferry_log(FERRY_LOG_WARN, "cuda", "device %d close: %s", dev->index,
                   ferry__last_error_text());
+    ferry__cuda_abort_close(dev);
     ferry__cuda_clock_close(dev);
     ferry__cuda_nvml_close(dev);
     free(dev);
@@ -592,14 +595,20 @@ static int cuda_mem_info(ferry_be_device_t *dev, uint64_t *free_bytes, uint64_t 
     return 0;
 }
 
-/* Kernels read the abort word themselves (include/ferry/device.h): nothing to do here. */
+/* Abort words live in device memory, raised by a copy (cuda_abort.c). */
+static int cuda_abort_word_create(ferry_be_device_t *dev, volatile uint64_t **out)
+{
+    return ferry__cuda_abort_word_create(dev, out);
+}
+
+static void cuda_abort_word_destroy(ferry_be_device_t *dev, volatile uint64_t *word)
+{
+    ferry__cuda_abort_word_destroy(dev, word);
+}
+
 static int cuda_abort_kernels(ferry_be_device_t *dev, const volatile uint64_t *word, uint64_t upto)
 {
-    (void)word;
-    (void)upto;
-    if (dev == NULL)
-        return ferry__error(FERRY_EINVAL, "cuda: abort_kernels: NULL device");
-    return 0;
+    return ferry__cuda_abort_raise(dev, word, upto);
 }
 
 static int cuda_host_device_ptr(ferry_be_device_t *dev, void *host, void **out)
@@ -663,6 +672,8 @@ const ferry_backend_ops_t ferry__cuda_backend = {
     .launch = cuda_launch,
     .mem_info = cuda_mem_info,
     .abort_kernels = cuda_abort_kernels,
+    .abort_word_create = cuda_abort_word_create,
+    .abort_word_destroy = cuda_abort_word_destroy,
     .host_device_ptr = cuda_host_device_ptr,
     .heartbeat = cuda_heartbeat,
     .link_rate = cuda_link_rate,

@@ -49,6 +49,26 @@ struct ferry_cuda_clock {
     uint64_t rebases, rebase_misses;
 };
 
+/* Abort words in device memory (cuda_abort.c): a slab of FERRY_CUDA_ABORT_WORDS words (each
+ * FERRY_ABORT_REPLICAS copies, ferry.h), handed out to pipelines; a pinned mirror holds the values
+ * their raises copy from, on a stream of greatest priority kept for them. Built on the first word
+ * asked for. */
+#define FERRY_CUDA_ABORT_WORDS 32
+struct ferry_cuda_abort {
+    pthread_mutex_t mu;
+    bool ready;
+    unsigned char *slab;   /* device memory */
+    unsigned char *mirror; /* pinned host memory, the same layout */
+    cudaStream_t stream;
+    /* cuStreamWriteValue64 from the driver (cudaGetDriverEntryPointByVersion): a raise is a
+     * stream memory operation, no copy engine and no source buffer; NULL: an 8-byte copy
+     * from the mirror. */
+    int (*write_value)(cudaStream_t s, uint64_t addr, uint64_t value, unsigned flags);
+    uint64_t used;   /* bitmap: words handed out */
+    uint64_t raised; /* bitmap: words raised since they were last zeroed */
+    bool ever_raised;
+};
+
 struct ferry_be_device {
     int index;
     struct cudaDeviceProp prop;
@@ -58,6 +78,7 @@ struct ferry_be_device {
     int numa_node;
     struct ferry_cuda_clock clock;
     struct ferry_cuda_nvml nvml;
+    struct ferry_cuda_abort abort;
 };
 
 struct ferry_be_stream {
@@ -103,6 +124,16 @@ void ferry__cuda_nvml_link(struct ferry_be_device *dev, struct ferry_cuda_pcie *
 /* All PCIe traffic in direction @dir (0 host to device: NVML's RX; 1 device to host: TX) over
  * NVML's 20 ms sample, which the call blocks for. FERRY_ENOTSUP without NVML or its counter. */
 int ferry__cuda_nvml_rate(struct ferry_be_device *dev, int dir, double *bytes_per_s);
+
+/* Abort words (cuda_abort.c): open prepares the lock (nothing is allocated before the first
+ * word); close frees what the first word built, unless a word was ever raised: a kernel that
+ * ignored it may still run, and freeing would wait for it. The ops are backend.h's. */
+void ferry__cuda_abort_open(struct ferry_be_device *dev);
+void ferry__cuda_abort_close(struct ferry_be_device *dev);
+int ferry__cuda_abort_word_create(struct ferry_be_device *dev, volatile uint64_t **out);
+void ferry__cuda_abort_word_destroy(struct ferry_be_device *dev, volatile uint64_t *word);
+int ferry__cuda_abort_raise(struct ferry_be_device *dev, const volatile uint64_t *word,
+                            uint64_t upto);
 
 /* Properties (cuda_props.c). */
 int ferry__cuda_props(struct ferry_be_device *dev, ferry_device_props_t *out);

@@ -18,6 +18,12 @@ int ferry_k_fault_launch(int kind, void *stream);
 int ferry_k_hang_launch(const ferry_kernel_args_t *a, int poll, unsigned long long limit_ns,
                         void *stream);
 
+/* Queue a grid that fills every SM (twice the blocks that fit at once, 256 threads each), every
+ * thread spinning and polling ferry_should_abort(@a) until it says so or @limit_ns pass.
+ * Returns a cudaError_t as int. */
+int ferry_k_hang_grid_launch(const ferry_kernel_args_t *a, unsigned long long limit_ns,
+                             void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -75,9 +75,11 @@ int ferry__sim_profile_load(const char *path, struct ferry_sim_profile *out);
 /* The same on @len bytes of JSON at @text; @name names the source in messages. For fuzzers. */
 int ferry__sim_profile_parse(const char *text, size_t len, const char *name,
                              struct ferry_sim_profile *out);
-/* Load the built-in profile: FERRY_SOURCE_PROFILE_DIR/h200.json, then
- * FERRY_PROFILE_DIR/h200.json. A file that exists but is invalid is an error (no silent fall
- * back); none found is FERRY_ENODEV naming the paths tried. */
+/* Load the built-in profile, h200.json from the first of: the profiles of the tree the program
+ * was installed in (<prefix>/share/ferry/profiles, <prefix> found from /proc/self/exe), those of
+ * the tree the library was installed in (found with dladdr), FERRY_SOURCE_PROFILE_DIR,
+ * FERRY_PROFILE_DIR. A file that exists but is invalid is an error (no silent fall back); none
+ * found is FERRY_ENODEV naming the paths tried. */
 int ferry__sim_profile_load_default(struct ferry_sim_profile *out);
 
 /* Device-side time in ns of one copy of @bytes in direction @dir on an otherwise idle device
@@ -103,9 +105,9 @@ struct ferry_sim_stats {
 };
 int ferry__sim_stats(ferry_be_device_t *dev, struct ferry_sim_stats *out);
 
-/* Faults (kernel error, sticky error, hang, slow link, allocation failure on a schedule seeded
- * by ferry_be_open_params_t.seed) are a later issue. They will hook in sim_model.c where a
- * kernel or copy completes and in sim_backend.c's mem_alloc; the places are marked
- * "FAULT HOOK". Nothing is injected today. */
+/* Faults: the option `inject` (fault/spec.h, docs/faults.md) gives each device a schedule of
+ * kernel errors, sticky errors, hangs, a slow or shared link and allocation failures, seeded by
+ * ferry_be_open_params_t.seed. sim_model.c decides them where a kernel or copy starts or
+ * completes, sim_backend.c's mem_alloc for allocations. */
 
 #endif

@@ -241,6 +241,7 @@ static int sim_device_props(ferry_be_device_t *dev, ferry_device_props_t *out)
     out->pcie_gen = out->pcie_gen_max = p->pcie_gen;
     out->pcie_width = out->pcie_width_max = p->pcie_width;
     out->link_gbps = p->pcie_gbps;
+    out->default_chunk_bytes = p->default_chunk_bytes; /* the profile's defaults.chunk_bytes */
     out->numa_node = -1;
     snprintf(out->driver_version, sizeof(out->driver_version), "simulated");
     snprintf(out->runtime_version, sizeof(out->runtime_version), "simulated");

@@ -2,11 +2,14 @@
  * the built-in search path, and the copy-time curve the model derives from the measured points.
  * Every rejection names the file, the key and what is accepted, because a profile written by
  * hand or by `ferry probe --calibrate` must never be half-understood. */
+#include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -499,9 +502,67 @@ out_close:
     return rc;
 }
 
-int ferry__sim_profile_load_default(struct ferry_sim_profile *out)
+/* Where an installed tree keeps its profiles, found from a directory of that tree: @p dir less
+ * its trailing @p sub (the install's "bin" or "lib") is the prefix, and the profiles are under
+ * its data directory. False when @p dir does not end in @p sub: not an installed layout (a build
+ * tree), where nothing is looked for. */
+static bool installed_profile_dir(const char *dir, const char *sub, char *out, size_t len)
 {
-    static const char *const dirs[] = {
+#ifdef FERRY_INSTALL_DATADIR
+    size_t n = strlen(dir), m = strlen(sub);
+    if (m == 0 || n <= m || strcmp(dir + n - m, sub) != 0 || dir[n - m - 1] != '/')
+        return false;
+    int w =
+        snprintf(out, len, "%.*s/%s/ferry/profiles", (int)(n - m - 1), dir, FERRY_INSTALL_DATADIR);
+    return w > 0 && (size_t)w < len;
+#else
+    (void)dir, (void)sub, (void)out, (void)len;
+    return false;
+#endif
+}
+
+/* The directory of the file at @p path (canonical), into @p out. */
+static bool directory_of(const char *path, char *out, size_t len)
+{
+    char real[PATH_MAX];
+    if (path == NULL || path[0] == '\0' || realpath(path, real) == NULL)
+        return false;
+    char *slash = strrchr(real, '/');
+    if (slash == NULL || (size_t)(slash - real) >= len)
+        return false;
+    memcpy(out, real, (size_t)(slash - real));
+    out[slash - real] = '\0';
+    return true;
+}
+
+/* Any object of the library: dladdr() names the file it was loaded from (libferry.so, or the
+ * program that linked ferry statically). */
+static const char library_anchor;
+
+/* The directories searched for h200.json, in order, into @p dirs (each PATH_MAX long); returns
+ * how many. An installed ferry moved to another prefix must find its own profiles, and a newer
+ * ferry must not read an older one's: first the tree the running program was installed in
+ * (beside /proc/self/exe), then the one the library was installed in (dladdr), and only then the
+ * compiled-in paths (the source tree, the configured prefix). */
+static int profile_dirs(char (*dirs)[PATH_MAX], int max)
+{
+    int n = 0;
+    char dir[PATH_MAX];
+    (void)dir;
+#if defined(FERRY_INSTALL_BINDIR) && defined(FERRY_INSTALL_DATADIR)
+    if (n < max && directory_of("/proc/self/exe", dir, sizeof(dir)) &&
+        installed_profile_dir(dir, FERRY_INSTALL_BINDIR, dirs[n], PATH_MAX))
+        n++;
+#endif
+#if defined(FERRY_INSTALL_LIBDIR) && defined(FERRY_INSTALL_DATADIR)
+    Dl_info info;
+    if (n < max && dladdr(&library_anchor, &info) != 0 &&
+        directory_of(info.dli_fname, dir, sizeof(dir)) &&
+        installed_profile_dir(dir, FERRY_INSTALL_LIBDIR, dirs[n], PATH_MAX) &&
+        (n == 0 || strcmp(dirs[n], dirs[0]) != 0))
+        n++;
+#endif
+    static const char *const built_in[] = {
 #ifdef FERRY_SOURCE_PROFILE_DIR
         FERRY_SOURCE_PROFILE_DIR,
 #endif
@@ -509,11 +570,22 @@ int ferry__sim_profile_load_default(struct ferry_sim_profile *out)
         FERRY_PROFILE_DIR,
 #endif
         NULL};
-    char tried[600] = "";
+    for (size_t i = 0; built_in[i] != NULL && n < max; i++)
+        snprintf(dirs[n++], PATH_MAX, "%s", built_in[i]);
+    return n;
+}
+
+int ferry__sim_profile_load_default(struct ferry_sim_profile *out)
+{
+    char dirs[4][PATH_MAX];
+    int ndirs = profile_dirs(dirs, 4);
+    char tried[1200] = "";
     size_t used = 0;
-    for (size_t i = 0; dirs[i] != NULL; i++) {
-        char path[256];
-        snprintf(path, sizeof(path), "%s/h200.json", dirs[i]);
+    for (int i = 0; i < ndirs; i++) {
+        char path[PATH_MAX + 16];
+        int w = snprintf(path, sizeof(path), "%s/h200.json", dirs[i]);
+        if (w < 0 || (size_t)w >= sizeof(path))
+            continue;
         FILE *f = fopen(path, "rb");
         if (f == NULL) {
             if (used < sizeof(tried))

@@ -1,0 +1,312 @@
+/* What polling ferry_should_abort() costs a kernel, and that the abort still arrives: a
+ * byte-wise kernel (out = in ^ 0x5a, 16 bytes a thread in one vector load and store, 256
+ * threads a block: 4 KiB a block, 2,048 blocks over 8 MiB) whose first thread
+ * in each block polls once, against the same kernel without the poll, and against a poll of a
+ * word in mapped host memory (where ferry kept the word before). The word polled is ferry's
+ * own: taken from the kernel arguments of a pipeline's chunk. Each kernel is timed with events
+ * on a stream of its own, 1 MiB and 8 MiB, modes interleaved, median of the timed runs after a
+ * warm-up; every output is checked first. Then a pipeline whose one chunk runs a grid that
+ * fills every SM and repeats the pass until the abort: how long past its deadline the chunk
+ * was retired. One JSON line per figure, for scripts/gpu-check.sh. */
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "ferry.h"
+#include "ferry/device.h"
+
+/* How a kernel polls: not at all; its block's first thread, the answer shared through shared
+ * memory and a barrier, before the pass's work (the block waits for the read) or after it (the
+ * read was issued before the work, whose time hides its latency); every thread, the read issued
+ * before the work and its answer used after it (one read a warp, from L2, no barrier). */
+enum { POLL_NONE = 0, POLL_BLOCK_FIRST, POLL_BLOCK_LATE, POLL_THREADS_LATE, POLL_ONE_COPY };
+/* POLL_ONE_COPY: as POLL_BLOCK_FIRST, but every block reads the word's first copy, as if the
+ * word had one copy only (what its FERRY_ABORT_REPLICAS copies are worth). */
+
+__global__ void xor_kernel(ferry_kernel_args_t a, int poll, unsigned long long spin_ns, int vecs)
+{
+    __shared__ int stop;
+    unsigned long long t0 = 0, t;
+    if (spin_ns)
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    const unsigned char *in = (const unsigned char *)a.in;
+    unsigned char *out = (unsigned char *)a.out;
+    size_t base = (size_t)blockIdx.x * blockDim.x * 16 * vecs;
+    for (;;) {
+        bool said = false;
+        if (poll == POLL_BLOCK_FIRST || poll == POLL_ONE_COPY) {
+            if (threadIdx.x == 0)
+                stop = poll == POLL_ONE_COPY ? *a.abort_word >= a.seq : ferry_should_abort(&a);
+            __syncthreads();
+            if (stop)
+                return;
+        } else if (poll == POLL_BLOCK_LATE && threadIdx.x == 0) {
+            said = ferry_should_abort(&a);
+        } else if (poll == POLL_THREADS_LATE) {
+            said = ferry_should_abort(&a);
+        }
+        for (int k = 0; k < vecs; k++) {
+            size_t i = base + ((size_t)k * blockDim.x + threadIdx.x) * 16;
+            if (i + 16 <= a.bytes) { /* 16 bytes in one load and one store */
+                uint4 v = *(const uint4 *)(in + i);
+                v.x ^= 0x5a5a5a5au;
+                v.y ^= 0x5a5a5a5au;
+                v.z ^= 0x5a5a5a5au;
+                v.w ^= 0x5a5a5a5au;
+                *(uint4 *)(out + i) = v;
+            } else {
+                for (size_t j = i; j < a.bytes && j < i + 16; j++)
+                    out[j] = in[j] ^ 0x5a;
+            }
+        }
+        if (poll == POLL_BLOCK_LATE) {
+            if (threadIdx.x == 0)
+                stop = said;
+            __syncthreads();
+            if (stop)
+                return;
+        } else if (poll == POLL_THREADS_LATE && said) {
+            return;
+        }
+        if (!spin_ns)
+            return;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        if (t - t0 > spin_ns)
+            return;
+        __syncthreads();
+    }
+}
+
+static unsigned blocks_for(size_t bytes, int vecs = 1)
+{
+    size_t per = (size_t)256 * 16 * vecs;
+    return (unsigned)((bytes + per - 1) / per);
+}
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "bench_abort_poll: %s: %s\n", #call, cudaGetErrorString(e_));          \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* The stage: the kernel, polling; the chunk chosen to hang repeats its pass until the abort. */
+typedef struct stage_ctx {
+    ferry_kernel_args_t seen; /* a chunk's arguments, for the timing below */
+    int have;
+    int hang_armed;     /* the next first chunk launched hangs (atomic) */
+    unsigned grid_fill; /* blocks that fill the GPU */
+} stage_ctx_t;
+
+static int gpu_fn(const ferry_kernel_args_t *a, void *stream, void *user)
+{
+    stage_ctx_t *c = (stage_ctx_t *)user;
+    if (!c->have) {
+        c->seen = *a;
+        c->have = 1;
+    }
+    bool hang = a->chunk == 0 && a->attempt == 0 &&
+                __atomic_exchange_n(&c->hang_armed, 0, __ATOMIC_ACQ_REL) != 0;
+    unsigned blocks = blocks_for(a->bytes);
+    if (hang && blocks < c->grid_fill)
+        blocks = c->grid_fill;
+    xor_kernel<<<blocks, 256, 0, (cudaStream_t)stream>>>(*a, POLL_BLOCK_LATE,
+                                                         hang ? 20000000000ull : 0, 1);
+    return cudaGetLastError() == cudaSuccess ? 0 : FERRY_EKERNEL;
+}
+
+static int cpu_fn(const ferry_kernel_args_t *a, void *user)
+{
+    (void)user;
+    const unsigned char *in = (const unsigned char *)a->in;
+    unsigned char *out = (unsigned char *)a->out;
+    for (size_t i = 0; i < a->bytes; i++)
+        out[i] = in[i] ^ 0x5a;
+    return 0;
+}
+
+static void on_done(const ferry_batch_result_t *r, void *arg)
+{
+    int *bad = (int *)arg;
+    if (r->status != 0)
+        __atomic_add_fetch(bad, 1, __ATOMIC_RELAXED);
+}
+
+static void fill(unsigned char *p, size_t n, uint64_t *s)
+{
+    for (size_t i = 0; i < n; i++) {
+        *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+        p[i] = (unsigned char)(*s >> 56);
+    }
+}
+
+static bool check(const unsigned char *in, const unsigned char *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (out[i] != (unsigned char)(in[i] ^ 0x5a))
+            return false;
+    return true;
+}
+
+int main(void)
+{
+    ferry_runtime_config_t rc = FERRY_RUNTIME_CONFIG_INIT;
+    rc.backend = "cuda";
+    ferry_runtime_t *rt = NULL;
+    ferry_device_t *dev = NULL;
+    if (ferry_runtime_create(&rc, &rt) != 0 || ferry_device_get(rt, 0, &dev) != 0) {
+        fprintf(stderr, "bench_abort_poll: no GPU (%s)\n", ferry_last_error());
+        return 77;
+    }
+    ferry_device_props_t props = FERRY_DEVICE_PROPS_INIT;
+    ferry_device_props(dev, &props);
+    int per_sm = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, xor_kernel, 256, 0));
+
+    stage_ctx_t ctx = {};
+    ctx.grid_fill = 2u * (unsigned)props.sms * (unsigned)per_sm;
+    ferry_stage_t st = FERRY_STAGE_INIT;
+    st.name = "xor-poll";
+    st.gpu = gpu_fn;
+    st.cpu = cpu_fn;
+    st.user = &ctx;
+
+    const size_t big = 8u << 20, per = 8u << 20, nb = 12;
+    unsigned char *in = NULL, *out = NULL;
+    CK(cudaMallocHost((void **)&in, nb * per));
+    CK(cudaMallocHost((void **)&out, nb * per));
+    uint64_t seed = 0x5eed;
+    fill(in, nb * per, &seed);
+
+    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
+    pc.device = dev;
+    pc.stage = &st;
+    pc.chunk_bytes = 2u << 20;
+    pc.coalesce_bytes = SIZE_MAX; /* a copy per chunk */
+    ferry_pipeline_t *p = NULL;
+    if (ferry_pipeline_create(&pc, &p) != 0) {
+        fprintf(stderr, "bench_abort_poll: pipeline: %s\n", ferry_last_error());
+        return 1;
+    }
+    int bad = 0;
+    ferry_batch_t b = FERRY_BATCH_INIT;
+    b.in = in;
+    b.out = out;
+    b.bytes = per;
+    if (ferry_pipeline_submit(p, &b, on_done, &bad, NULL) != 0 || ferry_pipeline_drain(p) != 0 ||
+        bad || !check(in, out, per) || !ctx.have) {
+        fprintf(stderr, "bench_abort_poll: the first batch failed or differs\n");
+        return 1;
+    }
+
+    /* Kernel timing, outside the pipeline, with ferry's word (not raised: 0 < seq). */
+    unsigned char *d_in, *d_out, *h_word;
+    CK(cudaMalloc((void **)&d_in, big));
+    CK(cudaMalloc((void **)&d_out, big));
+    CK(cudaHostAlloc((void **)&h_word, 4096, cudaHostAllocMapped));
+    memset(h_word, 0, 4096);
+    void *d_word = NULL;
+    CK(cudaHostGetDevicePointer(&d_word, h_word, 0));
+    std::vector<unsigned char> hin(big), hout(big);
+    fill(hin.data(), big, &seed);
+    CK(cudaMemcpy(d_in, hin.data(), big, cudaMemcpyHostToDevice));
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    /* The modes: no poll; ferry's word polled by each block's first thread, by every thread;
+     * a mapped host word polled by each block's first thread (where the word was before). */
+    /* none_again: the same kernel as none, for the spread between two series of one kernel. */
+    enum { M = 7 };
+    const char *names[M] = {"none",       "block_first", "block_late", "threads_late",
+                            "host_block", "none_again",  "one_copy"};
+    const int polls[M] = {POLL_NONE,        POLL_BLOCK_FIRST, POLL_BLOCK_LATE, POLL_THREADS_LATE,
+                          POLL_BLOCK_FIRST, POLL_NONE,        POLL_ONE_COPY};
+    /* 16 bytes a thread (4 KiB a block) at 1 and 8 MiB; 64 bytes a thread (16 KiB a block). */
+    const size_t sizes[3] = {1u << 20, 8u << 20, 8u << 20};
+    const int vecs_of[3] = {1, 1, 4};
+    const int warm = 50, reps = 500;
+    for (int si = 0; si < 3; si++) {
+        size_t n = sizes[si];
+        int vecs = vecs_of[si];
+        ferry_kernel_args_t a[M];
+        for (int m = 0; m < M; m++) {
+            a[m] = ctx.seen;
+            a[m].in = d_in;
+            a[m].out = d_out;
+            a[m].bytes = n;
+        }
+        a[4].abort_word = (const volatile uint64_t *)d_word;
+        /* Correctness first, each mode. */
+        for (int m = 0; m < M; m++) {
+            CK(cudaMemsetAsync(d_out, 0, n, s));
+            xor_kernel<<<blocks_for(n, vecs), 256, 0, s>>>(a[m], polls[m], 0, vecs);
+            CK(cudaMemcpyAsync(hout.data(), d_out, n, cudaMemcpyDeviceToHost, s));
+            CK(cudaStreamSynchronize(s));
+            if (!check(hin.data(), hout.data(), n)) {
+                fprintf(stderr, "bench_abort_poll: %s at %zu bytes: wrong output\n", names[m], n);
+                return 1;
+            }
+        }
+        std::vector<double> t[M];
+        for (int r = 0; r < warm + reps; r++)
+            for (int m = 0; m < M; m++) {
+                if (m == 4 && r % 10 != 0)
+                    continue; /* 2 ms a run: every tenth is enough */
+                CK(cudaEventRecord(e0, s));
+                xor_kernel<<<blocks_for(n, vecs), 256, 0, s>>>(a[m], polls[m], 0, vecs);
+                CK(cudaEventRecord(e1, s));
+                CK(cudaEventSynchronize(e1));
+                float ms = 0;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                if (r >= warm)
+                    t[m].push_back(ms * 1000.0);
+            }
+        double med[M];
+        for (int m = 0; m < M; m++) {
+            std::sort(t[m].begin(), t[m].end());
+            med[m] = t[m][t[m].size() / 2];
+        }
+        printf("{\"bench\":\"abort_poll\",\"case\":\"kernel_us\",\"bytes\":%zu,\"blocks\":%u,"
+               "\"bytes_per_thread\":%d,\"reps\":%d",
+               n, blocks_for(n, vecs), 16 * vecs, reps);
+        for (int m = 0; m < M; m++)
+            printf(",\"%s_us\":%.2f,\"%s_over_none\":%.4f", names[m], med[m], names[m],
+                   med[m] / med[0]);
+        printf("}\n");
+    }
+
+    /* The abort, while a grid fills every SM: batch 3's first chunk repeats until stopped. */
+    for (size_t i = 0; i < nb; i++) {
+        ferry_batch_t bb = FERRY_BATCH_INIT;
+        bb.in = in + i * per;
+        bb.out = out + i * per;
+        bb.bytes = per;
+        if (i == 3) {
+            ferry_pipeline_drain(p); /* batch 3's first chunk is the next one launched */
+            __atomic_store_n(&ctx.hang_armed, 1, __ATOMIC_RELEASE);
+        }
+        if (ferry_pipeline_submit(p, &bb, on_done, &bad, NULL) != 0) {
+            fprintf(stderr, "bench_abort_poll: submit: %s\n", ferry_last_error());
+            return 1;
+        }
+    }
+    ferry_pipeline_drain(p);
+    ferry_pipeline_stats_t ps = FERRY_PIPELINE_STATS_INIT;
+    ferry_pipeline_stats(p, &ps);
+    bool ok = !bad && check(in, out, nb * per);
+    printf("{\"bench\":\"abort_poll\",\"case\":\"abort_full_grid\",\"grid_blocks\":%u,"
+           "\"deadlines_passed\":%llu,\"overrun_ms\":%.3f,\"gpu_lost\":%d,\"output_ok\":%s}\n",
+           ctx.grid_fill, (unsigned long long)ps.deadlines_passed,
+           (double)ps.deadline_overrun_ns / 1e6, ps.gpu_lost, ok ? "true" : "false");
+    ferry_pipeline_close(p);
+    ferry_runtime_destroy(rt);
+    return ok ? 0 : 1;
+}
