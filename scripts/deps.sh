@@ -15,6 +15,8 @@ need=(
   "pkg-config:/usr/bin/pkg-config"
   "libcjson-dev:/usr/include/cjson/cJSON.h"
   "libcmocka-dev:/usr/include/cmocka.h"
+  # the metrics endpoint is served by libmicrohttpd
+  "libmicrohttpd-dev:/usr/include/microhttpd.h"
   "python3:/usr/bin/python3"
   # the metrics tests parse ferry's exposition with a real Prometheus parser, and scrape it
   "python3-prometheus-client:/usr/lib/python3/dist-packages/prometheus_client/__init__.py"

@@ -2,8 +2,8 @@
 # One call on the GPU machine: build ferry with CUDA, run every test (the GPU ones included),
 # the end-to-end runs and the benchmarks, write the results (with date, device, driver, commit
 # and command) to $OUT (or bench/results/), and print a short table last.
-# Needs .carry/ (scripts/carry-deps.sh) for cJSON, cmocka and python3-prometheus-client: that
-# machine has no apt.
+# Needs .carry/ (scripts/carry-deps.sh) for cJSON, cmocka, libmicrohttpd and
+# python3-prometheus-client: that machine has no apt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-bench/results}

@@ -19,7 +19,8 @@ typedef struct ferry_metric ferry_metric_t;
 
 /** A new, empty registry. Returns 0 or FERRY_ENOMEM. */
 FERRY_EXTERN int ferry_metrics_create(ferry_metrics_t **out);
-/** Stop serving, detach pipelines, free everything. NULL is a no-op. */
+/** Stop serving (every connection is closed at once), detach pipelines, free everything. NULL
+ *  is a no-op. */
 FERRY_EXTERN void ferry_metrics_destroy(ferry_metrics_t *m);
 
 /** Register one series. @p name: [a-zA-Z_:][a-zA-Z0-9_:]*, counters ending in `_total`;
@@ -54,11 +55,22 @@ FERRY_EXTERN int ferry_metrics_write(ferry_metrics_t *m, FILE *f);
 /** Write to @p path through a temporary file and rename(2), so a reader (node_exporter's
  *  textfile collector) never sees half a file. Returns 0 or FERRY_EIO naming the path. */
 FERRY_EXTERN int ferry_metrics_write_file(ferry_metrics_t *m, const char *path);
-/** Serve GET /metrics over HTTP on @p addr, "127.0.0.1:PORT" (loopback only; PORT 0 picks a free
- *  one), on a thread of its own until the registry is destroyed. The address actually bound is
- *  written to @p bound. Returns 0, FERRY_EINVAL (not a loopback address, naming what is
- *  accepted), FERRY_EBUSY (serving already) or FERRY_EIO (bind or listen failed, with the
- *  reason). */
+/** The endpoint's limits: connections open at once (more wait in the kernel's queue, not
+ *  accepted, until one closes), and the seconds a connection may stay without sending or
+ *  receiving a byte before it is closed. */
+#define FERRY_METRICS_CONNECTION_LIMIT 512
+#define FERRY_METRICS_IDLE_TIMEOUT_S   5
+
+/** Serve GET (and HEAD) /metrics over HTTP on @p addr, "HOST:PORT": HOST an IPv4 address, an
+ *  IPv6 address in brackets or a name, resolved with getaddrinfo(3); only loopback results
+ *  are used (127.x.x.x, ::1), the first that binds; PORT 0 picks a free one. Other paths get
+ *  404, other methods 405. Served by libmicrohttpd on one thread of its own until the registry
+ *  is destroyed: no client, however slow or idle, delays another's scrape or the destroy (all
+ *  connections are closed then). The address actually bound ("127.0.0.1:PORT", "[::1]:PORT")
+ *  is copied to @p bound (borrowed, may be NULL). Returns 0, FERRY_EINVAL (a malformed
+ *  address, a name that does not resolve, or one that is not loopback, naming what is
+ *  accepted), FERRY_EBUSY (serving already) or FERRY_EIO (socket, bind or listen failed, with
+ *  the reason). Thread-safe. */
 FERRY_EXTERN int ferry_metrics_serve(ferry_metrics_t *m, const char *addr, char *bound,
                                      size_t bound_len);
 

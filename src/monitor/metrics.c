@@ -1,11 +1,13 @@
 /* The metrics registry (include/ferry/metrics.h): families of series registered by name, values
  * as atomics (doubles kept as their bits), attached pipelines read at exposition time, the
- * Prometheus text format, an atomically replaced textfile, and a loopback HTTP endpoint. */
+ * Prometheus text format, an atomically replaced textfile, and a loopback HTTP endpoint served
+ * by libmicrohttpd. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
+#include <microhttpd.h>
+#include <netdb.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,10 +51,7 @@ struct ferry_metrics {
     pthread_mutex_t lock; /* the lists; values are atomics */
     family_t *families, *last;
     attached_t *pipelines;
-    /* the endpoint */
-    bool serving;
-    int listen_fd, stop_pipe[2];
-    pthread_t server;
+    struct MHD_Daemon *daemon; /* the endpoint, or NULL; set and cleared under the lock */
 };
 
 /* ---- values ------------------------------------------------------------------------------ */
@@ -118,8 +117,6 @@ int ferry_metrics_create(ferry_metrics_t **out)
     if (m == NULL)
         return ferry__error(FERRY_ENOMEM, "ferry_metrics_create: out of memory");
     pthread_mutex_init(&m->lock, NULL);
-    m->listen_fd = -1;
-    m->stop_pipe[0] = m->stop_pipe[1] = -1;
     *out = m;
     return 0;
 }
@@ -620,134 +617,215 @@ int ferry_metrics_write_file(ferry_metrics_t *m, const char *path)
 
 /* ---- the endpoint ------------------------------------------------------------------------ */
 
-static void respond(ferry_metrics_t *m, int fd)
+/* libmicrohttpd serves every connection from one thread of its own (poll(2), not a thread per
+ * connection), so the only data a request touches is ferry's, read under m->lock as any
+ * caller of ferry_metrics_write does. Its guarantees are what a scrape needs from a process
+ * that other local programs can connect to: a connection that sends one byte now and then, or
+ * none, costs a slot and nothing else; idle connections close after
+ * FERRY_METRICS_IDLE_TIMEOUT_S; past FERRY_METRICS_CONNECTION_LIMIT, new connections wait in
+ * the kernel's queue until one closes; MHD_stop_daemon closes them all whatever their state
+ * (issue 15: a serial server held one scrape 30 s behind a client sending a byte every 0.9 s,
+ * and a run's exit 38 s). */
+
+static const char only_metrics[] = "ferry serves GET /metrics only\n";
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls)
 {
-    char req[4096];
-    size_t got = 0;
-    struct pollfd pf = {.fd = fd, .events = POLLIN};
-    /* The request line and headers, up to a blank line, within a second. */
-    while (got < sizeof(req) - 1 && poll(&pf, 1, 1000) == 1) {
-        ssize_t k = recv(fd, req + got, sizeof(req) - 1 - got, 0);
-        if (k <= 0)
-            break;
-        got += (size_t)k;
-        req[got] = '\0';
-        if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n"))
-            break;
-    }
-    req[got] = '\0';
+    ferry_metrics_t *m = cls;
+    bool get = strcmp(method, MHD_HTTP_METHOD_GET) == 0,
+         head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+    unsigned status = MHD_HTTP_OK;
+    const char *type = "text/plain; version=0.0.4; charset=utf-8";
     char *body = NULL;
     size_t len = 0;
-    const char *status = "404 Not Found", *type = "text/plain; charset=utf-8";
-    if (strncmp(req, "GET /metrics ", 13) == 0 || strncmp(req, "GET /metrics?", 13) == 0) {
+    if (!get && !head) {
+        status = MHD_HTTP_METHOD_NOT_ALLOWED;
+    } else if (strcmp(url, "/metrics") != 0) {
+        status = MHD_HTTP_NOT_FOUND;
+    } else {
         FILE *f = open_memstream(&body, &len);
-        if (f != NULL) {
-            ferry_metrics_write(m, f);
-            fclose(f);
-            status = "200 OK";
-            type = "text/plain; version=0.0.4; charset=utf-8";
-        }
-    } else if (strncmp(req, "GET ", 4) != 0) {
-        status = "405 Method Not Allowed";
-    }
-    if (body == NULL) {
-        body = strdup("ferry serves GET /metrics only\n");
-        len = body ? strlen(body) : 0;
-    }
-    char hdr[256];
-    int hn = snprintf(hdr, sizeof(hdr),
-                      "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                      "Connection: close\r\n\r\n",
-                      status, type, len);
-    if (send(fd, hdr, (size_t)hn, MSG_NOSIGNAL) == hn && body != NULL) {
-        for (size_t at = 0; at < len;) {
-            ssize_t k = send(fd, body + at, len - at, MSG_NOSIGNAL);
-            if (k <= 0)
-                break;
-            at += (size_t)k;
+        if (f == NULL)
+            return MHD_NO;
+        int rc = ferry_metrics_write(m, f);
+        if (fclose(f) != 0 || rc != 0) {
+            free(body);
+            return MHD_NO; /* closes the connection: the scraper sees a failed scrape */
         }
     }
-    free(body);
+    if (status != MHD_HTTP_OK) {
+        type = "text/plain; charset=utf-8";
+        body = strdup(only_metrics);
+        if (body == NULL)
+            return MHD_NO;
+        len = strlen(body);
+    }
+    struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(len, body, free);
+    if (r == NULL) {
+        free(body);
+        return MHD_NO;
+    }
+    enum MHD_Result ret = MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (ret == MHD_YES && status == MHD_HTTP_METHOD_NOT_ALLOWED)
+        ret = MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    if (ret == MHD_YES)
+        ret = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    return ret;
 }
 
-static void *serve_main(void *arg)
+static bool is_loopback(const struct sockaddr *sa)
 {
-    ferry_metrics_t *m = arg;
-    for (;;) {
-        struct pollfd pf[2] = {{.fd = m->listen_fd, .events = POLLIN},
-                               {.fd = m->stop_pipe[0], .events = POLLIN}};
-        if (poll(pf, 2, -1) < 0) {
-            if (errno == EINTR)
-                continue;
-            break;
-        }
-        if (pf[1].revents)
-            break;
-        if (pf[0].revents & POLLIN) {
-            int fd = accept(m->listen_fd, NULL, NULL);
-            if (fd >= 0) {
-                respond(m, fd);
-                close(fd);
-            }
-        }
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
     }
-    return NULL;
+    return false;
+}
+
+/* "127.0.0.1:9100", "[::1]:9100" from a bound address. */
+static void format_addr(const struct sockaddr *sa, char *out, size_t len)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    unsigned port = 0;
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
+        inet_ntop(AF_INET6, &s6->sin6_addr, host, sizeof(host));
+        port = ntohs(s6->sin6_port);
+        snprintf(out, len, "[%s]:%u", host, port);
+    } else {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
+        inet_ntop(AF_INET, &s4->sin_addr, host, sizeof(host));
+        port = ntohs(s4->sin_port);
+        snprintf(out, len, "%s:%u", host, port);
+    }
+}
+
+#define ACCEPTED_ADDR                                                                              \
+    "accepted HOST:PORT with HOST a loopback address or name (127.0.0.1, [::1] in brackets, "      \
+    "localhost) and PORT 0 to 65535 (0 picks a free one), e.g. 127.0.0.1:PORT"
+
+/* Split @p addr into host (brackets removed) and port. */
+static int split_addr(const char *addr, char *host, size_t host_len, char *port, size_t port_len)
+{
+    const char *colon = strrchr(addr, ':');
+    if (colon == NULL || colon == addr)
+        return ferry__error(FERRY_EINVAL, "metrics address '%s': no port; " ACCEPTED_ADDR, addr);
+    const char *h = addr, *he = colon;
+    if (addr[0] == '[') {
+        if (colon[-1] != ']' || colon - addr < 3)
+            return ferry__error(FERRY_EINVAL, "metrics address '%s': " ACCEPTED_ADDR, addr);
+        h = addr + 1;
+        he = colon - 1;
+    } else if (memchr(addr, ':', (size_t)(colon - addr)) != NULL) {
+        return ferry__error(FERRY_EINVAL,
+                            "metrics address '%s': an IPv6 address goes in brackets, as in "
+                            "[::1]:PORT; " ACCEPTED_ADDR,
+                            addr);
+    }
+    size_t hl = (size_t)(he - h);
+    char *end = NULL;
+    errno = 0;
+    long pn = strtol(colon + 1, &end, 10);
+    if (hl == 0 || hl >= host_len || colon[1] < '0' || colon[1] > '9' || *end != '\0' ||
+        errno != 0 || pn < 0 || pn > 65535)
+        return ferry__error(FERRY_EINVAL, "metrics address '%s': " ACCEPTED_ADDR, addr);
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    snprintf(port, port_len, "%ld", pn);
+    return 0;
+}
+
+/* A socket bound and listening on the first loopback address @p addr resolves to. */
+static int open_listener(const char *addr, int *fd_out, char *bound, size_t bound_len)
+{
+    char host[256], port[8];
+    int rc = split_addr(addr, host, sizeof(host), port, sizeof(port));
+    if (rc != 0)
+        return rc;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    int g = getaddrinfo(host, port, &hints, &res);
+    if (g != 0)
+        return ferry__error(FERRY_EINVAL,
+                            "metrics address '%s': cannot resolve '%s': %s; " ACCEPTED_ADDR, addr,
+                            host, g == EAI_SYSTEM ? strerror(errno) : gai_strerror(g));
+    char first[64] = "", why[128] = "";
+    rc = FERRY_EINVAL;
+    for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+        if (!is_loopback(ai->ai_addr)) {
+            if (!first[0])
+                format_addr(ai->ai_addr, first, sizeof(first));
+            continue;
+        }
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
+            snprintf(why, sizeof(why), "socket: %s", strerror(errno));
+            rc = FERRY_EIO;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (ai->ai_family == AF_INET6)
+            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        /* The backlog holds connections that arrive faster than the server accepts them. */
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0 ||
+            getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+            format_addr(ai->ai_addr, bound, bound_len);
+            snprintf(why, sizeof(why), "%s: %s", bound, strerror(errno));
+            close(fd);
+            rc = FERRY_EIO;
+            continue;
+        }
+        format_addr((struct sockaddr *)&ss, bound, bound_len);
+        *fd_out = fd;
+        freeaddrinfo(res);
+        return 0;
+    }
+    freeaddrinfo(res);
+    if (rc == FERRY_EIO)
+        return ferry__error(FERRY_EIO, "metrics endpoint '%s': %s", addr, why);
+    return ferry__error(FERRY_EINVAL,
+                        "metrics address '%s': '%s' %s%s is not loopback: only loopback "
+                        "(127.x.x.x, ::1, or a name resolving to them such as localhost) is "
+                        "served, as metrics are not for the network without a proxy in front",
+                        addr, host, first[0] ? "resolves to " : "", first);
 }
 
 int ferry_metrics_serve(ferry_metrics_t *m, const char *addr, char *bound, size_t bound_len)
 {
     if (m == NULL || addr == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_metrics_serve: NULL registry or address");
-    const char *colon = strrchr(addr, ':');
-    char host[64];
-    char *end = NULL;
-    long port = colon ? strtol(colon + 1, &end, 10) : -1;
-    size_t hl = colon ? (size_t)(colon - addr) : 0;
-    struct in_addr ia;
-    if (colon == NULL || hl == 0 || hl >= sizeof(host) || end == colon + 1 || *end != '\0' ||
-        port < 0 || port > 65535)
-        return ferry__error(FERRY_EINVAL,
-                            "metrics address '%s': accepted 127.0.0.1:PORT (PORT 0 to 65535; 0 "
-                            "picks a free one)",
-                            addr);
-    memcpy(host, addr, hl);
-    host[hl] = '\0';
-    if (inet_pton(AF_INET, host, &ia) != 1 || (ntohl(ia.s_addr) >> 24) != 127)
-        return ferry__error(FERRY_EINVAL,
-                            "metrics address '%s': only loopback (127.x.x.x) is served: metrics "
-                            "are not for the network without a proxy in front",
-                            addr);
-    if (m->serving)
+    char where[INET6_ADDRSTRLEN + 16] = "";
+    int fd = -1;
+    int rc = open_listener(addr, &fd, where, sizeof(where));
+    if (rc != 0)
+        return rc;
+    pthread_mutex_lock(&m->lock);
+    if (m->daemon != NULL) {
+        pthread_mutex_unlock(&m->lock);
+        close(fd);
         return ferry__error(FERRY_EBUSY, "ferry_metrics_serve: already serving");
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return ferry__error(FERRY_EIO, "metrics endpoint: socket: %s", strerror(errno));
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    struct sockaddr_in sa = {
-        .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = ia};
-    socklen_t sl = sizeof(sa);
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 16) != 0 ||
-        getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
-        int e = errno;
-        close(fd);
-        return ferry__error(FERRY_EIO, "metrics endpoint %s: %s", addr, strerror(e));
     }
-    if (pipe(m->stop_pipe) != 0) {
+    /* MHD_USE_ITC: stopping wakes the server thread at once, whatever its poll timeout. */
+    m->daemon =
+        MHD_start_daemon(MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC, 0, NULL, NULL, on_request, m,
+                         MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
+                         (unsigned)FERRY_METRICS_CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
+                         (unsigned)FERRY_METRICS_IDLE_TIMEOUT_S, MHD_OPTION_END);
+    bool started = m->daemon != NULL;
+    pthread_mutex_unlock(&m->lock);
+    if (!started) {
         close(fd);
-        return ferry__error(FERRY_EIO, "metrics endpoint: pipe: %s", strerror(errno));
+        return ferry__error(FERRY_EIO, "metrics endpoint %s: the HTTP server did not start", where);
     }
-    m->listen_fd = fd;
-    if (pthread_create(&m->server, NULL, serve_main, m) != 0) {
-        close(fd);
-        close(m->stop_pipe[0]);
-        close(m->stop_pipe[1]);
-        m->listen_fd = m->stop_pipe[0] = m->stop_pipe[1] = -1;
-        return ferry__error(FERRY_ENOMEM, "metrics endpoint: cannot start its thread");
-    }
-    m->serving = true;
     if (bound != NULL && bound_len > 0)
-        snprintf(bound, bound_len, "%s:%u", host, (unsigned)ntohs(sa.sin_port));
+        snprintf(bound, bound_len, "%s", where);
     return 0;
 }
 
@@ -755,14 +833,14 @@ void ferry_metrics_destroy(ferry_metrics_t *m)
 {
     if (m == NULL)
         return;
-    if (m->serving) {
-        ssize_t w = write(m->stop_pipe[1], "x", 1);
-        (void)w;
-        pthread_join(m->server, NULL);
-        close(m->listen_fd);
-        close(m->stop_pipe[0]);
-        close(m->stop_pipe[1]);
-    }
+    /* Not under the lock: a request being answered waits for it, and stopping waits for the
+     * request. Stopping closes the listening socket and every connection. */
+    pthread_mutex_lock(&m->lock);
+    struct MHD_Daemon *d = m->daemon;
+    m->daemon = NULL;
+    pthread_mutex_unlock(&m->lock);
+    if (d != NULL)
+        MHD_stop_daemon(d);
     while (m->families != NULL) {
         family_t *f = m->families;
         m->families = f->next;

@@ -1,11 +1,16 @@
 /* The metrics registry: registration rules (names, counters ending in _total, labels, type
  * clashes, duplicates), the exact text format with escaping and histogram buckets, counters
  * summed from many threads, the atomic textfile, and the loopback endpoint (200 on /metrics,
- * 404 elsewhere, loopback only). */
-#include <arpa/inet.h>
+ * 404 elsewhere, 405 for other methods, loopback only, names and IPv6 resolved, and clients that
+ * neither slow a scrape nor the shutdown). */
+#include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ferry/metrics.h"
@@ -123,28 +128,70 @@ static void test_threads_and_file(void **state)
     ferry_metrics_destroy(m);
 }
 
-static char *http_get(const char *hostport, const char *path)
+/* A TCP connection to "HOST:PORT" or "[HOST]:PORT" (numeric, loopback) within 2 s, or -1. */
+static int connect_to(const char *hostport)
 {
     char host[64];
     const char *colon = strrchr(hostport, ':');
-    memcpy(host, hostport, (size_t)(colon - hostport));
-    host[colon - hostport] = '\0';
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
-    inet_pton(AF_INET, host, &sa.sin_addr);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    char req[256];
-    int k = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path);
-    assert_int_equal(send(fd, req, (size_t)k, 0), k);
+    const char *h = hostport, *he = colon;
+    if (*h == '[') {
+        h++;
+        he--;
+    }
+    memcpy(host, h, (size_t)(he - h));
+    host[he - h] = '\0';
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    if (getaddrinfo(host, colon + 1, &hints, &res) != 0)
+        return -1;
+    int fd = socket(res->ai_family, SOCK_STREAM, 0);
+    /* on Linux the send timeout bounds connect(2) too: a server that does not accept cannot
+     * hold the test */
+    struct timeval tv = {.tv_sec = 2};
+    if (fd >= 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    return fd;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* GET @p path with a 5 s bound on every wait; the response, or "" when the server closed or
+ * did not answer. */
+static char *http_request(const char *hostport, const char *method, const char *path)
+{
     static char resp[65536];
+    resp[0] = '\0';
+    int fd = connect_to(hostport);
+    assert_true(fd >= 0);
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char req[256];
+    int k = snprintf(req, sizeof(req), "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                     method, path);
+    assert_int_equal(send(fd, req, (size_t)k, MSG_NOSIGNAL), k);
     size_t got = 0;
     ssize_t r;
-    while ((r = recv(fd, resp + got, sizeof(resp) - 1 - got, 0)) > 0)
+    while (got < sizeof(resp) - 1 && (r = recv(fd, resp + got, sizeof(resp) - 1 - got, 0)) > 0)
         got += (size_t)r;
     resp[got] = '\0';
     close(fd);
     return resp;
+}
+
+static char *http_get(const char *hostport, const char *path)
+{
+    return http_request(hostport, "GET", path);
 }
 
 static void test_endpoint(void **state)
@@ -158,18 +205,210 @@ static void test_endpoint(void **state)
     char bound[64] = "";
     assert_int_equal(ferry_metrics_serve(m, "0.0.0.0:0", bound, sizeof(bound)), FERRY_EINVAL);
     assert_non_null(strstr(ferry_last_error(), "loopback"));
+    assert_int_equal(ferry_metrics_serve(m, "[::]:0", bound, sizeof(bound)), FERRY_EINVAL);
+    assert_non_null(strstr(ferry_last_error(), "not loopback"));
     assert_int_equal(ferry_metrics_serve(m, "127.0.0.1", bound, sizeof(bound)), FERRY_EINVAL);
+    assert_non_null(strstr(ferry_last_error(), "127.0.0.1:PORT"));
     assert_int_equal(ferry_metrics_serve(m, "127.0.0.1:99999", bound, sizeof(bound)), FERRY_EINVAL);
+    assert_int_equal(ferry_metrics_serve(m, "127.0.0.1:", bound, sizeof(bound)), FERRY_EINVAL);
+    assert_int_equal(ferry_metrics_serve(m, "127.0.0.1:-1", bound, sizeof(bound)), FERRY_EINVAL);
+    assert_int_equal(ferry_metrics_serve(m, "::1:0", bound, sizeof(bound)), FERRY_EINVAL);
+    assert_non_null(strstr(ferry_last_error(), "brackets"));
+    assert_int_equal(ferry_metrics_serve(m, "[::1:0", bound, sizeof(bound)), FERRY_EINVAL);
+    assert_int_equal(ferry_metrics_serve(m, "no-such-host.invalid:0", bound, sizeof(bound)),
+                     FERRY_EINVAL);
+    assert_non_null(strstr(ferry_last_error(), "cannot resolve 'no-such-host.invalid'"));
     assert_int_equal(ferry_metrics_serve(m, "127.0.0.1:0", bound, sizeof(bound)), 0);
     assert_int_equal(ferry_metrics_serve(m, "127.0.0.1:0", bound, sizeof(bound)), FERRY_EBUSY);
     printf("# serving on %s\n", bound);
+    assert_non_null(strstr(bound, "127.0.0.1:"));
     char *r = http_get(bound, "/metrics");
     assert_non_null(strstr(r, "HTTP/1.1 200 OK"));
     assert_non_null(strstr(r, "text/plain; version=0.0.4"));
     assert_non_null(strstr(r, "ferry_test_up 1\n"));
+    r = http_get(bound, "/metrics?x=1");
+    assert_non_null(strstr(r, "ferry_test_up 1\n"));
+    r = http_request(bound, "HEAD", "/metrics");
+    assert_non_null(strstr(r, "HTTP/1.1 200 OK"));
+    assert_null(strstr(r, "ferry_test_up"));
     r = http_get(bound, "/");
     assert_non_null(strstr(r, "HTTP/1.1 404"));
+    r = http_request(bound, "DELETE", "/metrics");
+    assert_non_null(strstr(r, "HTTP/1.1 405"));
+    assert_non_null(strstr(r, "Allow: GET, HEAD"));
     ferry_metrics_destroy(m);
+}
+
+/* Point 9 of issue 15: names and IPv6 loopback are resolved, not refused. */
+static void test_endpoint_names(void **state)
+{
+    (void)state;
+    const char *const addrs[] = {"localhost:0", "[::1]:0", "127.0.0.2:0"};
+    for (size_t i = 0; i < sizeof(addrs) / sizeof(addrs[0]); i++) {
+        ferry_metrics_t *m = NULL;
+        assert_int_equal(ferry_metrics_create(&m), 0);
+        ferry_metric_t *g = NULL;
+        assert_int_equal(ferry_metrics_gauge(m, "ferry_test_up", "Up.", NULL, &g), 0);
+        ferry_metric_set(g, 2);
+        char bound[64] = "";
+        int rc = ferry_metrics_serve(m, addrs[i], bound, sizeof(bound));
+        if (rc != 0 && strchr(addrs[i], '[') != NULL &&
+            strstr(ferry_last_error(), "Cannot assign") != NULL) {
+            printf("# %s: this host has no IPv6 loopback (%s)\n", addrs[i], ferry_last_error());
+            ferry_metrics_destroy(m);
+            continue;
+        }
+        if (rc != 0)
+            fail_msg("%s refused: %s", addrs[i], ferry_last_error());
+        printf("# %s bound %s\n", addrs[i], bound);
+        if (strchr(addrs[i], '[') != NULL)
+            assert_int_equal(strncmp(bound, "[::1]:", 6), 0);
+        else if (addrs[i][0] == '1')
+            assert_int_equal(strncmp(bound, "127.0.0.2:", 10), 0);
+        else
+            assert_true(strncmp(bound, "127.", 4) == 0 || strncmp(bound, "[::1]:", 6) == 0);
+        char *r = http_get(bound, "/metrics");
+        assert_non_null(strstr(r, "ferry_test_up 2\n"));
+        ferry_metrics_destroy(m);
+    }
+}
+
+typedef struct slow_client {
+    const char *addr;
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    bool stop;
+    int sent;
+} slow_client_t;
+
+/* Sends a request one byte every 0.2 s and never finishes it. */
+static void *slow_main(void *arg)
+{
+    slow_client_t *sc = arg;
+    int fd = connect_to(sc->addr);
+    const char req[] = "GET /metrics HTTP/1.1\r\nHost: a-very-slow-client\r\nX-Pad: "
+                       "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    pthread_mutex_lock(&sc->lock);
+    for (size_t i = 0; fd >= 0 && !sc->stop && i < sizeof(req) - 1; i++) {
+        if (send(fd, &req[i], 1, MSG_NOSIGNAL) != 1)
+            break;
+        sc->sent++;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&sc->cv, &sc->lock, &ts);
+    }
+    pthread_mutex_unlock(&sc->lock);
+    /* the connection stays open until the test ends, as an abandoned client's would */
+    return (void *)(intptr_t)fd;
+}
+
+/* Point 8 of issue 15: 200 idle connections and a client sending a byte every 0.2 s do not
+ * slow a scrape past 100 ms, and destroying the registry with all of them attached takes less
+ * than a second. Connections past the limit wait until one closes; an idle one is closed within
+ * the idle timeout. Bounded: about FERRY_METRICS_IDLE_TIMEOUT_S + 3 s. */
+static void test_endpoint_clients(void **state)
+{
+    (void)state;
+    ferry_metrics_t *m = NULL;
+    assert_int_equal(ferry_metrics_create(&m), 0);
+    ferry_metric_t *g = NULL;
+    assert_int_equal(ferry_metrics_gauge(m, "ferry_test_up", "Up.", NULL, &g), 0);
+    ferry_metric_set(g, 1);
+    char bound[64] = "";
+    assert_int_equal(ferry_metrics_serve(m, "127.0.0.1:0", bound, sizeof(bound)), 0);
+
+    enum { IDLE = 200 };
+    static int idle[IDLE];
+    for (int i = 0; i < IDLE; i++) {
+        idle[i] = connect_to(bound);
+        assert_true(idle[i] >= 0);
+    }
+    /* one of them sends half a request line and stops */
+    assert_int_equal(send(idle[0], "GET /metr", 9, MSG_NOSIGNAL), 9);
+    slow_client_t sc = {.addr = bound};
+    pthread_mutex_init(&sc.lock, NULL);
+    pthread_cond_init(&sc.cv, NULL);
+    pthread_t slow;
+    assert_int_equal(pthread_create(&slow, NULL, slow_main, &sc), 0);
+    usleep(300000);
+
+    double worst = 0;
+    for (int i = 0; i < 5; i++) {
+        double t0 = now_s();
+        char *r = http_get(bound, "/metrics");
+        double dt = now_s() - t0;
+        assert_non_null(strstr(r, "ferry_test_up 1\n"));
+        worst = dt > worst ? dt : worst;
+        usleep(100000);
+    }
+    pthread_mutex_lock(&sc.lock);
+    int sent = sc.sent;
+    pthread_mutex_unlock(&sc.lock);
+    printf("# 5 scrapes beside %d idle connections and a slow client (%d bytes sent): the "
+           "slowest took %.1f ms\n",
+           IDLE, sent, worst * 1e3);
+    assert_true(sent >= 2); /* the slow client was sending while the scrapes ran */
+    assert_true(worst < 0.100);
+
+    /* At the limit (the idle ones, the slow one and these) a further connection is not
+     * served until one closes. */
+    enum { EXTRA = FERRY_METRICS_CONNECTION_LIMIT - IDLE - 1 };
+    static int extra[EXTRA];
+    for (int i = 0; i < EXTRA; i++) {
+        extra[i] = connect_to(bound);
+        assert_true(extra[i] >= 0);
+    }
+    usleep(200000); /* the server accepts them */
+    int over = connect_to(bound);
+    assert_true(over >= 0);
+    const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    assert_int_equal(send(over, req, sizeof(req) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(req) - 1);
+    struct pollfd pf = {.fd = over, .events = POLLIN};
+    assert_int_equal(poll(&pf, 1, 300), 0);
+    for (int i = 0; i < EXTRA; i++)
+        close(extra[i]);
+    double t0 = now_s();
+    assert_int_equal(poll(&pf, 1, 2000), 1);
+    printf("# connection %d waited at the limit of %d, served %.1f ms after others closed\n",
+           FERRY_METRICS_CONNECTION_LIMIT + 1, FERRY_METRICS_CONNECTION_LIMIT,
+           (now_s() - t0) * 1e3);
+    char buf[256];
+    assert_true(recv(over, buf, sizeof(buf), 0) > 0);
+    assert_int_equal(strncmp(buf, "HTTP/1.1 200", 12), 0);
+    close(over);
+
+    /* An idle connection is closed within the idle timeout (plus a second's slack). */
+    struct timeval tv = {.tv_sec = FERRY_METRICS_IDLE_TIMEOUT_S + 1};
+    setsockopt(idle[1], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char c;
+    t0 = now_s();
+    ssize_t got = recv(idle[1], &c, 1, 0);
+    printf("# an idle connection closed after %.2f s\n", now_s() - t0);
+    assert_int_equal(got, 0);
+
+    /* The slow client is still attached (one byte every 0.2 s keeps it active): destroy. */
+    t0 = now_s();
+    ferry_metrics_destroy(m);
+    double dt = now_s() - t0;
+    printf("# destroyed with the slow client and idle connections attached in %.1f ms\n", dt * 1e3);
+    assert_true(dt < 1.0);
+    pthread_mutex_lock(&sc.lock);
+    sc.stop = true;
+    pthread_cond_signal(&sc.cv);
+    pthread_mutex_unlock(&sc.lock);
+    void *ret = NULL;
+    pthread_join(slow, &ret);
+    if ((int)(intptr_t)ret >= 0)
+        close((int)(intptr_t)ret);
+    for (int i = 0; i < IDLE; i++)
+        close(idle[i]);
+    pthread_mutex_destroy(&sc.lock);
+    pthread_cond_destroy(&sc.cv);
 }
 
 /* Bucket bounds and values print in the shortest form that reads back exactly. */
@@ -206,6 +445,8 @@ int main(void)
         cmocka_unit_test(test_registration_and_format),
         cmocka_unit_test(test_threads_and_file),
         cmocka_unit_test(test_endpoint),
+        cmocka_unit_test(test_endpoint_names),
+        cmocka_unit_test(test_endpoint_clients),
         cmocka_unit_test(test_short_numbers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "ferry.h"
+#include "ferry/metrics.h"
 #include "ferry/workloads.h"
 
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
@@ -66,12 +67,17 @@ void cli_json_str(FILE *f, const char *s);
 bool cli_color(void);
 
 /* The metrics of a command (metrics_export.c): with option metrics_addr or metrics_file set,
- * a registry with @p attached, served and/or written every second; nothing otherwise (*out
- * NULL). Start returns CLI_OK or CLI_FAIL (message printed); stop writes the file a last time,
- * detaches and frees. */
+ * a registry with @p attached (NULL: none yet), served and/or written every second; nothing
+ * otherwise (*out NULL). Start returns CLI_OK or CLI_FAIL (message printed); stop writes the
+ * file a last time, detaches and frees. Attach and detach pipelines that come and go (detach
+ * before closing one); the registry takes the command's own series. With metrics off (cm NULL)
+ * attach and detach do nothing and the registry is NULL. */
 typedef struct cli_metrics cli_metrics_t;
 int cli_metrics_start(const char *cmd, const ferry_options_t *o, ferry_pipeline_t *p,
                       const char *label, bool quiet, cli_metrics_t **out);
+int cli_metrics_attach(cli_metrics_t *cm, ferry_pipeline_t *p, const char *label);
+void cli_metrics_detach(cli_metrics_t *cm, ferry_pipeline_t *p);
+ferry_metrics_t *cli_metrics_registry(cli_metrics_t *cm);
 int cli_metrics_stop(const char *cmd, cli_metrics_t *cm);
 
 /* A subcommand: its name, entry, one-line summary, its own flags (space-separated), its

@@ -33,6 +33,8 @@ typedef struct bench_opts {
                                          GPU (after a warm-up pass), 1 on the simulator */
     unsigned long long host_offset;   /* pipeline: bytes past a page boundary of in and out */
     const char *report;               /* --report FILE */
+    cli_metrics_t *metrics;           /* --metrics-addr, --metrics-file; NULL: neither */
+    ferry_metric_t *cases_done;       /* ferry_bench_cases_total */
     int argc;                         /* the command line, for the report */
     char **argv;
 } bench_opts_t;
@@ -118,8 +120,44 @@ static int usage(void)
         "                    CPU; a shorter run than the GPU's weighs filling and draining\n"
         "                    the pipeline more)\n\n"
         "both: --json, --csv, --report FILE (an HTML page with the charts, docs/report.md),\n"
-        "      --backend auto|sim|cuda, --profile FILE, any `ferry options` flag\n");
+        "      --backend auto|sim|cuda, --profile FILE, any `ferry options` flag;\n"
+        "      --metrics-addr ADDR, --metrics-file FILE serve and write the cases done, each\n"
+        "      result and the running pipeline's series (docs/metrics.md)\n");
     return CLI_OK;
+}
+
+/* ---- metrics: the cases done and each case's result, as they come ------------------------ */
+
+static int metrics_start(bench_opts_t *bo, const ferry_options_t *o, const char *what,
+                         unsigned long long planned)
+{
+    if (cli_metrics_start("bench", o, NULL, NULL, false, &bo->metrics) != CLI_OK)
+        return CLI_FAIL;
+    ferry_metrics_t *reg = cli_metrics_registry(bo->metrics);
+    if (reg == NULL)
+        return CLI_OK;
+    const char *const lab[] = {"bench", what, NULL};
+    ferry_metric_t *g = NULL;
+    if (ferry_metrics_counter(reg, "ferry_bench_cases_total", "Benchmark cases done.", lab,
+                              &bo->cases_done) != 0 ||
+        ferry_metrics_gauge(reg, "ferry_bench_cases_planned", "Benchmark cases planned.", lab,
+                            &g) != 0)
+        return cli_fail("bench", "metrics: %s", ferry_last_error());
+    ferry_metric_set(g, (double)planned);
+    return CLI_OK;
+}
+
+/* One gauge per result, registered when the case is done; a case measured twice (a size
+ * given twice) keeps its first value: the registry refuses the same series twice. */
+static void metrics_result(const bench_opts_t *bo, const char *name, const char *help,
+                           const char *const *labels, double v)
+{
+    ferry_metrics_t *reg = cli_metrics_registry(bo->metrics);
+    ferry_metric_t *g = NULL;
+    if (reg == NULL)
+        return;
+    if (ferry_metrics_gauge(reg, name, help, labels, &g) == 0)
+        ferry_metric_set(g, v);
 }
 
 static ferry_runtime_t *open_runtime(ferry_options_t *o, const char *backend, const char *profile)
@@ -287,6 +325,19 @@ static int bench_copy(ferry_options_t *o, const bench_opts_t *bo)
                 }
                 const char *mem = pg ? "pageable" : "pinned";
                 cells[pg][d][s] = (copy_cell_t){r.best_gbps, r.median_gbps, r.best_us, r.median_us};
+                char bytes[32];
+                snprintf(bytes, sizeof(bytes), "%llu", bo->sizes[s]);
+                const char *const lb[] = {"bytes", bytes,  "direction", dirs[d], "memory",
+                                          mem,     "stat", "best",      NULL};
+                const char *const lm[] = {"bytes", bytes,  "direction", dirs[d], "memory",
+                                          mem,     "stat", "median",    NULL};
+                const char *help = "Copy rate of one size ('both': the bytes of both "
+                                   "directions over the time), best and median of the reps.";
+                metrics_result(bo, "ferry_bench_copy_bytes_per_second", help, lb,
+                               r.best_gbps * 1e9);
+                metrics_result(bo, "ferry_bench_copy_bytes_per_second", help, lm,
+                               r.median_gbps * 1e9);
+                ferry_metric_add(bo->cases_done, 1);
                 if (bo->json)
                     printf("%s{\"bytes\":%llu,\"direction\":\"%s\",\"memory\":\"%s\","
                            "\"best_gbps\":%.3f,\"median_gbps\":%.3f,\"best_us\":%.3f,"
@@ -349,11 +400,12 @@ static int ceiling(ferry_device_t *dev, unsigned reps, double *out)
     return rc;
 }
 
-/* The sweep on @backend (NULL: the options' choice). @total_io: bytes per configuration; 0
- * in: the default for the device (4G on a GPU, 256M on the simulator), set to what was used. */
+/* The sweep on @backend (NULL: the options' choice), @label in the metrics ("measured",
+ * "prediction"). @total_io: bytes per configuration; 0 in: the default for the device (4G on
+ * a GPU, 256M on the simulator), set to what was used. */
 static int sweep(ferry_options_t *o, const bench_opts_t *bo, const char *backend,
-                 const char *profile, unsigned long long *total_io, sweep_row_t *rows, int *nrows,
-                 ferry_runtime_t **rt_out)
+                 const char *profile, const char *label, unsigned long long *total_io,
+                 sweep_row_t *rows, int *nrows, ferry_runtime_t **rt_out)
 {
     ferry_runtime_t *rt = open_runtime(o, backend, profile);
     if (rt == NULL)
@@ -447,6 +499,12 @@ static int sweep(ferry_options_t *o, const bench_opts_t *bo, const char *backend
                         rc = cli_fail("bench", "pipeline: %s", ferry_last_error());
                         break;
                     }
+                    /* each pass's pipeline is served while it runs */
+                    if (cli_metrics_attach(bo->metrics, p, label) != CLI_OK) {
+                        ferry_pipeline_close(p);
+                        rc = CLI_FAIL;
+                        break;
+                    }
                     atomic_int counts[2] = {0, 0};
                     int nb = 0;
                     for (unsigned long long off = 0; off < total; off += batch, nb++) {
@@ -463,6 +521,7 @@ static int sweep(ferry_options_t *o, const bench_opts_t *bo, const char *backend
                     ferry_pipeline_drain(p);
                     ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
                     ferry_pipeline_stats(p, &st);
+                    cli_metrics_detach(bo->metrics, p);
                     ferry_pipeline_destroy(p);
                     /* A copy group never spans batches: a batch holds 4 chunks here. */
                     unsigned grp = st.copy_group < 4 ? st.copy_group : 4;
@@ -508,6 +567,23 @@ static int sweep(ferry_options_t *o, const bench_opts_t *bo, const char *backend
                     }
                 }
                 ferry_workload_destroy(wl);
+                char cb[32], cs[32], ci[32];
+                snprintf(cb, sizeof(cb), "%llu", row->chunk);
+                snprintf(cs, sizeof(cs), "%llu", row->streams);
+                snprintf(ci, sizeof(ci), "%llu", row->intensity);
+                const char *help = "Round-trip rate of one configuration each way, the median "
+                                   "pass.";
+                const char *const lh[] = {"sweep",           label, "chunk_bytes", cb,
+                                          "compute_streams", cs,    "intensity",   ci,
+                                          "direction",       "h2d", NULL};
+                const char *const ld[] = {"sweep",           label, "chunk_bytes", cb,
+                                          "compute_streams", cs,    "intensity",   ci,
+                                          "direction",       "d2h", NULL};
+                metrics_result(bo, "ferry_bench_pipeline_bytes_per_second", help, lh,
+                               row->h2d * 1e9);
+                metrics_result(bo, "ferry_bench_pipeline_bytes_per_second", help, ld,
+                               row->d2h * 1e9);
+                ferry_metric_add(bo->cases_done, 1);
                 cli_progress_update(&bar, (uint64_t)n);
             }
     *nrows = n;
@@ -661,9 +737,9 @@ static int bench_pipeline(ferry_options_t *o, const bench_opts_t *bo)
      * on the CPU): filling and draining the pipeline weigh more in a shorter run than the
      * GPU's 4G (16 MiB chunks: the prediction ~5% lower at 256M than at 4G). */
     unsigned long long total = bo->bytes, sim_total = bo->compare_bytes;
-    rc = sweep(o, bo, NULL, NULL, &total, meas, &n, &rt);
+    rc = sweep(o, bo, NULL, NULL, "measured", &total, meas, &n, &rt);
     if (rc == CLI_OK && bo->compare)
-        rc = sweep(o, bo, "sim", bo->compare_profile, &sim_total, pred, &np, &rt_sim);
+        rc = sweep(o, bo, "sim", bo->compare_profile, "prediction", &sim_total, pred, &np, &rt_sim);
     if (rc != CLI_OK)
         goto out;
     ferry_device_t *dev = NULL;
@@ -887,7 +963,20 @@ int cmd_bench(int argc, char **argv)
     }
     bo.argc = argc;
     bo.argv = argv;
+    /* The metrics start before the first case, so that a bad address or path is refused up
+     * front, and stop after the last, when the file is written a last time. */
+    unsigned long long planned =
+        copy ? (unsigned long long)(bo.no_pageable ? 1 : 2) * 3 * (unsigned long long)bo.nsizes
+             : (unsigned long long)bo.nchunks * (unsigned long long)bo.nstreams *
+                   (unsigned long long)bo.nint * (bo.compare ? 2u : 1u);
+    if (metrics_start(&bo, o, what, planned) != CLI_OK) {
+        cli_metrics_stop(cmd, bo.metrics);
+        ferry_options_destroy(o);
+        return CLI_FAIL;
+    }
     rc = copy ? bench_copy(o, &bo) : bench_pipeline(o, &bo);
+    if (cli_metrics_stop(cmd, bo.metrics) != CLI_OK && rc == CLI_OK)
+        rc = CLI_FAIL;
     ferry_options_destroy(o);
     return rc;
 usage_out:

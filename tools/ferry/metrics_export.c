@@ -1,6 +1,7 @@
-/* The metrics of a running command: a registry with the command's pipeline attached, served on
- * --metrics-addr and written to --metrics-file every second and once at the end (options
- * metrics_addr, metrics_file). */
+/* The metrics of a running command: a registry with the command's pipelines attached as they
+ * come and go and its own series, served on --metrics-addr and written to --metrics-file every
+ * second and once at the end (options metrics_addr, metrics_file). `ferry run` and `ferry
+ * bench` share it. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "ferry/metrics.h"
 
 struct cli_metrics {
+    const char *cmd; /* for messages: "run", "bench" (a literal) */
     ferry_metrics_t *reg;
     ferry_pipeline_t *p;
     char *file;
@@ -54,8 +56,10 @@ int cli_metrics_start(const char *cmd, const ferry_options_t *o, ferry_pipeline_
         return cli_fail(cmd, "out of memory for the metrics");
     pthread_mutex_init(&cm->lock, NULL);
     pthread_cond_init(&cm->cv, NULL);
+    cm->cmd = cmd;
     cm->p = p;
-    if (ferry_metrics_create(&cm->reg) != 0 || ferry_metrics_add_pipeline(cm->reg, p, label) != 0)
+    if (ferry_metrics_create(&cm->reg) != 0 ||
+        (p != NULL && ferry_metrics_add_pipeline(cm->reg, p, label) != 0))
         goto fail;
     if (addr != NULL && addr[0]) {
         char bound[64];
@@ -87,6 +91,26 @@ fail_quiet:
     return CLI_FAIL;
 }
 
+ferry_metrics_t *cli_metrics_registry(cli_metrics_t *cm)
+{
+    return cm != NULL ? cm->reg : NULL;
+}
+
+int cli_metrics_attach(cli_metrics_t *cm, ferry_pipeline_t *p, const char *label)
+{
+    if (cm == NULL)
+        return CLI_OK;
+    if (ferry_metrics_add_pipeline(cm->reg, p, label) != 0)
+        return cli_fail(cm->cmd, "metrics: %s", ferry_last_error());
+    return CLI_OK;
+}
+
+void cli_metrics_detach(cli_metrics_t *cm, ferry_pipeline_t *p)
+{
+    if (cm != NULL)
+        ferry_metrics_remove_pipeline(cm->reg, p);
+}
+
 int cli_metrics_stop(const char *cmd, cli_metrics_t *cm)
 {
     if (cm == NULL)
@@ -101,7 +125,8 @@ int cli_metrics_stop(const char *cmd, cli_metrics_t *cm)
     }
     if (cm->file != NULL && ferry_metrics_write_file(cm->reg, cm->file) != 0)
         rc = cli_fail(cmd, "%s", ferry_last_error());
-    ferry_metrics_remove_pipeline(cm->reg, cm->p);
+    if (cm->p != NULL)
+        ferry_metrics_remove_pipeline(cm->reg, cm->p);
     ferry_metrics_destroy(cm->reg);
     pthread_mutex_destroy(&cm->lock);
     pthread_cond_destroy(&cm->cv);
