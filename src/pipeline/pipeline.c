@@ -291,6 +291,10 @@ struct ferry_pipeline {
     uint64_t stream_ops[FERRY_STATS_MAX_STREAMS];   /* ops retired, timed or not */
     uint64_t stream_timed[FERRY_STATS_MAX_STREAMS]; /* ops timed */
     uint64_t chunks_retired, chunks_timed;
+    /* Completion thread: where each copy direction's union of busy intervals has got to, and
+     * the sequence number of the last timed chunk (the union is exact over consecutive timed
+     * chunks). */
+    uint64_t eng_end[2], eng_seq;
 
     trace_rec_t *trace;
     size_t ntrace, trace_cap;
@@ -804,10 +808,20 @@ static bool foreign_traffic(ferry_pipeline_t *p, uint64_t now, double link_gbps,
  * full window, the rate while copying against the link's theoretical rate: below the alert
  * ratio an alert is raised (log, count, callback) naming the likely cause; 5 points above it,
  * cleared. Completion thread. */
+/* Add [@start, @end) to a union of intervals that arrive in about start order, whose end so
+ * far is *@upto: returns the time it adds. */
+static uint64_t union_add(uint64_t *upto, uint64_t start, uint64_t end)
+{
+    uint64_t from = start > *upto ? start : *upto;
+    if (end > *upto)
+        *upto = end;
+    return end > from ? end - from : 0;
+}
+
 static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, uint64_t now)
 {
     double link = p->dev->props.link_gbps;
-    if (p->bw_alert_ratio <= 0 || link <= 0 || ns == 0)
+    if (p->bw_alert_ratio <= 0 || link <= 0)
         return;
     struct bw_win *w = &p->bw[d];
     /* Running sums (exact: a slot not yet filled holds 0): every sampled chunk comes here, and
@@ -822,6 +836,8 @@ static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, u
         if (w->n < BW_WINDOW)
             return;
     }
+    if (w->sum_ns == 0)
+        return;
     double gbps = (double)w->sum_bytes / (double)w->sum_ns;
     w->ratio = gbps / link;
     bool low = w->ratio < p->bw_alert_ratio, high = w->ratio >= p->bw_alert_ratio + 0.05;
@@ -1004,12 +1020,28 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     if (t[TEV_D2H_END] > le[s->d2h])
         le[s->d2h] = t[TEV_D2H_END];
     uint64_t dh = t[TEV_H2D_END] - hs, dc = t[TEV_COMP_END] - cs, dd = t[TEV_D2H_END] - ds;
-    bw_sample(p, 0, s->bytes, dh, now);
-    bw_sample(p, 1, s->bytes, dd, now);
+    /* A direction's engine time is the union of its copies' intervals: with several copy
+     * streams the copies of one direction run at once, and their sum counted that time twice
+     * (engines H2D 196%, overlap 3.65, and the bandwidth monitor took one copy's share of the
+     * link for the direction's rate). The union is exact over consecutive timed chunks (every
+     * chunk with op_timing all or a trace); a sampled chunk's neighbours are not timed, so its
+     * copies count 1/copy streams of their time (the copy streams taken to run together). */
+    int lv = __atomic_load_n(&p->level, __ATOMIC_RELAXED);
+    unsigned lanes = p->single || lv >= 3 ? 1u : p->ncopy;
+    bool fresh = lanes == 1 || s->seq == p->eng_seq + 1;
+    uint64_t uh = fresh ? union_add(&p->eng_end[0], hs, t[TEV_H2D_END]) : dh / lanes;
+    uint64_t ud = fresh ? union_add(&p->eng_end[1], ds, t[TEV_D2H_END]) : dd / lanes;
+    if (!fresh) {
+        p->eng_end[0] = p->eng_end[0] > t[TEV_H2D_END] ? p->eng_end[0] : t[TEV_H2D_END];
+        p->eng_end[1] = p->eng_end[1] > t[TEV_D2H_END] ? p->eng_end[1] : t[TEV_D2H_END];
+    }
+    p->eng_seq = s->seq;
+    bw_sample(p, 0, s->bytes, uh, now);
+    bw_sample(p, 1, s->bytes, ud, now);
     a->timed += s->nsub; /* as chunks_retired counts: the busy figures scale by their ratio */
-    a->busy_h2d += dh;
+    a->busy_h2d += uh;
     a->busy_comp += dc;
-    a->busy_d2h += dd;
+    a->busy_d2h += ud;
     a->stream_busy[s->h2d] += dh;
     a->stream_busy[s->comp] += dc;
     a->stream_busy[s->d2h] += dd;
@@ -2377,6 +2409,11 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
     out->busy_h2d_ns = (uint64_t)((double)p->st.busy_h2d_ns * scale);
     out->busy_compute_ns = (uint64_t)((double)p->st.busy_compute_ns * scale);
     out->busy_d2h_ns = (uint64_t)((double)p->st.busy_d2h_ns * scale);
+    /* A union of intervals inside the elapsed span: scaled up from samples it can exceed it. */
+    if (out->busy_h2d_ns > out->elapsed_ns)
+        out->busy_h2d_ns = out->elapsed_ns;
+    if (out->busy_d2h_ns > out->elapsed_ns)
+        out->busy_d2h_ns = out->elapsed_ns;
     double secs = (double)out->elapsed_ns / 1e9;
     out->gbps_h2d = secs > 0 ? (double)out->bytes_h2d / secs / 1e9 : 0;
     out->gbps_d2h = secs > 0 ? (double)out->bytes_d2h / secs / 1e9 : 0;
@@ -2406,6 +2443,28 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
 static const char *kind_name(char k)
 {
     return k == 'h' ? "H2D" : k == 'c' ? "compute" : k == 'd' ? "D2H" : "all";
+}
+
+/* The trace's engine tracks: one per stream of each class (H2D, compute, D2H), as ops of one
+ * class on several streams run at once and Perfetto nests the slices of one track by time.
+ * The first stream of class @k and how many there are. */
+static void engine_lanes(const ferry_pipeline_t *p, int k, unsigned *first, unsigned *n)
+{
+    if (p->single) {
+        *first = 0, *n = 1;
+        return;
+    }
+    *first = k == 0 ? 0 : k == 1 ? p->ncopy : p->ncopy + p->ncomp;
+    *n = k == 1 ? p->ncomp : p->ncopy;
+}
+
+/* The engine track (pid 2) of an op of class @k on @stream. */
+static int engine_tid(const ferry_pipeline_t *p, int k, unsigned stream)
+{
+    unsigned first, n;
+    engine_lanes(p, k, &first, &n);
+    unsigned lane = stream >= first && stream - first < n ? stream - first : 0;
+    return k * FERRY_STATS_MAX_STREAMS + (int)lane;
 }
 
 int ferry_pipeline_write_trace(ferry_pipeline_t *p, const char *path)
@@ -2439,11 +2498,19 @@ int ferry_pipeline_write_trace(ferry_pipeline_t *p, const char *path)
                 "{\"name\":\"stream %u (%s)\"}},\n",
                 i, i, kind_name(p->stream_kind[i]));
     const char kinds[3] = {'h', 'c', 'd'};
-    for (int k = 0; k < 3; k++)
-        fprintf(f,
-                "{\"ph\":\"M\",\"pid\":2,\"tid\":%d,\"name\":\"thread_name\",\"args\":"
-                "{\"name\":\"%s engine\"}},\n",
-                k, kind_name(kinds[k]));
+    for (int k = 0; k < 3; k++) {
+        unsigned first, n;
+        engine_lanes(p, k, &first, &n);
+        for (unsigned l = 0; l < n; l++) {
+            char lane[48] = "";
+            if (n > 1)
+                snprintf(lane, sizeof(lane), " %u (stream %u)", l, first + l);
+            fprintf(f,
+                    "{\"ph\":\"M\",\"pid\":2,\"tid\":%d,\"name\":\"thread_name\",\"args\":"
+                    "{\"name\":\"%s engine%s\"}},\n",
+                    engine_tid(p, k, first + l), kind_name(kinds[k]), lane);
+        }
+    }
     uint64_t t0 = p->first_start;
     for (size_t i = 0; i < p->ntrace; i++) {
         const trace_rec_t *r = &p->trace[i];
@@ -2480,8 +2547,8 @@ int ferry_pipeline_write_trace(ferry_pipeline_t *p, const char *path)
                     "{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
                     "\"name\":\"%s b%llu c%s\",\"cat\":\"%s\",\"args\":{\"batch\":%llu,"
                     "\"chunk\":%u,\"chunks\":%u,\"bytes\":%llu}},\n",
-                    pid, pid == 1 ? (int)r->stream : eng, ts, dur, kind_name(r->kind),
-                    (unsigned long long)r->batch, chunks, kind_name(r->kind),
+                    pid, pid == 1 ? (int)r->stream : engine_tid(p, eng, r->stream), ts, dur,
+                    kind_name(r->kind), (unsigned long long)r->batch, chunks, kind_name(r->kind),
                     (unsigned long long)r->batch, r->chunk, nsub, (unsigned long long)r->bytes);
     }
     fprintf(f, "{\"ph\":\"M\",\"pid\":1,\"name\":\"process_sort_index\",\"args\":{\"sort_index\":1}"
