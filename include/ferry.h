@@ -251,10 +251,14 @@ typedef struct ferry_stage {
 
 typedef struct ferry_pipeline ferry_pipeline_t;
 
-/* The bandwidth monitor's alert: the copies of one direction ran below the alert ratio of the
- * link's theoretical rate over a whole window of timed copies. */
+/* The bandwidth monitor's alert: the copies of one direction ran below the alert ratio of what
+ * the link delivers at their sizes (the device profile's copy curve, both directions copying;
+ * the theoretical rate when no profile describes the link) over a whole window of timed copies,
+ * or their sizes are so small that the link itself delivers below that ratio of its large-copy
+ * rate (docs/metrics.md). */
 typedef enum ferry_alert_cause {
-    FERRY_CAUSE_SMALL_TRANSFERS = 0, /* the window's median copy is under 1 MiB */
+    FERRY_CAUSE_SMALL_TRANSFERS = 0, /* copies too small for the link to deliver (without a
+                                        copy curve: the window's median copy under 1 MiB) */
     FERRY_CAUSE_PAGEABLE = 1,        /* host memory is not pinned */
     FERRY_CAUSE_CONTENTION = 2,      /* both directions were copying at once */
     FERRY_CAUSE_UNKNOWN = 3,         /* none of these: the link itself (or another process,

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/sim/sim.h"
 #include "core/runtime.h"
 #include "ferry/connections.h"
 
@@ -382,4 +383,28 @@ int ferry_host_unregister(ferry_device_t *dev, void *p)
 out_unlock:
     pthread_rwlock_unlock(&rt->reg_lock);
     return rc ? ferry__rt_fail(rt, rc) : 0;
+}
+
+int ferry__device_link_profile(ferry_device_t *d, struct ferry_sim_profile *out)
+{
+    if (d == NULL || out == NULL)
+        return FERRY_EINVAL;
+    if (strcmp(d->ops->name, "sim") == 0) {
+        const struct ferry_sim_profile *p = ferry__sim_device_profile(d->be);
+        if (p == NULL)
+            return FERRY_ENOTSUP;
+        *out = *p;
+        return 0;
+    }
+    struct ferry_sim_profile *p = malloc(sizeof(*p));
+    if (p == NULL)
+        return FERRY_ENOMEM;
+    int rc = d->rt->profile[0] != '\0' ? ferry__sim_profile_load(d->rt->profile, p)
+                                       : ferry__sim_profile_load_default(p);
+    if (rc == 0 && (p->pcie_gen != d->props.pcie_gen || p->pcie_width != d->props.pcie_width))
+        rc = FERRY_ENOTSUP; /* another link: its curve says nothing of this one */
+    if (rc == 0)
+        *out = *p;
+    free(p);
+    return rc != 0 ? FERRY_ENOTSUP : 0;
 }

@@ -40,6 +40,13 @@ struct ferry_runtime {
     size_t nregs, regs_cap;
 };
 
+struct ferry_sim_profile;
+/* The measured copy curves that describe @dev's link, for the bandwidth monitor: the simulated
+ * device's own profile; for a GPU, the profile the runtime was given (a calibration, `ferry
+ * probe --calibrate`) or else the built-in one, when its PCIe generation and width are the
+ * device's. Copied into @out. FERRY_ENOTSUP when none describes the link. */
+int ferry__device_link_profile(ferry_device_t *d, struct ferry_sim_profile *out);
+
 /* True when [p, p + n) lies inside one range registered for @dev with ferry_host_register. */
 bool ferry__rt_is_registered(ferry_device_t *dev, const void *p, size_t n);
 
