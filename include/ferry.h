@@ -40,8 +40,10 @@ typedef void (*ferry_log_fn)(ferry_log_level_t level, const char *subsystem, con
 
 /** Replace the process-wide log sink (NULL restores the default, stderr). Thread-safe. */
 FERRY_EXTERN void ferry_set_log_handler(ferry_log_fn fn, void *arg);
-/** Messages above @p level are dropped before their arguments are formatted. Thread-safe. The
- *  initial level is FERRY_LOG_WARN, or FERRY_LOG_LEVEL (error|warn|info|debug) when valid. */
+/** Messages above @p level are dropped before their arguments are formatted. Thread-safe (any
+ *  thread may log meanwhile). The initial level is FERRY_LOG_WARN, or FERRY_LOG_LEVEL
+ *  (error|warn|info|debug) when valid; each ferry_runtime_create sets it from its log_level
+ *  option until the application calls this function, whose choice no runtime overrides. */
 FERRY_EXTERN void ferry_set_log_level(ferry_log_level_t level);
 FERRY_EXTERN ferry_log_level_t ferry_get_log_level(void);
 

@@ -128,7 +128,8 @@ int ferry_runtime_create(const ferry_runtime_config_t *cfg, ferry_runtime_t **ou
     }
     if (rc != 0)
         goto out_free;
-    ferry_set_log_level((ferry_log_level_t)ferry__opt_i64(rt->opts, FERRY__OPT_log_level));
+    /* Process-wide: the runtime's option applies unless the application set the level. */
+    ferry__log_level_default((ferry_log_level_t)ferry__opt_i64(rt->opts, FERRY__OPT_log_level));
     if ((rc = apply_connections(rt->opts)) != 0)
         goto out_free;
 
