@@ -176,9 +176,11 @@ typedef struct ferry_pool_stats {
 FERRY_EXTERN int ferry_pool_bytes_for(size_t stages, size_t largest_chunk, size_t *out);
 
 /** Create a pinned host pool for @p dev: host memory allocated and registered (pinned) once,
- *  here, and never again. @p cfg is read during the call only; NULL means defaults. On error
- *  *out is untouched. Returns 0, FERRY_EINVAL, FERRY_ERANGE, FERRY_ENOMEM or FERRY_EBACKEND
- *  (pinning refused, unless cfg->pageable_fallback). Thread-safe. */
+ *  here, and never again. Its slots count as registered memory: a pipeline on @p dev copies
+ *  batches in them directly, without staging (ferry_host_unregister refuses them). @p cfg is read
+ * during the call only; NULL means defaults. On error *out is untouched. Returns 0, FERRY_EINVAL,
+ * FERRY_ERANGE, FERRY_ENOMEM or FERRY_EBACKEND (pinning refused, unless cfg->pageable_fallback).
+ * Thread-safe. */
 FERRY_EXTERN int ferry_pool_create(ferry_device_t *dev, const ferry_pool_config_t *cfg,
                                    ferry_pool_t **out);
 /** Destroy @p pool. Slots still handed out become invalid. NULL is a no-op. */

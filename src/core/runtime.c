@@ -324,6 +324,55 @@ bool ferry__rt_is_registered(ferry_device_t *dev, const void *p, size_t n)
     return yes;
 }
 
+/* Insert [a, a + bytes) into the sorted ranges, after @pin succeeded (NULL: nothing to pin).
+ * Under the write lock. */
+static int reg_insert(ferry_device_t *dev, void *p, size_t bytes, bool pool, const char *who)
+{
+    ferry_runtime_t *rt = dev->rt;
+    uintptr_t a = (uintptr_t)p;
+    size_t i = reg_upper(rt, a);
+    if ((i > 0 && rt->regs[i - 1].end > a) || (i < rt->nregs && rt->regs[i].start < a + bytes))
+        return ferry__error(FERRY_EINVAL, "%s: [%p, +%zu) overlaps a range already registered", who,
+                            p, bytes);
+    if (rt->nregs == rt->regs_cap) {
+        size_t cap = rt->regs_cap ? rt->regs_cap * 2 : 8;
+        struct ferry_reg_range *nr = realloc(rt->regs, cap * sizeof(*nr));
+        if (nr == NULL)
+            return ferry__error(FERRY_ENOMEM, "%s: out of memory", who);
+        rt->regs = nr;
+        rt->regs_cap = cap;
+    }
+    if (!pool) {
+        int rc = ferry__be_host_register(dev, p, bytes);
+        if (rc != 0)
+            return rc;
+    }
+    memmove(&rt->regs[i + 1], &rt->regs[i], (rt->nregs - i) * sizeof(*rt->regs));
+    rt->regs[i] = (struct ferry_reg_range){a, a + bytes, dev->index, pool};
+    rt->nregs++;
+    return 0;
+}
+
+int ferry__rt_track_pool(ferry_device_t *dev, void *p, size_t n)
+{
+    pthread_rwlock_wrlock(&dev->rt->reg_lock);
+    int rc = reg_insert(dev, p, n, true, "pool");
+    pthread_rwlock_unlock(&dev->rt->reg_lock);
+    return rc;
+}
+
+void ferry__rt_untrack_pool(ferry_device_t *dev, void *p)
+{
+    ferry_runtime_t *rt = dev->rt;
+    pthread_rwlock_wrlock(&rt->reg_lock);
+    size_t i = reg_upper(rt, (uintptr_t)p);
+    if (i > 0 && rt->regs[i - 1].start == (uintptr_t)p && rt->regs[i - 1].pool) {
+        memmove(&rt->regs[i - 1], &rt->regs[i], (rt->nregs - i) * sizeof(*rt->regs));
+        rt->nregs--;
+    }
+    pthread_rwlock_unlock(&rt->reg_lock);
+}
+
 int ferry_host_register(ferry_device_t *dev, void *p, size_t bytes)
 {
     if (dev == NULL || p == NULL || bytes == 0)
@@ -333,31 +382,7 @@ int ferry_host_register(ferry_device_t *dev, void *p, size_t bytes)
         return ferry__error(FERRY_EINVAL, "ferry_host_register: range wraps around");
     ferry_runtime_t *rt = dev->rt;
     pthread_rwlock_wrlock(&rt->reg_lock);
-    int rc = 0;
-    size_t i = reg_upper(rt, a);
-    if ((i > 0 && rt->regs[i - 1].end > a) || (i < rt->nregs && rt->regs[i].start < a + bytes)) {
-        rc = ferry__error(FERRY_EINVAL,
-                          "ferry_host_register: [%p, +%zu) overlaps a range "
-                          "already registered",
-                          p, bytes);
-        goto out_unlock;
-    }
-    if (rt->nregs == rt->regs_cap) {
-        size_t cap = rt->regs_cap ? rt->regs_cap * 2 : 8;
-        struct ferry_reg_range *nr = realloc(rt->regs, cap * sizeof(*nr));
-        if (nr == NULL) {
-            rc = ferry__error(FERRY_ENOMEM, "ferry_host_register: out of memory");
-            goto out_unlock;
-        }
-        rt->regs = nr;
-        rt->regs_cap = cap;
-    }
-    if ((rc = ferry__be_host_register(dev, p, bytes)) != 0)
-        goto out_unlock;
-    memmove(&rt->regs[i + 1], &rt->regs[i], (rt->nregs - i) * sizeof(*rt->regs));
-    rt->regs[i] = (struct ferry_reg_range){a, a + bytes, dev->index};
-    rt->nregs++;
-out_unlock:
+    int rc = reg_insert(dev, p, bytes, false, "ferry_host_register");
     pthread_rwlock_unlock(&rt->reg_lock);
     return rc ? ferry__rt_fail(rt, rc) : 0;
 }
@@ -370,7 +395,8 @@ int ferry_host_unregister(ferry_device_t *dev, void *p)
     pthread_rwlock_wrlock(&rt->reg_lock);
     size_t i = reg_upper(rt, (uintptr_t)p);
     int rc = 0;
-    if (i == 0 || rt->regs[i - 1].start != (uintptr_t)p || rt->regs[i - 1].device != dev->index) {
+    if (i == 0 || rt->regs[i - 1].start != (uintptr_t)p || rt->regs[i - 1].device != dev->index ||
+        rt->regs[i - 1].pool) {
         rc = ferry__error(FERRY_EINVAL,
                           "ferry_host_unregister: %p was not registered with "
                           "ferry_host_register on this device",

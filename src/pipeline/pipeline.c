@@ -716,6 +716,33 @@ static int retry_on_gpu(ferry_pipeline_t *p, slot_t *s)
     return rc;
 }
 
+/* Run the stage's CPU function on @a. A stage of granularity g reads elements of g bytes (a
+ * float for 4): the user's own pointers may not be aligned for them (the CPU path hands over
+ * the batch's in and out, at any address), so then the chunk goes through an aligned buffer.
+ * The GPU path never needs it: device buffers are 256-byte aligned. */
+static int cpu_run(ferry_pipeline_t *p, ferry_kernel_args_t *a)
+{
+    size_t g = p->stage.size > offsetof(ferry_stage_t, granularity) ? p->stage.granularity : 0;
+    size_t align = 1;
+    while (align < 16 && g % (align * 2) == 0 && g >= align * 2)
+        align *= 2; /* the largest power of two dividing g, up to 16 */
+    if (align == 1 || (((uintptr_t)a->in | (uintptr_t)a->out) & (align - 1)) == 0)
+        return p->stage.cpu(a, p->stage.user);
+    size_t span = (a->bytes + 15) & ~(size_t)15;
+    unsigned char *tmp = NULL;
+    if (posix_memalign((void **)&tmp, 16, 2 * span + 16) != 0)
+        return ferry__error(FERRY_ENOMEM, "pipeline: no memory to align a chunk for the CPU");
+    ferry_kernel_args_t b = *a;
+    memcpy(tmp, a->in, a->bytes);
+    b.in = tmp;
+    b.out = tmp + span;
+    int rc = p->stage.cpu(&b, p->stage.user);
+    if (rc == 0)
+        memcpy(a->out, tmp + span, a->bytes);
+    free(tmp);
+    return rc;
+}
+
 /* A chunk's GPU attempt failed (@err): the ladder's level 2. A sticky error ends the GPU path
  * for every later chunk. The stage's CPU function, if any, produces the output from the chunk's
  * host input; otherwise the batch fails with the reason. Completion thread. */
@@ -750,7 +777,7 @@ static void fall_back(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, pas
                                         .chunk = s->chunk + i,
                                         .attempt = s->attempt + 1,
                                         .seq = s->seq};
-            rc = p->stage.cpu(&args, p->stage.user);
+            rc = cpu_run(p, &args);
             ok += rc == 0;
         }
         if (rc > 0 || rc < FERRY_ERR_MIN_)
@@ -1710,7 +1737,7 @@ static void cpu_direct(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c0, uint32_
                                     .batch_id = b->id,
                                     .chunk = c,
                                     .attempt = 1};
-        rc = p->stage.cpu(&args, p->stage.user);
+        rc = cpu_run(p, &args);
         ok += rc == 0;
     }
     if (rc > 0 || rc < FERRY_ERR_MIN_)
