@@ -224,13 +224,26 @@ typedef struct ferry_kernel_args {
      * return early. NULL when the backend has no abort flag (then nothing ever aborts). */
     const volatile uint64_t *abort_word; /* a device pointer for gpu functions */
     uint64_t seq;                        /* this chunk's sequence number in its pipeline, >= 1 */
+    /* Appended (check size > offsetof(ferry_kernel_args_t, batch_user) when built against an
+     * older header): the submitted batch's ferry_batch_t.user, per-batch parameters for the
+     * kernel (batch_id is only known once submit returns). NULL when the batch set none. */
+    void *batch_user;
 } ferry_kernel_args_t;
 
 /** Launch the stage's kernel(s) on @p stream (a cudaStream_t on the cuda backend). Must only
- *  enqueue work on that stream and return; returns 0 or a negative FERRY_* code. */
+ *  enqueue work on that stream and return; returns 0 or a negative FERRY_* code. Called from
+ *  ferry threads, one chunk at a time per pipeline (the thread that issues); several pipelines
+ *  may call it concurrently. */
 typedef int (*ferry_gpu_fn)(const ferry_kernel_args_t *args, void *stream, void *user);
 /** The same transform on the CPU, synchronously. The simulator runs it as the kernel; the
- *  fallback path runs it when the GPU path fails. Returns 0 or a negative FERRY_* code. */
+ *  fallback path runs it when the GPU path fails. Returns 0 or a negative FERRY_* code.
+ *  Threads: it may run on several ferry threads at once (the fallback on a pipeline's
+ *  completion thread, chunks sent straight to the CPU on its issuing thread, the simulator's
+ *  kernels on whichever thread moves the virtual clock), for one pipeline or several: it must
+ *  be thread-safe. On the simulator a kernel's CPU function runs while the simulated device's
+ *  lock is held (the kernel ends at a point of virtual time and its bytes are written then):
+ *  it must not call ferry on the same device, and a slow one stalls every pipeline on that
+ *  device for as long as it runs, in host time (virtual time does not see it). */
 typedef int (*ferry_cpu_fn)(const ferry_kernel_args_t *args, void *user);
 
 typedef struct ferry_stage {
@@ -330,6 +343,8 @@ typedef struct ferry_batch {
     size_t bytes;             /* 0 is a valid, empty batch */
     ferry_prepare_fn prepare; /* optional: fill each chunk's input in place of in */
     void *prepare_arg;
+    void *user; /* appended: handed to the stage as ferry_kernel_args_t.batch_user, for
+                   per-batch parameters; borrowed until the callback */
 } ferry_batch_t;
 #define FERRY_BATCH_INIT                                                                           \
     {                                                                                              \
@@ -355,7 +370,9 @@ typedef struct ferry_batch_result {
 } ferry_batch_result_t;
 
 /** Called exactly once per accepted batch, from a ferry thread, after its output is complete
- *  (or it failed). @p r is valid during the call only. Must not call drain or close. */
+ *  (or it failed). @p r is valid during the call only. Must not call drain or close. A
+ *  pipeline calls its callbacks one at a time, all on its completion thread; callbacks of
+ *  different pipelines may run concurrently on their own threads. */
 typedef void (*ferry_done_fn)(const ferry_batch_result_t *r, void *arg);
 
 /** Create a pipeline: streams, events, device buffers, pinned slots and threads, all once,

@@ -635,7 +635,8 @@ static ferry_be_launch_t chunk_launch(const ferry_pipeline_t *p, const slot_t *s
                  .chunk = s->chunk + i,
                  .attempt = s->attempt,
                  .abort_word = ferry__watchdog_abort_word(p->wd),
-                 .seq = s->seq},
+                 .seq = s->seq,
+                 .batch_user = s->batch->b.user},
         .blocks = (uint32_t)(p->dev->props.sms > 0 ? p->dev->props.sms : 1),
         .block_ns = (uint64_t)(p->stage.ns_per_byte * (double)n),
     };
@@ -776,7 +777,8 @@ static void fall_back(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, pas
                                         .batch_id = b->id,
                                         .chunk = s->chunk + i,
                                         .attempt = s->attempt + 1,
-                                        .seq = s->seq};
+                                        .seq = s->seq,
+                                        .batch_user = b->b.user};
             rc = cpu_run(p, &args);
             ok += rc == 0;
         }
@@ -1736,7 +1738,8 @@ static void cpu_direct(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c0, uint32_
                                     .offset = off,
                                     .batch_id = b->id,
                                     .chunk = c,
-                                    .attempt = 1};
+                                    .attempt = 1,
+                                    .batch_user = b->b.user};
         rc = cpu_run(p, &args);
         ok += rc == 0;
     }
@@ -2338,7 +2341,9 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
     if (p->virtual_clock)
         pthread_cond_signal(&p->work_cv); /* wait_for_caller: the caller is back */
     pthread_mutex_unlock(&p->lock);
-    b->b = *batch;
+    /* Size-stamped: a caller built against an older ferry_batch_t has fewer fields. */
+    memset(&b->b, 0, sizeof(b->b));
+    memcpy(&b->b, batch, batch->size < sizeof(b->b) ? batch->size : sizeof(b->b));
     b->b.size = sizeof(b->b);
     b->cb = cb;
     b->arg = arg;
