@@ -40,8 +40,10 @@ typedef void (*ferry_log_fn)(ferry_log_level_t level, const char *subsystem, con
 
 /** Replace the process-wide log sink (NULL restores the default, stderr). Thread-safe. */
 FERRY_EXTERN void ferry_set_log_handler(ferry_log_fn fn, void *arg);
-/** Messages above @p level are dropped before their arguments are formatted. Thread-safe. The
- *  initial level is FERRY_LOG_WARN, or FERRY_LOG_LEVEL (error|warn|info|debug) when valid. */
+/** Messages above @p level are dropped before their arguments are formatted. Thread-safe (any
+ *  thread may log meanwhile). The initial level is FERRY_LOG_WARN, or FERRY_LOG_LEVEL
+ *  (error|warn|info|debug) when valid; each ferry_runtime_create sets it from its log_level
+ *  option until the application calls this function, whose choice no runtime overrides. */
 FERRY_EXTERN void ferry_set_log_level(ferry_log_level_t level);
 FERRY_EXTERN ferry_log_level_t ferry_get_log_level(void);
 
@@ -181,9 +183,11 @@ typedef struct ferry_pool_stats {
 FERRY_EXTERN int ferry_pool_bytes_for(size_t stages, size_t largest_chunk, size_t *out);
 
 /** Create a pinned host pool for @p dev: host memory allocated and registered (pinned) once,
- *  here, and never again. @p cfg is read during the call only; NULL means defaults. On error
- *  *out is untouched. Returns 0, FERRY_EINVAL, FERRY_ERANGE, FERRY_ENOMEM or FERRY_EBACKEND
- *  (pinning refused, unless cfg->pageable_fallback). Thread-safe. */
+ *  here, and never again. Its slots count as registered memory: a pipeline on @p dev copies
+ *  batches in them directly, without staging (ferry_host_unregister refuses them). @p cfg is read
+ * during the call only; NULL means defaults. On error *out is untouched. Returns 0, FERRY_EINVAL,
+ * FERRY_ERANGE, FERRY_ENOMEM or FERRY_EBACKEND (pinning refused, unless cfg->pageable_fallback).
+ * Thread-safe. */
 FERRY_EXTERN int ferry_pool_create(ferry_device_t *dev, const ferry_pool_config_t *cfg,
                                    ferry_pool_t **out);
 /** Destroy @p pool. Slots still handed out become invalid. NULL is a no-op. */
@@ -230,6 +234,10 @@ typedef struct ferry_kernel_args {
     const volatile uint64_t *abort_word; /* a device pointer for gpu functions; the first of
                                             FERRY_ABORT_REPLICAS copies */
     uint64_t seq;                        /* this chunk's sequence number in its pipeline, >= 1 */
+    /* Appended (check size > offsetof(ferry_kernel_args_t, batch_user) when built against an
+     * older header): the submitted batch's ferry_batch_t.user, per-batch parameters for the
+     * kernel (batch_id is only known once submit returns). NULL when the batch set none. */
+    void *batch_user;
 } ferry_kernel_args_t;
 
 /* The abort word is kept in FERRY_ABORT_REPLICAS copies, FERRY_ABORT_STRIDE bytes apart, all
@@ -239,10 +247,19 @@ typedef struct ferry_kernel_args {
 #define FERRY_ABORT_STRIDE   128
 
 /** Launch the stage's kernel(s) on @p stream (a cudaStream_t on the cuda backend). Must only
- *  enqueue work on that stream and return; returns 0 or a negative FERRY_* code. */
+ *  enqueue work on that stream and return; returns 0 or a negative FERRY_* code. Called from
+ *  ferry threads, one chunk at a time per pipeline (the thread that issues); several pipelines
+ *  may call it concurrently. */
 typedef int (*ferry_gpu_fn)(const ferry_kernel_args_t *args, void *stream, void *user);
 /** The same transform on the CPU, synchronously. The simulator runs it as the kernel; the
- *  fallback path runs it when the GPU path fails. Returns 0 or a negative FERRY_* code. */
+ *  fallback path runs it when the GPU path fails. Returns 0 or a negative FERRY_* code.
+ *  Threads: it may run on several ferry threads at once (the fallback on a pipeline's
+ *  completion thread, chunks sent straight to the CPU on its issuing thread, the simulator's
+ *  kernels on whichever thread moves the virtual clock), for one pipeline or several: it must
+ *  be thread-safe. On the simulator a kernel's CPU function runs while the simulated device's
+ *  lock is held (the kernel ends at a point of virtual time and its bytes are written then):
+ *  it must not call ferry on the same device, and a slow one stalls every pipeline on that
+ *  device for as long as it runs, in host time (virtual time does not see it). */
 typedef int (*ferry_cpu_fn)(const ferry_kernel_args_t *args, void *user);
 
 typedef struct ferry_stage {
@@ -267,10 +284,14 @@ typedef struct ferry_stage {
 
 typedef struct ferry_pipeline ferry_pipeline_t;
 
-/* The bandwidth monitor's alert: the copies of one direction ran below the alert ratio of the
- * link's theoretical rate over a whole window of timed copies. */
+/* The bandwidth monitor's alert: the copies of one direction ran below the alert ratio of what
+ * the link delivers at their sizes (the device profile's copy curve, both directions copying;
+ * the theoretical rate when no profile describes the link) over a whole window of timed copies,
+ * or their sizes are so small that the link itself delivers below that ratio of its large-copy
+ * rate (docs/metrics.md). */
 typedef enum ferry_alert_cause {
-    FERRY_CAUSE_SMALL_TRANSFERS = 0, /* the window's median copy is under 1 MiB */
+    FERRY_CAUSE_SMALL_TRANSFERS = 0, /* copies too small for the link to deliver (without a
+                                        copy curve: the window's median copy under 1 MiB) */
     FERRY_CAUSE_PAGEABLE = 1,        /* host memory is not pinned */
     FERRY_CAUSE_CONTENTION = 2,      /* both directions were copying at once */
     FERRY_CAUSE_UNKNOWN = 3,         /* none of these: the link itself (or another process,
@@ -339,6 +360,8 @@ typedef struct ferry_batch {
     size_t bytes;             /* 0 is a valid, empty batch */
     ferry_prepare_fn prepare; /* optional: fill each chunk's input in place of in */
     void *prepare_arg;
+    void *user; /* appended: handed to the stage as ferry_kernel_args_t.batch_user, for
+                   per-batch parameters; borrowed until the callback */
 } ferry_batch_t;
 #define FERRY_BATCH_INIT                                                                           \
     {                                                                                              \
@@ -365,7 +388,8 @@ typedef struct ferry_batch_result {
 
 /** Called exactly once per accepted batch, from the pipeline's completion thread, after its
  *  output is complete (or it failed). @p r is valid during the call only. Callbacks of one
- *  pipeline run one at a time; while one runs, no other batch of that pipeline completes.
+ *  pipeline run one at a time; while one runs, no other batch of that pipeline completes;
+ *  callbacks of different pipelines may run concurrently, each on its own pipeline's thread.
  *  From a callback, on its own pipeline: ferry_pipeline_submit never blocks (a full queue
  *  returns FERRY_EBUSY in blocking mode, FERRY_EAGAIN in non-blocking mode: retrying inside
  *  the callback cannot succeed, as room is made by the thread running it);

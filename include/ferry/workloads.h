@@ -1,6 +1,9 @@
 /* Built-in workloads: ready-made stages (a GPU kernel and the same transform on the CPU) used
  * by `ferry run` and `ferry bench`, and by anyone who wants a known stage to measure with.
- * Each treats a chunk as float32 values; trailing bytes that do not fill a float are copied. */
+ * scale and fma treat a chunk as float32 values (little-endian); 1-3 bytes after the last whole
+ * float (a short batch, the end of an input) are the low-order bytes of one more float whose
+ * other bytes are zero: transformed like the rest and those bytes of the result written, the
+ * same on the GPU, the CPU and the simulator. copy copies any length. */
 #ifndef FERRY_WORKLOADS_H
 #define FERRY_WORKLOADS_H
 

@@ -24,13 +24,17 @@ int ferry__error(int code, const char *fmt, ...) FERRY_PRINTF(2, 3);
 const char *ferry__last_error_text(void);
 void ferry__clear_error(void);
 
-/* Logging: the level is checked before the arguments are evaluated. */
+/* Logging: the level is checked before the arguments are evaluated. Atomic: any thread may
+ * log while another sets the level. */
 extern int ferry__log_level_now;
+/* A runtime's options give @level: it applies unless the application chose a level itself
+ * (ferry_set_log_level), which no runtime's creation overrides. */
+void ferry__log_level_default(ferry_log_level_t level);
 void ferry__log_emit(ferry_log_level_t level, const char *subsystem, const char *fmt, ...)
     FERRY_PRINTF(3, 4);
 #define ferry_log(level, subsystem, ...)                                                           \
     do {                                                                                           \
-        if ((int)(level) <= ferry__log_level_now)                                                  \
+        if ((int)(level) <= __atomic_load_n(&ferry__log_level_now, __ATOMIC_RELAXED))              \
             ferry__log_emit((level), (subsystem), __VA_ARGS__);                                    \
     } while (0)
 

@@ -40,13 +40,28 @@ void ferry_set_log_handler(ferry_log_fn fn, void *arg)
     pthread_mutex_unlock(&sink_lock);
 }
 
-void ferry_set_log_level(ferry_log_level_t level)
+/* Set by ferry_set_log_level: the application's choice, which runtimes leave alone. */
+static int level_chosen;
+
+static int clamp_level(ferry_log_level_t level)
 {
     if ((int)level < FERRY_LOG_ERROR)
-        level = FERRY_LOG_ERROR;
+        return FERRY_LOG_ERROR;
     if ((int)level > FERRY_LOG_DEBUG)
-        level = FERRY_LOG_DEBUG;
-    __atomic_store_n(&ferry__log_level_now, (int)level, __ATOMIC_RELAXED);
+        return FERRY_LOG_DEBUG;
+    return (int)level;
+}
+
+void ferry_set_log_level(ferry_log_level_t level)
+{
+    __atomic_store_n(&level_chosen, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&ferry__log_level_now, clamp_level(level), __ATOMIC_RELAXED);
+}
+
+void ferry__log_level_default(ferry_log_level_t level)
+{
+    if (!__atomic_load_n(&level_chosen, __ATOMIC_RELAXED))
+        __atomic_store_n(&ferry__log_level_now, clamp_level(level), __ATOMIC_RELAXED);
 }
 
 ferry_log_level_t ferry_get_log_level(void)

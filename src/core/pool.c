@@ -23,6 +23,7 @@ struct ferry_pool {
     size_t peak;
     uint64_t allocs, waits, eagain;
     bool registered;
+    bool tracked; /* in the runtime's pinned ranges (ferry__rt_track_pool) */
 };
 
 int ferry_pool_bytes_for(size_t stages, size_t largest_chunk, size_t *out)
@@ -123,6 +124,10 @@ int ferry_pool_create(ferry_device_t *dev, const ferry_pool_config_t *cfg, ferry
         goto out_free;
     } else {
         p->registered = true;
+        /* The user's pool buffers are pinned: pipelines copy them directly (not staged). */
+        if ((rc = ferry__rt_track_pool(dev, p->base, total)) != 0)
+            goto out_free;
+        p->tracked = true;
     }
     for (size_t i = 0; i < nslots; i++)
         p->free_stack[i] = nslots - 1 - i; /* slot 0 is handed out first */
@@ -139,6 +144,8 @@ void ferry_pool_destroy(ferry_pool_t *p)
 {
     if (p == NULL)
         return;
+    if (p->tracked)
+        ferry__rt_untrack_pool(p->dev, p->base);
     if (p->registered)
         ferry__be_host_unregister(p->dev, p->base);
     if (p->base)

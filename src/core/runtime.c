@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/sim/sim.h"
 #include "core/runtime.h"
 #include "ferry/connections.h"
 
@@ -127,7 +128,8 @@ int ferry_runtime_create(const ferry_runtime_config_t *cfg, ferry_runtime_t **ou
     }
     if (rc != 0)
         goto out_free;
-    ferry_set_log_level((ferry_log_level_t)ferry__opt_i64(rt->opts, FERRY__OPT_log_level));
+    /* Process-wide: the runtime's option applies unless the application set the level. */
+    ferry__log_level_default((ferry_log_level_t)ferry__opt_i64(rt->opts, FERRY__OPT_log_level));
     if ((rc = apply_connections(rt->opts)) != 0)
         goto out_free;
 
@@ -385,6 +387,55 @@ bool ferry__rt_is_registered(ferry_device_t *dev, const void *p, size_t n)
     return yes;
 }
 
+/* Insert [a, a + bytes) into the sorted ranges, after @pin succeeded (NULL: nothing to pin).
+ * Under the write lock. */
+static int reg_insert(ferry_device_t *dev, void *p, size_t bytes, bool pool, const char *who)
+{
+    ferry_runtime_t *rt = dev->rt;
+    uintptr_t a = (uintptr_t)p;
+    size_t i = reg_upper(rt, a);
+    if ((i > 0 && rt->regs[i - 1].end > a) || (i < rt->nregs && rt->regs[i].start < a + bytes))
+        return ferry__error(FERRY_EINVAL, "%s: [%p, +%zu) overlaps a range already registered", who,
+                            p, bytes);
+    if (rt->nregs == rt->regs_cap) {
+        size_t cap = rt->regs_cap ? rt->regs_cap * 2 : 8;
+        struct ferry_reg_range *nr = realloc(rt->regs, cap * sizeof(*nr));
+        if (nr == NULL)
+            return ferry__error(FERRY_ENOMEM, "%s: out of memory", who);
+        rt->regs = nr;
+        rt->regs_cap = cap;
+    }
+    if (!pool) {
+        int rc = ferry__be_host_register(dev, p, bytes);
+        if (rc != 0)
+            return rc;
+    }
+    memmove(&rt->regs[i + 1], &rt->regs[i], (rt->nregs - i) * sizeof(*rt->regs));
+    rt->regs[i] = (struct ferry_reg_range){a, a + bytes, dev->index, pool};
+    rt->nregs++;
+    return 0;
+}
+
+int ferry__rt_track_pool(ferry_device_t *dev, void *p, size_t n)
+{
+    pthread_rwlock_wrlock(&dev->rt->reg_lock);
+    int rc = reg_insert(dev, p, n, true, "pool");
+    pthread_rwlock_unlock(&dev->rt->reg_lock);
+    return rc;
+}
+
+void ferry__rt_untrack_pool(ferry_device_t *dev, void *p)
+{
+    ferry_runtime_t *rt = dev->rt;
+    pthread_rwlock_wrlock(&rt->reg_lock);
+    size_t i = reg_upper(rt, (uintptr_t)p);
+    if (i > 0 && rt->regs[i - 1].start == (uintptr_t)p && rt->regs[i - 1].pool) {
+        memmove(&rt->regs[i - 1], &rt->regs[i], (rt->nregs - i) * sizeof(*rt->regs));
+        rt->nregs--;
+    }
+    pthread_rwlock_unlock(&rt->reg_lock);
+}
+
 int ferry_host_register(ferry_device_t *dev, void *p, size_t bytes)
 {
     if (dev == NULL || p == NULL || bytes == 0)
@@ -394,31 +445,7 @@ int ferry_host_register(ferry_device_t *dev, void *p, size_t bytes)
         return ferry__error(FERRY_EINVAL, "ferry_host_register: range wraps around");
     ferry_runtime_t *rt = dev->rt;
     pthread_rwlock_wrlock(&rt->reg_lock);
-    int rc = 0;
-    size_t i = reg_upper(rt, a);
-    if ((i > 0 && rt->regs[i - 1].end > a) || (i < rt->nregs && rt->regs[i].start < a + bytes)) {
-        rc = ferry__error(FERRY_EINVAL,
-                          "ferry_host_register: [%p, +%zu) overlaps a range "
-                          "already registered",
-                          p, bytes);
-        goto out_unlock;
-    }
-    if (rt->nregs == rt->regs_cap) {
-        size_t cap = rt->regs_cap ? rt->regs_cap * 2 : 8;
-        struct ferry_reg_range *nr = realloc(rt->regs, cap * sizeof(*nr));
-        if (nr == NULL) {
-            rc = ferry__error(FERRY_ENOMEM, "ferry_host_register: out of memory");
-            goto out_unlock;
-        }
-        rt->regs = nr;
-        rt->regs_cap = cap;
-    }
-    if ((rc = ferry__be_host_register(dev, p, bytes)) != 0)
-        goto out_unlock;
-    memmove(&rt->regs[i + 1], &rt->regs[i], (rt->nregs - i) * sizeof(*rt->regs));
-    rt->regs[i] = (struct ferry_reg_range){a, a + bytes, dev->index};
-    rt->nregs++;
-out_unlock:
+    int rc = reg_insert(dev, p, bytes, false, "ferry_host_register");
     pthread_rwlock_unlock(&rt->reg_lock);
     return rc ? ferry__rt_fail(rt, rc) : 0;
 }
@@ -431,7 +458,8 @@ int ferry_host_unregister(ferry_device_t *dev, void *p)
     pthread_rwlock_wrlock(&rt->reg_lock);
     size_t i = reg_upper(rt, (uintptr_t)p);
     int rc = 0;
-    if (i == 0 || rt->regs[i - 1].start != (uintptr_t)p || rt->regs[i - 1].device != dev->index) {
+    if (i == 0 || rt->regs[i - 1].start != (uintptr_t)p || rt->regs[i - 1].device != dev->index ||
+        rt->regs[i - 1].pool) {
         rc = ferry__error(FERRY_EINVAL,
                           "ferry_host_unregister: %p was not registered with "
                           "ferry_host_register on this device",
@@ -445,4 +473,28 @@ int ferry_host_unregister(ferry_device_t *dev, void *p)
 out_unlock:
     pthread_rwlock_unlock(&rt->reg_lock);
     return rc ? ferry__rt_fail(rt, rc) : 0;
+}
+
+int ferry__device_link_profile(ferry_device_t *d, struct ferry_sim_profile *out)
+{
+    if (d == NULL || out == NULL)
+        return FERRY_EINVAL;
+    if (strcmp(d->ops->name, "sim") == 0) {
+        const struct ferry_sim_profile *p = ferry__sim_device_profile(d->be);
+        if (p == NULL)
+            return FERRY_ENOTSUP;
+        *out = *p;
+        return 0;
+    }
+    struct ferry_sim_profile *p = malloc(sizeof(*p));
+    if (p == NULL)
+        return FERRY_ENOMEM;
+    int rc = d->rt->profile[0] != '\0' ? ferry__sim_profile_load(d->rt->profile, p)
+                                       : ferry__sim_profile_load_default(p);
+    if (rc == 0 && (p->pcie_gen != d->props.pcie_gen || p->pcie_width != d->props.pcie_width))
+        rc = FERRY_ENOTSUP; /* another link: its curve says nothing of this one */
+    if (rc == 0)
+        *out = *p;
+    free(p);
+    return rc != 0 ? FERRY_ENOTSUP : 0;
 }

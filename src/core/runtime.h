@@ -47,6 +47,7 @@ struct ferry_runtime {
     struct ferry_reg_range {
         uintptr_t start, end;
         int device;
+        bool pool; /* a ferry_pool's slab: ferry_host_unregister leaves it alone */
     } * regs;
     size_t nregs, regs_cap;
     ferry__rt_child_t *children; /* under lock */
@@ -56,7 +57,21 @@ struct ferry_runtime {
 void ferry__rt_child_add(ferry_runtime_t *rt, ferry__rt_child_t *c);
 void ferry__rt_child_remove(ferry_runtime_t *rt, ferry__rt_child_t *c);
 
-/* True when [p, p + n) lies inside one range registered for @dev with ferry_host_register. */
+struct ferry_sim_profile;
+/* The measured copy curves that describe @dev's link, for the bandwidth monitor: the simulated
+ * device's own profile; for a GPU, the profile the runtime was given (a calibration, `ferry
+ * probe --calibrate`) or else the built-in one, when its PCIe generation and width are the
+ * device's. Copied into @out. FERRY_ENOTSUP when none describes the link. */
+int ferry__device_link_profile(ferry_device_t *d, struct ferry_sim_profile *out);
+
+/* A ferry_pool's pinned slab [p, p + n) on @dev: counted as registered, so that pipelines copy
+ * from and to the user's pool buffers directly instead of staging them as pageable. Returns 0
+ * or FERRY_ENOMEM / FERRY_EINVAL (overlap). Untrack with the same @p. */
+int ferry__rt_track_pool(ferry_device_t *dev, void *p, size_t n);
+void ferry__rt_untrack_pool(ferry_device_t *dev, void *p);
+
+/* True when [p, p + n) lies inside one range registered for @dev with ferry_host_register,
+ * or inside a ferry_pool's slab. */
 bool ferry__rt_is_registered(ferry_device_t *dev, const void *p, size_t n);
 
 /* Copy the calling thread's last error into @rt's last-error text and return @code. */

@@ -19,7 +19,9 @@
  * never ends at all (it ignores the flag); alloc: the allocation
  * fails as out of device memory (FERRY_EDEVMEM); slow: the link slows down; share: another
  * process starts moving data over the link (n= the K-th copy started, or time=): ferry's copies
- * get what it leaves, and the link's counter (link_rate, NVML's on a GPU) counts both. Parsing
+ * get what it leaves, and the link's counter (link_rate, NVML's on a GPU) counts both. Several
+ * items on one kernel: all are evaluated and the most severe that fired wins (sticky >
+ * hang-hard > hang > kernel; docs/faults.md). Parsing
  * is strict:
  * anything else is an error that names the item and what is accepted. */
 #ifndef FERRY_FAULT_SPEC_H

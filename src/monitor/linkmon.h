@@ -24,7 +24,8 @@
 
 typedef struct ferry__link_sample {
     double total[2]; /* all traffic on the link, bytes per second: H2D, D2H */
-    double own[2];   /* the pipeline's own bytes over the same windows */
+    double own[2];   /* the pipeline's own bytes over the same windows (by retirement time),
+                        at most total */
     uint64_t at_ns;  /* device clock when the sample ended */
     uint64_t count;  /* samples taken so far (0: none yet, the rest unset) */
 } ferry__link_sample_t;

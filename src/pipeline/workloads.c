@@ -2,6 +2,7 @@
  * reference and what the simulator runs as the kernel; they use fmaf() explicitly (and the
  * library is built with -ffp-contract=off) so that CPU and GPU results are bit-identical. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +26,21 @@ const char *const *ferry_workload_names(void)
     return names;
 }
 
+static float apply(const struct ferry_workload *w, float x)
+{
+    if (w->kind == WL_SCALE)
+        return x * w->factor;
+    for (unsigned k = 0; k < w->intensity; k++)
+        x = fmaf(x, w->factor, 0.5f);
+    return x;
+}
+
+/* Bytes that are not a whole float (1-3 after the last one: a short batch, or the end of an
+ * input) are the low-order bytes of one more float whose other bytes are zero (little-endian,
+ * as the data's floats are read): it is transformed like the others and those bytes of the
+ * result are written. Before, they were copied through: a stream of 2-byte batches came back
+ * untransformed and verified. The GPU kernel (src/backend/cuda/ferry_k_workloads.cu) does the
+ * same, bit for bit. */
 static void transform(const struct ferry_workload *w, const void *in, void *out, size_t bytes)
 {
     size_t n = bytes / sizeof(float);
@@ -54,8 +70,17 @@ static void transform(const struct ferry_workload *w, const void *in, void *out,
         }
         break;
     }
-    if (tail && in != out)
-        memmove(ob + n * 4, ib + n * 4, tail);
+    if (tail) {
+        unsigned char b[4] = {0, 0, 0, 0};
+        memcpy(b, ib + n * 4, tail);
+        uint32_t bits = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16;
+        float x;
+        memcpy(&x, &bits, 4); /* exponent 0 or 1: never a NaN */
+        x = apply(w, x);
+        memcpy(&bits, &x, 4);
+        for (size_t k = 0; k < tail; k++)
+            ob[n * 4 + k] = (unsigned char)(bits >> (8 * k));
+    }
 }
 
 static int cpu_fn(const ferry_kernel_args_t *a, void *user)

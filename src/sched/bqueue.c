@@ -27,6 +27,10 @@ struct ferry_bqueue {
     size_t head;         /* index of the oldest item */
     atomic_size_t count; /* items queued; written under lock, also read without it to spin */
     unsigned pop_waiters, push_waiters; /* skip the signal path when nobody waits */
+    /* Pushers waiting for room that no pop has released yet (ferry__bqueue_pushers_blocked):
+     * spinning ones are released by any pop, sleeping ones by the pop that wakes them. */
+    unsigned push_spinning, push_sleeping;
+    uint64_t pop_gen, wake_gen;
     bool closed;
     unsigned char *items; /* capacity * item_size bytes */
 };
@@ -127,8 +131,14 @@ static void take_locked(ferry_bqueue_t *q, void *item)
     memcpy(item, q->items + q->head * q->item_size, q->item_size);
     q->head = q->head + 1 == q->capacity ? 0 : q->head + 1;
     atomic_store_explicit(&q->count, count_of(q) - 1, memory_order_relaxed);
+    q->pop_gen++;
+    q->push_spinning = 0;
     /* Wake blocked producers only once the queue is half empty, and all of them: one wake-up
      * then refills many slots instead of a context switch per item. */
+    if (count_of(q) <= q->capacity / 2) {
+        q->wake_gen++;
+        q->push_sleeping = 0;
+    }
     if (q->push_waiters > 0 && count_of(q) <= q->capacity / 2)
         pthread_cond_broadcast(&q->not_full);
 }
@@ -142,9 +152,13 @@ int ferry__bqueue_push(ferry_bqueue_t *q, const void *item, bool wait, bool *wai
     if (wait && !q->closed && count_of(q) == q->capacity) {
         if (waited != NULL)
             *waited = true;
+        uint64_t gen = q->pop_gen;
+        q->push_spinning++;
         pthread_mutex_unlock(&q->lock);
         spin_for(q, true);
         pthread_mutex_lock(&q->lock);
+        if (gen == q->pop_gen)
+            q->push_spinning--; /* still blocked: counted below as it sleeps */
     }
     while (!q->closed && count_of(q) == q->capacity) {
         if (!wait) {
@@ -153,9 +167,13 @@ int ferry__bqueue_push(ferry_bqueue_t *q, const void *item, bool wait, bool *wai
         }
         if (waited != NULL)
             *waited = true;
+        uint64_t gen = q->wake_gen;
         q->push_waiters++;
+        q->push_sleeping++;
         pthread_cond_wait(&q->not_full, &q->lock);
         q->push_waiters--;
+        if (gen == q->wake_gen && q->push_sleeping > 0)
+            q->push_sleeping--; /* not released by a pop (spurious, or the close) */
     }
     if (q->closed) {
         rc = FERRY_ECLOSED;
@@ -243,6 +261,16 @@ void ferry__bqueue_close(ferry_bqueue_t *q)
     pthread_cond_broadcast(&q->not_empty);
     pthread_cond_broadcast(&q->not_full);
     pthread_mutex_unlock(&q->lock);
+}
+
+unsigned ferry__bqueue_pushers_blocked(ferry_bqueue_t *q)
+{
+    if (q == NULL)
+        return 0;
+    pthread_mutex_lock(&q->lock);
+    unsigned n = q->push_spinning + q->push_sleeping;
+    pthread_mutex_unlock(&q->lock);
+    return n;
 }
 
 size_t ferry__bqueue_len(ferry_bqueue_t *q)

@@ -52,6 +52,11 @@ int ferry__bqueue_pop_timed(ferry_bqueue_t *q, void *item, uint64_t timeout_ns);
 void ferry__bqueue_close(ferry_bqueue_t *q);
 /** Items queued now (a snapshot). Thread-safe. */
 size_t ferry__bqueue_len(ferry_bqueue_t *q);
+/** Blocking pushers waiting for room that no pop has released yet: a pop releases every
+ *  spinning pusher, and the sleeping ones when it wakes them (half empty). A pusher released
+ *  and not yet back counts as running. For a virtual clock, which must not move while a
+ *  pusher runs (a snapshot). Thread-safe. */
+unsigned ferry__bqueue_pushers_blocked(ferry_bqueue_t *q);
 
 /* ---------------------------------------------------------------------------------------------
  * Chase-Lev work-stealing deque of void * (Le, Pop, Cohen, Zappa Nardelli, "Correct and

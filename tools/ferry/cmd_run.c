@@ -510,7 +510,8 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
                    i,
                    s->stream_kind[i] == 'h'   ? "h2d"
                    : s->stream_kind[i] == 'c' ? "compute"
-                                              : "d2h",
+                   : s->stream_kind[i] == 'd' ? "d2h"
+                                              : "all", /* --single-stream: every op */
                    (double)s->stream_busy_ns[i] / 1e9,
                    el > 0 ? (double)s->stream_busy_ns[i] / 1e9 / el : 0);
         printf("],\"host_pinned\":%s,\"chunks_timed\":%llu", s->host_pinned ? "true" : "false",
@@ -582,7 +583,8 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
         printf(" %u:%s %.1f%%", i,
                s->stream_kind[i] == 'h'   ? "H2D"
                : s->stream_kind[i] == 'c' ? "compute"
-                                          : "D2H",
+               : s->stream_kind[i] == 'd' ? "D2H"
+                                          : "all",
                el > 0 ? (double)s->stream_busy_ns[i] / 1e9 / el * 100 : 0);
     if (!s->host_pinned)
         printf("\n  host       pageable: pinning was refused, copies ran at pageable rates");
@@ -596,7 +598,7 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
     /* The latest sample, when it saw traffic (one taken before or after the run sees none). */
     if (s->link_samples > 0 && s->link_bps[0] + s->link_bps[1] > 0)
         printf("  link       last of %llu sample(s): %.1f GB/s H2D, %.1f GB/s D2H on the link, "
-               "of which this run %.1f and %.1f\n",
+               "of which this run at most %.1f and %.1f\n",
                (unsigned long long)s->link_samples, s->link_bps[0] / 1e9, s->link_bps[1] / 1e9,
                s->link_own_bps[0] / 1e9, s->link_own_bps[1] / 1e9);
     if (s->ladder_steps_down > 0)

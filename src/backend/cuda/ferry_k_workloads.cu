@@ -1,5 +1,6 @@
 /* The built-in workloads on the GPU: copy, scale (x * factor) and fma (intensity rounds of
- * x = fma(x, factor, 0.5)) over float32 elements, trailing bytes copied, bit for bit what the
+ * x = fma(x, factor, 0.5)) over float32 elements, trailing bytes (1-3) as the low-order bytes
+ * of one more element padded with zeros, bit for bit what the
  * CPU reference (src/pipeline/workloads.c) computes. __fmul_rn / __fmaf_rn (and -fmad=false,
  * -ftz=false in CMake) keep nvcc from contracting, reordering or flushing denormals; NaNs keep
  * their payload as x86 does. Grid-stride loops with 16-byte accesses when in and out allow. */
@@ -37,13 +38,22 @@ __device__ __forceinline__ uint32_t apply(uint32_t bits, float factor, unsigned 
     }
 }
 
-/* The bytes % 4 after the last element: copied, by one thread. */
+/* The bytes % 4 after the last element, by one thread: the low-order bytes of one more element
+ * whose other bytes are zero (little-endian), transformed, and those bytes of the result
+ * written; as the CPU reference (src/pipeline/workloads.c) does. Copy copies them. */
+template <int Kind>
 __device__ __forceinline__ void copy_tail(const unsigned char *in, unsigned char *out,
-                                          unsigned tail, size_t gid)
+                                          unsigned tail, size_t gid, float factor,
+                                          unsigned intensity)
 {
-    if (gid == 0)
-        for (unsigned k = 0; k < tail; k++)
-            out[k] = in[k];
+    if (gid != 0 || tail == 0)
+        return;
+    uint32_t w = 0;
+    for (unsigned k = 0; k < tail; k++)
+        w |= (uint32_t)in[k] << (8 * k);
+    w = apply<Kind>(w, factor, intensity);
+    for (unsigned k = 0; k < tail; k++)
+        out[k] = (unsigned char)(w >> (8 * k));
 }
 
 /* in and out 4-byte aligned. With Vec (in and out equally misaligned against 16 bytes), the
@@ -74,8 +84,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     for (size_t i = start + gid; i < n; i += stride)
         out[i] = apply<Kind>(in[i], factor, intensity);
-    copy_tail(reinterpret_cast<const unsigned char *>(in + n),
-              reinterpret_cast<unsigned char *>(out + n), tail, gid);
+    copy_tail<Kind>(reinterpret_cast<const unsigned char *>(in + n),
+                    reinterpret_cast<unsigned char *>(out + n), tail, gid, factor, intensity);
 }
 
 /* in or out not 4-byte aligned: assemble each element from bytes (little-endian, as the CPU's
@@ -98,7 +108,7 @@ __global__ void __launch_bounds__(kThreads)
         q[2] = (unsigned char)(w >> 16);
         q[3] = (unsigned char)(w >> 24);
     }
-    copy_tail(in + 4 * n, out + 4 * n, tail, gid);
+    copy_tail<Kind>(in + 4 * n, out + 4 * n, tail, gid, factor, intensity);
 }
 
 unsigned grid_for(size_t work, int sms)

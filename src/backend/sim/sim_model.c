@@ -120,29 +120,47 @@ static bool fault_fires(struct ferry_be_device *dev, struct ferry_fault *f, uint
 }
 
 /* The fault a kernel ends with: 0, FERRY_EKERNEL, FERRY_ESTICKY, or SIM_HANG / SIM_HANG_HARD
- * (it does not end). */
+ * (it does not end). Every item is evaluated, in spec order (each one-shot trigger that matches
+ * is spent, each p= item draws once), and the most severe outcome among those that fired
+ * wins: sticky > hang-hard > hang > kernel. Before, the first match shadowed the rest:
+ * kernel@n=40,sticky@n=40 never went sticky, while the other order did. */
 enum { SIM_HANG = 1, SIM_HANG_HARD = 2 };
+static int fault_severity(enum ferry_fault_kind k)
+{
+    switch (k) {
+    case FERRY_FAULT_STICKY: return 4;
+    case FERRY_FAULT_HANG_HARD: return 3;
+    case FERRY_FAULT_HANG: return 2;
+    case FERRY_FAULT_KERNEL: return 1;
+    default: return 0;
+    }
+}
+
 static int kernel_fault(struct ferry_be_device *dev, const ferry_kernel_args_t *a)
 {
     uint64_t n = ++dev->nlaunched;
+    const struct ferry_fault *worst = NULL;
+    unsigned fired = 0;
     for (size_t i = 0; i < dev->faults.n; i++) {
         struct ferry_fault *f = &dev->faults.f[i];
-        if (f->kind != FERRY_FAULT_KERNEL && f->kind != FERRY_FAULT_STICKY &&
-            f->kind != FERRY_FAULT_HANG && f->kind != FERRY_FAULT_HANG_HARD)
+        if (fault_severity(f->kind) == 0 || !fault_fires(dev, f, n, a->batch_id))
             continue;
-        if (fault_fires(dev, f, n, a->batch_id)) {
-            ferry_log(FERRY_LOG_INFO, "sim", "injected %s fault: kernel %llu (batch %llu chunk %u)",
-                      ferry__fault_kind_name(f->kind), (unsigned long long)n,
-                      (unsigned long long)a->batch_id, a->chunk);
-            switch (f->kind) {
-            case FERRY_FAULT_STICKY: return FERRY_ESTICKY;
-            case FERRY_FAULT_HANG: return SIM_HANG;
-            case FERRY_FAULT_HANG_HARD: return SIM_HANG_HARD;
-            default: return FERRY_EKERNEL;
-            }
-        }
+        fired++;
+        if (worst == NULL || fault_severity(f->kind) > fault_severity(worst->kind))
+            worst = f;
     }
-    return 0;
+    if (worst == NULL)
+        return 0;
+    ferry_log(FERRY_LOG_INFO, "sim", "injected %s fault: kernel %llu (batch %llu chunk %u)%s",
+              ferry__fault_kind_name(worst->kind), (unsigned long long)n,
+              (unsigned long long)a->batch_id, a->chunk,
+              fired > 1 ? ": the most severe of the items that matched" : "");
+    switch (worst->kind) {
+    case FERRY_FAULT_STICKY: return FERRY_ESTICKY;
+    case FERRY_FAULT_HANG: return SIM_HANG;
+    case FERRY_FAULT_HANG_HARD: return SIM_HANG_HARD;
+    default: return FERRY_EKERNEL;
+    }
 }
 
 /* A share fault fires: another process moves f->gbps on the link from now. */

@@ -1,0 +1,171 @@
+/* Several copy streams per direction: each direction's engine time is the union of its copies'
+ * intervals (never more than the elapsed time, overlap at most 3), every track of the trace
+ * holds slices that do not overlap (Perfetto nests slices by time on one track), and the
+ * bandwidth monitor judges the direction's rate, not one copy's share of the link: a healthy
+ * copy-bound run raises no alert. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testlib.h"
+
+static int cpu_copy(const ferry_kernel_args_t *a, void *user)
+{
+    (void)user;
+    memcpy(a->out, a->in, a->bytes);
+    return 0;
+}
+
+static int gen(void *slot, size_t bytes, size_t offset, void *arg)
+{
+    (void)arg;
+    memset(slot, (int)(offset >> 20), bytes);
+    return 0;
+}
+
+static void sink(const ferry_batch_result_t *r, void *arg)
+{
+    if (r->status != 0)
+        (*(int *)arg)++;
+}
+
+static ferry_pipeline_t *run(ferry_runtime_t *rt, unsigned ncopy, unsigned ncomp, size_t chunk,
+                             size_t total, ferry_pipeline_stats_t *st)
+{
+    ferry_device_t *dev = NULL;
+    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_stage_t s = FERRY_STAGE_INIT;
+    s.name = "copy";
+    s.cpu = cpu_copy;
+    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
+    cfg.device = dev;
+    cfg.stage = &s;
+    cfg.chunk_bytes = chunk;
+    cfg.copy_streams = ncopy;
+    cfg.compute_streams = ncomp;
+    cfg.queue_depth = 64;
+    cfg.coalesce_bytes = SIZE_MAX;
+    ferry_pipeline_t *p = NULL;
+    assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
+    int failed = 0;
+    for (size_t off = 0; off < total; off += 4 * chunk) {
+        ferry_batch_t b = FERRY_BATCH_INIT;
+        b.prepare = gen;
+        b.bytes = total - off < 4 * chunk ? total - off : 4 * chunk;
+        assert_int_equal(ferry_pipeline_submit(p, &b, sink, &failed, NULL), 0);
+    }
+    assert_int_equal(ferry_pipeline_drain(p), 0);
+    assert_int_equal(failed, 0);
+    *st = (ferry_pipeline_stats_t)FERRY_PIPELINE_STATS_INIT;
+    assert_int_equal(ferry_pipeline_stats(p, st), 0);
+    return p;
+}
+
+static void check_engines(const ferry_pipeline_stats_t *st, const char *what)
+{
+    print_message("%s: elapsed %llu ns, busy H2D %llu, D2H %llu, overlap %.3f, %.1f / %.1f GB/s, "
+                  "%llu alert(s)\n",
+                  what, (unsigned long long)st->elapsed_ns, (unsigned long long)st->busy_h2d_ns,
+                  (unsigned long long)st->busy_d2h_ns, st->overlap, st->gbps_h2d, st->gbps_d2h,
+                  (unsigned long long)st->bw_alerts);
+    assert_true(st->elapsed_ns > 0);
+    assert_true(st->busy_h2d_ns <= st->elapsed_ns);
+    assert_true(st->busy_d2h_ns <= st->elapsed_ns);
+    /* Copy-bound: the copies keep the link busy most of the time. */
+    assert_true(st->busy_h2d_ns >= st->elapsed_ns / 2);
+    assert_true(st->overlap <= 3.0);
+    /* A healthy run near the link's rate each way: the monitor stays quiet. */
+    assert_true(st->gbps_h2d > 40.0 && st->gbps_d2h > 40.0);
+    assert_int_equal(st->bw_alerts, 0);
+}
+
+/* Every (pid, tid) track: complete slices sorted by start never overlap. */
+static void check_trace_tracks(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc((size_t)len + 1);
+    assert_non_null(text);
+    assert_int_equal(fread(text, 1, (size_t)len, f), (size_t)len);
+    text[len] = '\0';
+    fclose(f);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    assert_non_null(root);
+    cJSON *evs = cJSON_GetObjectItem(root, "traceEvents");
+    assert_true(cJSON_IsArray(evs));
+    enum { TRACKS = 256 };
+    static double last_end[TRACKS];
+    static int used[TRACKS];
+    memset(used, 0, sizeof(used));
+    size_t slices = 0;
+    cJSON *e;
+    cJSON_ArrayForEach(e, evs)
+    {
+        cJSON *ph = cJSON_GetObjectItem(e, "ph");
+        if (!cJSON_IsString(ph) || strcmp(ph->valuestring, "X") != 0)
+            continue;
+        int pid = cJSON_GetObjectItem(e, "pid")->valueint;
+        int tid = cJSON_GetObjectItem(e, "tid")->valueint;
+        double ts = cJSON_GetObjectItem(e, "ts")->valuedouble;
+        double dur = cJSON_GetObjectItem(e, "dur")->valuedouble;
+        assert_true(pid >= 1 && pid <= 2 && tid >= 0 && tid < TRACKS / 2);
+        int k = (pid - 1) * (TRACKS / 2) + tid;
+        /* Ops retire in issue order, which on one track is time order: a slice that starts
+         * before the previous one on its track ends overlaps it. */
+        if (used[k] && ts + 0.0005 < last_end[k])
+            fail_msg("trace: pid %d tid %d: a slice at %.3f us starts before the previous one "
+                     "ends (%.3f us)",
+                     pid, tid, ts, last_end[k]);
+        used[k] = 1;
+        if (ts + dur > last_end[k])
+            last_end[k] = ts + dur;
+        slices++;
+    }
+    assert_true(slices > 100);
+    cJSON_Delete(root);
+}
+
+static void test_two_copy_streams_traced(void **state)
+{
+    (void)state;
+    const char *const kv[] = {"trace", "1", NULL};
+    ferry_runtime_t *rt = test_sim_runtime_with(kv);
+    ferry_pipeline_stats_t st;
+    ferry_pipeline_t *p = run(rt, 2, 2, 1u << 20, 128u << 20, &st);
+    check_engines(&st, "2 copy streams, every chunk timed");
+    char path[] = "/tmp/ferry-test-copy-streams-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(ferry_pipeline_write_trace(p, path), 0);
+    check_trace_tracks(path);
+    unlink(path);
+    assert_int_equal(ferry_pipeline_close(p), 0);
+    ferry_runtime_destroy(rt);
+}
+
+static void test_two_copy_streams_sampled(void **state)
+{
+    (void)state;
+    ferry_runtime_t *rt = test_sim_runtime();
+    ferry_pipeline_stats_t st;
+    ferry_pipeline_t *p = run(rt, 2, 1, 1u << 20, 256u << 20, &st);
+    check_engines(&st, "2 copy streams, sampled");
+    assert_int_equal(ferry_pipeline_close(p), 0);
+    ferry_runtime_destroy(rt);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_two_copy_streams_traced),
+        cmocka_unit_test(test_two_copy_streams_sampled),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
