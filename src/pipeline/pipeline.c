@@ -534,9 +534,11 @@ static void wait_for_caller(ferry_pipeline_t *p, uint64_t seen)
     ts.tv_nsec = (long)(at % 1000000000u);
     pthread_mutex_lock(&p->lock);
     __atomic_store_n(&p->comp_sleeping, 1, __ATOMIC_SEQ_CST);
+    /* A full queue takes no submit until the device runs on (see submitter_runs). */
     while (__atomic_load_n(&p->work_seq, __ATOMIC_SEQ_CST) == seen && !p->closing &&
            __atomic_load_n(&p->drain_waiters, __ATOMIC_SEQ_CST) == 0 &&
-           ferry__bqueue_pushers_blocked(p->queue) == 0)
+           ferry__bqueue_pushers_blocked(p->queue) == 0 &&
+           ferry__bqueue_len(p->queue) < p->queue_depth)
         if (pthread_cond_timedwait(&p->work_cv, &p->lock, &ts) == ETIMEDOUT)
             break;
     __atomic_store_n(&p->comp_sleeping, 0, __ATOMIC_SEQ_CST);
@@ -544,12 +546,16 @@ static void wait_for_caller(ferry_pipeline_t *p, uint64_t seen)
 }
 
 /* Virtual clock: a submit is between its entry and the queue and not blocked on a full queue
- * (it will be back at the current virtual time). */
+ * (it will be back at the current virtual time). On a full queue no submit can land before
+ * the device moves on: one that waits for room is blocked, one that may not wait is refused
+ * (a caller that retries FERRY_EAGAIN in a loop kept the device waiting for ever). */
 static bool submitter_runs(ferry_pipeline_t *p)
 {
     pthread_mutex_lock(&p->lock);
     unsigned n = p->submitting;
     pthread_mutex_unlock(&p->lock);
+    if (n == 0 || ferry__bqueue_len(p->queue) >= p->queue_depth)
+        return false;
     return n > ferry__bqueue_pushers_blocked(p->queue);
 }
 
@@ -969,7 +975,7 @@ static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, u
     qsort(sizes, BW_WINDOW, sizeof(sizes[0]), cmp_u64);
     uint64_t median = sizes[BW_WINDOW / 2];
     ferry_alert_cause_t cause = FERRY_CAUSE_UNKNOWN;
-    char text[320];
+    char text[512];
     double foreign[2] = {0, 0};
     const char *dir = d == 0 ? "H2D" : "D2H";
     char ref[112] = "";

@@ -15,7 +15,12 @@ if command -v groff >/dev/null; then
   if [ $? -eq 0 ] && [ ! -s "$TMP/groff.err" ]; then ok "groff: no warnings"; else
     bad "groff warns"; sed 's/^/#   /' "$TMP/groff.err" | head -5; fi
 fi
-if command -v man >/dev/null; then
+# A minimized system (Ubuntu's images, the GPU machine's among them) has a `man` that only says
+# so: there is nothing to render with, so the man checks are left out there, saying why.
+real_man() { command -v man >/dev/null && ! man -l "$TMP/ferry.1" 2>&1 | grep -q "has been minimized"; }
+if command -v man >/dev/null && ! real_man; then
+  echo "# man is the stub of a minimized system: its checks are skipped here"
+elif command -v man >/dev/null; then
   MANWIDTH=100 man -l "$TMP/ferry.1" >"$TMP/man.txt" 2>"$TMP/man.err"
   if [ -s "$TMP/man.txt" ]; then ok "man -l renders it"; else bad "man -l rendered nothing"; cat "$TMP/man.err"; fi
   expect_in "rendered: NAME" "$TMP/man.txt" "ferry - stream data through NVIDIA GPUs"
@@ -45,7 +50,7 @@ if [ -n "$page" ] && [ "${page#"$TMP/prefix/"}" = "share/man/man1/ferry.1" ]; th
 if [ -f "$TMP/prefix/share/bash-completion/completions/ferry" ]; then ok "installed share/bash-completion/completions/ferry"; else
   bad "completion not installed"; fi
 if cmp -s "$page" "$TMP/ferry.1"; then ok "the installed page is the generated one"; else bad "installed page differs"; fi
-if command -v man >/dev/null; then
+if real_man; then
   # man-db looks beside each PATH directory (../share/man): the prefix's bin is enough.
   where=$(env -u MANPATH PATH="$TMP/prefix/bin:/usr/bin:/bin" man -w ferry 2>&1)
   if [ "$where" = "$TMP/prefix/share/man/man1/ferry.1" ]; then ok "man -w ferry finds the installed page"; else
