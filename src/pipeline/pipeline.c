@@ -1128,6 +1128,14 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
             if ((s->anchor_ends & (1u << i)) && e > le[st])
                 le[st] = e;
         }
+        /* Its copies' ends join the union of each direction's copies (below), so that the next
+         * sampled chunk adds only the part of its copies that no earlier copy covered. */
+        if (s->anchor_ends & 1u)
+            p->eng_end[0] = p->eng_end[0] > t[TEV_H2D_END] ? p->eng_end[0] : t[TEV_H2D_END];
+        if (s->anchor_ends & 4u)
+            p->eng_end[1] = p->eng_end[1] > t[TEV_D2H_END] ? p->eng_end[1] : t[TEV_D2H_END];
+        if ((s->anchor_ends & 5u) == 5u && s->seq > p->eng_seq)
+            p->eng_seq = s->seq;
         return;
     }
     uint64_t hs, cs, ds;
@@ -1156,8 +1164,11 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
      * streams the copies of one direction run at once, and their sum counted that time twice
      * (engines H2D 196%, overlap 3.65, and the bandwidth monitor took one copy's share of the
      * link for the direction's rate). The union is exact over consecutive timed chunks (every
-     * chunk with op_timing all or a trace); a sampled chunk's neighbours are not timed, so its
-     * copies count 1/copy streams of their time (the copy streams taken to run together). */
+     * chunk with op_timing all or a trace); a sampled chunk has the chunk before it timed as an
+     * anchor, and adds what its copies cover past that one's. Where that anchor retired after
+     * it (another D2H stream), its copies count 1/copy streams of their time: the copy streams
+     * taken to run together, which the H200 does not always do (D2H read 52% busy, an alert
+     * on a run at 46 GB/s each way, before the anchor). */
     int lv = __atomic_load_n(&p->level, __ATOMIC_RELAXED);
     unsigned lanes = p->single || lv >= 3 ? 1u : p->ncopy;
     bool fresh = lanes == 1 || s->seq == p->eng_seq + 1;
@@ -1167,7 +1178,8 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
         p->eng_end[0] = p->eng_end[0] > t[TEV_H2D_END] ? p->eng_end[0] : t[TEV_H2D_END];
         p->eng_end[1] = p->eng_end[1] > t[TEV_D2H_END] ? p->eng_end[1] : t[TEV_D2H_END];
     }
-    p->eng_seq = s->seq;
+    if (s->seq > p->eng_seq)
+        p->eng_seq = s->seq;
     bw_sample(p, 0, s->bytes, uh, now);
     bw_sample(p, 1, s->bytes, ud, now);
     a->timed += s->nsub; /* as chunks_retired counts: the busy figures scale by their ratio */
@@ -1750,6 +1762,11 @@ static uint32_t issue_one(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c, slot_
         unsigned copies = one ? 1u : p->ncopy, kernels = one || level >= 1 ? 1u : p->ncomp;
         /* Bits: 1 the H2D's end, 2 the kernel's, 4 the D2H's (on one stream, all three). */
         s->anchor_ends = (ahead == copies ? 5u : 0u) | (ahead == kernels ? 2u : 0u);
+        /* With several copy streams, the chunk just before: where the copies of each direction
+         * had got to when the sampled chunk's began, for the union of a direction's copies
+         * (retire_chunk). */
+        if (copies > 1 && ahead == 1)
+            s->anchor_ends |= 5u;
         if (s->anchor_ends != 0)
             s->timing = TIME_ANCHOR;
     }
