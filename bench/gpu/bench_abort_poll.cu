@@ -27,11 +27,15 @@ enum { POLL_NONE = 0, POLL_BLOCK_FIRST, POLL_BLOCK_LATE, POLL_THREADS_LATE, POLL
 /* POLL_ONE_COPY: as POLL_BLOCK_FIRST, but every block reads the word's first copy, as if the
  * word had one copy only (what its FERRY_ABORT_REPLICAS copies are worth). */
 
-__global__ void xor_kernel(ferry_kernel_args_t a, int poll, unsigned long long spin_ns, int vecs)
+/* One kernel a mode, as a kernel author's own would be compiled (a mode chosen at run time
+ * keeps every mode's code in each and costs the no-poll kernel too). SPIN: the pass repeats
+ * until spin_ns has passed (the hang below); without it one pass a block. */
+template <int poll, bool SPIN>
+__global__ void xor_kernel(ferry_kernel_args_t a, unsigned long long spin_ns, int vecs)
 {
     __shared__ int stop;
     unsigned long long t0 = 0, t;
-    if (spin_ns)
+    if (SPIN)
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     const unsigned char *in = (const unsigned char *)a.in;
     unsigned char *out = (unsigned char *)a.out;
@@ -72,7 +76,7 @@ __global__ void xor_kernel(ferry_kernel_args_t a, int poll, unsigned long long s
         } else if (poll == POLL_THREADS_LATE && said) {
             return;
         }
-        if (!spin_ns)
+        if (!SPIN)
             return;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
         if (t - t0 > spin_ns)
@@ -85,6 +89,21 @@ static unsigned blocks_for(size_t bytes, int vecs = 1)
 {
     size_t per = (size_t)256 * 16 * vecs;
     return (unsigned)((bytes + per - 1) / per);
+}
+
+/* Launch the kernel of mode @poll, one pass a block. */
+static void launch_xor(int poll, const ferry_kernel_args_t &a, int vecs, cudaStream_t s)
+{
+    unsigned g = blocks_for(a.bytes, vecs);
+    switch (poll) {
+    case POLL_NONE: xor_kernel<POLL_NONE, false><<<g, 256, 0, s>>>(a, 0, vecs); break;
+    case POLL_BLOCK_FIRST: xor_kernel<POLL_BLOCK_FIRST, false><<<g, 256, 0, s>>>(a, 0, vecs); break;
+    case POLL_BLOCK_LATE: xor_kernel<POLL_BLOCK_LATE, false><<<g, 256, 0, s>>>(a, 0, vecs); break;
+    case POLL_THREADS_LATE:
+        xor_kernel<POLL_THREADS_LATE, false><<<g, 256, 0, s>>>(a, 0, vecs);
+        break;
+    default: xor_kernel<POLL_ONE_COPY, false><<<g, 256, 0, s>>>(a, 0, vecs); break;
+    }
 }
 
 #define CK(call)                                                                                   \
@@ -116,8 +135,11 @@ static int gpu_fn(const ferry_kernel_args_t *a, void *stream, void *user)
     unsigned blocks = blocks_for(a->bytes);
     if (hang && blocks < c->grid_fill)
         blocks = c->grid_fill;
-    xor_kernel<<<blocks, 256, 0, (cudaStream_t)stream>>>(*a, POLL_BLOCK_LATE,
-                                                         hang ? 20000000000ull : 0, 1);
+    if (hang)
+        xor_kernel<POLL_BLOCK_LATE, true>
+            <<<blocks, 256, 0, (cudaStream_t)stream>>>(*a, 20000000000ull, 1);
+    else
+        launch_xor(POLL_BLOCK_LATE, *a, 1, (cudaStream_t)stream);
     return cudaGetLastError() == cudaSuccess ? 0 : FERRY_EKERNEL;
 }
 
@@ -167,7 +189,8 @@ int main(void)
     ferry_device_props_t props = FERRY_DEVICE_PROPS_INIT;
     ferry_device_props(dev, &props);
     int per_sm = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, xor_kernel, 256, 0));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, xor_kernel<POLL_BLOCK_LATE, true>,
+                                                     256, 0));
 
     stage_ctx_t ctx = {};
     ctx.grid_fill = 2u * (unsigned)props.sms * (unsigned)per_sm;
@@ -247,7 +270,7 @@ int main(void)
         /* Correctness first, each mode. */
         for (int m = 0; m < M; m++) {
             CK(cudaMemsetAsync(d_out, 0, n, s));
-            xor_kernel<<<blocks_for(n, vecs), 256, 0, s>>>(a[m], polls[m], 0, vecs);
+            launch_xor(polls[m], a[m], vecs, s);
             CK(cudaMemcpyAsync(hout.data(), d_out, n, cudaMemcpyDeviceToHost, s));
             CK(cudaStreamSynchronize(s));
             if (!check(hin.data(), hout.data(), n)) {
@@ -261,7 +284,7 @@ int main(void)
                 if (m == 4 && r % 10 != 0)
                     continue; /* 2 ms a run: every tenth is enough */
                 CK(cudaEventRecord(e0, s));
-                xor_kernel<<<blocks_for(n, vecs), 256, 0, s>>>(a[m], polls[m], 0, vecs);
+                launch_xor(polls[m], a[m], vecs, s);
                 CK(cudaEventRecord(e1, s));
                 CK(cudaEventSynchronize(e1));
                 float ms = 0;
