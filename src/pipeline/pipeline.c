@@ -4,12 +4,14 @@
  * completion thread polls the events, copies output out of pinned slots, recycles slots and runs
  * each batch's callback exactly once. Issuing is a role, the issue token, not a thread: its
  * holder issues in queue order. Small batches are issued by whoever is at hand (the submitting
- * thread when nothing is queued and slots are free, the completion thread when it frees slots),
- * everything else by the issuer thread; hand-offs between threads are lock-free pushes, and a
+ * thread when nothing is queued and slots are free, the completion thread when it frees slots;
+ * on a virtual clock the issuer thread alone: hand_to_issuer), everything else by the issuer
+ * thread; hand-offs between threads are lock-free pushes, and a
  * thread is woken only when it sleeps. */
 #include <errno.h>
 #ifdef __linux__
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #endif
 #include <stdio.h>
 #include <stdlib.h>
@@ -234,6 +236,7 @@ struct ferry_pipeline {
     uint64_t submitted;     /* under lock */
     uint64_t completed;     /* atomic: callbacks returned */
     unsigned drain_waiters; /* atomic, changed under lock */
+    long caller_tid;        /* atomic: virtual clock, the thread that entered submit last */
 
     ferry_pipeline_stats_t st; /* under lock, except the atomics below */
     uint64_t chunks_issued;    /* atomic */
@@ -400,6 +403,20 @@ static void wake_issuer(ferry_pipeline_t *p, bool all)
         pthread_cond_signal(&p->slot_cv);
 }
 
+/* Virtual clock: give the token to the issuer thread, busy from here (as wake_issuer). Only
+ * that thread issues on a virtual clock: when a submitting thread or the completion thread
+ * issued what was queued, which one did, and how far it had got when the other came by, was
+ * the host's scheduling, and it moved light batches' virtual times (a borrowed thread issues at
+ * most CALLER_QUEUE_BUDGET, then hands over; a pass that issues stamps after its issuing).
+ * The hand-off costs host time (a wake-up a batch at worst), not virtual time. Under lock. */
+static void hand_to_issuer(ferry_pipeline_t *p)
+{
+    p->token = true;
+    __atomic_store_n(&p->busy, 1, __ATOMIC_SEQ_CST);
+    p->issuer_turn = true;
+    pthread_cond_signal(&p->issue_cv);
+}
+
 static void push_incoming(ferry_pipeline_t *p, slot_t *s)
 {
     slot_t *old = __atomic_load_n(&p->incoming, __ATOMIC_RELAXED);
@@ -524,9 +541,44 @@ static void wait_for_work(ferry_pipeline_t *p, uint64_t seen)
  * to schedule the caller (one bench configuration gave 46.35 and 45.79 GB/s in two runs). A caller
  * that waits for its callbacks costs this much host time per wait, no virtual time. */
 #define CALLER_GRACE_NS 2000000u
+/* How long a caller that is still running (runnable, on Linux) may keep the device waiting:
+ * a caller the host does not schedule for a while (a loaded machine) is still taken to be back
+ * at once, up to this much host time. Beyond it the device runs on, as for a caller that
+ * sleeps: a caller that spins on a flag for its callbacks costs this much per wait. */
+#define CALLER_RUNNABLE_NS 50000000u
+
+/* The calling thread's id, for thread_runnable(); 0 where there is none. */
+static long this_tid(void)
+{
+#ifdef __linux__
+    return (long)syscall(SYS_gettid);
+#else
+    return 0;
+#endif
+}
+
+/* Whether thread @tid of this process is running or waiting for a CPU (not asleep). Linux
+ * only (/proc/self/task/<tid>/stat); false elsewhere and on any error. */
+static bool thread_runnable(long tid)
+{
+    if (tid <= 0)
+        return false;
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/self/task/%ld/stat", tid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *c = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+    return c != NULL && c[1] == ' ' && c[2] == 'R';
+}
+
 static void wait_for_caller(ferry_pipeline_t *p, uint64_t seen)
 {
     pass_end(p);
+    uint64_t t0 = ferry__mono_ns();
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t at = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + CALLER_GRACE_NS;
@@ -538,9 +590,18 @@ static void wait_for_caller(ferry_pipeline_t *p, uint64_t seen)
     while (__atomic_load_n(&p->work_seq, __ATOMIC_SEQ_CST) == seen && !p->closing &&
            __atomic_load_n(&p->drain_waiters, __ATOMIC_SEQ_CST) == 0 &&
            ferry__bqueue_pushers_blocked(p->queue) == 0 &&
-           ferry__bqueue_len(p->queue) < p->queue_depth)
-        if (pthread_cond_timedwait(&p->work_cv, &p->lock, &ts) == ETIMEDOUT)
+           ferry__bqueue_len(p->queue) < p->queue_depth) {
+        if (pthread_cond_timedwait(&p->work_cv, &p->lock, &ts) != ETIMEDOUT)
+            continue;
+        /* The grace is over. A caller that still runs (or waits for a CPU) is on its way
+         * back, however long the host takes to run it: wait on, a grace at a time. */
+        long tid = __atomic_load_n(&p->caller_tid, __ATOMIC_RELAXED);
+        if (ferry__mono_ns() - t0 >= CALLER_RUNNABLE_NS || !thread_runnable(tid))
             break;
+        at += CALLER_GRACE_NS;
+        ts.tv_sec = (time_t)(at / 1000000000u);
+        ts.tv_nsec = (long)(at % 1000000000u);
+    }
     __atomic_store_n(&p->comp_sleeping, 0, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&p->lock);
 }
@@ -1356,6 +1417,18 @@ static void *completion_main(void *arg)
     uint64_t grace_seen = UINT64_MAX;
     for (;;) {
         uint64_t seen = __atomic_load_n(&p->work_seq, __ATOMIC_SEQ_CST);
+        /* A virtual clock: the caller is taken to be back at once (wait_for_caller), so the
+         * submits it makes at this virtual instant come before this pass, not only before the
+         * device moves on. Otherwise a pass retired (and its callbacks read the clock, and it
+         * issued queued batches) after however many submits the caller had got through, which
+         * the host's scheduling decides: light batches, issued as they come, finished at times
+         * 30-220 us apart in two runs. */
+        if (p->virtual_clock && grace_seen != seen &&
+            __atomic_load_n(&p->busy, __ATOMIC_SEQ_CST) == 0) {
+            grace_seen = seen; /* once per change of the work */
+            wait_for_caller(p, seen);
+            continue;
+        }
         /* A virtual clock is one host clock that every call charges: a pass run while another
          * thread issues would read it (and retire, stamp, charge) at a point of that thread's
          * work that only the host's scheduling decides. Passes run while nobody issues. */
@@ -1503,7 +1576,9 @@ static void *completion_main(void *arg)
                 wake_issuer(p, false);
             /* Queued light batches that were short of slots: issue them here and now rather
              * than wake a thread for it. */
-            if (!p->token && p->nqueued > 0) {
+            if (!p->token && p->nqueued > 0 && p->virtual_clock) {
+                hand_to_issuer(p);
+            } else if (!p->token && p->nqueued > 0) {
                 p->token = true;
                 __atomic_store_n(&p->busy, 1, __ATOMIC_SEQ_CST);
                 take_token = true;
@@ -1514,7 +1589,11 @@ static void *completion_main(void *arg)
             run_queue(p, ROLE_COMPLETER);
 
         if (fin != NULL) {
-            uint64_t now = read_clock(p);
+            /* Done when this pass found them done: not after the queued batches this thread
+             * has just issued (above), whose host time a virtual clock charges. Which thread
+             * issues those (this one, or the issuer thread when it held the token) is the
+             * host's scheduling; it moved a light batch's done time by a pass (120 us). */
+            uint64_t now = pass_now ? pass_now : read_clock(p);
             uint64_t ok = 0, on_cpu = 0, failed = 0, n = 0;
             batch_rec_t *last = NULL;
             for (batch_rec_t *b = fin; b != NULL; b = b->next) {
@@ -2312,6 +2391,8 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     p->time_none = strcmp(ferry__opt_str(o, FERRY__OPT_op_timing), "off") == 0;
     p->anchors = p->single ? 1u : p->ncopy > p->ncomp ? p->ncopy : p->ncomp;
     p->virtual_clock = virt;
+    if (virt)
+        p->caller_issues = false; /* hand_to_issuer */
     ferry__mutex_init_adaptive(&p->lock);
     pthread_cond_init(&p->issue_cv, NULL);
     pthread_cond_init(&p->slot_cv, NULL);
@@ -2447,6 +2528,8 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
      * sequentially consistent pair (count in, then read shut) against close's (set shut, then
      * read the count) means at least one side sees the other. */
     __atomic_add_fetch(&p->entering, 1, __ATOMIC_SEQ_CST);
+    if (p->virtual_clock) /* the caller whose return wait_for_caller waits for */
+        __atomic_store_n(&p->caller_tid, this_tid(), __ATOMIC_RELAXED);
     int rc;
     if (__atomic_load_n(&p->shut, __ATOMIC_SEQ_CST))
         rc = ferry__error(FERRY_ECLOSED, "ferry_pipeline_submit: pipeline '%s' #%u is closed",
@@ -2572,8 +2655,11 @@ static int submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn
             p->st.queue_full_waits++;
         p->nqueued++;
         /* Nobody holds the token, so nobody would issue it: take the token and run the
-         * queue (handing it to the issuer thread if the batch at its head is not light). */
-        if (!p->token) {
+         * queue (handing it to the issuer thread if the batch at its head is not light). On a
+         * virtual clock the issuer thread issues everything (hand_to_issuer). */
+        if (!p->token && p->virtual_clock) {
+            hand_to_issuer(p);
+        } else if (!p->token) {
             p->token = true;
             __atomic_store_n(&p->busy, 1, __ATOMIC_SEQ_CST);
             run = true;

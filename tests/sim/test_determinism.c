@@ -161,9 +161,10 @@ static const run_cfg_t configs[] = {
     /* ferry bench pipeline's shape: 4 chunks a batch, the default queue. */
     {"bench 256K", 256u << 10, 1u << 20, 32u << 20, 0, 2, 0, true, false, NULL},
     {"bench 1M", 1u << 20, 4u << 20, 64u << 20, 0, 1, 0, true, false, NULL},
-    /* Not here: light batches (<= 64 KiB) that the caller's own thread issues while the
-     * completion thread retires at the same virtual instant: which goes first is still the
-     * host's choice (docs/simulator.md, "Determinism"). */
+    /* Light batches (64 KiB and less, pinned, no prepare): the caller's own thread issues
+     * them, while the completion thread retires at the same virtual instants. */
+    {"light 16K", 16u << 10, 16u << 10, 4u << 20, 0, 2, 0, true, false, NULL},
+    {"light 64K", 64u << 10, 64u << 10, 8u << 20, 1, 2, 0, true, false, NULL},
     /* Pageable input staged by the host workers, two copy streams. */
     {"staged", 512u << 10, 2u << 20, 32u << 20, 2, 2, 0, false, false, NULL},
     {"prepare", 1u << 20, 4u << 20, 32u << 20, 1, 1, 4, true, true, NULL},
