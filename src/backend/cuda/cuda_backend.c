@@ -677,4 +677,5 @@ const ferry_backend_ops_t ferry__cuda_backend = {
     .host_device_ptr = cuda_host_device_ptr,
     .heartbeat = cuda_heartbeat,
     .link_rate = cuda_link_rate,
+    .gpu_launcher = ferry__cuda_gpu_launcher,
 };

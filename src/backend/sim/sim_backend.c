@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "backend/sim/sim_model.h"
-#include "core/internal.h"
+#include "base/base.h"
 #include "ferry/connections.h"
 
 /* cudaMalloc returns at least 256-byte aligned memory; kernels may rely on it. */

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "backend/sim/sim_model.h"
-#include "core/internal.h"
+#include "base/base.h"
 
 /* ---- ops -------------------------------------------------------------------------------- */
 
@@ -92,7 +92,7 @@ static void account(struct ferry_be_device *dev)
 /* Recompute rates and completion times. Transfers in one direction share its asymptotic rate
  * equally; while both directions transfer, each gets bidir_factor of it (FACTS.md: 93.5-99.7 GB/s
  * in total, 1.7-1.8x one direction). Pageable copies are further capped at their own rate. */
-/* ---- faults (option inject; fault/spec.h) ------------------------------------------------- */
+/* ---- faults (option inject; fault_spec.h) ------------------------------------------------- */
 
 static double fault_uniform(struct ferry_be_device *dev)
 {

@@ -12,8 +12,8 @@
 
 #include "backend/backend.h"
 #include "backend/sim/sim.h"
-#include "fault/spec.h"
-#include "monitor/rate_ring.h"
+#include "backend/sim/fault_spec.h"
+#include "base/rate_ring.h"
 
 #define SIM_NEVER    UINT64_MAX
 #define SIM_HUNG_MAX 64
