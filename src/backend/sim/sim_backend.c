@@ -428,10 +428,7 @@ static int sim_stream_create(ferry_be_device_t *dev, int priority, ferry_be_stre
     s->priority = priority;
     s->index = dev->next_stream++;
     s->queue = s->index % dev->conns;
-    s->next = dev->streams;
-    if (dev->streams != NULL)
-        dev->streams->prev = s;
-    dev->streams = s;
+    SIM_LIST_PUSH(dev->streams, s, prev, next);
     unlock(dev);
     *out = s;
     return 0;
@@ -494,10 +491,7 @@ static int sim_event_create(ferry_be_device_t *dev, unsigned flags, ferry_be_eve
     e->dev = dev;
     e->timing = (flags & FERRY_BE_EVENT_TIMING) != 0;
     lock(dev);
-    e->next = dev->events;
-    if (dev->events != NULL)
-        dev->events->prev = e;
-    dev->events = e;
+    SIM_LIST_PUSH(dev->events, e, prev, next);
     unlock(dev);
     *out = e;
     return 0;
@@ -510,12 +504,7 @@ static void sim_event_destroy(ferry_be_event_t *e)
     struct ferry_be_device *dev = e->dev;
     lock(dev);
     ferry__sim_op_unref(dev, e->last);
-    if (e->prev != NULL)
-        e->prev->next = e->next;
-    else
-        dev->events = e->next;
-    if (e->next != NULL)
-        e->next->prev = e->prev;
+    SIM_LIST_UNLINK(dev->events, e, prev, next);
     unlock(dev);
     free(e);
 }

@@ -81,6 +81,25 @@ struct ferry_be_event {
     struct ferry_be_event *prev, *next;
 };
 
+/* A device's live ops, streams and events are lists linked through the element's @pf and @nf
+ * fields (prev, next): push @x at @head, unlink @x from the list at @head. Under the lock. */
+#define SIM_LIST_PUSH(head, x, pf, nf)                                                             \
+    do {                                                                                           \
+        (x)->nf = (head);                                                                          \
+        if ((head) != NULL)                                                                        \
+            (head)->pf = (x);                                                                      \
+        (head) = (x);                                                                              \
+    } while (0)
+#define SIM_LIST_UNLINK(head, x, pf, nf)                                                           \
+    do {                                                                                           \
+        if ((x)->pf != NULL)                                                                       \
+            (x)->pf->nf = (x)->nf;                                                                 \
+        else                                                                                       \
+            (head) = (x)->nf;                                                                      \
+        if ((x)->nf != NULL)                                                                       \
+            (x)->nf->pf = (x)->pf;                                                                 \
+    } while (0)
+
 /* A hardware queue (connection): FIFO, dispatches its head only. */
 struct sim_queue {
     struct sim_op *head, *tail;
