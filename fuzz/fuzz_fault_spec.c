@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fault/spec.h"
+#include "backend/sim/fault_spec.h"
 #include "ferry.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -1,4 +1,4 @@
-/* ferry options: every knob lives in one table (src/core/options.def) with a type, a default, a
+/* ferry options: every knob lives in one table (src/base/options.def) with a type, a default, a
  * range and a one-line doc. Values come from the defaults, then FERRY_<NAME> environment
  * variables, then explicit ferry_options_set() calls; each is parsed strictly. */
 #ifndef FERRY_OPTIONS_H

@@ -3,7 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/runtime.h"
+#include "backend/backend.h"
+#include "base/base.h"
 
 const ferry_backend_ops_t *const ferry__backends[] = {
 #ifdef FERRY_WITH_CUDA
@@ -127,6 +128,20 @@ int ferry__be_memcpy_d2h(ferry_device_t *d, ferry_be_stream_t *s, void *dst, con
 int ferry__be_launch(ferry_device_t *d, ferry_be_stream_t *s, const ferry_be_launch_t *l)
 {
     return d->ops->launch ? d->ops->launch(s, l) : notsup(d, "launch");
+}
+
+ferry_gpu_fn ferry__be_gpu_launcher(const ferry_backend_ops_t *ops, const char *name)
+{
+    return ops != NULL && ops->gpu_launcher != NULL && name != NULL ? ops->gpu_launcher(name)
+                                                                    : NULL;
+}
+
+ferry_gpu_fn ferry__backend_gpu_launcher(const char *name)
+{
+    ferry_gpu_fn fn = NULL;
+    for (size_t i = 0; fn == NULL && ferry__backends[i] != NULL; i++)
+        fn = ferry__be_gpu_launcher(ferry__backends[i], name);
+    return fn;
 }
 
 const char *const *ferry_backend_names(void)

@@ -11,7 +11,7 @@
 
 #include "ferry.h"
 
-#define FERRY_BACKEND_ABI 6
+#define FERRY_BACKEND_ABI 7
 
 /* event_create flags. */
 #define FERRY_BE_EVENT_TIMING 1u
@@ -45,6 +45,16 @@ typedef struct ferry_be_launch {
     uint32_t blocks;
     uint64_t block_ns;
 } ferry_be_launch_t;
+
+/* What a built-in workload's GPU launcher reads from the stage's user pointer: a workload
+ * (src/workloads/workloads.c) begins with this struct, so its user pointer points to one.
+ * @kind is the index of the workload's name in ferry_workload_names() (copy 0, scale 1, fma 2),
+ * @intensity the fma rounds (0 for the others), @factor the multiplier. */
+typedef struct ferry_be_workload {
+    int kind;
+    unsigned intensity;
+    float factor;
+} ferry_be_workload_t;
 
 typedef struct ferry_backend_ops {
     const char *name; /* "cuda", "sim" */
@@ -140,6 +150,13 @@ typedef struct ferry_backend_ops {
      * injected `share` fault over the last FERRY_LINK_WINDOW_NS of virtual time, at once.
      * FERRY_ENOTSUP when the backend cannot count (no NVML, or NVML without the counter). */
     int (*link_rate)(ferry_be_device_t *dev, int dir, double *bytes_per_s, uint64_t *window_ns);
+
+    /* Optional (ABI 7): the backend's own GPU launcher called @name, or NULL when it has none:
+     * "copy", "scale" and "fma" (the built-in workloads; the stage's user pointer points to a
+     * ferry_be_workload_t) and "spin" (one block held for *(unsigned long long *)user ns, the
+     * kernels of the connections measurement). NULL on the simulator, which runs a stage's CPU
+     * function as the kernel. */
+    ferry_gpu_fn (*gpu_launcher)(const char *name);
 } ferry_backend_ops_t;
 
 /* The window the simulator's link_rate averages over, as NVML's counter does (20 ms). */
@@ -153,5 +170,58 @@ const ferry_backend_ops_t *ferry__backend_find(const char *name);
 /* Built-in backends (the cuda one exists only when built with FERRY_WITH_CUDA). */
 extern const ferry_backend_ops_t ferry__sim_backend;
 extern const ferry_backend_ops_t ferry__cuda_backend;
+
+/* A device (ferry_device_t): a backend's device handle and what the runtime knows of it.
+ * Defined here, below the runtime, so that the wrappers in backend.c reach a device's backend
+ * without including core; the runtime (core/runtime.c) opens, fills and closes it. */
+struct ferry_device {
+    ferry_runtime_t *rt;
+    const ferry_backend_ops_t *ops;
+    ferry_be_device_t *be;
+    int index;
+    ferry_device_props_t props;
+    /* CUDA_DEVICE_MAX_CONNECTIONS as CUDA read it when this process started CUDA (or as the
+     * simulator read it at open), and the streams that live pipelines keep on the device
+     * (atomic): the stream plan counts them against the queues. */
+    unsigned connections;
+    unsigned active_streams;
+};
+
+/* Backend wrappers: FERRY_ENOTSUP in one place when an operation is NULL. */
+int ferry__be_host_register(ferry_device_t *d, void *p, size_t n);
+int ferry__be_host_unregister(ferry_device_t *d, void *p);
+int ferry__be_mem_alloc(ferry_device_t *d, size_t n, void **out);
+void ferry__be_mem_free(ferry_device_t *d, void *p);
+int ferry__be_stream_create(ferry_device_t *d, int priority, ferry_be_stream_t **out);
+void ferry__be_stream_destroy(ferry_device_t *d, ferry_be_stream_t *s);
+void *ferry__be_stream_native(ferry_device_t *d, ferry_be_stream_t *s);
+int ferry__be_stream_sync(ferry_device_t *d, ferry_be_stream_t *s);
+int ferry__be_event_create(ferry_device_t *d, unsigned flags, ferry_be_event_t **out);
+int ferry__be_mem_info(ferry_device_t *d, uint64_t *free_bytes, uint64_t *total_bytes);
+int ferry__be_abort_kernels(ferry_device_t *d, const volatile uint64_t *word, uint64_t upto);
+int ferry__be_abort_word_create(ferry_device_t *d, volatile uint64_t **out);
+void ferry__be_abort_word_destroy(ferry_device_t *d, volatile uint64_t *word); /* NULL: no-op */
+int ferry__be_host_device_ptr(ferry_device_t *d, void *host, void **out);
+int ferry__be_heartbeat(ferry_device_t *d, ferry_be_stream_t *s, volatile uint64_t *word,
+                        uint64_t value);
+int ferry__be_link_rate(ferry_device_t *d, int dir, double *bytes_per_s, uint64_t *window_ns);
+void ferry__be_event_destroy(ferry_device_t *d, ferry_be_event_t *e);
+int ferry__be_event_record(ferry_device_t *d, ferry_be_event_t *e, ferry_be_stream_t *s);
+int ferry__be_stream_wait_event(ferry_device_t *d, ferry_be_stream_t *s, ferry_be_event_t *e);
+int ferry__be_event_query(ferry_device_t *d, ferry_be_event_t *e);
+int ferry__be_event_wait_any(ferry_device_t *d, ferry_be_event_t *const *evs, size_t n,
+                             uint64_t timeout_ns, size_t *which);
+int ferry__be_event_time_ns(ferry_device_t *d, ferry_be_event_t *e, uint64_t *out);
+int ferry__be_memcpy_h2d(ferry_device_t *d, ferry_be_stream_t *s, void *dst, const void *src,
+                         size_t n);
+int ferry__be_memcpy_d2h(ferry_device_t *d, ferry_be_stream_t *s, void *dst, const void *src,
+                         size_t n);
+int ferry__be_launch(ferry_device_t *d, ferry_be_stream_t *s, const ferry_be_launch_t *l);
+/* @ops's GPU launcher called @name (gpu_launcher above); NULL when @ops has none (a NULL
+ * operation, as on the simulator), which is no error: the stage keeps its CPU function. */
+ferry_gpu_fn ferry__be_gpu_launcher(const ferry_backend_ops_t *ops, const char *name);
+/* The first registered backend's GPU launcher called @name (NULL when none has one): for
+ * stages made before a device is chosen, as ferry_workload_create's are. */
+ferry_gpu_fn ferry__backend_gpu_launcher(const char *name);
 
 #endif

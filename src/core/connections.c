@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "ferry/connections.h"
 
 /* A plain decimal integer: optional '-', digits only, no spaces. */

@@ -1,25 +1,12 @@
-/* The runtime and device objects shared by the core, pipeline and monitor layers, and the
- * ferry__be_* wrappers through which everything above the backend reaches it. */
+/* The runtime object shared by the core, pipeline and monitor layers. The device object and the
+ * ferry__be_* wrappers through which everything above the backend reaches it are backend.h's. */
 #ifndef FERRY_CORE_RUNTIME_H
 #define FERRY_CORE_RUNTIME_H
 
 #include <pthread.h>
 
 #include "backend/backend.h"
-#include "core/internal.h"
-
-struct ferry_device {
-    ferry_runtime_t *rt;
-    const ferry_backend_ops_t *ops;
-    ferry_be_device_t *be;
-    int index;
-    ferry_device_props_t props;
-    /* CUDA_DEVICE_MAX_CONNECTIONS as CUDA read it when this process started CUDA (or as the
-     * simulator read it at open), and the streams that live pipelines keep on the device
-     * (atomic): the stream plan counts them against the queues. */
-    unsigned connections;
-    unsigned active_streams;
-};
+#include "base/base.h"
 
 /* An object made on a runtime that the runtime must outlive (a pipeline): linked into the
  * runtime's list while it exists. Core knows objects above it only through these functions. */
@@ -76,36 +63,5 @@ bool ferry__rt_is_registered(ferry_device_t *dev, const void *p, size_t n);
 
 /* Copy the calling thread's last error into @rt's last-error text and return @code. */
 int ferry__rt_fail(ferry_runtime_t *rt, int code);
-
-/* Backend wrappers: FERRY_ENOTSUP in one place when an operation is NULL. */
-int ferry__be_host_register(ferry_device_t *d, void *p, size_t n);
-int ferry__be_host_unregister(ferry_device_t *d, void *p);
-int ferry__be_mem_alloc(ferry_device_t *d, size_t n, void **out);
-void ferry__be_mem_free(ferry_device_t *d, void *p);
-int ferry__be_stream_create(ferry_device_t *d, int priority, ferry_be_stream_t **out);
-void ferry__be_stream_destroy(ferry_device_t *d, ferry_be_stream_t *s);
-void *ferry__be_stream_native(ferry_device_t *d, ferry_be_stream_t *s);
-int ferry__be_stream_sync(ferry_device_t *d, ferry_be_stream_t *s);
-int ferry__be_event_create(ferry_device_t *d, unsigned flags, ferry_be_event_t **out);
-int ferry__be_mem_info(ferry_device_t *d, uint64_t *free_bytes, uint64_t *total_bytes);
-int ferry__be_abort_kernels(ferry_device_t *d, const volatile uint64_t *word, uint64_t upto);
-int ferry__be_abort_word_create(ferry_device_t *d, volatile uint64_t **out);
-void ferry__be_abort_word_destroy(ferry_device_t *d, volatile uint64_t *word); /* NULL: no-op */
-int ferry__be_host_device_ptr(ferry_device_t *d, void *host, void **out);
-int ferry__be_heartbeat(ferry_device_t *d, ferry_be_stream_t *s, volatile uint64_t *word,
-                        uint64_t value);
-int ferry__be_link_rate(ferry_device_t *d, int dir, double *bytes_per_s, uint64_t *window_ns);
-void ferry__be_event_destroy(ferry_device_t *d, ferry_be_event_t *e);
-int ferry__be_event_record(ferry_device_t *d, ferry_be_event_t *e, ferry_be_stream_t *s);
-int ferry__be_stream_wait_event(ferry_device_t *d, ferry_be_stream_t *s, ferry_be_event_t *e);
-int ferry__be_event_query(ferry_device_t *d, ferry_be_event_t *e);
-int ferry__be_event_wait_any(ferry_device_t *d, ferry_be_event_t *const *evs, size_t n,
-                             uint64_t timeout_ns, size_t *which);
-int ferry__be_event_time_ns(ferry_device_t *d, ferry_be_event_t *e, uint64_t *out);
-int ferry__be_memcpy_h2d(ferry_device_t *d, ferry_be_stream_t *s, void *dst, const void *src,
-                         size_t n);
-int ferry__be_memcpy_d2h(ferry_device_t *d, ferry_be_stream_t *s, void *dst, const void *src,
-                         size_t n);
-int ferry__be_launch(ferry_device_t *d, ferry_be_stream_t *s, const ferry_be_launch_t *l);
 
 #endif

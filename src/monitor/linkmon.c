@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 
 struct ferry__linkmon {
     ferry_device_t *dev;

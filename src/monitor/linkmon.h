@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "core/runtime.h"
-#include "monitor/rate_ring.h"
+#include "base/rate_ring.h"
 
 /* What the link's counter counts beyond the payload: NVML counts the PCIe protocol's bytes too
  * (packet headers, and the read requests of host-to-device copies on the other direction).

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "sched/sched.h"
 
 /* Pauses a blocking call spends watching the count before it sleeps on its condvar (~5 us at

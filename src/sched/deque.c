@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "sched/sched.h"
 
 /* The fences below are kept for the hardware; TSan cannot model them (gcc says so with

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "sched/sched.h"
 
 /* The fences below are kept for the hardware; TSan cannot model them (gcc says so with

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fault/spec.h"
+#include "backend/sim/fault_spec.h"
 #include "ferry/workloads.h"
 #include "testlib.h"
 

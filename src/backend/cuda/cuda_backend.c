@@ -306,18 +306,23 @@ static int cuda_stream_create(ferry_be_device_t *dev, int priority, ferry_be_str
     return 0;
 }
 
+/* A release whose caller cannot fail (a destroy): @e, what @call returned, is translated and
+ * logged as a warning of @op. */
+static void warn_release(cudaError_t e, const char *op, const char *call)
+{
+    if (e == cudaSuccess)
+        return;
+    ferry__cuda_fail(e, "%s", call);
+    ferry_log(FERRY_LOG_WARN, "cuda", "%s: %s", op, ferry__last_error_text());
+}
+
 static void cuda_stream_destroy(ferry_be_stream_t *s)
 {
     if (s == NULL)
         return;
     /* Returns at once; work already queued on the stream still completes. */
-    if (ferry__cuda_use_device(s->dev->index) == 0) {
-        cudaError_t e = cudaStreamDestroy(s->st);
-        if (e != cudaSuccess) {
-            ferry__cuda_fail(e, "cudaStreamDestroy");
-            ferry_log(FERRY_LOG_WARN, "cuda", "stream_destroy: %s", ferry__last_error_text());
-        }
-    }
+    if (ferry__cuda_use_device(s->dev->index) == 0)
+        warn_release(cudaStreamDestroy(s->st), "stream_destroy", "cudaStreamDestroy");
     free(s);
 }
 
@@ -377,13 +382,8 @@ static void cuda_event_destroy(ferry_be_event_t *e)
 {
     if (e == NULL)
         return;
-    if (ferry__cuda_use_device(e->dev->index) == 0) {
-        cudaError_t r = cudaEventDestroy(e->ev);
-        if (r != cudaSuccess) {
-            ferry__cuda_fail(r, "cudaEventDestroy");
-            ferry_log(FERRY_LOG_WARN, "cuda", "event_destroy: %s", ferry__last_error_text());
-        }
-    }
+    if (ferry__cuda_use_device(e->dev->index) == 0)
+        warn_release(cudaEventDestroy(e->ev), "event_destroy", "cudaEventDestroy");
     free(e);
 }
 
@@ -677,4 +677,5 @@ const ferry_backend_ops_t ferry__cuda_backend = {
     .host_device_ptr = cuda_host_device_ptr,
     .heartbeat = cuda_heartbeat,
     .link_rate = cuda_link_rate,
+    .gpu_launcher = ferry__cuda_gpu_launcher,
 };

@@ -12,7 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/cuda.h"
-#include "core/internal.h"
+#include "base/base.h"
 
 /* FACTS.md: 4-16 MiB chunks reach 97-100% of the round-trip ceiling on PCIe Gen5. */
 #define FERRY_CUDA_DEFAULT_CHUNK (8u << 20)
@@ -134,6 +134,10 @@ int ferry__cuda_abort_word_create(struct ferry_be_device *dev, volatile uint64_t
 void ferry__cuda_abort_word_destroy(struct ferry_be_device *dev, volatile uint64_t *word);
 int ferry__cuda_abort_raise(struct ferry_be_device *dev, const volatile uint64_t *word,
                             uint64_t upto);
+
+/* The gpu_launcher op (cuda_workloads.c): the built-in workloads' launchers and the spin
+ * kernel's, by name; NULL for any other name. */
+ferry_gpu_fn ferry__cuda_gpu_launcher(const char *name);
 
 /* Properties (cuda_props.c). */
 int ferry__cuda_props(struct ferry_be_device *dev, ferry_device_props_t *out);

@@ -1,12 +1,11 @@
-/* The built-in workloads' GPU launchers (ferry__workload_gpu_fn, declared in
- * pipeline/workloads_gpu.h): each reads its parameters from the workload the stage's user
- * pointer points to and queues ferry_k_workloads.cu's kernel on the pipeline's stream. */
+/* The CUDA backend's GPU launchers (the gpu_launcher op, backend.h): the built-in workloads',
+ * each reading its parameters from the ferry_be_workload_t the stage's user pointer points to
+ * and queueing ferry_k_workloads.cu's kernel on the pipeline's stream, and the spin kernel's. */
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/ferry_k_spin.h"
 #include "backend/cuda/ferry_k_workloads.h"
-#include "pipeline/workloads_gpu.h"
 
 #define SM_CACHE 64
 
@@ -38,21 +37,18 @@ static int launch(int want, const ferry_kernel_args_t *a, void *stream, void *us
     if (a == NULL || user == NULL)
         return ferry__error(FERRY_EINVAL, "workload %s: NULL kernel arguments or workload",
                             kind_names[want]);
-    int kind = -1;
-    unsigned intensity = 0;
-    float factor = 0;
-    ferry__workload_params(user, &kind, &intensity, &factor);
-    if (kind != want)
+    const ferry_be_workload_t *w = user;
+    if (w->kind != want)
         return ferry__error(FERRY_EINVAL,
                             "workload %s: launcher called with a workload of kind %d (the stage's "
                             "user pointer must be its ferry_workload_t)",
-                            kind_names[want], kind);
+                            kind_names[want], w->kind);
     if (a->bytes == 0)
         return 0;
     if (a->in == NULL || a->out == NULL)
         return ferry__error(FERRY_EINVAL, "workload %s: NULL device pointer", kind_names[want]);
-    int e = ferry_k_workload_launch(kind, intensity, factor, a->in, a->out, a->bytes, current_sms(),
-                                    stream);
+    int e = ferry_k_workload_launch(w->kind, w->intensity, w->factor, a->in, a->out, a->bytes,
+                                    current_sms(), stream);
     if (e != 0)
         return ferry__cuda_fail((cudaError_t)e, "workload %s kernel launch (%zu bytes)",
                                 kind_names[want], a->bytes);
@@ -74,7 +70,7 @@ static int gpu_fma(const ferry_kernel_args_t *a, void *stream, void *user)
     return launch(FERRY_K_FMA, a, stream, user);
 }
 
-/* The spin stage (workloads_gpu.h): @user points to the nanoseconds to hold one block. */
+/* The spin stage: @user points to the nanoseconds to hold one block. */
 static int gpu_spin(const ferry_kernel_args_t *a, void *stream, void *user)
 {
     (void)a;
@@ -82,20 +78,15 @@ static int gpu_spin(const ferry_kernel_args_t *a, void *stream, void *user)
     return e == 0 ? 0 : ferry__cuda_fail((cudaError_t)e, "spin kernel launch");
 }
 
-ferry_gpu_fn ferry__spin_gpu_fn(void)
+ferry_gpu_fn ferry__cuda_gpu_launcher(const char *name)
 {
-    return gpu_spin;
-}
-
-ferry_gpu_fn ferry__workload_gpu_fn(const char *name)
-{
-    if (name == NULL)
-        return NULL;
-    if (strcmp(name, "copy") == 0)
-        return gpu_copy;
-    if (strcmp(name, "scale") == 0)
-        return gpu_scale;
-    if (strcmp(name, "fma") == 0)
-        return gpu_fma;
+    static const struct {
+        const char *name;
+        ferry_gpu_fn fn;
+    } launchers[] = {
+        {"copy", gpu_copy}, {"scale", gpu_scale}, {"fma", gpu_fma}, {"spin", gpu_spin}};
+    for (size_t i = 0; name != NULL && i < sizeof(launchers) / sizeof(launchers[0]); i++)
+        if (strcmp(name, launchers[i].name) == 0)
+            return launchers[i].fn;
     return NULL;
 }

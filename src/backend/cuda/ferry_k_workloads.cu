@@ -1,7 +1,7 @@
 /* The built-in workloads on the GPU: copy, scale (x * factor) and fma (intensity rounds of
  * x = fma(x, factor, 0.5)) over float32 elements, trailing bytes (1-3) as the low-order bytes
  * of one more element padded with zeros, bit for bit what the
- * CPU reference (src/pipeline/workloads.c) computes. __fmul_rn / __fmaf_rn (and -fmad=false,
+ * CPU reference (src/workloads/workloads.c) computes. __fmul_rn / __fmaf_rn (and -fmad=false,
  * -ftz=false in CMake) keep nvcc from contracting, reordering or flushing denormals; NaNs keep
  * their payload as x86 does. Grid-stride loops with 16-byte accesses when in and out allow. */
 #include <cuda_runtime.h>
@@ -40,7 +40,7 @@ __device__ __forceinline__ uint32_t apply(uint32_t bits, float factor, unsigned 
 
 /* The bytes % 4 after the last element, by one thread: the low-order bytes of one more element
  * whose other bytes are zero (little-endian), transformed, and those bytes of the result
- * written; as the CPU reference (src/pipeline/workloads.c) does. Copy copies them. */
+ * written; as the CPU reference (src/workloads/workloads.c) does. Copy copies them. */
 template <int Kind>
 __device__ __forceinline__ void copy_tail(const unsigned char *in, unsigned char *out,
                                           unsigned tail, size_t gid, float factor,

@@ -1,6 +1,6 @@
 /* The C launcher of the built-in workloads' kernel (ferry_k_workloads.cu): copy, scale and fma
  * over float32 elements with the trailing bytes copied, bit-identical to the CPU reference in
- * src/pipeline/workloads.c. Callable from C; no CUDA type in the signature. */
+ * src/workloads/workloads.c. Callable from C; no CUDA type in the signature. */
 #ifndef FERRY_K_WORKLOADS_H
 #define FERRY_K_WORKLOADS_H
 

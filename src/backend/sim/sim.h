@@ -105,7 +105,7 @@ struct ferry_sim_stats {
 };
 int ferry__sim_stats(ferry_be_device_t *dev, struct ferry_sim_stats *out);
 
-/* Faults: the option `inject` (fault/spec.h, docs/faults.md) gives each device a schedule of
+/* Faults: the option `inject` (fault_spec.h, docs/faults.md) gives each device a schedule of
  * kernel errors, sticky errors, hangs, a slow or shared link and allocation failures, seeded by
  * ferry_be_open_params_t.seed. sim_model.c decides them where a kernel or copy starts or
  * completes, sim_backend.c's mem_alloc for allocations. */

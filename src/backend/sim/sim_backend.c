@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "backend/sim/sim_model.h"
-#include "core/internal.h"
+#include "base/base.h"
 #include "ferry/connections.h"
 
 /* cudaMalloc returns at least 256-byte aligned memory; kernels may rely on it. */
@@ -61,6 +61,20 @@ static int sticky_fail(const char *what)
                         "sim: %s: the context was corrupted by an injected sticky fault; no call "
                         "succeeds in this process any more",
                         what);
+}
+
+/* A new op of @kind on @s for the call @what, under the device lock: NULL when the device is
+ * sticky or memory ran out, with the error in *@rc. */
+static struct sim_op *op_new(ferry_be_stream_t *s, enum sim_op_kind kind, const char *what, int *rc)
+{
+    if (s->dev->sticky) {
+        *rc = sticky_fail(what);
+        return NULL;
+    }
+    struct sim_op *op = ferry__sim_op_new(s, kind);
+    if (op == NULL)
+        *rc = ferry__error(FERRY_ENOMEM, "sim: %s: out of memory", what);
+    return op;
 }
 
 /* ---- address ranges ---------------------------------------------------------------------- */
@@ -414,10 +428,7 @@ static int sim_stream_create(ferry_be_device_t *dev, int priority, ferry_be_stre
     s->priority = priority;
     s->index = dev->next_stream++;
     s->queue = s->index % dev->conns;
-    s->next = dev->streams;
-    if (dev->streams != NULL)
-        dev->streams->prev = s;
-    dev->streams = s;
+    SIM_LIST_PUSH(dev->streams, s, prev, next);
     unlock(dev);
     *out = s;
     return 0;
@@ -480,10 +491,7 @@ static int sim_event_create(ferry_be_device_t *dev, unsigned flags, ferry_be_eve
     e->dev = dev;
     e->timing = (flags & FERRY_BE_EVENT_TIMING) != 0;
     lock(dev);
-    e->next = dev->events;
-    if (dev->events != NULL)
-        dev->events->prev = e;
-    dev->events = e;
+    SIM_LIST_PUSH(dev->events, e, prev, next);
     unlock(dev);
     *out = e;
     return 0;
@@ -496,12 +504,7 @@ static void sim_event_destroy(ferry_be_event_t *e)
     struct ferry_be_device *dev = e->dev;
     lock(dev);
     ferry__sim_op_unref(dev, e->last);
-    if (e->prev != NULL)
-        e->prev->next = e->next;
-    else
-        dev->events = e->next;
-    if (e->next != NULL)
-        e->next->prev = e->prev;
+    SIM_LIST_UNLINK(dev->events, e, prev, next);
     unlock(dev);
     free(e);
 }
@@ -516,15 +519,9 @@ static int sim_event_record(ferry_be_event_t *e, ferry_be_stream_t *s)
     struct ferry_be_device *dev = s->dev;
     int rc = 0;
     lock(dev);
-    if (dev->sticky) {
-        rc = sticky_fail("event_record");
+    struct sim_op *op = op_new(s, SIM_OP_RECORD, "event_record", &rc);
+    if (op == NULL)
         goto out_unlock;
-    }
-    struct sim_op *op = ferry__sim_op_new(s, SIM_OP_RECORD);
-    if (op == NULL) {
-        rc = ferry__error(FERRY_ENOMEM, "sim: event_record: out of memory");
-        goto out_unlock;
-    }
     charge(dev, dev->prof.event_record_ns);
     op->refs++; /* the event's */
     ferry__sim_op_unref(dev, e->last);
@@ -545,15 +542,9 @@ static int sim_stream_wait_event(ferry_be_stream_t *s, ferry_be_event_t *e)
     struct ferry_be_device *dev = s->dev;
     int rc = 0;
     lock(dev);
-    if (dev->sticky) {
-        rc = sticky_fail("stream_wait_event");
+    struct sim_op *op = op_new(s, SIM_OP_WAIT, "stream_wait_event", &rc);
+    if (op == NULL)
         goto out_unlock;
-    }
-    struct sim_op *op = ferry__sim_op_new(s, SIM_OP_WAIT);
-    if (op == NULL) {
-        rc = ferry__error(FERRY_ENOMEM, "sim: stream_wait_event: out of memory");
-        goto out_unlock;
-    }
     /* The record in force now, as cudaStreamWaitEvent: later records of @e do not matter. */
     op->u.wait.target = e->last;
     if (e->last != NULL)
@@ -684,11 +675,9 @@ static int sim_memcpy(ferry_be_stream_t *s, int dir, void *dst, const void *src,
         charge(dev, dev->prof.copy_submit_ns);
         goto out_unlock;
     }
-    struct sim_op *op = ferry__sim_op_new(s, SIM_OP_COPY);
-    if (op == NULL) {
-        rc = ferry__error(FERRY_ENOMEM, "sim: %s: out of memory", names[dir]);
+    struct sim_op *op = op_new(s, SIM_OP_COPY, names[dir], &rc);
+    if (op == NULL)
         goto out_unlock;
-    }
     op->u.copy.dir = dir;
     op->u.copy.pinned = range_inside(dev->regs, dev->nregs, host_ptr, bytes);
     op->u.copy.dst = dst;
@@ -733,15 +722,9 @@ static int sim_launch(ferry_be_stream_t *s, const ferry_be_launch_t *l)
     struct ferry_be_device *dev = s->dev;
     int rc = 0;
     lock(dev);
-    if (dev->sticky) {
-        rc = sticky_fail("launch");
+    struct sim_op *op = op_new(s, SIM_OP_KERNEL, "launch", &rc);
+    if (op == NULL)
         goto out_unlock;
-    }
-    struct sim_op *op = ferry__sim_op_new(s, SIM_OP_KERNEL);
-    if (op == NULL) {
-        rc = ferry__error(FERRY_ENOMEM, "sim: launch: out of memory");
-        goto out_unlock;
-    }
     op->u.kern.l = *l;
     op->u.kern.blocks = l->blocks > 0 ? l->blocks : 1; /* a grid has at least one block */
     /* No kernel that reads and writes args.bytes beats one pass at the device-to-device rate
@@ -857,15 +840,9 @@ static int sim_heartbeat(ferry_be_stream_t *s, volatile uint64_t *word, uint64_t
     struct ferry_be_device *dev = s->dev;
     int rc = 0;
     lock(dev);
-    if (dev->sticky) {
-        rc = sticky_fail("heartbeat");
+    struct sim_op *op = op_new(s, SIM_OP_KERNEL, "heartbeat", &rc);
+    if (op == NULL)
         goto out_unlock;
-    }
-    struct sim_op *op = ferry__sim_op_new(s, SIM_OP_KERNEL);
-    if (op == NULL) {
-        rc = ferry__error(FERRY_ENOMEM, "sim: heartbeat: out of memory");
-        goto out_unlock;
-    }
     op->u.kern.l = (ferry_be_launch_t){
         .cpu = heartbeat_store,
         .args = {.size = sizeof(ferry_kernel_args_t), .out = (void *)word, .batch_id = value},

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "backend/sim/sim_model.h"
-#include "core/internal.h"
+#include "base/base.h"
 
 /* ---- ops -------------------------------------------------------------------------------- */
 
@@ -20,10 +20,7 @@ struct sim_op *ferry__sim_op_new(struct ferry_be_stream *s, enum sim_op_kind kin
     op->kind = kind;
     op->refs = 1;
     op->stream = s;
-    op->all_next = dev->ops;
-    if (dev->ops != NULL)
-        dev->ops->all_prev = op;
-    dev->ops = op;
+    SIM_LIST_PUSH(dev->ops, op, all_prev, all_next);
     return op;
 }
 
@@ -33,24 +30,14 @@ void ferry__sim_op_unref(struct ferry_be_device *dev, struct sim_op *op)
         return;
     if (op->kind == SIM_OP_WAIT && op->u.wait.target != NULL)
         ferry__sim_op_unref(dev, op->u.wait.target);
-    if (op->all_prev != NULL)
-        op->all_prev->all_next = op->all_next;
-    else
-        dev->ops = op->all_next;
-    if (op->all_next != NULL)
-        op->all_next->all_prev = op->all_prev;
+    SIM_LIST_UNLINK(dev->ops, op, all_prev, all_next);
     free(op);
 }
 
 void ferry__sim_stream_free(struct ferry_be_stream *s)
 {
     struct ferry_be_device *dev = s->dev;
-    if (s->prev != NULL)
-        s->prev->next = s->next;
-    else
-        dev->streams = s->next;
-    if (s->next != NULL)
-        s->next->prev = s->prev;
+    SIM_LIST_UNLINK(dev->streams, s, prev, next);
     free(s);
 }
 
@@ -92,7 +79,7 @@ static void account(struct ferry_be_device *dev)
 /* Recompute rates and completion times. Transfers in one direction share its asymptotic rate
  * equally; while both directions transfer, each gets bidir_factor of it (FACTS.md: 93.5-99.7 GB/s
  * in total, 1.7-1.8x one direction). Pageable copies are further capped at their own rate. */
-/* ---- faults (option inject; fault/spec.h) ------------------------------------------------- */
+/* ---- faults (option inject; fault_spec.h) ------------------------------------------------- */
 
 static double fault_uniform(struct ferry_be_device *dev)
 {

@@ -12,8 +12,8 @@
 
 #include "backend/backend.h"
 #include "backend/sim/sim.h"
-#include "fault/spec.h"
-#include "monitor/rate_ring.h"
+#include "backend/sim/fault_spec.h"
+#include "base/rate_ring.h"
 
 #define SIM_NEVER    UINT64_MAX
 #define SIM_HUNG_MAX 64
@@ -80,6 +80,25 @@ struct ferry_be_event {
     bool timing;         /* created with FERRY_BE_EVENT_TIMING: event_time_ns answers */
     struct ferry_be_event *prev, *next;
 };
+
+/* A device's live ops, streams and events are lists linked through the element's @pf and @nf
+ * fields (prev, next): push @x at @head, unlink @x from the list at @head. Under the lock. */
+#define SIM_LIST_PUSH(head, x, pf, nf)                                                             \
+    do {                                                                                           \
+        (x)->nf = (head);                                                                          \
+        if ((head) != NULL)                                                                        \
+            (head)->pf = (x);                                                                      \
+        (head) = (x);                                                                              \
+    } while (0)
+#define SIM_LIST_UNLINK(head, x, pf, nf)                                                           \
+    do {                                                                                           \
+        if ((x)->pf != NULL)                                                                       \
+            (x)->pf->nf = (x)->nf;                                                                 \
+        else                                                                                       \
+            (head) = (x)->nf;                                                                      \
+        if ((x)->nf != NULL)                                                                       \
+            (x)->nf->pf = (x)->pf;                                                                 \
+    } while (0)
 
 /* A hardware queue (connection): FIFO, dispatches its head only. */
 struct sim_queue {

@@ -14,7 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "backend/sim/sim.h"
-#include "core/internal.h"
+#include "base/base.h"
 
 #define MAX_SAFE_INT 9007199254740992.0 /* 2^53: larger JSON numbers lose integer precision */
 

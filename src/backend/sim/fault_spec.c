@@ -1,5 +1,5 @@
-/* The fault schedule parser (spec.h has the grammar). */
-#include "fault/spec.h"
+/* The fault schedule parser (fault_spec.h has the grammar). */
+#include "backend/sim/fault_spec.h"
 
 #include <errno.h>
 #include <math.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 
 #define ACCEPTED                                                                                   \
     "KIND@TRIGGER[:PARAM...] with KIND kernel|sticky|alloc|slow|share|hang|hang-hard, TRIGGER "    \

@@ -8,7 +8,7 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 
 int ferry__parse_u64(const char *s, uint64_t *out)
 {

@@ -7,7 +7,6 @@
 
 #include "core/runtime.h"
 #include "ferry/connections.h"
-#include "pipeline/workloads_gpu.h"
 
 #define MAX_STREAMS 64
 
@@ -73,7 +72,7 @@ int ferry_connections_measure(ferry_device_t *dev, unsigned streams, uint64_t a_
                             "%llu and %llu ns (1 us..1 s), reps %u (1..100)",
                             streams, (unsigned long long)a_ns, (unsigned long long)b_ns, reps);
     bool virt = ferry_device_is_simulated(dev);
-    ferry_gpu_fn spin = ferry__spin_gpu_fn();
+    ferry_gpu_fn spin = ferry__be_gpu_launcher(dev->ops, "spin");
     if (!virt && spin == NULL)
         return ferry__error(FERRY_ENOTSUP, "ferry_connections_measure: this ferry was built "
                                            "without CUDA kernels");

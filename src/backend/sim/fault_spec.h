@@ -24,8 +24,8 @@
  * hang-hard > hang > kernel; docs/faults.md). Parsing
  * is strict:
  * anything else is an error that names the item and what is accepted. */
-#ifndef FERRY_FAULT_SPEC_H
-#define FERRY_FAULT_SPEC_H
+#ifndef FERRY_BACKEND_SIM_FAULT_SPEC_H
+#define FERRY_BACKEND_SIM_FAULT_SPEC_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -6,16 +6,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "backend/backend.h"
+#include "base/base.h"
 #include "ferry/workloads.h"
-#include "pipeline/workloads_gpu.h"
 
+/* The index of the name in names[], as ferry_be_workload_t.kind. */
 enum wl_kind { WL_COPY, WL_SCALE, WL_FMA };
 
+/* The stage's user pointer is the workload, and a GPU launcher reads its parameters from the
+ * ferry_be_workload_t it begins with (backend.h). */
 struct ferry_workload {
-    enum wl_kind kind;
-    unsigned intensity;
-    float factor;
+    ferry_be_workload_t p;
     ferry_stage_t stage;
 };
 
@@ -28,10 +29,10 @@ const char *const *ferry_workload_names(void)
 
 static float apply(const struct ferry_workload *w, float x)
 {
-    if (w->kind == WL_SCALE)
-        return x * w->factor;
-    for (unsigned k = 0; k < w->intensity; k++)
-        x = fmaf(x, w->factor, 0.5f);
+    if (w->p.kind == WL_SCALE)
+        return x * w->p.factor;
+    for (unsigned k = 0; k < w->p.intensity; k++)
+        x = fmaf(x, w->p.factor, 0.5f);
     return x;
 }
 
@@ -47,7 +48,7 @@ static void transform(const struct ferry_workload *w, const void *in, void *out,
     size_t tail = bytes - n * sizeof(float);
     const unsigned char *ib = in;
     unsigned char *ob = out;
-    switch (w->kind) {
+    switch (w->p.kind) {
     case WL_COPY:
         if (in != out)
             memmove(out, in, bytes);
@@ -56,7 +57,7 @@ static void transform(const struct ferry_workload *w, const void *in, void *out,
         for (size_t i = 0; i < n; i++) {
             float x;
             memcpy(&x, ib + i * 4, 4);
-            x = x * w->factor;
+            x = x * w->p.factor;
             memcpy(ob + i * 4, &x, 4);
         }
         break;
@@ -64,8 +65,8 @@ static void transform(const struct ferry_workload *w, const void *in, void *out,
         for (size_t i = 0; i < n; i++) {
             float x;
             memcpy(&x, ib + i * 4, 4);
-            for (unsigned k = 0; k < w->intensity; k++)
-                x = fmaf(x, w->factor, 0.5f);
+            for (unsigned k = 0; k < w->p.intensity; k++)
+                x = fmaf(x, w->p.factor, 0.5f);
             memcpy(ob + i * 4, &x, 4);
         }
         break;
@@ -81,6 +82,14 @@ static void transform(const struct ferry_workload *w, const void *in, void *out,
         for (size_t k = 0; k < tail; k++)
             ob[n * 4 + k] = (unsigned char)(bits >> (8 * k));
     }
+}
+
+static double fma_ns_per_byte(unsigned intensity)
+{
+    /* FP32 FMA throughput of an H100/H200 SXM by NVIDIA's datasheet: 67 TFLOP/s = 33.5e12
+     * FMA/s; one element (4 bytes) needs @intensity FMAs. The memory-bound pass the
+     * simulator adds by itself is a floor under this. `ferry probe --calibrate` measures it. */
+    return (double)intensity / 4.0 / 33.5e3;
 }
 
 static int cpu_fn(const ferry_kernel_args_t *a, void *user)
@@ -119,20 +128,20 @@ int ferry_workload_create(const char *name, const ferry_workload_params_t *param
     struct ferry_workload *w = calloc(1, sizeof(*w));
     if (w == NULL)
         return ferry__error(FERRY_ENOMEM, "ferry_workload_create: out of memory");
-    w->kind = kind;
-    w->intensity = kind == WL_FMA ? intensity : 0;
-    w->factor = factor;
+    w->p.kind = (int)kind;
+    w->p.intensity = kind == WL_FMA ? intensity : 0;
+    w->p.factor = factor;
     w->stage.size = sizeof(w->stage);
     w->stage.name = names[kind];
     w->stage.cpu = cpu_fn;
-    w->stage.gpu = ferry__workload_gpu_fn(names[kind]);
+    w->stage.gpu = ferry__backend_gpu_launcher(names[kind]);
     w->stage.user = w;
     w->stage.granularity = sizeof(float);
     /* Cost hint for the simulator: 0 means a memory-bound pass at the profile's
      * device-to-device rate. fma adds its arithmetic: intensity FMAs per 4 bytes. */
     w->stage.ns_per_byte = 0;
     if (kind == WL_FMA)
-        w->stage.ns_per_byte = ferry__workload_fma_ns_per_byte(intensity);
+        w->stage.ns_per_byte = fma_ns_per_byte(intensity);
     *out = w;
     return 0;
 }
@@ -153,14 +162,4 @@ int ferry_workload_reference(const ferry_workload_t *w, const void *in, void *ou
         return ferry__error(FERRY_EINVAL, "ferry_workload_reference: NULL argument");
     transform(w, in, out, bytes);
     return 0;
-}
-
-/* For the CUDA backend's launchers (src/backend/cuda/cuda_workloads.c): a stage's user pointer
- * is its workload; hand out what the kernel needs. @kind is the index of the name in names[]. */
-void ferry__workload_params(const void *user, int *kind, unsigned *intensity, float *factor)
-{
-    const struct ferry_workload *w = user;
-    *kind = (int)w->kind;
-    *intensity = w->intensity;
-    *factor = w->factor;
 }

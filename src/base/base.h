@@ -1,7 +1,8 @@
-/* Internal helpers shared by every layer: error detail, logging, options access, small
- * utilities. Nothing here is public; names carry the ferry__ prefix. */
-#ifndef FERRY_CORE_INTERNAL_H
-#define FERRY_CORE_INTERNAL_H
+/* The base layer, below everything else in src/: error detail, logging, options access and
+ * small utilities. It includes nothing of ferry's but the public headers (scripts/check-layers.sh
+ * holds every folder to that order). Nothing here is public; names carry the ferry__ prefix. */
+#ifndef FERRY_BASE_H
+#define FERRY_BASE_H
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -53,7 +54,7 @@ void ferry__assert_fail(const char *expr, const char *file, int line);
 /* Options: generated ids for fast typed access. */
 typedef enum ferry__opt_id {
 #define FERRY_OPTION(name, type, def, min, max, choices, doc) FERRY__OPT_##name,
-#include "core/options.def"
+#include "base/options.def"
 #undef FERRY_OPTION
     FERRY__OPT_COUNT
 } ferry__opt_id_t;

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 
 int ferry__log_level_now = FERRY_LOG_WARN;
 

@@ -7,14 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 
 extern char **environ;
 
 static const ferry_option_info_t option_table[FERRY__OPT_COUNT] = {
 #define FERRY_OPTION(name, type, def, min, max, choices, doc)                                      \
     {#name, "FERRY_" #name, FERRY_OPT_##type, def, (double)(min), (double)(max), choices, doc},
-#include "core/options.def"
+#include "base/options.def"
 #undef FERRY_OPTION
 };
 
