@@ -1,9 +1,13 @@
 /* Test helpers shared by every test executable. */
 #include "testlib.h"
 
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -56,22 +60,11 @@ void test_fill_random(void *p, size_t n, uint64_t *state)
     }
 }
 
-ferry_runtime_t *test_sim_runtime(void)
-{
-    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
-    ferry_runtime_t *rt = NULL;
-    cfg.backend = "sim";
-    cfg.profile = FERRY_TEST_PROFILE;
-    int rc = ferry_runtime_create(&cfg, &rt);
-    if (rc != 0)
-        fail_msg("ferry_runtime_create(sim): %s: %s", ferry_err_name(rc), ferry_last_error());
-    return rt;
-}
-
 ferry_runtime_t *test_sim_runtime_with(const char *const *kv)
 {
+    /* No options object without options: NULL lets the runtime read the environment. */
     ferry_options_t *o = NULL;
-    if (ferry_options_create(&o) != 0)
+    if (kv != NULL && ferry_options_create(&o) != 0)
         fail_msg("ferry_options_create: %s", ferry_last_error());
     for (size_t i = 0; kv != NULL && kv[i] != NULL; i += 2)
         if (ferry_options_set(o, kv[i], kv[i + 1]) != 0)
@@ -88,7 +81,12 @@ ferry_runtime_t *test_sim_runtime_with(const char *const *kv)
     return rt;
 }
 
-void test_profile_with_pin_limit(char *path, size_t len, long long limit)
+ferry_runtime_t *test_sim_runtime(void)
+{
+    return test_sim_runtime_with(NULL);
+}
+
+struct cJSON *test_profile_json(void)
 {
     FILE *f = fopen(FERRY_TEST_PROFILE, "rb");
     assert_non_null(f);
@@ -98,15 +96,118 @@ void test_profile_with_pin_limit(char *path, size_t len, long long limit)
     text[n] = '\0';
     cJSON *root = cJSON_Parse(text);
     assert_non_null(root);
-    cJSON *host = cJSON_GetObjectItemCaseSensitive(root, "host");
-    assert_non_null(host);
-    cJSON_AddNumberToObject(host, "pin_limit_bytes", (double)limit);
+    return root;
+}
+
+void test_write_json(const cJSON *root, const char *tmpl, char *path, size_t len)
+{
     char *out = cJSON_Print(root);
-    snprintf(path, len, "/tmp/ferry-pin-profile-XXXXXX");
+    assert_non_null(out);
+    snprintf(path, len, "%s", tmpl);
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     assert_int_equal(write(fd, out, strlen(out)), (ssize_t)strlen(out));
     close(fd);
     cJSON_free(out);
+}
+
+void test_profile_with_pin_limit(char *path, size_t len, long long limit)
+{
+    cJSON *root = test_profile_json();
+    cJSON *host = cJSON_GetObjectItemCaseSensitive(root, "host");
+    assert_non_null(host);
+    cJSON_AddNumberToObject(host, "pin_limit_bytes", (double)limit);
+    test_write_json(root, "/tmp/ferry-pin-profile-XXXXXX", path, len);
     cJSON_Delete(root);
+}
+
+uint64_t test_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+extern char **environ;
+
+pid_t test_child_spawn(char *const *args)
+{
+    static char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    assert_true(n > 0);
+    exe[n] = '\0';
+    char *argv[16] = {exe};
+    size_t argc = 1;
+    for (; args[argc - 1] != NULL; argc++) {
+        assert_true(argc < 15);
+        argv[argc] = args[argc - 1];
+    }
+    pid_t pid;
+    assert_int_equal(posix_spawn(&pid, exe, NULL, NULL, argv, environ), 0);
+    return pid;
+}
+
+bool test_child_wait(pid_t pid, unsigned seconds, int *status)
+{
+    pid_t got = 0;
+    for (unsigned i = 0; i < seconds * 10 && (got = waitpid(pid, status, WNOHANG)) == 0; i++)
+        usleep(100000);
+    if (got == 0) {
+        test_child_kill(pid);
+        return false;
+    }
+    assert_int_equal(got, pid);
+    return true;
+}
+
+void test_child_kill(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+int test_child_exit_code(int status)
+{
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+int test_cpu_copy(const ferry_kernel_args_t *a, void *user)
+{
+    (void)user;
+    memcpy(a->out, a->in, a->bytes);
+    return 0;
+}
+
+ferry_stage_t test_copy_stage(void)
+{
+    ferry_stage_t s = FERRY_STAGE_INIT;
+    s.name = "copy";
+    s.cpu = test_cpu_copy;
+    return s;
+}
+
+int test_gen_by_offset(void *slot, size_t bytes, size_t offset, void *arg)
+{
+    memset(slot, (int)(offset >> *(const unsigned *)arg), bytes);
+    return 0;
+}
+
+void test_count_failed(const ferry_batch_result_t *r, void *arg)
+{
+    if (r->status != 0)
+        (*(int *)arg)++;
+}
+
+void test_submit_generated(ferry_pipeline_t *p, size_t total, size_t batch, unsigned shift)
+{
+    int failed = 0;
+    for (size_t off = 0; off < total; off += batch) {
+        ferry_batch_t b = FERRY_BATCH_INIT;
+        b.prepare = test_gen_by_offset;
+        b.prepare_arg = &shift;
+        b.bytes = total - off < batch ? total - off : batch;
+        assert_int_equal(ferry_pipeline_submit(p, &b, test_count_failed, &failed, NULL), 0);
+    }
+    assert_int_equal(ferry_pipeline_drain(p), 0);
+    assert_int_equal(failed, 0);
 }

@@ -1,17 +1,30 @@
 /* Test helpers: cmocka includes, a seeded RNG whose seed is printed on failure, random
- * buffers, and a runtime on the simulator. */
+ * buffers, a runtime on the simulator, the in-tree profile as JSON, a child-process harness,
+ * and the stage and batch fixtures the pipeline tests share. */
 #ifndef FERRY_TESTLIB_H
 #define FERRY_TESTLIB_H
 
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/types.h>
 
 #include "ferry.h"
+
+/* The main of a test file that needs nothing done before its tests: runs the cmocka tests
+ * listed (cmocka_unit_test(...), ...) as the group "tests" with the group's @setup and
+ * @teardown (NULL: none) and returns cmocka's status. */
+#define TEST_MAIN(setup, teardown, ...)                                                            \
+    int main(void)                                                                                 \
+    {                                                                                              \
+        const struct CMUnitTest tests[] = {__VA_ARGS__};                                           \
+        return cmocka_run_group_tests(tests, setup, teardown);                                     \
+    }
 
 /* The seed: FERRY_TEST_SEED from the environment when set, else @fallback. Printed once. */
 uint64_t test_seed(uint64_t fallback);
@@ -25,10 +38,43 @@ void test_fill_random(void *p, size_t n, uint64_t *state);
 void test_fill_floats(void *p, size_t n, uint64_t *state);
 /* A runtime on the sim backend with the in-tree H200 profile; fails the test on error. */
 ferry_runtime_t *test_sim_runtime(void);
-/* The same with options set first: @kv is NULL or name, value, name, value, ..., NULL. */
+/* The same with options set first: @kv is NULL (the defaults and the FERRY_* environment) or
+ * name, value, name, value, ..., NULL. */
 ferry_runtime_t *test_sim_runtime_with(const char *const *kv);
 /* The in-tree profile with host.pin_limit_bytes set to @limit (as a locked-memory limit would),
  * written to a temporary file whose path goes to @path. The caller unlinks it. */
 void test_profile_with_pin_limit(char *path, size_t len, long long limit);
+/* The in-tree profile, parsed; the caller deletes it. */
+struct cJSON *test_profile_json(void);
+/* @root printed to a new temporary file made from the mkstemp template @tmpl; its path goes to
+ * @path (@len bytes). The caller unlinks it. */
+void test_write_json(const struct cJSON *root, const char *tmpl, char *path, size_t len);
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t test_now_ns(void);
+
+/* The child-process harness: this test program run again with @args (after argv[0], NULL
+ * ended), its environment inherited. Fails the test when it cannot start. */
+pid_t test_child_spawn(char *const *args);
+/* Wait for @pid at most @seconds; its wait status goes to @status. Past the bound the child is
+ * killed and reaped and the result is false (a hang is a failure, not a stuck test). */
+bool test_child_wait(pid_t pid, unsigned seconds, int *status);
+/* Kill @pid and reap it. */
+void test_child_kill(pid_t pid);
+/* The exit code in a wait status, or -1 when the child did not exit (a signal). */
+int test_child_exit_code(int status);
+
+/* Stage and batch fixtures. The CPU function of a stage that copies its input. */
+int test_cpu_copy(const ferry_kernel_args_t *a, void *user);
+/* A stage named "copy" with test_cpu_copy as its CPU function (sim only: no GPU function). */
+ferry_stage_t test_copy_stage(void);
+/* A batch's prepare function: fills the slot with the byte (offset >> shift), shift being
+ * *(const unsigned *)arg (the batch's prepare_arg). */
+int test_gen_by_offset(void *slot, size_t bytes, size_t offset, void *arg);
+/* A completion callback counting the batches that failed in *(int *)arg. */
+void test_count_failed(const ferry_batch_result_t *r, void *arg);
+/* Submit @total bytes as generated batches (test_gen_by_offset with @shift) of at most @batch
+ * bytes each, drain, and check that none failed. */
+void test_submit_generated(ferry_pipeline_t *p, size_t total, size_t batch, unsigned shift);
 
 #endif

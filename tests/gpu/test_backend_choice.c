@@ -4,7 +4,7 @@
  * CUDA error translation, PCIe link rates and resident-grid limits. */
 #include <string.h>
 
-#include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda.h" /* the private helpers under test */
 #include "testlib.h"
 
 static void test_choice(void **state)
@@ -121,13 +121,5 @@ static void test_resident_grids(void **state)
     assert_int_equal(ferry__cuda_max_resident_grids(3, 2), 4);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_choice),
-        cmocka_unit_test(test_error_table),
-        cmocka_unit_test(test_link_rates),
-        cmocka_unit_test(test_resident_grids),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_choice), cmocka_unit_test(test_error_table),
+          cmocka_unit_test(test_link_rates), cmocka_unit_test(test_resident_grids))

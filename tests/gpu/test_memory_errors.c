@@ -5,7 +5,6 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "core/runtime.h"
 #include "cudatest.h"
 
 static void on_done(const ferry_batch_result_t *r, void *arg)
@@ -92,11 +91,5 @@ static void test_registration_errors(void **state)
     still_works();
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_oversized_alloc),
-        cmocka_unit_test(test_registration_errors),
-    };
-    return cmocka_run_group_tests(tests, cudatest_setup, cudatest_teardown);
-}
+TEST_MAIN(cudatest_setup, cudatest_teardown, cmocka_unit_test(test_oversized_alloc),
+          cmocka_unit_test(test_registration_errors))

@@ -6,7 +6,6 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "core/runtime.h"
 #include "cudatest.h"
 
 typedef struct wl_case {
@@ -201,11 +200,5 @@ static void test_kernel_alignments(void **state)
     ferry__be_mem_free(dev, d_out);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pipeline_bit_exact),
-        cmocka_unit_test(test_kernel_alignments),
-    };
-    return cmocka_run_group_tests(tests, cudatest_setup, cudatest_teardown);
-}
+TEST_MAIN(cudatest_setup, cudatest_teardown, cmocka_unit_test(test_pipeline_bit_exact),
+          cmocka_unit_test(test_kernel_alignments))

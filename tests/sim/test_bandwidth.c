@@ -223,16 +223,8 @@ static void test_pageable(void **state)
     ferry_runtime_destroy(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_healthy_is_quiet),
-        cmocka_unit_test(test_healthy_below_theoretical_is_quiet),
-        cmocka_unit_test(test_small_transfers),
-        cmocka_unit_test(test_pageable),
-        cmocka_unit_test(test_other_process),
-        cmocka_unit_test(test_small_share_is_quiet),
-        cmocka_unit_test(test_share_without_sampling),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_healthy_is_quiet),
+          cmocka_unit_test(test_healthy_below_theoretical_is_quiet),
+          cmocka_unit_test(test_small_transfers), cmocka_unit_test(test_pageable),
+          cmocka_unit_test(test_other_process), cmocka_unit_test(test_small_share_is_quiet),
+          cmocka_unit_test(test_share_without_sampling))

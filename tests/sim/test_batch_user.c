@@ -90,10 +90,4 @@ static void test_batch_user_on_every_path(void **state)
     run("sticky@n=3");   /* the GPU lost: chunks go straight to the CPU */
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_batch_user_on_every_path),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_batch_user_on_every_path))

@@ -1,18 +1,11 @@
 /* Both copy directions at once share the PCIe link: FACTS.md measured 93.5-99.7 GB/s in total,
  * 1.7-1.8x one direction. Two copies in one direction share that direction's rate instead of
  * adding up. The bytes must still arrive intact both ways. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <stdint.h>
-#include <cmocka.h>
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
-#include "backend/sim/sim.h"
+#include "internal.h"
 
 static const ferry_backend_ops_t *be = &ferry__sim_backend;
 
@@ -167,12 +160,8 @@ static void test_rates_change_when_a_direction_stops(void **state)
     assert_true(h2d_ns > h2d_expect * 0.99 && h2d_ns < h2d_expect * 1.01);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_both_directions_share_the_link, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_same_direction_does_not_add_up, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rates_change_when_a_direction_stops, setup, teardown),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL,
+          cmocka_unit_test_setup_teardown(test_both_directions_share_the_link, setup, teardown),
+          cmocka_unit_test_setup_teardown(test_same_direction_does_not_add_up, setup, teardown),
+          cmocka_unit_test_setup_teardown(test_rates_change_when_a_direction_stops, setup,
+                                          teardown))

@@ -282,13 +282,6 @@ static void test_default(void **state)
     ferry_set_log_handler(NULL, NULL);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_every_batch_shape),
-        cmocka_unit_test(test_small_chunks_gain),
-        cmocka_unit_test(test_option),
-        cmocka_unit_test(test_default),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_every_batch_shape),
+          cmocka_unit_test(test_small_chunks_gain), cmocka_unit_test(test_option),
+          cmocka_unit_test(test_default))

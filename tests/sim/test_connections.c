@@ -166,13 +166,6 @@ static void test_measure_on_the_model(void **state)
     unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_read_every_shape),
-        cmocka_unit_test(test_strict_parse),
-        cmocka_unit_test(test_option_sets_the_variable_and_plan_counts_streams),
-        cmocka_unit_test(test_measure_on_the_model),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_read_every_shape), cmocka_unit_test(test_strict_parse),
+          cmocka_unit_test(test_option_sets_the_variable_and_plan_counts_streams),
+          cmocka_unit_test(test_measure_on_the_model))

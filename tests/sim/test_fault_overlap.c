@@ -85,12 +85,6 @@ static void test_hang_beats_kernel(void **state)
     assert_true(st.deadlines_passed >= 1); /* it hung (and was stopped), not a plain error */
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sticky_wins_in_either_order),
-        cmocka_unit_test(test_random_kernel_faults_do_not_shadow_sticky),
-        cmocka_unit_test(test_hang_beats_kernel),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_sticky_wins_in_either_order),
+          cmocka_unit_test(test_random_kernel_faults_do_not_shadow_sticky),
+          cmocka_unit_test(test_hang_beats_kernel))

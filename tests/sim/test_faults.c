@@ -8,9 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fault/spec.h"
+#include "internal.h"
 #include "ferry/workloads.h"
-#include "testlib.h"
 
 static void test_spec_parser(void **state)
 {
@@ -530,18 +529,8 @@ static void test_no_fallback_fails_once(void **state)
     ferry_runtime_destroy(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_spec_parser),
-        cmocka_unit_test(test_kernel_fault_walk),
-        cmocka_unit_test(test_coalesced_fault_walk),
-        cmocka_unit_test(test_sticky_fault_walk),
-        cmocka_unit_test(test_slow_link_and_memory),
-        cmocka_unit_test(test_hang_walk),
-        cmocka_unit_test(test_ladder),
-        cmocka_unit_test(test_retry_fails_too),
-        cmocka_unit_test(test_no_fallback_fails_once),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_spec_parser), cmocka_unit_test(test_kernel_fault_walk),
+          cmocka_unit_test(test_coalesced_fault_walk), cmocka_unit_test(test_sticky_fault_walk),
+          cmocka_unit_test(test_slow_link_and_memory), cmocka_unit_test(test_hang_walk),
+          cmocka_unit_test(test_ladder), cmocka_unit_test(test_retry_fails_too),
+          cmocka_unit_test(test_no_fallback_fails_once))

@@ -184,11 +184,5 @@ static void test_random_fault_mixes(void **state)
     }
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_retry_that_hangs),
-        cmocka_unit_test(test_random_fault_mixes),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_retry_that_hangs),
+          cmocka_unit_test(test_random_fault_mixes))

@@ -115,10 +115,4 @@ static void test_pinning_refused(void **state)
     assert_true(limited.gbps_h2d < 0.5 * normal.gbps_h2d);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pinning_refused),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_pinning_refused))

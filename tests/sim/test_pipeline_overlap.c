@@ -5,35 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/sim/sim.h"
-#include "testlib.h"
-
-static int cpu_copy(const ferry_kernel_args_t *a, void *user)
-{
-    (void)user;
-    memcpy(a->out, a->in, a->bytes);
-    return 0;
-}
-
-static int gen(void *slot, size_t bytes, size_t offset, void *arg)
-{
-    (void)arg;
-    memset(slot, (int)(offset >> 20), bytes);
-    return 0;
-}
-
-static void sink(const ferry_batch_result_t *r, void *arg)
-{
-    if (r->status != 0)
-        (*(int *)arg)++;
-}
+#include "internal.h"
 
 static ferry_pipeline_stats_t run(ferry_device_t *dev, size_t chunk, unsigned depth, bool single,
                                   unsigned ncomp, size_t total)
 {
-    ferry_stage_t s = FERRY_STAGE_INIT;
-    s.name = "copy";
-    s.cpu = cpu_copy;
+    ferry_stage_t s = test_copy_stage();
     ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
     cfg.device = dev;
     cfg.stage = &s;
@@ -47,16 +24,7 @@ static ferry_pipeline_stats_t run(ferry_device_t *dev, size_t chunk, unsigned de
     cfg.queue_depth = 64;
     ferry_pipeline_t *p = NULL;
     assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
-    int failed = 0;
-    size_t batch = 4 * chunk;
-    for (size_t off = 0; off < total; off += batch) {
-        ferry_batch_t b = FERRY_BATCH_INIT;
-        b.prepare = gen;
-        b.bytes = total - off < batch ? total - off : batch;
-        assert_int_equal(ferry_pipeline_submit(p, &b, sink, &failed, NULL), 0);
-    }
-    assert_int_equal(ferry_pipeline_drain(p), 0);
-    assert_int_equal(failed, 0);
+    test_submit_generated(p, total, 4 * chunk, 20);
     ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &st), 0);
     assert_int_equal(ferry_pipeline_close(p), 0);
@@ -166,11 +134,5 @@ static void test_sampled_timing_agrees(void **state)
     ferry_options_destroy(o);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_overlap_reaches_ceiling),
-        cmocka_unit_test(test_sampled_timing_agrees),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_overlap_reaches_ceiling),
+          cmocka_unit_test(test_sampled_timing_agrees))

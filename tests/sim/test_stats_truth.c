@@ -137,12 +137,6 @@ static void test_seq_after_the_gpu_is_lost(void **state)
     assert_int_equal(atomic_load(&r.seen.zero_seq), 0);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_busy_is_a_union),
-        cmocka_unit_test(test_slots_free_after_a_hang),
-        cmocka_unit_test(test_seq_after_the_gpu_is_lost),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_busy_is_a_union),
+          cmocka_unit_test(test_slots_free_after_a_hang),
+          cmocka_unit_test(test_seq_after_the_gpu_is_lost))

@@ -14,26 +14,6 @@ typedef struct ops {
     size_t n;
 } ops_t;
 
-static int cpu_copy(const ferry_kernel_args_t *a, void *user)
-{
-    (void)user;
-    memcpy(a->out, a->in, a->bytes);
-    return 0;
-}
-
-static int gen(void *slot, size_t bytes, size_t offset, void *arg)
-{
-    (void)arg;
-    memset(slot, (int)(offset >> 16), bytes);
-    return 0;
-}
-
-static void sink(const ferry_batch_result_t *r, void *arg)
-{
-    if (r->status != 0)
-        (*(int *)arg)++;
-}
-
 static void collect(const ferry_op_record_t *op, void *arg)
 {
     ops_t *o = arg;
@@ -48,9 +28,7 @@ static ferry_pipeline_t *run(ferry_runtime_t *rt, size_t chunk, size_t total)
 {
     ferry_device_t *dev = NULL;
     assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_stage_t s = FERRY_STAGE_INIT;
-    s.name = "copy";
-    s.cpu = cpu_copy;
+    ferry_stage_t s = test_copy_stage();
     ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
     cfg.device = dev;
     cfg.stage = &s;
@@ -59,15 +37,7 @@ static ferry_pipeline_t *run(ferry_runtime_t *rt, size_t chunk, size_t total)
     cfg.coalesce_bytes = SIZE_MAX; /* a copy per chunk: three ops each (sim.coalesce: groups) */
     ferry_pipeline_t *p = NULL;
     assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
-    int failed = 0;
-    for (size_t off = 0; off < total; off += 4 * chunk) {
-        ferry_batch_t b = FERRY_BATCH_INIT;
-        b.prepare = gen;
-        b.bytes = total - off < 4 * chunk ? total - off : 4 * chunk;
-        assert_int_equal(ferry_pipeline_submit(p, &b, sink, &failed, NULL), 0);
-    }
-    assert_int_equal(ferry_pipeline_drain(p), 0);
-    assert_int_equal(failed, 0);
+    test_submit_generated(p, total, 4 * chunk, 16);
     return p;
 }
 
@@ -174,12 +144,5 @@ static void test_off_and_bad_arguments(void **state)
     ferry_runtime_destroy(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_every_chunk),
-        cmocka_unit_test(test_first_chunks_only),
-        cmocka_unit_test(test_off_and_bad_arguments),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_every_chunk), cmocka_unit_test(test_first_chunks_only),
+          cmocka_unit_test(test_off_and_bad_arguments))

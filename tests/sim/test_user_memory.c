@@ -142,11 +142,5 @@ static void test_cpu_path_aligns_for_the_stage(void **state)
     ferry_runtime_destroy(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_user_pool_is_pinned),
-        cmocka_unit_test(test_cpu_path_aligns_for_the_stage),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_user_pool_is_pinned),
+          cmocka_unit_test(test_cpu_path_aligns_for_the_stage))

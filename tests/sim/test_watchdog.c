@@ -150,12 +150,6 @@ static void test_no_heartbeat_option(void **state)
     ferry_options_destroy(o);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_kernel_args),
-        cmocka_unit_test(test_heartbeat_stalls_behind_long_kernel),
-        cmocka_unit_test(test_no_heartbeat_option),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_kernel_args),
+          cmocka_unit_test(test_heartbeat_stalls_behind_long_kernel),
+          cmocka_unit_test(test_no_heartbeat_option))

@@ -98,11 +98,5 @@ static void test_logging_while_runtimes_are_created(void **state)
     assert_true(atomic_load(&lines) > 0);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_runtime_follows_options_until_app_chooses),
-        cmocka_unit_test(test_logging_while_runtimes_are_created),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_runtime_follows_options_until_app_chooses),
+          cmocka_unit_test(test_logging_while_runtimes_are_created))

@@ -439,15 +439,7 @@ static void test_short_numbers(void **state)
     ferry_metrics_destroy(m);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_registration_and_format),
-        cmocka_unit_test(test_threads_and_file),
-        cmocka_unit_test(test_endpoint),
-        cmocka_unit_test(test_endpoint_names),
-        cmocka_unit_test(test_endpoint_clients),
-        cmocka_unit_test(test_short_numbers),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_registration_and_format),
+          cmocka_unit_test(test_threads_and_file), cmocka_unit_test(test_endpoint),
+          cmocka_unit_test(test_endpoint_names), cmocka_unit_test(test_endpoint_clients),
+          cmocka_unit_test(test_short_numbers))

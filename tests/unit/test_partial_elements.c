@@ -74,11 +74,5 @@ static void test_reference_tail_values(void **state)
     ferry_workload_destroy(wl);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_float_tails_are_transformed),
-        cmocka_unit_test(test_reference_tail_values),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_float_tails_are_transformed),
+          cmocka_unit_test(test_reference_tail_values))

@@ -380,15 +380,8 @@ static void test_failed_stage_completes_once(void **state)
     assert_int_equal(ferry_pipeline_close(p), 0);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_runtime_bad_input),
-        cmocka_unit_test(test_create_bad_input),
-        cmocka_unit_test(test_submit_bad_input),
-        cmocka_unit_test(test_backpressure_nonblocking_and_close_busy),
-        cmocka_unit_test(test_backpressure_blocking),
-        cmocka_unit_test(test_failed_stage_completes_once),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN(setup, teardown, cmocka_unit_test(test_runtime_bad_input),
+          cmocka_unit_test(test_create_bad_input), cmocka_unit_test(test_submit_bad_input),
+          cmocka_unit_test(test_backpressure_nonblocking_and_close_busy),
+          cmocka_unit_test(test_backpressure_blocking),
+          cmocka_unit_test(test_failed_stage_completes_once))

@@ -167,13 +167,6 @@ static void test_threads_wait_for_slots(void **state)
     ferry_pool_destroy(p);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sizing_rule),
-        cmocka_unit_test(test_alloc_free_exhaust),
-        cmocka_unit_test(test_bad_config),
-        cmocka_unit_test(test_threads_wait_for_slots),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN(setup, teardown, cmocka_unit_test(test_sizing_rule),
+          cmocka_unit_test(test_alloc_free_exhaust), cmocka_unit_test(test_bad_config),
+          cmocka_unit_test(test_threads_wait_for_slots))

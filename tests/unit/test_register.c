@@ -91,11 +91,5 @@ static void test_registered_buffers_skip_staging(void **state)
     ferry_runtime_destroy(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_register_rules),
-        cmocka_unit_test(test_registered_buffers_skip_staging),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_register_rules),
+          cmocka_unit_test(test_registered_buffers_skip_staging))

@@ -5,8 +5,7 @@
  * watchdog that stopped stepping is reported by the completion thread's check. */
 #include <string.h>
 
-#include "pipeline/watchdog.h"
-#include "testlib.h"
+#include "internal.h"
 
 #define MS 1000000ull
 
@@ -149,11 +148,4 @@ static void test_stalls(void **state)
     ferry_runtime_destroy(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_deadline_then_hang),
-        cmocka_unit_test(test_stalls),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_deadline_then_hang), cmocka_unit_test(test_stalls))
