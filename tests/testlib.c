@@ -86,6 +86,33 @@ ferry_runtime_t *test_sim_runtime(void)
     return test_sim_runtime_with(NULL);
 }
 
+ferry_device_t *test_device(ferry_runtime_t *rt)
+{
+    ferry_device_t *dev = NULL;
+    int rc = ferry_device_get(rt, 0, &dev);
+    if (rc != 0)
+        fail_msg("ferry_device_get(0): %s: %s", ferry_err_name(rc), ferry_last_error());
+    return dev;
+}
+
+ferry_pipeline_t *test_pipeline(const ferry_pipeline_config_t *cfg)
+{
+    ferry_pipeline_t *p = NULL;
+    int rc = ferry_pipeline_create(cfg, &p);
+    if (rc != 0)
+        fail_msg("ferry_pipeline_create: %s: %s", ferry_err_name(rc), ferry_last_error());
+    return p;
+}
+
+ferry_workload_t *test_workload(const char *name)
+{
+    ferry_workload_t *wl = NULL;
+    int rc = ferry_workload_create(name, NULL, &wl);
+    if (rc != 0)
+        fail_msg("ferry_workload_create(%s): %s: %s", name, ferry_err_name(rc), ferry_last_error());
+    return wl;
+}
+
 struct cJSON *test_profile_json(void)
 {
     FILE *f = fopen(FERRY_TEST_PROFILE, "rb");

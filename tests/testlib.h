@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include "ferry.h"
+#include "ferry/workloads.h"
 
 /* The main of a test file that needs nothing done before its tests: runs the cmocka tests
  * listed (cmocka_unit_test(...), ...) as the group "tests" with the group's @setup and
@@ -44,6 +45,13 @@ ferry_runtime_t *test_sim_runtime_with(const char *const *kv);
 /* The in-tree profile with host.pin_limit_bytes set to @limit (as a locked-memory limit would),
  * written to a temporary file whose path goes to @path. The caller unlinks it. */
 void test_profile_with_pin_limit(char *path, size_t len, long long limit);
+/* Fixtures that fail the test when the library refuses: device 0 of @rt, a pipeline made
+ * from @cfg (closed by the caller), a workload by name with its default parameters (destroyed by
+ * the caller). */
+ferry_device_t *test_device(ferry_runtime_t *rt);
+ferry_pipeline_t *test_pipeline(const ferry_pipeline_config_t *cfg);
+ferry_workload_t *test_workload(const char *name);
+
 /* The in-tree profile, parsed; the caller deletes it. */
 struct cJSON *test_profile_json(void);
 /* @root printed to a new temporary file made from the mkstemp template @tmpl; its path goes to

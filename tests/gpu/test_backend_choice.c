@@ -39,8 +39,7 @@ static void test_choice(void **state)
     assert_int_equal(ferry_runtime_create(&cfg, &rt), 0);
     assert_string_equal(ferry_runtime_backend(rt), "cuda");
     assert_int_equal(ferry_device_count(rt), n);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     assert_false(ferry_device_is_simulated(dev));
     assert_int_equal(ferry_device_get(rt, n, &dev), FERRY_ENODEV);
     ferry_runtime_destroy(rt);

@@ -16,8 +16,7 @@ static void on_done(const ferry_batch_result_t *r, void *arg)
 /* A small scale pipeline still runs and matches the reference. */
 static void still_works(void)
 {
-    ferry_workload_t *w = NULL;
-    assert_int_equal(ferry_workload_create("scale", NULL, &w), 0);
+    ferry_workload_t *w = test_workload("scale");
     ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
     cfg.device = dev;
     cfg.stage = ferry_workload_stage(w);

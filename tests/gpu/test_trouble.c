@@ -32,8 +32,7 @@ static double now_s(void)
  * returns the stats. */
 static ferry_pipeline_stats_t stream_scale(ferry_device_t *d, size_t total, uint64_t *seed)
 {
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("scale", NULL, &wl), 0);
+    ferry_workload_t *wl = test_workload("scale");
     unsigned char *in = malloc(total), *out = malloc(total), *ref = malloc(total);
     assert_true(in && out && ref);
     cudatest_fill_floats(in, total, seed);
@@ -43,8 +42,7 @@ static ferry_pipeline_stats_t stream_scale(ferry_device_t *d, size_t total, uint
     pc.stage = ferry_workload_stage(wl);
     pc.chunk_bytes = 4u << 20;
     pc.depth = 4;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     done_t dn = {0};
     size_t batch = 16u << 20;
     int n = 0;

@@ -44,10 +44,8 @@ static void done(const ferry_batch_result_t *r, void *arg)
 static ferry_pipeline_stats_t stream_with(ferry_runtime_t *rt, size_t chunk, size_t total,
                                           size_t coalesce, seen_t *s)
 {
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("copy", NULL, &wl), 0);
+    ferry_device_t *dev = test_device(rt);
+    ferry_workload_t *wl = test_workload("copy");
     unsigned char *buf = calloc(1, total);
     assert_non_null(buf);
     ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
@@ -57,8 +55,7 @@ static ferry_pipeline_stats_t stream_with(ferry_runtime_t *rt, size_t chunk, siz
     pc.coalesce_bytes = coalesce;
     pc.on_alert = on_alert;
     pc.alert_arg = s;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     size_t per = chunk * 8 < total ? chunk * 8 : total;
     for (size_t off = 0; off < total; off += per) {
         ferry_batch_t b = FERRY_BATCH_INIT;

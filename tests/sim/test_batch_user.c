@@ -34,8 +34,7 @@ static void run(const char *inject)
 {
     const char *const kv[] = {"inject", inject, "gpu_retries", "0", NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     ferry_stage_t st = FERRY_STAGE_INIT;
     st.name = "scale-by-batch";
     st.cpu = cpu_scale;
@@ -44,8 +43,7 @@ static void run(const char *inject)
     pc.device = dev;
     pc.stage = &st;
     pc.chunk_bytes = 64u << 10;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     enum { NB = 6, N = (256u << 10) / 4 };
     static float in[N], out[NB][N];
     for (size_t i = 0; i < N; i++)

@@ -14,8 +14,7 @@
 static ferry_pipeline_t *run(ferry_runtime_t *rt, unsigned ncopy, unsigned ncomp, size_t chunk,
                              size_t total, ferry_pipeline_stats_t *st)
 {
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     ferry_stage_t s = test_copy_stage();
     ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
     cfg.device = dev;
@@ -25,8 +24,7 @@ static ferry_pipeline_t *run(ferry_runtime_t *rt, unsigned ncopy, unsigned ncomp
     cfg.compute_streams = ncomp;
     cfg.queue_depth = 64;
     cfg.coalesce_bytes = SIZE_MAX;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&cfg);
     test_submit_generated(p, total, 4 * chunk, 20);
     *st = (ferry_pipeline_stats_t)FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, st), 0);

@@ -75,8 +75,7 @@ static void run_once(const run_cfg_t *c, run_out_t *o, bool noisy)
     }
     const char *const kv[] = {"inject", c->inject ? c->inject : "", "seed", "7", NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     unsigned char *in = NULL, *out = NULL;
     assert_int_equal(posix_memalign((void **)&in, 4096, c->total), 0);
     assert_int_equal(posix_memalign((void **)&out, 4096, c->total), 0);
@@ -97,8 +96,7 @@ static void run_once(const run_cfg_t *c, run_out_t *o, bool noisy)
     cfg.copy_streams = c->copy_streams;
     cfg.compute_streams = c->compute_streams;
     cfg.queue_depth = c->queue_depth;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&cfg);
     memset(o, 0, sizeof(*o));
     for (size_t off = 0; off < c->total; off += c->batch, o->nb++) {
         ferry_batch_t b = FERRY_BATCH_INIT;

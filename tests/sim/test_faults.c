@@ -130,10 +130,8 @@ static walk_t walk(const char *spec, uint64_t seed)
     if (walk_key != NULL && walk_key2 != NULL)
         kv[8] = walk_key2, kv[9] = walk_val2;
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("scale", NULL, &wl), 0);
+    ferry_device_t *dev = test_device(rt);
+    ferry_workload_t *wl = test_workload("scale");
     ferry_stage_t st = *ferry_workload_stage(wl);
     const size_t chunk = 256u << 10, per = 4 * chunk, nb = 24, total = nb * per;
     unsigned char *in = malloc(total), *out = malloc(total), *ref = malloc(total);
@@ -146,8 +144,7 @@ static walk_t walk(const char *spec, uint64_t seed)
     pc.device = dev;
     pc.stage = &st;
     pc.chunk_bytes = chunk;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     static done_t d;
     memset(&d, 0, sizeof(d));
     for (size_t b = 0; b < nb; b++) {
@@ -421,8 +418,7 @@ static void test_retry_fails_too(void **state)
     close(fd);
     const char *const kv[] = {"failure_log", log, NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     ferry_stage_t st = FERRY_STAGE_INIT;
     st.name = "fails-twice";
     st.cpu = fails_twice;
@@ -431,8 +427,7 @@ static void test_retry_fails_too(void **state)
     pc.stage = &st;
     pc.chunk_bytes = 1u << 20;
     pc.coalesce_bytes = SIZE_MAX; /* a copy per chunk: the records counted are per chunk */
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     static done_t d;
     memset(&d, 0, sizeof(d));
     float *in = malloc(16u << 20), *out = calloc(1, 16u << 20);
@@ -498,8 +493,7 @@ static void test_no_fallback_fails_once(void **state)
     (void)state;
     const char *const kv[] = {"inject", "kernel@batch=2", NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     ferry_stage_t st = FERRY_STAGE_INIT;
     st.name = "gpu-only";
     st.cpu = gpu_only_cpu;
@@ -507,8 +501,7 @@ static void test_no_fallback_fails_once(void **state)
     pc.device = dev;
     pc.stage = &st;
     pc.chunk_bytes = 1u << 20;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     static done_t d;
     memset(&d, 0, sizeof(d));
     float *buf = calloc(1, 16u << 20);

@@ -70,10 +70,8 @@ static void run_case(const liveness_case_t *c, unsigned bound_s)
     const char *kv[] = {"inject", c->spec, "gpu_retries", retries, "seed", seed, NULL};
     alarm(bound_s);
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("scale", NULL, &wl), 0);
+    ferry_device_t *dev = test_device(rt);
+    ferry_workload_t *wl = test_workload("scale");
     ferry_stage_t st = *ferry_workload_stage(wl);
     uint64_t rs = c->seed * 7919 + 1;
     /* Batches of 1 to 3 chunks, the last one short. */
@@ -95,8 +93,7 @@ static void run_case(const liveness_case_t *c, unsigned bound_s)
     pc.stage = &st;
     pc.chunk_bytes = c->chunk;
     pc.depth = c->depth;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     static done_t d;
     memset(&d, 0, sizeof(d));
     for (unsigned b = 0; b < c->nbatches; b++) {

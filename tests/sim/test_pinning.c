@@ -28,10 +28,8 @@ static void count(const ferry_batch_result_t *r, void *arg)
 /* 32 MiB of random floats through `scale` in 1 MiB chunks; returns the stats. */
 static ferry_pipeline_stats_t stream(ferry_runtime_t *rt, uint64_t *seed)
 {
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("scale", NULL, &wl), 0);
+    ferry_device_t *dev = test_device(rt);
+    ferry_workload_t *wl = test_workload("scale");
     const size_t total = 32u << 20;
     float *in = malloc(total), *out = malloc(total), *ref = malloc(total);
     assert_true(in && out && ref);
@@ -43,8 +41,7 @@ static ferry_pipeline_stats_t stream(ferry_runtime_t *rt, uint64_t *seed)
     pc.stage = ferry_workload_stage(wl);
     pc.chunk_bytes = 1u << 20;
     pc.depth = 4;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     int c[2] = {0, 0};
     for (size_t off = 0; off < total; off += 4u << 20) {
         ferry_batch_t b = FERRY_BATCH_INIT;
@@ -75,8 +72,7 @@ static void test_pinning_refused(void **state)
     test_profile_with_pin_limit(path, sizeof(path), 1 << 20);
     ferry_runtime_t *rt = runtime(path);
     unlink(path);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
 
     /* A plain pool (no fallback asked for) fails, naming the limit. */
     ferry_pool_config_t pc = FERRY_POOL_CONFIG_INIT;

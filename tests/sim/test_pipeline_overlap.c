@@ -22,8 +22,7 @@ static ferry_pipeline_stats_t run(ferry_device_t *dev, size_t chunk, unsigned de
     /* Every batch fits in the queue: the submitting thread, when this machine is busy, cannot
      * leave the simulated device idle (the model charges host time only to ferry's threads). */
     cfg.queue_depth = 64;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&cfg);
     test_submit_generated(p, total, 4 * chunk, 20);
     ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &st), 0);
@@ -37,8 +36,7 @@ static void test_overlap_reaches_ceiling(void **state)
     /* Every chunk timed: the overlap asserted here is measured, not estimated. */
     const char *const kv[] = {"op_timing", "all", NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     struct ferry_sim_profile prof;
     assert_int_equal(ferry__sim_profile_load(FERRY_TEST_PROFILE, &prof), 0);
 
@@ -90,8 +88,7 @@ static void sampled_agrees(unsigned ncomp, bool single)
     const char *modes[2] = {"all", "sample"};
     for (int m = 0; m < 2; m++) {
         ferry_runtime_t *rt = runtime_with_timing(modes[m]);
-        ferry_device_t *dev = NULL;
-        assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+        ferry_device_t *dev = test_device(rt);
         st[m] = run(dev, chunk, 8, single, ncomp, total);
         ferry_runtime_destroy(rt);
     }

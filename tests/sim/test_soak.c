@@ -74,10 +74,8 @@ static void test_soak(void **state)
     uint64_t n = env ? strtoull(env, NULL, 10) : 1000000;
     const char *const kv[] = {"inject", "kernel@p=0.0005,slow@n=5000:x=3:for=5ms", NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("scale", NULL, &wl), 0);
+    ferry_device_t *dev = test_device(rt);
+    ferry_workload_t *wl = test_workload("scale");
     static soak_t s;
     memset(&s, 0, sizeof(s));
     s.n = n;

@@ -44,8 +44,7 @@ static void run(const char *const *kv, double ns_per_byte, unsigned ncomp, size_
 {
     memset(r, 0, sizeof(*r));
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     ferry_stage_t st = FERRY_STAGE_INIT;
     st.name = "copy-seq";
     st.cpu = copy_cpu;
@@ -57,8 +56,7 @@ static void run(const char *const *kv, double ns_per_byte, unsigned ncomp, size_
     pc.chunk_bytes = chunk;
     pc.compute_streams = ncomp;
     pc.coalesce_bytes = SIZE_MAX;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     unsigned char *in = malloc(per * nb), *out = malloc(per * nb);
     assert_true(in && out);
     uint64_t rs = 7;

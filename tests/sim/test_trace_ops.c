@@ -26,8 +26,7 @@ static void collect(const ferry_op_record_t *op, void *arg)
 /* @total bytes in batches of 4 chunks of @chunk; returns the drained pipeline. */
 static ferry_pipeline_t *run(ferry_runtime_t *rt, size_t chunk, size_t total)
 {
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     ferry_stage_t s = test_copy_stage();
     ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
     cfg.device = dev;
@@ -35,8 +34,7 @@ static ferry_pipeline_t *run(ferry_runtime_t *rt, size_t chunk, size_t total)
     cfg.chunk_bytes = chunk;
     cfg.queue_depth = 64;
     cfg.coalesce_bytes = SIZE_MAX; /* a copy per chunk: three ops each (sim.coalesce: groups) */
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&cfg);
     test_submit_generated(p, total, 4 * chunk, 16);
     return p;
 }

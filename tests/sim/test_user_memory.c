@@ -41,8 +41,7 @@ static ferry_pipeline_t *make(ferry_device_t *dev, const ferry_stage_t *st)
     pc.device = dev;
     pc.stage = st;
     pc.chunk_bytes = 256u << 10;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     return p;
 }
 
@@ -50,8 +49,7 @@ static void test_user_pool_is_pinned(void **state)
 {
     (void)state;
     ferry_runtime_t *rt = test_sim_runtime();
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     ferry_pool_config_t pcfg = FERRY_POOL_CONFIG_INIT;
     pcfg.slot_bytes = 2u << 20;
     pcfg.slots = 4;
@@ -98,8 +96,7 @@ static void test_cpu_path_aligns_for_the_stage(void **state)
     (void)state;
     const char *const kv[] = {"inject", "sticky@n=1", NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     ferry_stage_t st = FERRY_STAGE_INIT;
     st.name = "scale2";
     st.cpu = cpu_scale;

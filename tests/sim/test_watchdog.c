@@ -36,10 +36,8 @@ static void count(const ferry_batch_result_t *r, void *arg)
 static ferry_pipeline_stats_t run(unsigned nb, double kernel_ms, probe_t *pr)
 {
     ferry_runtime_t *rt = test_sim_runtime();
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("scale", NULL, &wl), 0);
+    ferry_device_t *dev = test_device(rt);
+    ferry_workload_t *wl = test_workload("scale");
     const size_t chunk = 1u << 20, per = 2 * chunk, total = nb * per;
     pr->inner = ferry_workload_stage(wl);
     ferry_stage_t st = *pr->inner;
@@ -57,8 +55,7 @@ static ferry_pipeline_stats_t run(unsigned nb, double kernel_ms, probe_t *pr)
     pc.stage = &st;
     pc.chunk_bytes = chunk;
     pc.coalesce_bytes = SIZE_MAX; /* a copy per chunk: a sequence number each */
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     atomic_int done = 0;
     for (unsigned b = 0; b < nb; b++) {
         ferry_batch_t bt = FERRY_BATCH_INIT;
@@ -119,15 +116,12 @@ static void test_no_heartbeat_option(void **state)
     (void)state;
     const char *const kv[] = {"heartbeat_ms", "0", NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("copy", NULL, &wl), 0);
+    ferry_device_t *dev = test_device(rt);
+    ferry_workload_t *wl = test_workload("copy");
     ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
     pc.device = dev;
     pc.stage = ferry_workload_stage(wl);
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     static char buf[1 << 20];
     ferry_batch_t bt = FERRY_BATCH_INIT;
     bt.in = bt.out = buf;

@@ -64,21 +64,18 @@ static void test_logging_while_runtimes_are_created(void **state)
     ferry_set_log_handler(quiet, &lines);
     ferry_set_log_level(FERRY_LOG_DEBUG); /* the simulator logs at info and debug */
     ferry_runtime_t *rt = test_sim_runtime();
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     atomic_store(&stop, false);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, creator, NULL), 0);
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("copy", NULL, &wl), 0);
+    ferry_workload_t *wl = test_workload("copy");
     static unsigned char buf[1u << 20];
     for (int round = 0; round < 4; round++) {
         ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
         pc.device = dev;
         pc.stage = ferry_workload_stage(wl);
         pc.chunk_bytes = 64u << 10;
-        ferry_pipeline_t *p = NULL;
-        assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+        ferry_pipeline_t *p = test_pipeline(&pc);
         ferry_batch_t b = FERRY_BATCH_INIT;
         b.in = buf;
         b.out = buf;

@@ -148,8 +148,7 @@ static void test_submit_bad_input(void **state)
     cfg.device = dev;
     cfg.stage = &s;
     cfg.chunk_bytes = 4096;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&cfg);
     atomic_int calls = 0;
     char buf[64], out[64];
     ferry_batch_t b = FERRY_BATCH_INIT;
@@ -213,8 +212,7 @@ static void test_backpressure_nonblocking_and_close_busy(void **state)
     cfg.chunk_bytes = 4096;
     cfg.queue_depth = 3;
     cfg.nonblocking = 1;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&cfg);
     gate_t g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
     atomic_int calls = 0;
     ferry_batch_t gated = FERRY_BATCH_INIT;
@@ -284,8 +282,7 @@ static void test_backpressure_blocking(void **state)
     cfg.chunk_bytes = 4096;
     cfg.queue_depth = 1;
     cfg.nonblocking = 0;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&cfg);
     gate_t g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
     atomic_int calls = 0;
     ferry_batch_t gated = FERRY_BATCH_INIT;
@@ -355,8 +352,7 @@ static void test_failed_stage_completes_once(void **state)
     cfg.device = dev;
     cfg.stage = &s;
     cfg.chunk_bytes = 1024;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&cfg);
     static char in[4096], out[4096];
     result_rec_t bad = {0}, good = {0};
     ferry_batch_t b = FERRY_BATCH_INIT;

@@ -198,8 +198,7 @@ static void test_random_configs(void **state)
 {
     (void)state;
     ferry_runtime_t *rt = test_sim_runtime();
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     uint64_t base = test_seed(20261202);
     const char *n_env = getenv("FERRY_TEST_CONFIGS");
     int n = n_env ? atoi(n_env) : 200;

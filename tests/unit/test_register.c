@@ -22,8 +22,7 @@ static void test_register_rules(void **state)
 {
     (void)state;
     ferry_runtime_t *rt = test_sim_runtime();
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     static char buf[1 << 16];
     assert_int_equal(ferry_host_register(dev, buf, 4096), 0);
     assert_int_equal(ferry_host_register(dev, buf + 100, 10), FERRY_EINVAL);
@@ -42,16 +41,14 @@ static void test_registered_buffers_skip_staging(void **state)
 {
     (void)state;
     ferry_runtime_t *rt = test_sim_runtime();
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     ferry_stage_t s = FERRY_STAGE_INIT;
     s.cpu = cpu_copy;
     ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
     cfg.device = dev;
     cfg.stage = &s;
     cfg.chunk_bytes = 1 << 20;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&cfg);
     const size_t n = 3u << 20;
     unsigned char *in = malloc(n), *out = malloc(n), *in2 = malloc(n), *out2 = malloc(n);
     uint64_t rs = test_seed(7);
