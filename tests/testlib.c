@@ -205,12 +205,22 @@ int test_cpu_copy(const ferry_kernel_args_t *a, void *user)
     return 0;
 }
 
-ferry_stage_t test_copy_stage(void)
+ferry_stage_t test_cpu_stage(const char *name, ferry_cpu_fn cpu)
 {
     ferry_stage_t s = FERRY_STAGE_INIT;
-    s.name = "copy";
-    s.cpu = test_cpu_copy;
+    s.name = name;
+    s.cpu = cpu;
     return s;
+}
+
+ferry_pipeline_config_t test_pipeline_config(ferry_device_t *dev, const ferry_stage_t *stage,
+                                             size_t chunk)
+{
+    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
+    cfg.device = dev;
+    cfg.stage = stage;
+    cfg.chunk_bytes = chunk;
+    return cfg;
 }
 
 int test_gen_by_offset(void *slot, size_t bytes, size_t offset, void *arg)

@@ -74,8 +74,12 @@ int test_child_exit_code(int status);
 
 /* Stage and batch fixtures. The CPU function of a stage that copies its input. */
 int test_cpu_copy(const ferry_kernel_args_t *a, void *user);
-/* A stage named "copy" with test_cpu_copy as its CPU function (sim only: no GPU function). */
-ferry_stage_t test_copy_stage(void);
+/* A stage named @name with @cpu as its CPU function and no GPU function (for the simulator). */
+ferry_stage_t test_cpu_stage(const char *name, ferry_cpu_fn cpu);
+/* A pipeline config for @dev running @stage (borrowed) in chunks of @chunk bytes (0: the
+ * option's default), every other field at its default. */
+ferry_pipeline_config_t test_pipeline_config(ferry_device_t *dev, const ferry_stage_t *stage,
+                                             size_t chunk);
 /* A batch's prepare function: fills the slot with the byte (offset >> shift), shift being
  * *(const unsigned *)arg (the batch's prepare_arg). */
 int test_gen_by_offset(void *slot, size_t bytes, size_t offset, void *arg);

@@ -17,10 +17,7 @@ static void on_done(const ferry_batch_result_t *r, void *arg)
 static void still_works(void)
 {
     ferry_workload_t *w = test_workload("scale");
-    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.stage = ferry_workload_stage(w);
-    cfg.chunk_bytes = 1 << 20;
+    ferry_pipeline_config_t cfg = test_pipeline_config(dev, ferry_workload_stage(w), 1 << 20);
     ferry_pipeline_t *p = NULL;
     if (ferry_pipeline_create(&cfg, &p) != 0)
         fail_msg("pipeline_create: %s", ferry_last_error());

@@ -37,10 +37,7 @@ static ferry_pipeline_stats_t stream_scale(ferry_device_t *d, size_t total, uint
     assert_true(in && out && ref);
     cudatest_fill_floats(in, total, seed);
     assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = d;
-    pc.stage = ferry_workload_stage(wl);
-    pc.chunk_bytes = 4u << 20;
+    ferry_pipeline_config_t pc = test_pipeline_config(d, ferry_workload_stage(wl), 4u << 20);
     pc.depth = 4;
     ferry_pipeline_t *p = test_pipeline(&pc);
     done_t dn = {0};

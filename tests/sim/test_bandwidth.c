@@ -48,10 +48,7 @@ static ferry_pipeline_stats_t stream_with(ferry_runtime_t *rt, size_t chunk, siz
     ferry_workload_t *wl = test_workload("copy");
     unsigned char *buf = calloc(1, total);
     assert_non_null(buf);
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = ferry_workload_stage(wl);
-    pc.chunk_bytes = chunk;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, ferry_workload_stage(wl), chunk);
     pc.coalesce_bytes = coalesce;
     pc.on_alert = on_alert;
     pc.alert_arg = s;

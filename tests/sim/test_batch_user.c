@@ -35,14 +35,9 @@ static void run(const char *inject)
     const char *const kv[] = {"inject", inject, "gpu_retries", "0", NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
     ferry_device_t *dev = test_device(rt);
-    ferry_stage_t st = FERRY_STAGE_INIT;
-    st.name = "scale-by-batch";
-    st.cpu = cpu_scale;
+    ferry_stage_t st = test_cpu_stage("scale-by-batch", cpu_scale);
     st.granularity = 4;
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = &st;
-    pc.chunk_bytes = 64u << 10;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, 64u << 10);
     ferry_pipeline_t *p = test_pipeline(&pc);
     enum { NB = 6, N = (256u << 10) / 4 };
     static float in[N], out[NB][N];

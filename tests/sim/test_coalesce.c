@@ -85,10 +85,7 @@ static void test_every_batch_shape(void **state)
     memset(out, 0xAB, total);
     assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
 
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = ferry_workload_stage(wl);
-    pc.chunk_bytes = chunk;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, ferry_workload_stage(wl), chunk);
     pc.coalesce_bytes = 4 * chunk;
     pc.depth = 3; /* fewer slots than groups in a batch: the issuer waits for them */
     ferry_pipeline_t *p = test_pipeline(&pc);
@@ -154,10 +151,7 @@ static double rate(ferry_device_t *dev, size_t chunk, size_t coalesce, size_t to
                    unsigned *group)
 {
     ferry_workload_t *wl = test_workload("copy");
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = ferry_workload_stage(wl);
-    pc.chunk_bytes = chunk;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, ferry_workload_stage(wl), chunk);
     pc.coalesce_bytes = coalesce;
     pc.queue_depth = 64;
     ferry_pipeline_t *p = test_pipeline(&pc);

@@ -78,10 +78,7 @@ static ferry_runtime_t *runtime_with(const char *name, const char *value)
 
 static ferry_pipeline_t *pipeline(ferry_device_t *dev, const ferry_stage_t *st, unsigned ncomp)
 {
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = st;
-    pc.chunk_bytes = 1u << 20;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, st, 1u << 20);
     pc.depth = 2;
     pc.compute_streams = ncomp;
     ferry_pipeline_t *p = test_pipeline(&pc);

@@ -15,11 +15,8 @@ static ferry_pipeline_t *run(ferry_runtime_t *rt, unsigned ncopy, unsigned ncomp
                              size_t total, ferry_pipeline_stats_t *st)
 {
     ferry_device_t *dev = test_device(rt);
-    ferry_stage_t s = test_copy_stage();
-    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.stage = &s;
-    cfg.chunk_bytes = chunk;
+    ferry_stage_t s = test_cpu_stage("copy", test_cpu_copy);
+    ferry_pipeline_config_t cfg = test_pipeline_config(dev, &s, chunk);
     cfg.copy_streams = ncopy;
     cfg.compute_streams = ncomp;
     cfg.queue_depth = 64;

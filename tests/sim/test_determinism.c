@@ -86,13 +86,8 @@ static void run_once(const run_cfg_t *c, run_out_t *o, bool noisy)
         assert_int_equal(ferry_host_register(dev, in, c->total), 0);
         assert_int_equal(ferry_host_register(dev, out, c->total), 0);
     }
-    ferry_stage_t s = FERRY_STAGE_INIT;
-    s.name = "scale";
-    s.cpu = cpu_scale;
-    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.stage = &s;
-    cfg.chunk_bytes = c->chunk;
+    ferry_stage_t s = test_cpu_stage("scale", cpu_scale);
+    ferry_pipeline_config_t cfg = test_pipeline_config(dev, &s, c->chunk);
     cfg.copy_streams = c->copy_streams;
     cfg.compute_streams = c->compute_streams;
     cfg.queue_depth = c->queue_depth;

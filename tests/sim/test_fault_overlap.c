@@ -22,10 +22,7 @@ static ferry_pipeline_stats_t run(const char *inject)
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
     ferry_device_t *dev = test_device(rt);
     ferry_workload_t *wl = test_workload("copy");
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = ferry_workload_stage(wl);
-    pc.chunk_bytes = 64u << 10;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, ferry_workload_stage(wl), 64u << 10);
     ferry_pipeline_t *p = test_pipeline(&pc);
     static unsigned char in[64u << 10], out[64u << 10];
     int n[2] = {0, 0};

@@ -140,10 +140,7 @@ static walk_t walk(const char *spec, uint64_t seed)
     test_fill_floats(in, total, &rs);
     memset(out, 0xAB, total);
     assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = &st;
-    pc.chunk_bytes = chunk;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, chunk);
     ferry_pipeline_t *p = test_pipeline(&pc);
     static done_t d;
     memset(&d, 0, sizeof(d));
@@ -419,13 +416,8 @@ static void test_retry_fails_too(void **state)
     const char *const kv[] = {"failure_log", log, NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
     ferry_device_t *dev = test_device(rt);
-    ferry_stage_t st = FERRY_STAGE_INIT;
-    st.name = "fails-twice";
-    st.cpu = fails_twice;
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = &st;
-    pc.chunk_bytes = 1u << 20;
+    ferry_stage_t st = test_cpu_stage("fails-twice", fails_twice);
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, 1u << 20);
     pc.coalesce_bytes = SIZE_MAX; /* a copy per chunk: the records counted are per chunk */
     ferry_pipeline_t *p = test_pipeline(&pc);
     static done_t d;
@@ -494,13 +486,8 @@ static void test_no_fallback_fails_once(void **state)
     const char *const kv[] = {"inject", "kernel@batch=2", NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
     ferry_device_t *dev = test_device(rt);
-    ferry_stage_t st = FERRY_STAGE_INIT;
-    st.name = "gpu-only";
-    st.cpu = gpu_only_cpu;
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = &st;
-    pc.chunk_bytes = 1u << 20;
+    ferry_stage_t st = test_cpu_stage("gpu-only", gpu_only_cpu);
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, 1u << 20);
     ferry_pipeline_t *p = test_pipeline(&pc);
     static done_t d;
     memset(&d, 0, sizeof(d));

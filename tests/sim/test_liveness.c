@@ -88,10 +88,7 @@ static void run_case(const liveness_case_t *c, unsigned bound_s)
     test_fill_floats(in, total, &rs);
     memset(out, 0xAB, total);
     assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = &st;
-    pc.chunk_bytes = c->chunk;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, c->chunk);
     pc.depth = c->depth;
     ferry_pipeline_t *p = test_pipeline(&pc);
     static done_t d;

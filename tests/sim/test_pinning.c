@@ -36,10 +36,7 @@ static ferry_pipeline_stats_t stream(ferry_runtime_t *rt, uint64_t *seed)
     for (size_t i = 0; i < total / 4; i++)
         in[i] = (float)(test_rand(seed) % 2000000) / 1000.0f - 1000.0f;
     assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = ferry_workload_stage(wl);
-    pc.chunk_bytes = 1u << 20;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, ferry_workload_stage(wl), 1u << 20);
     pc.depth = 4;
     ferry_pipeline_t *p = test_pipeline(&pc);
     int c[2] = {0, 0};

@@ -10,11 +10,8 @@
 static ferry_pipeline_stats_t run(ferry_device_t *dev, size_t chunk, unsigned depth, bool single,
                                   unsigned ncomp, size_t total)
 {
-    ferry_stage_t s = test_copy_stage();
-    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.stage = &s;
-    cfg.chunk_bytes = chunk;
+    ferry_stage_t s = test_cpu_stage("copy", test_cpu_copy);
+    ferry_pipeline_config_t cfg = test_pipeline_config(dev, &s, chunk);
     cfg.depth = depth;
     cfg.compute_streams = ncomp;
     cfg.single_stream = single;

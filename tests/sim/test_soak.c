@@ -85,10 +85,7 @@ static void test_soak(void **state)
     assert_true(s.in && s.out);
     uint64_t seed = test_seed(41);
     test_fill_floats(s.in, (size_t)RING * SLICE, &seed);
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = ferry_workload_stage(wl);
-    pc.chunk_bytes = 4096;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, ferry_workload_stage(wl), 4096);
     pc.nonblocking = 1;
     assert_int_equal(ferry_pipeline_create(&pc, &s.p), 0);
     feeder_t f[2] = {{&s, n / 2, 0}, {&s, n - n / 2, 1}};

@@ -45,15 +45,10 @@ static void run(const char *const *kv, double ns_per_byte, unsigned ncomp, size_
     memset(r, 0, sizeof(*r));
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
     ferry_device_t *dev = test_device(rt);
-    ferry_stage_t st = FERRY_STAGE_INIT;
-    st.name = "copy-seq";
-    st.cpu = copy_cpu;
+    ferry_stage_t st = test_cpu_stage("copy-seq", copy_cpu);
     st.user = &r->seen;
     st.ns_per_byte = ns_per_byte;
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = &st;
-    pc.chunk_bytes = chunk;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, chunk);
     pc.compute_streams = ncomp;
     pc.coalesce_bytes = SIZE_MAX;
     ferry_pipeline_t *p = test_pipeline(&pc);

@@ -27,11 +27,8 @@ static void collect(const ferry_op_record_t *op, void *arg)
 static ferry_pipeline_t *run(ferry_runtime_t *rt, size_t chunk, size_t total)
 {
     ferry_device_t *dev = test_device(rt);
-    ferry_stage_t s = test_copy_stage();
-    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.stage = &s;
-    cfg.chunk_bytes = chunk;
+    ferry_stage_t s = test_cpu_stage("copy", test_cpu_copy);
+    ferry_pipeline_config_t cfg = test_pipeline_config(dev, &s, chunk);
     cfg.queue_depth = 64;
     cfg.coalesce_bytes = SIZE_MAX; /* a copy per chunk: three ops each (sim.coalesce: groups) */
     ferry_pipeline_t *p = test_pipeline(&cfg);

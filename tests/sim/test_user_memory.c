@@ -37,10 +37,7 @@ static void done(const ferry_batch_result_t *r, void *arg)
 
 static ferry_pipeline_t *make(ferry_device_t *dev, const ferry_stage_t *st)
 {
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = st;
-    pc.chunk_bytes = 256u << 10;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, st, 256u << 10);
     ferry_pipeline_t *p = test_pipeline(&pc);
     return p;
 }
@@ -61,9 +58,7 @@ static void test_user_pool_is_pinned(void **state)
     assert_int_equal(ferry_pool_alloc(pool, n, false, &out), 0);
     for (size_t i = 0; i < n / 4; i++)
         ((float *)in)[i] = (float)(i % 1000);
-    ferry_stage_t st = FERRY_STAGE_INIT;
-    st.name = "scale2";
-    st.cpu = cpu_scale;
+    ferry_stage_t st = test_cpu_stage("scale2", cpu_scale);
     st.granularity = 4;
     ferry_pipeline_t *p = make(dev, &st);
     atomic_int ndone = 0;
@@ -97,9 +92,7 @@ static void test_cpu_path_aligns_for_the_stage(void **state)
     const char *const kv[] = {"inject", "sticky@n=1", NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
     ferry_device_t *dev = test_device(rt);
-    ferry_stage_t st = FERRY_STAGE_INIT;
-    st.name = "scale2";
-    st.cpu = cpu_scale;
+    ferry_stage_t st = test_cpu_stage("scale2", cpu_scale);
     st.granularity = 4;
     ferry_pipeline_t *p = make(dev, &st);
     const size_t n = 1u << 20;

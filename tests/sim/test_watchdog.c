@@ -50,10 +50,7 @@ static ferry_pipeline_stats_t run(unsigned nb, double kernel_ms, probe_t *pr)
     uint64_t rs = test_seed(61);
     test_fill_floats(in, total, &rs);
     assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = &st;
-    pc.chunk_bytes = chunk;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, chunk);
     pc.coalesce_bytes = SIZE_MAX; /* a copy per chunk: a sequence number each */
     ferry_pipeline_t *p = test_pipeline(&pc);
     atomic_int done = 0;
@@ -118,9 +115,7 @@ static void test_no_heartbeat_option(void **state)
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
     ferry_device_t *dev = test_device(rt);
     ferry_workload_t *wl = test_workload("copy");
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = ferry_workload_stage(wl);
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, ferry_workload_stage(wl), 0);
     ferry_pipeline_t *p = test_pipeline(&pc);
     static char buf[1 << 20];
     ferry_batch_t bt = FERRY_BATCH_INIT;

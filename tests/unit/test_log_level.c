@@ -71,10 +71,7 @@ static void test_logging_while_runtimes_are_created(void **state)
     ferry_workload_t *wl = test_workload("copy");
     static unsigned char buf[1u << 20];
     for (int round = 0; round < 4; round++) {
-        ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-        pc.device = dev;
-        pc.stage = ferry_workload_stage(wl);
-        pc.chunk_bytes = 64u << 10;
+        ferry_pipeline_config_t pc = test_pipeline_config(dev, ferry_workload_stage(wl), 64u << 10);
         ferry_pipeline_t *p = test_pipeline(&pc);
         ferry_batch_t b = FERRY_BATCH_INIT;
         b.in = buf;

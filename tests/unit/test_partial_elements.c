@@ -28,9 +28,7 @@ static void test_float_tails_are_transformed(void **state)
     for (int w = 0; w < 2; w++) {
         ferry_workload_t *wl = NULL;
         assert_int_equal(ferry_workload_create(names[w], NULL, &wl), 0);
-        ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-        pc.device = dev;
-        pc.stage = ferry_workload_stage(wl);
+        ferry_pipeline_config_t pc = test_pipeline_config(dev, ferry_workload_stage(wl), 0);
         ferry_pipeline_t *p = test_pipeline(&pc);
         for (size_t bytes = 1; bytes <= 11; bytes++) {
             /* The batch: the last @bytes bytes of in[], so that 2- and 3-byte tails are the

@@ -19,9 +19,7 @@ static int cpu_copy(const ferry_kernel_args_t *a, void *user)
 
 static ferry_stage_t copy_stage(void)
 {
-    ferry_stage_t s = FERRY_STAGE_INIT;
-    s.name = "copy";
-    s.cpu = cpu_copy;
+    ferry_stage_t s = test_cpu_stage("copy", cpu_copy);
     return s;
 }
 
@@ -144,10 +142,7 @@ static void test_submit_bad_input(void **state)
 {
     (void)state;
     ferry_stage_t s = copy_stage();
-    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.stage = &s;
-    cfg.chunk_bytes = 4096;
+    ferry_pipeline_config_t cfg = test_pipeline_config(dev, &s, 4096);
     ferry_pipeline_t *p = test_pipeline(&cfg);
     atomic_int calls = 0;
     char buf[64], out[64];
@@ -206,10 +201,7 @@ static void test_backpressure_nonblocking_and_close_busy(void **state)
 {
     (void)state;
     ferry_stage_t s = copy_stage();
-    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.stage = &s;
-    cfg.chunk_bytes = 4096;
+    ferry_pipeline_config_t cfg = test_pipeline_config(dev, &s, 4096);
     cfg.queue_depth = 3;
     cfg.nonblocking = 1;
     ferry_pipeline_t *p = test_pipeline(&cfg);
@@ -276,10 +268,7 @@ static void test_backpressure_blocking(void **state)
 {
     (void)state;
     ferry_stage_t s = copy_stage();
-    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.stage = &s;
-    cfg.chunk_bytes = 4096;
+    ferry_pipeline_config_t cfg = test_pipeline_config(dev, &s, 4096);
     cfg.queue_depth = 1;
     cfg.nonblocking = 0;
     ferry_pipeline_t *p = test_pipeline(&cfg);
@@ -348,10 +337,7 @@ static void test_failed_stage_completes_once(void **state)
     (void)state;
     ferry_stage_t s = copy_stage();
     s.cpu = failing_cpu;
-    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.stage = &s;
-    cfg.chunk_bytes = 1024;
+    ferry_pipeline_config_t cfg = test_pipeline_config(dev, &s, 1024);
     ferry_pipeline_t *p = test_pipeline(&cfg);
     static char in[4096], out[4096];
     result_rec_t bad = {0}, good = {0};

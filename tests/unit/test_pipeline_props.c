@@ -86,9 +86,7 @@ static void run_config(ferry_device_t *dev, uint64_t seed, int idx)
     cfg.nonblocking = (int)test_rand_range(&rs, 0, 1);
     cfg.workers = (unsigned)test_rand_range(&rs, 1, 3);
     cfg.single_stream = test_rand_range(&rs, 0, 7) == 0;
-    ferry_stage_t stage = FERRY_STAGE_INIT;
-    stage.name = "xor";
-    stage.cpu = stage_cpu;
+    ferry_stage_t stage = test_cpu_stage("xor", stage_cpu);
     stage.ns_per_byte = (double)test_rand_range(&rs, 0, 3) * 0.01;
     cfg.stage = &stage;
 

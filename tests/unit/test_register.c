@@ -44,10 +44,7 @@ static void test_registered_buffers_skip_staging(void **state)
     ferry_device_t *dev = test_device(rt);
     ferry_stage_t s = FERRY_STAGE_INIT;
     s.cpu = cpu_copy;
-    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.stage = &s;
-    cfg.chunk_bytes = 1 << 20;
+    ferry_pipeline_config_t cfg = test_pipeline_config(dev, &s, 1 << 20);
     ferry_pipeline_t *p = test_pipeline(&cfg);
     const size_t n = 3u << 20;
     unsigned char *in = malloc(n), *out = malloc(n), *in2 = malloc(n), *out2 = malloc(n);
