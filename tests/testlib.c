@@ -113,6 +113,23 @@ ferry_workload_t *test_workload(const char *name)
     return wl;
 }
 
+ferry_runtime_t *test_rt;
+ferry_device_t *test_dev;
+
+int test_sim_setup(void **state)
+{
+    (void)state;
+    test_rt = test_sim_runtime();
+    return ferry_device_get(test_rt, 0, &test_dev);
+}
+
+int test_sim_teardown(void **state)
+{
+    (void)state;
+    ferry_runtime_destroy(test_rt);
+    return 0;
+}
+
 struct cJSON *test_profile_json(void)
 {
     FILE *f = fopen(FERRY_TEST_PROFILE, "rb");
@@ -247,4 +264,17 @@ void test_submit_generated(ferry_pipeline_t *p, size_t total, size_t batch, unsi
     }
     assert_int_equal(ferry_pipeline_drain(p), 0);
     assert_int_equal(failed, 0);
+}
+
+void test_submit_split(ferry_pipeline_t *p, const void *in, void *out, size_t total, size_t per,
+                       ferry_done_fn cb, void *arg)
+{
+    for (size_t off = 0; off < total; off += per) {
+        ferry_batch_t b = FERRY_BATCH_INIT;
+        b.in = (const char *)in + off;
+        b.out = (char *)out + off;
+        b.bytes = total - off < per ? total - off : per;
+        assert_int_equal(ferry_pipeline_submit(p, &b, cb, arg, NULL), 0);
+    }
+    assert_int_equal(ferry_pipeline_drain(p), 0);
 }

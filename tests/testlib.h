@@ -52,6 +52,13 @@ ferry_device_t *test_device(ferry_runtime_t *rt);
 ferry_pipeline_t *test_pipeline(const ferry_pipeline_config_t *cfg);
 ferry_workload_t *test_workload(const char *name);
 
+/* A group fixture: one runtime on the simulator (test_sim_runtime) in test_rt and its device 0
+ * in test_dev for every test of the group. */
+extern ferry_runtime_t *test_rt;
+extern ferry_device_t *test_dev;
+int test_sim_setup(void **state);
+int test_sim_teardown(void **state);
+
 /* The in-tree profile, parsed; the caller deletes it. */
 struct cJSON *test_profile_json(void);
 /* @root printed to a new temporary file made from the mkstemp template @tmpl; its path goes to
@@ -88,5 +95,9 @@ void test_count_failed(const ferry_batch_result_t *r, void *arg);
 /* Submit @total bytes as generated batches (test_gen_by_offset with @shift) of at most @batch
  * bytes each, drain, and check that none failed. */
 void test_submit_generated(ferry_pipeline_t *p, size_t total, size_t batch, unsigned shift);
+/* Submit @total bytes from @in to @out (they may be the same) as batches of @per bytes (the
+ * last one what is left), each completing through (@cb, @arg); then drain. */
+void test_submit_split(ferry_pipeline_t *p, const void *in, void *out, size_t total, size_t per,
+                       ferry_done_fn cb, void *arg);
 
 #endif

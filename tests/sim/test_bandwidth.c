@@ -54,14 +54,7 @@ static ferry_pipeline_stats_t stream_with(ferry_runtime_t *rt, size_t chunk, siz
     pc.alert_arg = s;
     ferry_pipeline_t *p = test_pipeline(&pc);
     size_t per = chunk * 8 < total ? chunk * 8 : total;
-    for (size_t off = 0; off < total; off += per) {
-        ferry_batch_t b = FERRY_BATCH_INIT;
-        b.in = buf + off;
-        b.out = buf + off;
-        b.bytes = per;
-        assert_int_equal(ferry_pipeline_submit(p, &b, done, NULL, NULL), 0);
-    }
-    assert_int_equal(ferry_pipeline_drain(p), 0);
+    test_submit_split(p, buf, buf, total, per, done, NULL);
     ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &st), 0);
     assert_int_equal(ferry_pipeline_close(p), 0);

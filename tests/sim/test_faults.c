@@ -144,14 +144,7 @@ static walk_t walk(const char *spec, uint64_t seed)
     ferry_pipeline_t *p = test_pipeline(&pc);
     static done_t d;
     memset(&d, 0, sizeof(d));
-    for (size_t b = 0; b < nb; b++) {
-        ferry_batch_t bt = FERRY_BATCH_INIT;
-        bt.in = in + b * per;
-        bt.out = out + b * per;
-        bt.bytes = per;
-        assert_int_equal(ferry_pipeline_submit(p, &bt, on_done, &d, NULL), 0);
-    }
-    assert_int_equal(ferry_pipeline_drain(p), 0);
+    test_submit_split(p, in, out, (size_t)nb * per, per, on_done, &d);
     walk_t w = {0};
     w.st.size = sizeof(w.st);
     assert_int_equal(ferry_pipeline_stats(p, &w.st), 0);
@@ -426,14 +419,7 @@ static void test_retry_fails_too(void **state)
     assert_true(in && out);
     for (size_t i = 0; i < (4u << 20); i++)
         in[i] = 1.0f + (float)(i % 1000) / 1000.0f;
-    for (int b = 0; b < 4; b++) {
-        ferry_batch_t bt = FERRY_BATCH_INIT;
-        bt.in = (char *)in + b * (4u << 20);
-        bt.out = (char *)out + b * (4u << 20);
-        bt.bytes = 4u << 20;
-        assert_int_equal(ferry_pipeline_submit(p, &bt, on_done, &d, NULL), 0);
-    }
-    assert_int_equal(ferry_pipeline_drain(p), 0);
+    test_submit_split(p, in, out, 4 * (4u << 20), 4u << 20, on_done, &d);
     ferry_pipeline_stats_t ps = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &ps), 0);
     assert_int_equal(ferry_pipeline_close(p), 0);
@@ -492,14 +478,7 @@ static void test_no_fallback_fails_once(void **state)
     static done_t d;
     memset(&d, 0, sizeof(d));
     float *buf = calloc(1, 16u << 20);
-    for (int b = 0; b < 4; b++) {
-        ferry_batch_t bt = FERRY_BATCH_INIT;
-        bt.in = (char *)buf + b * (4u << 20);
-        bt.out = (char *)buf + b * (4u << 20);
-        bt.bytes = 4u << 20;
-        assert_int_equal(ferry_pipeline_submit(p, &bt, on_done, &d, NULL), 0);
-    }
-    assert_int_equal(ferry_pipeline_drain(p), 0);
+    test_submit_split(p, buf, buf, 4 * (4u << 20), 4u << 20, on_done, &d);
     assert_int_equal(ferry_pipeline_close(p), 0);
     for (int b = 0; b < 4; b++)
         assert_int_equal(atomic_load(&d.calls[b]), 1);

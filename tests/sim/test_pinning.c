@@ -40,14 +40,7 @@ static ferry_pipeline_stats_t stream(ferry_runtime_t *rt, uint64_t *seed)
     pc.depth = 4;
     ferry_pipeline_t *p = test_pipeline(&pc);
     int c[2] = {0, 0};
-    for (size_t off = 0; off < total; off += 4u << 20) {
-        ferry_batch_t b = FERRY_BATCH_INIT;
-        b.in = (char *)in + off;
-        b.out = (char *)out + off;
-        b.bytes = 4u << 20;
-        assert_int_equal(ferry_pipeline_submit(p, &b, count, c, NULL), 0);
-    }
-    assert_int_equal(ferry_pipeline_drain(p), 0);
+    test_submit_split(p, in, out, total, 4u << 20, count, c);
     ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &st), 0);
     assert_int_equal(ferry_pipeline_close(p), 0);

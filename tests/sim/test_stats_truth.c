@@ -56,14 +56,7 @@ static void run(const char *const *kv, double ns_per_byte, unsigned ncomp, size_
     assert_true(in && out);
     uint64_t rs = 7;
     test_fill_random(in, per * nb, &rs);
-    for (unsigned b = 0; b < nb; b++) {
-        ferry_batch_t bt = FERRY_BATCH_INIT;
-        bt.in = in + b * per;
-        bt.out = out + b * per;
-        bt.bytes = per;
-        assert_int_equal(ferry_pipeline_submit(p, &bt, on_done, &r->seen, NULL), 0);
-    }
-    assert_int_equal(ferry_pipeline_drain(p), 0);
+    test_submit_split(p, in, out, (size_t)nb * per, per, on_done, &r->seen);
     r->st.size = sizeof(r->st);
     assert_int_equal(ferry_pipeline_stats(p, &r->st), 0);
     assert_int_equal(atomic_load(&r->seen.done), (int)nb);

@@ -54,14 +54,7 @@ static ferry_pipeline_stats_t run(unsigned nb, double kernel_ms, probe_t *pr)
     pc.coalesce_bytes = SIZE_MAX; /* a copy per chunk: a sequence number each */
     ferry_pipeline_t *p = test_pipeline(&pc);
     atomic_int done = 0;
-    for (unsigned b = 0; b < nb; b++) {
-        ferry_batch_t bt = FERRY_BATCH_INIT;
-        bt.in = in + b * per;
-        bt.out = out + b * per;
-        bt.bytes = per;
-        assert_int_equal(ferry_pipeline_submit(p, &bt, count, &done, NULL), 0);
-    }
-    assert_int_equal(ferry_pipeline_drain(p), 0);
+    test_submit_split(p, in, out, (size_t)nb * per, per, count, &done);
     ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &s), 0);
     assert_int_equal(ferry_pipeline_close(p), 0);
