@@ -278,3 +278,9 @@ void test_submit_split(ferry_pipeline_t *p, const void *in, void *out, size_t to
     }
     assert_int_equal(ferry_pipeline_drain(p), 0);
 }
+
+void test_submit_one(ferry_pipeline_t *p, const void *in, void *out, size_t bytes, ferry_done_fn cb,
+                     void *arg)
+{
+    test_submit_split(p, in, out, bytes, bytes, cb, arg);
+}

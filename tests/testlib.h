@@ -99,5 +99,8 @@ void test_submit_generated(ferry_pipeline_t *p, size_t total, size_t batch, unsi
  * last one what is left), each completing through (@cb, @arg); then drain. */
 void test_submit_split(ferry_pipeline_t *p, const void *in, void *out, size_t total, size_t per,
                        ferry_done_fn cb, void *arg);
+/* The same for one batch of @bytes. */
+void test_submit_one(ferry_pipeline_t *p, const void *in, void *out, size_t bytes, ferry_done_fn cb,
+                     void *arg);
 
 #endif

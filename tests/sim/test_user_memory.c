@@ -62,12 +62,7 @@ static void test_user_pool_is_pinned(void **state)
     st.granularity = 4;
     ferry_pipeline_t *p = make(dev, &st);
     atomic_int ndone = 0;
-    ferry_batch_t b = FERRY_BATCH_INIT;
-    b.in = in;
-    b.out = out;
-    b.bytes = n;
-    assert_int_equal(ferry_pipeline_submit(p, &b, done, &ndone, NULL), 0);
-    assert_int_equal(ferry_pipeline_drain(p), 0);
+    test_submit_one(p, in, out, n, done, &ndone);
     assert_int_equal(atomic_load(&ndone), 1);
     ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &s), 0);
@@ -106,12 +101,8 @@ static void test_cpu_path_aligns_for_the_stage(void **state)
     atomic_store(&misaligned, 0);
     atomic_int ndone = 0;
     for (int k = 0; k < 4; k++) { /* the first loses the GPU; the rest go straight to the CPU */
-        ferry_batch_t b = FERRY_BATCH_INIT;
-        b.in = ibuf + 1; /* odd addresses, as a user's buffers may be */
-        b.out = obuf + 3;
-        b.bytes = n;
-        assert_int_equal(ferry_pipeline_submit(p, &b, done, &ndone, NULL), 0);
-        assert_int_equal(ferry_pipeline_drain(p), 0);
+        /* odd addresses, as a user's buffers may be */
+        test_submit_one(p, ibuf + 1, obuf + 3, n, done, &ndone);
     }
     assert_int_equal(atomic_load(&ndone), 4);
     ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;

@@ -73,12 +73,7 @@ static void test_logging_while_runtimes_are_created(void **state)
     for (int round = 0; round < 4; round++) {
         ferry_pipeline_config_t pc = test_pipeline_config(dev, ferry_workload_stage(wl), 64u << 10);
         ferry_pipeline_t *p = test_pipeline(&pc);
-        ferry_batch_t b = FERRY_BATCH_INIT;
-        b.in = buf;
-        b.out = buf;
-        b.bytes = sizeof(buf);
-        assert_int_equal(ferry_pipeline_submit(p, &b, done, NULL, NULL), 0);
-        assert_int_equal(ferry_pipeline_drain(p), 0);
+        test_submit_one(p, buf, buf, sizeof(buf), done, NULL);
         assert_int_equal(ferry_pipeline_close(p), 0);
         /* The creator's runtimes left the application's level alone. */
         assert_int_equal(ferry_get_log_level(), FERRY_LOG_DEBUG);

@@ -37,12 +37,7 @@ static void test_float_tails_are_transformed(void **state)
             unsigned char out[12], ref[12];
             memset(out, 0xee, sizeof(out));
             int n = 0;
-            ferry_batch_t b = FERRY_BATCH_INIT;
-            b.in = src;
-            b.out = out;
-            b.bytes = bytes;
-            assert_int_equal(ferry_pipeline_submit(p, &b, done, &n, NULL), 0);
-            assert_int_equal(ferry_pipeline_drain(p), 0);
+            test_submit_one(p, src, out, bytes, done, &n);
             assert_int_equal(n, 1);
             assert_int_equal(ferry_workload_reference(wl, src, ref, bytes), 0);
             assert_memory_equal(out, ref, bytes);
