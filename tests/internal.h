@@ -15,4 +15,17 @@
 #include "pipeline/watchdog.h"
 #include "sched/sched.h"
 
+/* Device 0 of the simulator backend on @profile, seed 1, or NULL when it does not open. The
+ * model reads CUDA_DEVICE_MAX_CONNECTIONS: it is unset first, so the caller's environment does
+ * not change what is measured. */
+static inline ferry_be_device_t *simtest_open(const char *profile)
+{
+    ferry_be_device_t *dev = NULL;
+    ferry_be_open_params_t params = {.profile_path = profile, .seed = 1};
+    unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    if (ferry__sim_backend.device_open(0, &params, &dev) != 0)
+        return NULL;
+    return dev;
+}
+
 #endif

@@ -32,9 +32,7 @@ struct fixture {
 static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
-    ferry_be_open_params_t params = {.profile_path = FERRY_TEST_PROFILE, .seed = 1};
-    unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
-    if (f == NULL || be->device_open(0, &params, &f->dev) != 0)
+    if (f == NULL || (f->dev = simtest_open(FERRY_TEST_PROFILE)) == NULL)
         return -1;
     f->hbuf = malloc(MAX_BYTES);
     if (f->hbuf == NULL || be->host_register(f->dev, f->hbuf, MAX_BYTES) != 0 ||

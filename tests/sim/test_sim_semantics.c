@@ -36,10 +36,7 @@ static void seed_rng(uint64_t fallback)
 
 static ferry_be_device_t *open_dev(const char *profile)
 {
-    ferry_be_device_t *dev = NULL;
-    ferry_be_open_params_t params = {.profile_path = profile, .seed = 1};
-    unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
-    assert_int_equal(be->device_open(0, &params, &dev), 0);
+    ferry_be_device_t *dev = simtest_open(profile);
     assert_non_null(dev);
     return dev;
 }
