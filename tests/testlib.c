@@ -284,3 +284,28 @@ void test_submit_one(ferry_pipeline_t *p, const void *in, void *out, size_t byte
 {
     test_submit_split(p, in, out, bytes, bytes, cb, arg);
 }
+
+void test_on_done(const ferry_batch_result_t *r, void *arg)
+{
+    test_done_t *d = arg;
+    if (r->id < TEST_DONE_MAX)
+        atomic_fetch_add(&d->calls[r->id], 1);
+    atomic_fetch_add(r->where == FERRY_DONE_GPU   ? &d->gpu
+                     : r->where == FERRY_DONE_CPU ? &d->cpu
+                                                  : &d->failed,
+                     1);
+}
+
+test_bufs_t test_bufs_alloc(size_t bytes)
+{
+    test_bufs_t b = {malloc(bytes), malloc(bytes), malloc(bytes)};
+    assert_true(b.in != NULL && b.out != NULL && b.ref != NULL);
+    return b;
+}
+
+void test_bufs_free(test_bufs_t *b)
+{
+    free(b->in);
+    free(b->out);
+    free(b->ref);
+}

@@ -5,6 +5,7 @@
 #define FERRY_TESTLIB_H
 
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -95,6 +96,23 @@ void test_count_failed(const ferry_batch_result_t *r, void *arg);
 /* Submit @total bytes as generated batches (test_gen_by_offset with @shift) of at most @batch
  * bytes each, drain, and check that none failed. */
 void test_submit_generated(ferry_pipeline_t *p, size_t total, size_t batch, unsigned shift);
+/* Input, output and reference buffers of one size, for a stream checked against a reference. */
+typedef struct test_bufs {
+    unsigned char *in, *out, *ref;
+} test_bufs_t;
+/* Three buffers of @bytes each (contents undefined); fails the test when out of memory. */
+test_bufs_t test_bufs_alloc(size_t bytes);
+void test_bufs_free(test_bufs_t *b);
+
+/* Completions counted by where they ended, and per batch id (the first TEST_DONE_MAX ids). */
+#define TEST_DONE_MAX 64
+typedef struct test_done {
+    atomic_int calls[TEST_DONE_MAX];
+    atomic_int gpu, cpu, failed;
+} test_done_t;
+/* A completion callback counting into the test_done_t at @arg. */
+void test_on_done(const ferry_batch_result_t *r, void *arg);
+
 /* Submit @total bytes from @in to @out (they may be the same) as batches of @per bytes (the
  * last one what is left), each completing through (@cb, @arg); then drain. */
 void test_submit_split(ferry_pipeline_t *p, const void *in, void *out, size_t total, size_t per,

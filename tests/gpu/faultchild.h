@@ -12,22 +12,6 @@
 #include "backend/cuda/ferry_k_fault.h"
 #include "cudatest.h"
 
-/* Completions of 16 batches, by how they ended. */
-typedef struct faultchild_done {
-    atomic_int calls[16];
-    atomic_int gpu, cpu, failed;
-} faultchild_done_t;
-
-static inline void faultchild_on_done(const ferry_batch_result_t *r, void *arg)
-{
-    faultchild_done_t *d = arg;
-    atomic_fetch_add(&d->calls[r->id % 16], 1);
-    atomic_fetch_add(r->where == FERRY_DONE_GPU   ? &d->gpu
-                     : r->where == FERRY_DONE_CPU ? &d->cpu
-                                                  : &d->failed,
-                     1);
-}
-
 /* The stage the child runs: `scale`, except that the test's GPU function plants its fault
  * (@mode: which one) in the first chunk of batch @batch. */
 typedef struct faultchild_stage {
@@ -44,7 +28,7 @@ static inline int faultchild_cpu(const ferry_kernel_args_t *a, void *user)
 
 /* What the child's stream left for its checks. */
 typedef struct faultchild_result {
-    faultchild_done_t dn;
+    test_done_t dn;
     ferry_pipeline_stats_t s;
     double close_ms; /* how long closing the pipeline took */
     int once;        /* every batch completed exactly once */
@@ -103,7 +87,7 @@ static inline int faultchild_stream(const char *log, const char *name, ferry_gpu
         bt.in = in + (size_t)b * per;
         bt.out = out + (size_t)b * per;
         bt.bytes = per;
-        if (ferry_pipeline_submit(p, &bt, faultchild_on_done, &res->dn, NULL) != 0)
+        if (ferry_pipeline_submit(p, &bt, test_on_done, &res->dn, NULL) != 0)
             return 16;
     }
     if (ferry_pipeline_drain(p) != 0)
@@ -156,5 +140,26 @@ static inline void faultchild_run(const char *kind, const char *error)
     assert_true(test_child_exit_code(status) == 0);
     assert_true(records >= 1 && named);
 }
+
+/* One child scenario as a cmocka test: the child kind to run and the error its log must name. */
+typedef struct faultchild_case {
+    const char *kind;
+    const char *error;
+} faultchild_case_t;
+
+static inline void faultchild_test(void **state)
+{
+    const faultchild_case_t *c = *state;
+    faultchild_run(c->kind, c->error);
+}
+
+/* A cmocka test named @name (as cmocka_unit_test(name) would be) running child @kind. */
+#define FAULTCHILD_TEST(name, kind, error)                                                         \
+    {                                                                                              \
+        .name = #name, .test_func = faultchild_test, .initial_state = &(faultchild_case_t)         \
+        {                                                                                          \
+            kind, error                                                                            \
+        }                                                                                          \
+    }
 
 #endif

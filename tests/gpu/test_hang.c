@@ -40,7 +40,7 @@ static int child(int mode, const char *log)
     if (rc != 0)
         return rc;
     const ferry_pipeline_stats_t s = res.s;
-    faultchild_done_t *dn = &res.dn;
+    test_done_t *dn = &res.dn;
     printf("# %s: %d batches on the GPU, %d with the CPU, %d failed; deadlines passed %llu, "
            "retired %.3f ms past the deadline; gpu_lost %d, gpu_hung %d; heartbeats %llu sent, "
            "%llu seen, %llu stalls; %llu failure records, %llu chunks retried on the GPU; close "
@@ -71,30 +71,6 @@ static int child(int mode, const char *log)
     _exit(good ? 0 : 1);
 }
 
-static void test_hang_polling(void **state)
-{
-    (void)state;
-    faultchild_run("poll", "ETIMEDOUT");
-}
-
-static void test_hang_polling_grid(void **state)
-{
-    (void)state;
-    faultchild_run("poll-grid", "ETIMEDOUT");
-}
-
-static void test_hang_ignoring(void **state)
-{
-    (void)state;
-    faultchild_run("hard", "ETIMEDOUT");
-}
-
-static void test_launch_fails_once(void **state)
-{
-    (void)state;
-    faultchild_run("retry", "EKERNEL");
-}
-
 int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--child") == 0)
@@ -105,10 +81,9 @@ int main(int argc, char **argv)
                      argv[3]);
     cudatest_require_gpu();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hang_polling),
-        cmocka_unit_test(test_hang_polling_grid),
-        cmocka_unit_test(test_hang_ignoring),
-        cmocka_unit_test(test_launch_fails_once),
-    };
+        FAULTCHILD_TEST(test_hang_polling, "poll", "ETIMEDOUT"),
+        FAULTCHILD_TEST(test_hang_polling_grid, "poll-grid", "ETIMEDOUT"),
+        FAULTCHILD_TEST(test_hang_ignoring, "hard", "ETIMEDOUT"),
+        FAULTCHILD_TEST(test_launch_fails_once, "retry", "EKERNEL")};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,7 +24,7 @@ static int child(int kind, const char *log)
         faultchild_stream(log, "faulty-scale", faulty_gpu, kind, 31 + (uint64_t)kind, false, &res);
     if (rc != 0)
         return rc;
-    faultchild_done_t *dn = &res.dn;
+    test_done_t *dn = &res.dn;
     printf("# %s: %d batches on the GPU, %d with the CPU, %d failed; gpu_lost %d; %llu failure "
            "records, %llu chunks on the CPU; exactly once %d; output %s\n",
            kind == FERRY_K_FAULT_ILLEGAL_ADDRESS ? "illegal address" : "__trap()",
@@ -39,18 +39,6 @@ static int child(int kind, const char *log)
     return good ? 0 : 1;
 }
 
-static void test_illegal_address(void **state)
-{
-    (void)state;
-    faultchild_run("illegal", "ESTICKY");
-}
-
-static void test_trap(void **state)
-{
-    (void)state;
-    faultchild_run("trap", "ESTICKY");
-}
-
 int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--child") == 0)
@@ -58,9 +46,7 @@ int main(int argc, char **argv)
                                                   : FERRY_K_FAULT_ILLEGAL_ADDRESS,
                      argv[3]);
     cudatest_require_gpu();
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_illegal_address),
-        cmocka_unit_test(test_trap),
-    };
+    const struct CMUnitTest tests[] = {FAULTCHILD_TEST(test_illegal_address, "illegal", "ESTICKY"),
+                                       FAULTCHILD_TEST(test_trap, "trap", "ESTICKY")};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

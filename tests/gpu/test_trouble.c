@@ -33,8 +33,8 @@ static double now_s(void)
 static ferry_pipeline_stats_t stream_scale(ferry_device_t *d, size_t total, uint64_t *seed)
 {
     ferry_workload_t *wl = test_workload("scale");
-    unsigned char *in = malloc(total), *out = malloc(total), *ref = malloc(total);
-    assert_true(in && out && ref);
+    test_bufs_t bufs = test_bufs_alloc(total);
+    unsigned char *in = bufs.in, *out = bufs.out, *ref = bufs.ref;
     cudatest_fill_floats(in, total, seed);
     assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
     ferry_pipeline_config_t pc = test_pipeline_config(d, ferry_workload_stage(wl), 4u << 20);
@@ -59,9 +59,7 @@ static ferry_pipeline_stats_t stream_scale(ferry_device_t *d, size_t total, uint
     long diff = cudatest_first_diff(out, ref, total);
     if (diff >= 0)
         fail_msg("output differs from the CPU reference at byte %ld", diff);
-    free(in);
-    free(out);
-    free(ref);
+    test_bufs_free(&bufs);
     ferry_workload_destroy(wl);
     return st;
 }

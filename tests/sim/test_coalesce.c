@@ -78,8 +78,8 @@ static void test_every_batch_shape(void **state)
         chunks += c;
         groups += (c + 3) / 4;
     }
-    unsigned char *in = malloc(total), *out = malloc(total), *ref = malloc(total);
-    assert_true(in && out && ref);
+    test_bufs_t bufs = test_bufs_alloc(total);
+    unsigned char *in = bufs.in, *out = bufs.out, *ref = bufs.ref;
     uint64_t rs = test_seed(31);
     test_fill_floats(in, total, &rs);
     memset(out, 0xAB, total);
@@ -132,9 +132,7 @@ static void test_every_batch_shape(void **state)
     assert_int_equal(t.h2d_bytes, total);
     assert_int_equal(t.max_h2d, 4 * chunk);
     assert_int_equal(ferry_pipeline_close(p), 0);
-    free(in);
-    free(out);
-    free(ref);
+    test_bufs_free(&bufs);
     ferry_workload_destroy(wl);
     ferry_runtime_destroy(rt);
 }

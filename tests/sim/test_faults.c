@@ -90,21 +90,6 @@ static void test_spec_parser(void **state)
     assert_int_equal(ferry__fault_spec_parse(many, &s), FERRY_ERANGE);
 }
 
-typedef struct done {
-    atomic_int calls[64];
-    atomic_int gpu, cpu, failed;
-} done_t;
-
-static void on_done(const ferry_batch_result_t *r, void *arg)
-{
-    done_t *d = arg;
-    atomic_fetch_add(&d->calls[r->id % 64], 1);
-    atomic_fetch_add(r->where == FERRY_DONE_GPU   ? &d->gpu
-                     : r->where == FERRY_DONE_CPU ? &d->cpu
-                                                  : &d->failed,
-                     1);
-}
-
 typedef struct walk {
     int gpu, cpu, failed;
     unsigned records; /* lines in the failure log */
@@ -134,17 +119,17 @@ static walk_t walk(const char *spec, uint64_t seed)
     ferry_workload_t *wl = test_workload("scale");
     ferry_stage_t st = *ferry_workload_stage(wl);
     const size_t chunk = 256u << 10, per = 4 * chunk, nb = 24, total = nb * per;
-    unsigned char *in = malloc(total), *out = malloc(total), *ref = malloc(total);
-    assert_true(in && out && ref);
+    test_bufs_t bufs = test_bufs_alloc(total);
+    unsigned char *in = bufs.in, *out = bufs.out, *ref = bufs.ref;
     uint64_t rs = seed;
     test_fill_floats(in, total, &rs);
     memset(out, 0xAB, total);
     assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
     ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, chunk);
     ferry_pipeline_t *p = test_pipeline(&pc);
-    static done_t d;
+    static test_done_t d;
     memset(&d, 0, sizeof(d));
-    test_submit_split(p, in, out, (size_t)nb * per, per, on_done, &d);
+    test_submit_split(p, in, out, (size_t)nb * per, per, test_on_done, &d);
     walk_t w = {0};
     w.st.size = sizeof(w.st);
     assert_int_equal(ferry_pipeline_stats(p, &w.st), 0);
@@ -170,9 +155,7 @@ static walk_t walk(const char *spec, uint64_t seed)
     }
     fclose(f);
     unlink(log);
-    free(in);
-    free(out);
-    free(ref);
+    test_bufs_free(&bufs);
     ferry_workload_destroy(wl);
     ferry_runtime_destroy(rt);
     return w;
@@ -413,13 +396,13 @@ static void test_retry_fails_too(void **state)
     ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, 1u << 20);
     pc.coalesce_bytes = SIZE_MAX; /* a copy per chunk: the records counted are per chunk */
     ferry_pipeline_t *p = test_pipeline(&pc);
-    static done_t d;
+    static test_done_t d;
     memset(&d, 0, sizeof(d));
     float *in = malloc(16u << 20), *out = calloc(1, 16u << 20);
     assert_true(in && out);
     for (size_t i = 0; i < (4u << 20); i++)
         in[i] = 1.0f + (float)(i % 1000) / 1000.0f;
-    test_submit_split(p, in, out, 4 * (4u << 20), 4u << 20, on_done, &d);
+    test_submit_split(p, in, out, 4 * (4u << 20), 4u << 20, test_on_done, &d);
     ferry_pipeline_stats_t ps = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &ps), 0);
     assert_int_equal(ferry_pipeline_close(p), 0);
@@ -475,10 +458,10 @@ static void test_no_fallback_fails_once(void **state)
     ferry_stage_t st = test_cpu_stage("gpu-only", gpu_only_cpu);
     ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, 1u << 20);
     ferry_pipeline_t *p = test_pipeline(&pc);
-    static done_t d;
+    static test_done_t d;
     memset(&d, 0, sizeof(d));
     float *buf = calloc(1, 16u << 20);
-    test_submit_split(p, buf, buf, 4 * (4u << 20), 4u << 20, on_done, &d);
+    test_submit_split(p, buf, buf, 4 * (4u << 20), 4u << 20, test_on_done, &d);
     assert_int_equal(ferry_pipeline_close(p), 0);
     for (int b = 0; b < 4; b++)
         assert_int_equal(atomic_load(&d.calls[b]), 1);

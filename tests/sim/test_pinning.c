@@ -31,8 +31,8 @@ static ferry_pipeline_stats_t stream(ferry_runtime_t *rt, uint64_t *seed)
     ferry_device_t *dev = test_device(rt);
     ferry_workload_t *wl = test_workload("scale");
     const size_t total = 32u << 20;
-    float *in = malloc(total), *out = malloc(total), *ref = malloc(total);
-    assert_true(in && out && ref);
+    test_bufs_t bufs = test_bufs_alloc(total);
+    float *in = (float *)bufs.in, *out = (float *)bufs.out, *ref = (float *)bufs.ref;
     for (size_t i = 0; i < total / 4; i++)
         in[i] = (float)(test_rand(seed) % 2000000) / 1000.0f - 1000.0f;
     assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
@@ -47,9 +47,7 @@ static ferry_pipeline_stats_t stream(ferry_runtime_t *rt, uint64_t *seed)
     assert_int_equal(c[0], 8);
     assert_int_equal(c[1], 0);
     assert_memory_equal(out, ref, total);
-    free(in);
-    free(out);
-    free(ref);
+    test_bufs_free(&bufs);
     ferry_workload_destroy(wl);
     return st;
 }

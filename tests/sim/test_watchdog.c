@@ -45,8 +45,8 @@ static ferry_pipeline_stats_t run(unsigned nb, double kernel_ms, probe_t *pr)
     st.user = pr;
     if (kernel_ms > 0)
         st.ns_per_byte = kernel_ms * 1e6 / (double)chunk;
-    unsigned char *in = malloc(total), *out = malloc(total), *ref = malloc(total);
-    assert_true(in && out && ref);
+    test_bufs_t bufs = test_bufs_alloc(total);
+    unsigned char *in = bufs.in, *out = bufs.out, *ref = bufs.ref;
     uint64_t rs = test_seed(61);
     test_fill_floats(in, total, &rs);
     assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
@@ -60,9 +60,7 @@ static ferry_pipeline_stats_t run(unsigned nb, double kernel_ms, probe_t *pr)
     assert_int_equal(ferry_pipeline_close(p), 0);
     assert_int_equal(atomic_load(&done), (int)nb); /* every batch once, on the device */
     assert_memory_equal(out, ref, total);
-    free(in);
-    free(out);
-    free(ref);
+    test_bufs_free(&bufs);
     ferry_workload_destroy(wl);
     ferry_runtime_destroy(rt);
     return s;
