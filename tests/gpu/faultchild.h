@@ -153,10 +153,10 @@ static inline void faultchild_test(void **state)
     faultchild_run(c->kind, c->error);
 }
 
-/* A cmocka test named @name (as cmocka_unit_test(name) would be) running child @kind. */
-#define FAULTCHILD_TEST(name, kind, error)                                                         \
+/* A cmocka test named @fn (as cmocka_unit_test(fn) would be) running child @kind. */
+#define FAULTCHILD_TEST(fn, kind, error)                                                           \
     {                                                                                              \
-        .name = #name, .test_func = faultchild_test, .initial_state = &(faultchild_case_t)         \
+        .name = #fn, .test_func = faultchild_test, .initial_state = &(faultchild_case_t)           \
         {                                                                                          \
             kind, error                                                                            \
         }                                                                                          \
