@@ -62,6 +62,11 @@ void test_fill_random(void *p, size_t n, uint64_t *state)
 
 ferry_runtime_t *test_sim_runtime_with(const char *const *kv)
 {
+    return test_sim_runtime_on(FERRY_TEST_PROFILE, kv);
+}
+
+ferry_runtime_t *test_sim_runtime_on(const char *profile, const char *const *kv)
+{
     /* No options object without options: NULL lets the runtime read the environment. */
     ferry_options_t *o = NULL;
     if (kv != NULL && ferry_options_create(&o) != 0)
@@ -71,7 +76,7 @@ ferry_runtime_t *test_sim_runtime_with(const char *const *kv)
             fail_msg("option %s=%s: %s", kv[i], kv[i + 1], ferry_last_error());
     ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
     cfg.backend = "sim";
-    cfg.profile = FERRY_TEST_PROFILE;
+    cfg.profile = profile;
     cfg.options = o;
     ferry_runtime_t *rt = NULL;
     int rc = ferry_runtime_create(&cfg, &rt);

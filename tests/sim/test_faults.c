@@ -162,6 +162,14 @@ static walk_t walk(const char *spec, uint64_t seed)
 }
 
 /* Sanitizer builds (FERRY_TEST_SCALE=sanitizer) walk fewer points: the same code, run slower. */
+/* walk() with the fault spec @fault=@at (fault "kernel@batch", at 3: "kernel@batch=3"). */
+static walk_t walk_at(const char *fault, int at, uint64_t seed)
+{
+    char spec[64];
+    snprintf(spec, sizeof(spec), "%s=%d", fault, at);
+    return walk(spec, seed);
+}
+
 static int step(int normal)
 {
     const char *s = getenv("FERRY_TEST_SCALE");
@@ -175,9 +183,7 @@ static void test_kernel_fault_walk(void **state)
     /* Every batch in turn: its first kernel fails once; the chunk is retried on the GPU a
      * ladder step lower and succeeds: every batch on the GPU, one record (action "retry"). */
     for (int b = 0; b < 24; b += step(1)) {
-        char spec[64];
-        snprintf(spec, sizeof(spec), "kernel@batch=%d", b);
-        walk_t w = walk(spec, seed + (uint64_t)b);
+        walk_t w = walk_at("kernel@batch", b, seed + (uint64_t)b);
         assert_int_equal(w.gpu, 24);
         assert_int_equal(w.cpu, 0);
         assert_int_equal(w.records, 1);
@@ -189,9 +195,7 @@ static void test_kernel_fault_walk(void **state)
     /* Without retries (gpu_retries=0) the CPU redoes that chunk. */
     walk_key = "gpu_retries", walk_val = "0";
     for (int b = 0; b < 24; b += step(6)) {
-        char spec[64];
-        snprintf(spec, sizeof(spec), "kernel@batch=%d", b);
-        walk_t w = walk(spec, seed + 50 + (uint64_t)b);
+        walk_t w = walk_at("kernel@batch", b, seed + 50 + (uint64_t)b);
         assert_int_equal(w.cpu, 1);
         assert_int_equal(w.gpu, 23);
         assert_int_equal(w.records, 1);
@@ -200,9 +204,7 @@ static void test_kernel_fault_walk(void **state)
     }
     /* Kernel number K of the stream (any chunk), at many points. */
     for (int k = 1; k <= 96; k += step(7)) {
-        char spec[64];
-        snprintf(spec, sizeof(spec), "kernel@n=%d", k);
-        walk_t w = walk(spec, seed + 100 + (uint64_t)k);
+        walk_t w = walk_at("kernel@n", k, seed + 100 + (uint64_t)k);
         assert_int_equal(w.cpu, 1);
         assert_int_equal(w.records, 1);
     }
@@ -225,9 +227,7 @@ static void test_coalesced_fault_walk(void **state)
     uint64_t seed = test_seed(23);
     walk_key = "coalesce_bytes", walk_val = "1M";
     for (int b = 0; b < 24; b += step(3)) {
-        char spec[64];
-        snprintf(spec, sizeof(spec), "kernel@batch=%d", b);
-        walk_t w = walk(spec, seed + (uint64_t)b);
+        walk_t w = walk_at("kernel@batch", b, seed + (uint64_t)b);
         assert_int_equal(w.st.copy_group, 4);
         assert_int_equal(w.gpu, 24);
         assert_int_equal(w.records, 1);
@@ -236,9 +236,7 @@ static void test_coalesced_fault_walk(void **state)
     }
     walk_key2 = "gpu_retries", walk_val2 = "0";
     for (int k = 1; k <= 96; k += step(11)) {
-        char spec[64];
-        snprintf(spec, sizeof(spec), "kernel@n=%d", k);
-        walk_t w = walk(spec, seed + 100 + (uint64_t)k);
+        walk_t w = walk_at("kernel@n", k, seed + 100 + (uint64_t)k);
         assert_int_equal(w.cpu, 1);
         assert_int_equal(w.gpu, 23);
         assert_int_equal(w.records, 1);
@@ -246,9 +244,7 @@ static void test_coalesced_fault_walk(void **state)
     }
     walk_key2 = walk_val2 = NULL;
     for (int k = 1; k <= 96; k += step(13)) {
-        char spec[64];
-        snprintf(spec, sizeof(spec), "sticky@n=%d", k);
-        walk_t w = walk(spec, seed + 200 + (uint64_t)k);
+        walk_t w = walk_at("sticky@n", k, seed + 200 + (uint64_t)k);
         assert_true(w.st.gpu_lost);
         assert_int_equal(w.failed, 0);
         assert_int_equal(w.gpu + w.cpu, 24);
@@ -263,9 +259,7 @@ static void test_sticky_fault_walk(void **state)
     (void)state;
     uint64_t seed = test_seed(22);
     for (int k = 1; k <= 96; k += step(5)) {
-        char spec[64];
-        snprintf(spec, sizeof(spec), "sticky@n=%d", k);
-        walk_t w = walk(spec, seed + (uint64_t)k);
+        walk_t w = walk_at("sticky@n", k, seed + (uint64_t)k);
         /* The batches whose chunks were all done before the fault stay on the GPU; everything
          * from the faulting chunk's batch on is finished by the CPU. */
         int first = (k - 1) / 4;
@@ -309,9 +303,7 @@ static void test_hang_walk(void **state)
     (void)state;
     uint64_t seed = test_seed(24);
     for (int b = 0; b < 24; b += step(5)) {
-        char spec[64];
-        snprintf(spec, sizeof(spec), "hang@batch=%d", b);
-        walk_t w = walk(spec, seed + (uint64_t)b);
+        walk_t w = walk_at("hang@batch", b, seed + (uint64_t)b);
         assert_int_equal(w.st.deadlines_passed, 1);
         assert_false(w.st.gpu_lost);
         assert_int_equal(w.cpu, 1);
@@ -320,18 +312,18 @@ static void test_hang_walk(void **state)
         /* Stopped and retired soon after the deadline: the simulator's completion thread
          * checks at every pass, and waits on the device 2 ms at a time. */
         if (w.st.deadline_overrun_ns == 0 || w.st.deadline_overrun_ns > 10000000u)
-            fail_msg("%s: aborted chunk retired %llu ns past its deadline (want (0, 10 ms])", spec,
-                     (unsigned long long)w.st.deadline_overrun_ns);
+            fail_msg("hang@batch=%d: aborted chunk retired %llu ns past its deadline "
+                     "(want (0, 10 ms])",
+                     b, (unsigned long long)w.st.deadline_overrun_ns);
         /* The heartbeat ran through the hang (the kernel left SMs free) and nothing stalled. */
         assert_true(w.st.heartbeats_sent >= 2);
         assert_true(w.st.heartbeats_seen == w.st.heartbeats_sent);
         assert_int_equal(w.st.heartbeat_stalls, 0);
         assert_int_equal(w.st.completion_stalls + w.st.watchdog_stalls, 0);
-        snprintf(spec, sizeof(spec), "hang-hard@batch=%d", b);
-        w = walk(spec, seed + 50 + (uint64_t)b);
+        w = walk_at("hang-hard@batch", b, seed + 50 + (uint64_t)b);
         assert_true(w.st.gpu_lost);
         assert_true(w.st.gpu_hung);
-        printf("# %s: heartbeats sent %llu seen %llu stalls %llu\n", spec,
+        printf("# hang-hard@batch=%d: heartbeats sent %llu seen %llu stalls %llu\n", b,
                (unsigned long long)w.st.heartbeats_sent, (unsigned long long)w.st.heartbeats_seen,
                (unsigned long long)w.st.heartbeat_stalls);
         assert_int_equal(w.failed, 0);

@@ -9,16 +9,6 @@
 #include "ferry/workloads.h"
 #include "testlib.h"
 
-static ferry_runtime_t *runtime(const char *profile)
-{
-    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
-    cfg.backend = "sim";
-    cfg.profile = profile;
-    ferry_runtime_t *rt = NULL;
-    assert_int_equal(ferry_runtime_create(&cfg, &rt), 0);
-    return rt;
-}
-
 static void count(const ferry_batch_result_t *r, void *arg)
 {
     int *c = arg;
@@ -58,7 +48,7 @@ static void test_pinning_refused(void **state)
     uint64_t seed = test_seed(7);
     char path[64];
     test_profile_with_pin_limit(path, sizeof(path), 1 << 20);
-    ferry_runtime_t *rt = runtime(path);
+    ferry_runtime_t *rt = test_sim_runtime_on(path, NULL);
     unlink(path);
     ferry_device_t *dev = test_device(rt);
 
@@ -88,7 +78,7 @@ static void test_pinning_refused(void **state)
     /* A pipeline needs 8 MiB of slots: it runs on pageable ones, every byte right. */
     ferry_pipeline_stats_t limited = stream(rt, &seed);
     ferry_runtime_destroy(rt);
-    rt = runtime(FERRY_TEST_PROFILE);
+    rt = test_sim_runtime();
     ferry_pipeline_stats_t normal = stream(rt, &seed);
     ferry_runtime_destroy(rt);
     printf("# pageable slots: %.2f GB/s each way; pinned: %.2f\n", limited.gbps_h2d,
