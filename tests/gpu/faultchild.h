@@ -12,17 +12,29 @@
 #include "backend/cuda/ferry_k_fault.h"
 #include "cudatest.h"
 
-/* The stage the child runs: `scale`, except that the test's GPU function plants its fault
- * (@mode: which one) in the first chunk of batch @batch. */
-typedef struct faultchild_stage {
+/* The stage the child runs: `scale`, except that the first chunk of batch @batch runs the
+ * test's @plant (which plants fault @mode) in place of scale's GPU function. */
+typedef struct faultchild_stage faultchild_stage_t;
+typedef int (*faultchild_plant_fn)(const ferry_kernel_args_t *a, void *stream,
+                                   const faultchild_stage_t *f);
+struct faultchild_stage {
     const ferry_stage_t *inner; /* the scale workload's stage */
+    faultchild_plant_fn plant;
     int mode;
     uint64_t batch;
-} faultchild_stage_t;
+};
+
+static inline int faultchild_gpu(const ferry_kernel_args_t *a, void *stream, void *user)
+{
+    const faultchild_stage_t *f = user;
+    if (a->batch_id == f->batch && a->chunk == 0)
+        return f->plant(a, stream, f);
+    return f->inner->gpu(a, stream, f->inner->user);
+}
 
 static inline int faultchild_cpu(const ferry_kernel_args_t *a, void *user)
 {
-    faultchild_stage_t *f = user;
+    const faultchild_stage_t *f = user;
     return f->inner->cpu(a, f->inner->user);
 }
 
@@ -36,11 +48,12 @@ typedef struct faultchild_result {
 } faultchild_result_t;
 
 /* The child's stream: a runtime on cuda writing failure records to @log, 16 batches of 8 MiB of
- * floats (seeded by @seed) through stage @name (GPU function @gpu, fault @mode in batch 3) in
+ * floats (seeded by @seed) through stage @name (@plant planting fault @mode in batch 3) in
  * chunks of 2 MiB, input and output registered; one copy per chunk when @copy_per_chunk (one
  * chunk retried, not its group). Fills @res; returns 0, or 10-17 naming the step that failed. */
-static inline int faultchild_stream(const char *log, const char *name, ferry_gpu_fn gpu, int mode,
-                                    uint64_t seed, bool copy_per_chunk, faultchild_result_t *res)
+static inline int faultchild_stream(const char *log, const char *name, faultchild_plant_fn plant,
+                                    int mode, uint64_t seed, bool copy_per_chunk,
+                                    faultchild_result_t *res)
 {
     ferry_options_t *o = NULL;
     if (ferry_options_create(&o) != 0 || ferry_options_set(o, "failure_log", log) != 0)
@@ -57,10 +70,11 @@ static inline int faultchild_stream(const char *log, const char *name, ferry_gpu
     if (ferry_workload_create("scale", NULL, &wl) != 0)
         return 12;
     static faultchild_stage_t f;
-    f = (faultchild_stage_t){.inner = ferry_workload_stage(wl), .mode = mode, .batch = 3};
+    f = (faultchild_stage_t){
+        .inner = ferry_workload_stage(wl), .plant = plant, .mode = mode, .batch = 3};
     ferry_stage_t st = FERRY_STAGE_INIT;
     st.name = name;
-    st.gpu = gpu;
+    st.gpu = faultchild_gpu;
     st.cpu = faultchild_cpu;
     st.user = &f;
     const size_t per = 8u << 20, total = 16 * per;

@@ -13,22 +13,17 @@
 
 enum { MODE_HARD, MODE_POLL, MODE_RETRY, MODE_POLL_GRID };
 
-/* The stage's GPU function: scale, except the first chunk of the chosen batch hangs. */
-static int hanging_gpu(const ferry_kernel_args_t *a, void *stream, void *user)
+/* The first chunk of the chosen batch: hangs (polling or not, one thread or a grid holding every
+ * SM), or fails its first launch. */
+static int plant_hang(const ferry_kernel_args_t *a, void *stream, const faultchild_stage_t *f)
 {
-    faultchild_stage_t *f = user;
-    if (a->batch_id == f->batch && a->chunk == 0 && f->mode == MODE_RETRY)
+    if (f->mode == MODE_RETRY)
         return a->attempt == 0 ? FERRY_EKERNEL : f->inner->gpu(a, stream, f->inner->user);
-    if (a->batch_id == f->batch && a->chunk == 0 && f->mode == MODE_POLL_GRID) {
-        int e = ferry_k_hang_grid_launch(a, 30000000000ull, stream);
-        return e == 0 ? 0 : FERRY_EBACKEND;
-    }
-    if (a->batch_id == f->batch && a->chunk == 0) {
-        int poll = f->mode == MODE_POLL;
-        int e = ferry_k_hang_launch(a, poll, poll ? 30000000000ull : 5000000000ull, stream);
-        return e == 0 ? 0 : FERRY_EBACKEND;
-    }
-    return f->inner->gpu(a, stream, f->inner->user);
+    int poll = f->mode == MODE_POLL;
+    int e = f->mode == MODE_POLL_GRID
+                ? ferry_k_hang_grid_launch(a, 30000000000ull, stream)
+                : ferry_k_hang_launch(a, poll, poll ? 30000000000ull : 5000000000ull, stream);
+    return e == 0 ? 0 : FERRY_EBACKEND;
 }
 
 /* The child: prints one summary line, exits 0 when every check held. */
@@ -36,7 +31,7 @@ static int child(int mode, const char *log)
 {
     static faultchild_result_t res;
     int rc =
-        faultchild_stream(log, "hanging-scale", hanging_gpu, mode, 41 + (uint64_t)mode, true, &res);
+        faultchild_stream(log, "hanging-scale", plant_hang, mode, 41 + (uint64_t)mode, true, &res);
     if (rc != 0)
         return rc;
     const ferry_pipeline_stats_t s = res.s;

@@ -5,15 +5,12 @@
  * failure records written and gpu_lost reported. Skips (exit 77) without a GPU. */
 #include "faultchild.h"
 
-/* The stage's GPU function: scale, except the first chunk of the chosen batch faults. */
-static int faulty_gpu(const ferry_kernel_args_t *a, void *stream, void *user)
+/* The first chunk of the chosen batch: the sticky fault @f->mode. */
+static int plant_fault(const ferry_kernel_args_t *a, void *stream, const faultchild_stage_t *f)
 {
-    faultchild_stage_t *f = user;
-    if (a->batch_id == f->batch && a->chunk == 0) {
-        int e = ferry_k_fault_launch(f->mode, stream);
-        return e == 0 ? 0 : FERRY_EBACKEND;
-    }
-    return f->inner->gpu(a, stream, f->inner->user);
+    (void)a;
+    int e = ferry_k_fault_launch(f->mode, stream);
+    return e == 0 ? 0 : FERRY_EBACKEND;
 }
 
 /* The child: prints one summary line, exits 0 when every check held. */
@@ -21,7 +18,7 @@ static int child(int kind, const char *log)
 {
     static faultchild_result_t res;
     int rc =
-        faultchild_stream(log, "faulty-scale", faulty_gpu, kind, 31 + (uint64_t)kind, false, &res);
+        faultchild_stream(log, "faulty-scale", plant_fault, kind, 31 + (uint64_t)kind, false, &res);
     if (rc != 0)
         return rc;
     test_done_t *dn = &res.dn;

@@ -23,6 +23,15 @@ static void collect(const ferry_op_record_t *op, void *arg)
     o->n++;
 }
 
+/* The op records of @p, read back (freed by the caller). */
+static ops_t *ops_of(ferry_pipeline_t *p)
+{
+    ops_t *o = calloc(1, sizeof(*o));
+    assert_non_null(o);
+    assert_int_equal(ferry_pipeline_ops(p, collect, o), 0);
+    return o;
+}
+
 /* @total bytes in batches of 4 chunks of @chunk; returns the drained pipeline. */
 static ferry_pipeline_t *run(ferry_runtime_t *rt, size_t chunk, size_t total)
 {
@@ -72,9 +81,7 @@ static void test_every_chunk(void **state)
     ferry_pipeline_t *p = run(rt, chunk, total);
     ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &st), 0);
-    ops_t *o = calloc(1, sizeof(*o));
-    assert_non_null(o);
-    assert_int_equal(ferry_pipeline_ops(p, collect, o), 0);
+    ops_t *o = ops_of(p);
     assert_int_equal(o->n, 3 * 40);
     assert_int_equal(st.chunks_timed, 40);
     uint64_t bytes[3] = {0, 0, 0};
@@ -107,9 +114,7 @@ static void test_first_chunks_only(void **state)
     ferry_pipeline_t *p = run(rt, 1u << 20, 128u << 20); /* 128 chunks */
     ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &st), 0);
-    ops_t *o = calloc(1, sizeof(*o));
-    assert_non_null(o);
-    assert_int_equal(ferry_pipeline_ops(p, collect, o), 0);
+    ops_t *o = ops_of(p);
     assert_int_equal(o->n, 3 * 6);
     /* the first six chunks issued: batch 0's four, batch 1's first two */
     for (uint32_t c = 0; c < 6; c++)
