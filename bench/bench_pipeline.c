@@ -272,17 +272,7 @@ int main(int argc, char **argv)
     ferry_stage_t st = FERRY_STAGE_INIT;
     st.name = "copy";
     st.cpu = cpu_copy;
-    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.stage = &st;
-    cfg.chunk_bytes = 4096;
-    cfg.depth = 8;
-    cfg.queue_depth = 64;
-    ferry_pipeline_t *p = NULL;
-    if (ferry_pipeline_create(&cfg, &p) != 0) {
-        fprintf(stderr, "bench_pipeline: %s\n", ferry_last_error());
-        return 1;
-    }
+    ferry_pipeline_t *p = small_pipeline(dev, &st);
     double *per = calloc((size_t)runs, sizeof(double));
     atomic_ulong count = 0;
     long csw0 = 0;

@@ -6,8 +6,9 @@
 
 #include <string.h>
 
+#include "backend/cuda/cuda.h"
 #include "ferry/workloads.h"
-#include "testlib.h"
+#include "internal.h"
 
 /* Exit 77 (CTest: skipped) when the cuda backend finds no device. Never a failure. */
 static inline void cudatest_require_gpu(void)

@@ -4,7 +4,7 @@
  * CUDA error translation, PCIe link rates and resident-grid limits. */
 #include <string.h>
 
-#include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda.h" /* the private helpers under test */
 #include "testlib.h"
 
 static void test_choice(void **state)
@@ -39,8 +39,7 @@ static void test_choice(void **state)
     assert_int_equal(ferry_runtime_create(&cfg, &rt), 0);
     assert_string_equal(ferry_runtime_backend(rt), "cuda");
     assert_int_equal(ferry_device_count(rt), n);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     assert_false(ferry_device_is_simulated(dev));
     assert_int_equal(ferry_device_get(rt, n, &dev), FERRY_ENODEV);
     ferry_runtime_destroy(rt);
@@ -121,13 +120,5 @@ static void test_resident_grids(void **state)
     assert_int_equal(ferry__cuda_max_resident_grids(3, 2), 4);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_choice),
-        cmocka_unit_test(test_error_table),
-        cmocka_unit_test(test_link_rates),
-        cmocka_unit_test(test_resident_grids),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_choice), cmocka_unit_test(test_error_table),
+          cmocka_unit_test(test_link_rates), cmocka_unit_test(test_resident_grids))

@@ -6,8 +6,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend/cuda/cuda.h"
-#include "core/runtime.h"
 #include "cudatest.h"
 
 static void test_props(void **state)
@@ -172,12 +170,5 @@ static void test_wait_any(void **state)
     free(host);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_props),
-        cmocka_unit_test(test_event_times),
-        cmocka_unit_test(test_wait_any),
-    };
-    return cmocka_run_group_tests(tests, cudatest_setup, cudatest_teardown);
-}
+TEST_MAIN(cudatest_setup, cudatest_teardown, cmocka_unit_test(test_props),
+          cmocka_unit_test(test_event_times), cmocka_unit_test(test_wait_any))

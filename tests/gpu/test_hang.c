@@ -9,112 +9,33 @@
  * pipeline must not wait for the hung kernel. A third child fails the launch of that chunk once
  * (a non-sticky error): the chunk must be retried on the GPU and every batch stay on the GPU.
  * Skips (exit 77) without a GPU. */
-#include <time.h>
-
-#include "backend/cuda/ferry_k_fault.h"
 #include "faultchild.h"
 
 enum { MODE_HARD, MODE_POLL, MODE_RETRY, MODE_POLL_GRID };
 
-typedef struct hanging {
-    const ferry_stage_t *inner; /* the scale workload's stage */
-    int mode;
-    uint64_t batch;
-} hanging_t;
-
-/* The stage's GPU function: scale, except the first chunk of the chosen batch hangs. */
-static int hanging_gpu(const ferry_kernel_args_t *a, void *stream, void *user)
+/* The first chunk of the chosen batch: hangs (polling or not, one thread or a grid holding every
+ * SM), or fails its first launch. */
+static int plant_hang(const ferry_kernel_args_t *a, void *stream, const faultchild_stage_t *f)
 {
-    hanging_t *f = user;
-    if (a->batch_id == f->batch && a->chunk == 0 && f->mode == MODE_RETRY)
+    if (f->mode == MODE_RETRY)
         return a->attempt == 0 ? FERRY_EKERNEL : f->inner->gpu(a, stream, f->inner->user);
-    if (a->batch_id == f->batch && a->chunk == 0 && f->mode == MODE_POLL_GRID) {
-        int e = ferry_k_hang_grid_launch(a, 30000000000ull, stream);
-        return e == 0 ? 0 : FERRY_EBACKEND;
-    }
-    if (a->batch_id == f->batch && a->chunk == 0) {
-        int poll = f->mode == MODE_POLL;
-        int e = ferry_k_hang_launch(a, poll, poll ? 30000000000ull : 5000000000ull, stream);
-        return e == 0 ? 0 : FERRY_EBACKEND;
-    }
-    return f->inner->gpu(a, stream, f->inner->user);
-}
-
-static int hanging_cpu(const ferry_kernel_args_t *a, void *user)
-{
-    hanging_t *f = user;
-    return f->inner->cpu(a, f->inner->user);
-}
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    int poll = f->mode == MODE_POLL;
+    int e = f->mode == MODE_POLL_GRID
+                ? ferry_k_hang_grid_launch(a, 30000000000ull, stream)
+                : ferry_k_hang_launch(a, poll, poll ? 30000000000ull : 5000000000ull, stream);
+    return e == 0 ? 0 : FERRY_EBACKEND;
 }
 
 /* The child: prints one summary line, exits 0 when every check held. */
 static int child(int mode, const char *log)
 {
-    ferry_options_t *o = NULL;
-    if (ferry_options_create(&o) != 0 || ferry_options_set(o, "failure_log", log) != 0)
-        return 10;
-    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
-    cfg.backend = "cuda";
-    cfg.options = o;
-    ferry_runtime_t *r = NULL;
-    ferry_device_t *d = NULL;
-    if (ferry_runtime_create(&cfg, &r) != 0 || ferry_device_get(r, 0, &d) != 0)
-        return 11;
-    ferry_options_destroy(o);
-    ferry_workload_t *wl = NULL;
-    if (ferry_workload_create("scale", NULL, &wl) != 0)
-        return 12;
-    hanging_t f = {.inner = ferry_workload_stage(wl), .mode = mode, .batch = 3};
-    ferry_stage_t st = FERRY_STAGE_INIT;
-    st.name = "hanging-scale";
-    st.gpu = hanging_gpu;
-    st.cpu = hanging_cpu;
-    st.user = &f;
-    const size_t per = 8u << 20, total = 16 * per;
-    unsigned char *in = malloc(total), *out = malloc(total), *ref = malloc(total);
-    if (in == NULL || out == NULL || ref == NULL)
-        return 13;
-    uint64_t seed = 41 + (uint64_t)mode;
-    cudatest_fill_floats(in, total, &seed);
-    memset(out, 0, total);
-    ferry_workload_reference(wl, in, ref, total);
-    /* Registered input and output: the copies go straight to them, as in most real use. */
-    if (ferry_host_register(d, in, total) != 0 || ferry_host_register(d, out, total) != 0)
-        return 14;
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = d;
-    pc.stage = &st;
-    pc.chunk_bytes = 2u << 20;
-    pc.coalesce_bytes = SIZE_MAX; /* a copy per chunk: one chunk retried, not its group */
-    ferry_pipeline_t *p = NULL;
-    if (ferry_pipeline_create(&pc, &p) != 0)
-        return 15;
-    static faultchild_done_t dn;
-    for (int b = 0; b < 16; b++) {
-        ferry_batch_t bt = FERRY_BATCH_INIT;
-        bt.in = in + (size_t)b * per;
-        bt.out = out + (size_t)b * per;
-        bt.bytes = per;
-        if (ferry_pipeline_submit(p, &bt, faultchild_on_done, &dn, NULL) != 0)
-            return 16;
-    }
-    if (ferry_pipeline_drain(p) != 0)
-        return 17;
-    ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
-    ferry_pipeline_stats(p, &s);
-    uint64_t t0 = mono_ns();
-    ferry_pipeline_close(p); /* must not wait for a hung kernel */
-    double close_ms = (double)(mono_ns() - t0) / 1e6;
-    int once = 1;
-    for (int b = 0; b < 16; b++)
-        once &= atomic_load(&dn.calls[b]) == 1;
-    long diff = cudatest_first_diff(out, ref, total);
+    static faultchild_result_t res;
+    int rc =
+        faultchild_stream(log, "hanging-scale", plant_hang, mode, 41 + (uint64_t)mode, true, &res);
+    if (rc != 0)
+        return rc;
+    const ferry_pipeline_stats_t s = res.s;
+    test_done_t *dn = &res.dn;
     printf("# %s: %d batches on the GPU, %d with the CPU, %d failed; deadlines passed %llu, "
            "retired %.3f ms past the deadline; gpu_lost %d, gpu_hung %d; heartbeats %llu sent, "
            "%llu seen, %llu stalls; %llu failure records, %llu chunks retried on the GPU; close "
@@ -123,50 +44,26 @@ static int child(int mode, const char *log)
            : mode == MODE_POLL_GRID ? "hang of a grid holding every SM, polling"
            : mode == MODE_HARD      ? "hang ignoring it"
                                     : "launch failing once",
-           atomic_load(&dn.gpu), atomic_load(&dn.cpu), atomic_load(&dn.failed),
+           atomic_load(&dn->gpu), atomic_load(&dn->cpu), atomic_load(&dn->failed),
            (unsigned long long)s.deadlines_passed, (double)s.deadline_overrun_ns / 1e6, s.gpu_lost,
            s.gpu_hung, (unsigned long long)s.heartbeats_sent, (unsigned long long)s.heartbeats_seen,
            (unsigned long long)s.heartbeat_stalls, (unsigned long long)s.failure_records,
-           (unsigned long long)s.chunks_retried, close_ms, once,
-           diff < 0 ? "bit-exact" : "DIFFERS");
+           (unsigned long long)s.chunks_retried, res.close_ms, res.once,
+           res.diff < 0 ? "bit-exact" : "DIFFERS");
     fflush(stdout);
-    bool good = once && diff < 0 && atomic_load(&dn.failed) == 0 &&
-                atomic_load(&dn.gpu) + atomic_load(&dn.cpu) == 16 && s.failure_records >= 1 &&
-                close_ms < 1000;
+    bool good = res.once && res.diff < 0 && atomic_load(&dn->failed) == 0 &&
+                atomic_load(&dn->gpu) + atomic_load(&dn->cpu) == 16 && s.failure_records >= 1 &&
+                res.close_ms < 1000;
     if (mode == MODE_RETRY)
-        good = good && atomic_load(&dn.gpu) == 16 && s.chunks_retried == 1 &&
+        good = good && atomic_load(&dn->gpu) == 16 && s.chunks_retried == 1 &&
                s.failure_records == 1 && s.deadlines_passed == 0 && !s.gpu_lost;
     else if (mode == MODE_POLL || mode == MODE_POLL_GRID)
-        good = good && !s.gpu_lost && atomic_load(&dn.cpu) == 1 && s.deadlines_passed >= 1 &&
+        good = good && !s.gpu_lost && atomic_load(&dn->cpu) == 1 && s.deadlines_passed >= 1 &&
                s.deadline_overrun_ns <= 10000000u && s.deadline_overrun_ns > 0;
     else
         good = good && s.gpu_lost && s.gpu_hung && s.deadlines_passed >= 1;
     /* The GPU may still run the hung kernel: end without tearing CUDA down. */
     _exit(good ? 0 : 1);
-}
-
-static void test_hang_polling(void **state)
-{
-    (void)state;
-    faultchild_run("poll", "ETIMEDOUT");
-}
-
-static void test_hang_polling_grid(void **state)
-{
-    (void)state;
-    faultchild_run("poll-grid", "ETIMEDOUT");
-}
-
-static void test_hang_ignoring(void **state)
-{
-    (void)state;
-    faultchild_run("hard", "ETIMEDOUT");
-}
-
-static void test_launch_fails_once(void **state)
-{
-    (void)state;
-    faultchild_run("retry", "EKERNEL");
 }
 
 int main(int argc, char **argv)
@@ -179,10 +76,9 @@ int main(int argc, char **argv)
                      argv[3]);
     cudatest_require_gpu();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hang_polling),
-        cmocka_unit_test(test_hang_polling_grid),
-        cmocka_unit_test(test_hang_ignoring),
-        cmocka_unit_test(test_launch_fails_once),
-    };
+        FAULTCHILD_TEST(test_hang_polling, "poll", "ETIMEDOUT"),
+        FAULTCHILD_TEST(test_hang_polling_grid, "poll-grid", "ETIMEDOUT"),
+        FAULTCHILD_TEST(test_hang_ignoring, "hard", "ETIMEDOUT"),
+        FAULTCHILD_TEST(test_launch_fails_once, "retry", "EKERNEL")};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,7 +5,6 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "core/runtime.h"
 #include "cudatest.h"
 
 static void on_done(const ferry_batch_result_t *r, void *arg)
@@ -17,12 +16,8 @@ static void on_done(const ferry_batch_result_t *r, void *arg)
 /* A small scale pipeline still runs and matches the reference. */
 static void still_works(void)
 {
-    ferry_workload_t *w = NULL;
-    assert_int_equal(ferry_workload_create("scale", NULL, &w), 0);
-    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.stage = ferry_workload_stage(w);
-    cfg.chunk_bytes = 1 << 20;
+    ferry_workload_t *w = test_workload("scale");
+    ferry_pipeline_config_t cfg = test_pipeline_config(dev, ferry_workload_stage(w), 1 << 20);
     ferry_pipeline_t *p = NULL;
     if (ferry_pipeline_create(&cfg, &p) != 0)
         fail_msg("pipeline_create: %s", ferry_last_error());
@@ -92,11 +87,5 @@ static void test_registration_errors(void **state)
     still_works();
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_oversized_alloc),
-        cmocka_unit_test(test_registration_errors),
-    };
-    return cmocka_run_group_tests(tests, cudatest_setup, cudatest_teardown);
-}
+TEST_MAIN(cudatest_setup, cudatest_teardown, cmocka_unit_test(test_oversized_alloc),
+          cmocka_unit_test(test_registration_errors))

@@ -5,18 +5,13 @@
  * The other process is this executable run again with --hog FD SECONDS: it streams a heavy
  * fma workload until SECONDS have passed, and writes a byte to FD once its work is running. */
 #include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdatomic.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cudatest.h"
 #include "ferry/connections.h"
-
-extern char **environ;
 
 typedef struct done {
     atomic_int ok, bad;
@@ -30,28 +25,21 @@ static void on_done(const ferry_batch_result_t *r, void *arg)
 
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (double)test_now_ns() / 1e9;
 }
 
 /* @total bytes of random floats through `scale` in 4 MiB chunks on @d, checked bit for bit;
  * returns the stats. */
 static ferry_pipeline_stats_t stream_scale(ferry_device_t *d, size_t total, uint64_t *seed)
 {
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("scale", NULL, &wl), 0);
-    unsigned char *in = malloc(total), *out = malloc(total), *ref = malloc(total);
-    assert_true(in && out && ref);
+    ferry_workload_t *wl = test_workload("scale");
+    test_bufs_t bufs = test_bufs_alloc(total);
+    unsigned char *in = bufs.in, *out = bufs.out, *ref = bufs.ref;
     cudatest_fill_floats(in, total, seed);
     assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = d;
-    pc.stage = ferry_workload_stage(wl);
-    pc.chunk_bytes = 4u << 20;
+    ferry_pipeline_config_t pc = test_pipeline_config(d, ferry_workload_stage(wl), 4u << 20);
     pc.depth = 4;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     done_t dn = {0};
     size_t batch = 16u << 20;
     int n = 0;
@@ -71,9 +59,7 @@ static ferry_pipeline_stats_t stream_scale(ferry_device_t *d, size_t total, uint
     long diff = cudatest_first_diff(out, ref, total);
     if (diff >= 0)
         fail_msg("output differs from the CPU reference at byte %ld", diff);
-    free(in);
-    free(out);
-    free(ref);
+    test_bufs_free(&bufs);
     ferry_workload_destroy(wl);
     return st;
 }
@@ -116,21 +102,16 @@ static void test_busy_gpu(void **state)
     ferry_pipeline_stats_t quiet = stream_scale(dev, 512u << 20, &seed);
     int fds[2];
     assert_int_equal(pipe(fds), 0);
-    char fd_arg[16], exe[4096];
+    char fd_arg[16];
     snprintf(fd_arg, sizeof(fd_arg), "%d", fds[1]);
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    assert_true(n > 0);
-    exe[n] = '\0';
-    char *argv[] = {exe, "--hog", fd_arg, "6", NULL};
-    pid_t pid;
-    assert_int_equal(posix_spawn(&pid, exe, NULL, NULL, argv, environ), 0);
+    char *args[] = {"--hog", fd_arg, "6", NULL};
+    pid_t pid = test_child_spawn(args);
     close(fds[1]);
     struct pollfd pf = {.fd = fds[0], .events = POLLIN};
     char c = 0;
     int ready = poll(&pf, 1, 60000);
     if (ready != 1 || read(fds[0], &c, 1) != 1) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
+        test_child_kill(pid);
         fail_msg("the other process did not start its GPU work within 60 s");
     }
     close(fds[0]);
@@ -138,11 +119,11 @@ static void test_busy_gpu(void **state)
     ferry_pipeline_stats_t busy = stream_scale(dev, 512u << 20, &seed);
     double t1 = now_s();
     int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(test_child_wait(pid, 120, &status)); /* it stops itself after 6 s */
     printf("# alone %.1f GB/s each way; beside a process running fma x2048 kernels %.1f GB/s "
            "(%.2f s); that process exited %d\n",
-           quiet.gbps_h2d, busy.gbps_h2d, t1 - t0, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+           quiet.gbps_h2d, busy.gbps_h2d, t1 - t0, test_child_exit_code(status));
+    assert_true(test_child_exit_code(status) == 0);
 }
 
 /* CUDA read CUDA_DEVICE_MAX_CONNECTIONS when the fixture's runtime started it: a runtime asking

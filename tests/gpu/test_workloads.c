@@ -6,7 +6,6 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "core/runtime.h"
 #include "cudatest.h"
 
 typedef struct wl_case {
@@ -55,10 +54,8 @@ static void test_pipeline_bit_exact(void **state)
     enum { NS = sizeof(sizes) / sizeof(sizes[0]) };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         ferry_workload_t *w = make(&cases[c]);
-        ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-        cfg.device = dev;
-        cfg.stage = ferry_workload_stage(w);
-        cfg.chunk_bytes = (1 << 20) + 4;
+        ferry_pipeline_config_t cfg =
+            test_pipeline_config(dev, ferry_workload_stage(w), (1 << 20) + 4);
         cfg.depth = 4;
         cfg.copy_streams = 2;
         cfg.compute_streams = 2;
@@ -201,11 +198,5 @@ static void test_kernel_alignments(void **state)
     ferry__be_mem_free(dev, d_out);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pipeline_bit_exact),
-        cmocka_unit_test(test_kernel_alignments),
-    };
-    return cmocka_run_group_tests(tests, cudatest_setup, cudatest_teardown);
-}
+TEST_MAIN(cudatest_setup, cudatest_teardown, cmocka_unit_test(test_pipeline_bit_exact),
+          cmocka_unit_test(test_kernel_alignments))

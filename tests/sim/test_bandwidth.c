@@ -44,30 +44,17 @@ static void done(const ferry_batch_result_t *r, void *arg)
 static ferry_pipeline_stats_t stream_with(ferry_runtime_t *rt, size_t chunk, size_t total,
                                           size_t coalesce, seen_t *s)
 {
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("copy", NULL, &wl), 0);
+    ferry_device_t *dev = test_device(rt);
+    ferry_workload_t *wl = test_workload("copy");
     unsigned char *buf = calloc(1, total);
     assert_non_null(buf);
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = ferry_workload_stage(wl);
-    pc.chunk_bytes = chunk;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, ferry_workload_stage(wl), chunk);
     pc.coalesce_bytes = coalesce;
     pc.on_alert = on_alert;
     pc.alert_arg = s;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     size_t per = chunk * 8 < total ? chunk * 8 : total;
-    for (size_t off = 0; off < total; off += per) {
-        ferry_batch_t b = FERRY_BATCH_INIT;
-        b.in = buf + off;
-        b.out = buf + off;
-        b.bytes = per;
-        assert_int_equal(ferry_pipeline_submit(p, &b, done, NULL, NULL), 0);
-    }
-    assert_int_equal(ferry_pipeline_drain(p), 0);
+    test_submit_split(p, buf, buf, total, per, done, NULL);
     ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &st), 0);
     assert_int_equal(ferry_pipeline_close(p), 0);
@@ -223,16 +210,8 @@ static void test_pageable(void **state)
     ferry_runtime_destroy(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_healthy_is_quiet),
-        cmocka_unit_test(test_healthy_below_theoretical_is_quiet),
-        cmocka_unit_test(test_small_transfers),
-        cmocka_unit_test(test_pageable),
-        cmocka_unit_test(test_other_process),
-        cmocka_unit_test(test_small_share_is_quiet),
-        cmocka_unit_test(test_share_without_sampling),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_healthy_is_quiet),
+          cmocka_unit_test(test_healthy_below_theoretical_is_quiet),
+          cmocka_unit_test(test_small_transfers), cmocka_unit_test(test_pageable),
+          cmocka_unit_test(test_other_process), cmocka_unit_test(test_small_share_is_quiet),
+          cmocka_unit_test(test_share_without_sampling))

@@ -34,18 +34,11 @@ static void run(const char *inject)
 {
     const char *const kv[] = {"inject", inject, "gpu_retries", "0", NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_stage_t st = FERRY_STAGE_INIT;
-    st.name = "scale-by-batch";
-    st.cpu = cpu_scale;
+    ferry_device_t *dev = test_device(rt);
+    ferry_stage_t st = test_cpu_stage("scale-by-batch", cpu_scale);
     st.granularity = 4;
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = &st;
-    pc.chunk_bytes = 64u << 10;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, 64u << 10);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     enum { NB = 6, N = (256u << 10) / 4 };
     static float in[N], out[NB][N];
     for (size_t i = 0; i < N; i++)
@@ -90,10 +83,4 @@ static void test_batch_user_on_every_path(void **state)
     run("sticky@n=3");   /* the GPU lost: chunks go straight to the CPU */
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_batch_user_on_every_path),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_batch_user_on_every_path))

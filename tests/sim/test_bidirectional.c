@@ -1,18 +1,11 @@
 /* Both copy directions at once share the PCIe link: FACTS.md measured 93.5-99.7 GB/s in total,
  * 1.7-1.8x one direction. Two copies in one direction share that direction's rate instead of
  * adding up. The bytes must still arrive intact both ways. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <stdint.h>
-#include <cmocka.h>
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
-#include "backend/sim/sim.h"
+#include "internal.h"
 
 static const ferry_backend_ops_t *be = &ferry__sim_backend;
 
@@ -29,9 +22,7 @@ struct fixture {
 static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
-    ferry_be_open_params_t params = {.profile_path = FERRY_TEST_PROFILE, .seed = 1};
-    unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
-    if (f == NULL || be->device_open(0, &params, &f->dev) != 0)
+    if (f == NULL || (f->dev = simtest_open(FERRY_TEST_PROFILE)) == NULL)
         return -1;
     f->host_in = malloc(BYTES);
     f->host_out = malloc(BYTES);
@@ -167,12 +158,8 @@ static void test_rates_change_when_a_direction_stops(void **state)
     assert_true(h2d_ns > h2d_expect * 0.99 && h2d_ns < h2d_expect * 1.01);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_both_directions_share_the_link, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_same_direction_does_not_add_up, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rates_change_when_a_direction_stops, setup, teardown),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL,
+          cmocka_unit_test_setup_teardown(test_both_directions_share_the_link, setup, teardown),
+          cmocka_unit_test_setup_teardown(test_same_direction_does_not_add_up, setup, teardown),
+          cmocka_unit_test_setup_teardown(test_rates_change_when_a_direction_stops, setup,
+                                          teardown))

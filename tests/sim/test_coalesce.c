@@ -63,10 +63,8 @@ static void test_every_batch_shape(void **state)
     (void)state;
     const char *const kv[] = {"trace", "1", NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("scale", NULL, &wl), 0);
+    ferry_device_t *dev = test_device(rt);
+    ferry_workload_t *wl = test_workload("scale");
     const size_t chunk = 64u << 10;
     /* Bytes per batch: 2.5 groups; 3 chunks and a short one; one group; one chunk; a light
      * batch (under one chunk); empty; a group and a bit; prepared input (last). */
@@ -80,21 +78,17 @@ static void test_every_batch_shape(void **state)
         chunks += c;
         groups += (c + 3) / 4;
     }
-    unsigned char *in = malloc(total), *out = malloc(total), *ref = malloc(total);
-    assert_true(in && out && ref);
+    test_bufs_t bufs = test_bufs_alloc(total);
+    unsigned char *in = bufs.in, *out = bufs.out, *ref = bufs.ref;
     uint64_t rs = test_seed(31);
     test_fill_floats(in, total, &rs);
     memset(out, 0xAB, total);
     assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
 
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = ferry_workload_stage(wl);
-    pc.chunk_bytes = chunk;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, ferry_workload_stage(wl), chunk);
     pc.coalesce_bytes = 4 * chunk;
     pc.depth = 3; /* fewer slots than groups in a batch: the issuer waits for them */
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     int done[2] = {0, 0};
     calls_t calls = {.chunk = chunk};
     size_t at = 0;
@@ -138,9 +132,7 @@ static void test_every_batch_shape(void **state)
     assert_int_equal(t.h2d_bytes, total);
     assert_int_equal(t.max_h2d, 4 * chunk);
     assert_int_equal(ferry_pipeline_close(p), 0);
-    free(in);
-    free(out);
-    free(ref);
+    test_bufs_free(&bufs);
     ferry_workload_destroy(wl);
     ferry_runtime_destroy(rt);
 }
@@ -156,16 +148,11 @@ static int fill(void *slot, size_t bytes, size_t offset, void *arg)
 static double rate(ferry_device_t *dev, size_t chunk, size_t coalesce, size_t total,
                    unsigned *group)
 {
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("copy", NULL, &wl), 0);
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = ferry_workload_stage(wl);
-    pc.chunk_bytes = chunk;
+    ferry_workload_t *wl = test_workload("copy");
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, ferry_workload_stage(wl), chunk);
     pc.coalesce_bytes = coalesce;
     pc.queue_depth = 64;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     int done[2] = {0, 0};
     for (size_t off = 0; off < total; off += 4 * chunk) {
         ferry_batch_t b = FERRY_BATCH_INIT;
@@ -187,8 +174,7 @@ static void test_small_chunks_gain(void **state)
 {
     (void)state;
     ferry_runtime_t *rt = test_sim_runtime();
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     unsigned g = 0;
     /* 256 KiB chunks: the ~5 us per copy halves the rate; copies of 1 MiB win most of it back
      * (FACTS.md: 1 MiB copies run at ~80% of the link's best). */
@@ -214,8 +200,7 @@ static void test_option(void **state)
     (void)state;
     const char *const kv[] = {"coalesce_bytes", "2M", NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     unsigned g = 0;
     rate(dev, 512u << 10, 0, 8u << 20, &g);
     assert_int_equal(g, 4);
@@ -248,8 +233,7 @@ static void test_default(void **state)
     (void)state;
     ferry_set_log_handler(count_warnings, NULL);
     ferry_runtime_t *rt = test_sim_runtime();
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     unsigned g = 0;
     rate(dev, 1u << 20, 0, 16u << 20, &g);
     assert_int_equal(g, 8);
@@ -282,13 +266,6 @@ static void test_default(void **state)
     ferry_set_log_handler(NULL, NULL);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_every_batch_shape),
-        cmocka_unit_test(test_small_chunks_gain),
-        cmocka_unit_test(test_option),
-        cmocka_unit_test(test_default),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_every_batch_shape),
+          cmocka_unit_test(test_small_chunks_gain), cmocka_unit_test(test_option),
+          cmocka_unit_test(test_default))

@@ -78,14 +78,10 @@ static ferry_runtime_t *runtime_with(const char *name, const char *value)
 
 static ferry_pipeline_t *pipeline(ferry_device_t *dev, const ferry_stage_t *st, unsigned ncomp)
 {
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = st;
-    pc.chunk_bytes = 1u << 20;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, st, 1u << 20);
     pc.depth = 2;
     pc.compute_streams = ncomp;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     return p;
 }
 
@@ -96,10 +92,8 @@ static void test_option_sets_the_variable_and_plan_counts_streams(void **state)
     unsetenv("CUDA_DEVICE_MAX_COPY_CONNECTIONS");
     ferry_runtime_t *rt = runtime_with("connections", "2");
     assert_string_equal(getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "2");
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("copy", NULL, &wl), 0);
+    ferry_device_t *dev = test_device(rt);
+    ferry_workload_t *wl = test_workload("copy");
     /* 1 H2D + 2 compute + 1 D2H = 4 streams on 2 queues: said, and counted. */
     ferry_pipeline_t *p1 = pipeline(dev, ferry_workload_stage(wl), 2);
     ferry_pipeline_t *p2 = pipeline(dev, ferry_workload_stage(wl), 1);
@@ -144,8 +138,7 @@ static void test_measure_on_the_model(void **state)
     static const unsigned waves[] = {32, 8, 1};
     for (int i = 0; i < 3; i++) {
         ferry_runtime_t *rt = runtime_with("connections", values[i]);
-        ferry_device_t *dev = NULL;
-        assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+        ferry_device_t *dev = test_device(rt);
         ferry_conn_measure_t m = FERRY_CONN_MEASURE_INIT;
         assert_int_equal(ferry_connections_measure(dev, 32, 2000000, 100000, 3, &m), 0);
         printf("# C=%s: %.2f ms (%.2f waves, queues %.1f), round-robin %.2f ms, used %llu\n",
@@ -166,13 +159,6 @@ static void test_measure_on_the_model(void **state)
     unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_read_every_shape),
-        cmocka_unit_test(test_strict_parse),
-        cmocka_unit_test(test_option_sets_the_variable_and_plan_counts_streams),
-        cmocka_unit_test(test_measure_on_the_model),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_read_every_shape), cmocka_unit_test(test_strict_parse),
+          cmocka_unit_test(test_option_sets_the_variable_and_plan_counts_streams),
+          cmocka_unit_test(test_measure_on_the_model))

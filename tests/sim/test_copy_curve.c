@@ -1,19 +1,12 @@
 /* The simulator's single-copy times against FACTS.md's measured H200 copy table: each size and
  * direction, timed as it was measured (events recorded around one copy on an idle device), must
  * be within 5% of bytes / GB/s; sizes between the points must stay monotonic. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <stdint.h>
-#include <cmocka.h>
-
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
-#include "backend/sim/sim.h"
+#include "internal.h"
 
 static const ferry_backend_ops_t *be = &ferry__sim_backend;
 
@@ -39,9 +32,7 @@ struct fixture {
 static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
-    ferry_be_open_params_t params = {.profile_path = FERRY_TEST_PROFILE, .seed = 1};
-    unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
-    if (f == NULL || be->device_open(0, &params, &f->dev) != 0)
+    if (f == NULL || (f->dev = simtest_open(FERRY_TEST_PROFILE)) == NULL)
         return -1;
     f->hbuf = malloc(MAX_BYTES);
     if (f->hbuf == NULL || be->host_register(f->dev, f->hbuf, MAX_BYTES) != 0 ||
@@ -169,13 +160,7 @@ static void test_bytes_arrive(void **state)
     assert_memory_equal(f->dbuf, f->hbuf, n);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_table_within_5_percent, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_device_time_is_curve_minus_submit, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_between_points_monotonic, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bytes_arrive, setup, teardown),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test_setup_teardown(test_table_within_5_percent, setup, teardown),
+          cmocka_unit_test_setup_teardown(test_device_time_is_curve_minus_submit, setup, teardown),
+          cmocka_unit_test_setup_teardown(test_between_points_monotonic, setup, teardown),
+          cmocka_unit_test_setup_teardown(test_bytes_arrive, setup, teardown))

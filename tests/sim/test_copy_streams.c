@@ -11,53 +11,18 @@
 
 #include "testlib.h"
 
-static int cpu_copy(const ferry_kernel_args_t *a, void *user)
-{
-    (void)user;
-    memcpy(a->out, a->in, a->bytes);
-    return 0;
-}
-
-static int gen(void *slot, size_t bytes, size_t offset, void *arg)
-{
-    (void)arg;
-    memset(slot, (int)(offset >> 20), bytes);
-    return 0;
-}
-
-static void sink(const ferry_batch_result_t *r, void *arg)
-{
-    if (r->status != 0)
-        (*(int *)arg)++;
-}
-
 static ferry_pipeline_t *run(ferry_runtime_t *rt, unsigned ncopy, unsigned ncomp, size_t chunk,
                              size_t total, ferry_pipeline_stats_t *st)
 {
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_stage_t s = FERRY_STAGE_INIT;
-    s.name = "copy";
-    s.cpu = cpu_copy;
-    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.stage = &s;
-    cfg.chunk_bytes = chunk;
+    ferry_device_t *dev = test_device(rt);
+    ferry_stage_t s = test_cpu_stage("copy", test_cpu_copy);
+    ferry_pipeline_config_t cfg = test_pipeline_config(dev, &s, chunk);
     cfg.copy_streams = ncopy;
     cfg.compute_streams = ncomp;
     cfg.queue_depth = 64;
     cfg.coalesce_bytes = SIZE_MAX;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
-    int failed = 0;
-    for (size_t off = 0; off < total; off += 4 * chunk) {
-        ferry_batch_t b = FERRY_BATCH_INIT;
-        b.prepare = gen;
-        b.bytes = total - off < 4 * chunk ? total - off : 4 * chunk;
-        assert_int_equal(ferry_pipeline_submit(p, &b, sink, &failed, NULL), 0);
-    }
-    assert_int_equal(ferry_pipeline_drain(p), 0);
-    assert_int_equal(failed, 0);
+    ferry_pipeline_t *p = test_pipeline(&cfg);
+    test_submit_generated(p, total, 4 * chunk, 20);
     *st = (ferry_pipeline_stats_t)FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, st), 0);
     return p;
@@ -161,11 +126,5 @@ static void test_two_copy_streams_sampled(void **state)
     ferry_runtime_destroy(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_two_copy_streams_traced),
-        cmocka_unit_test(test_two_copy_streams_sampled),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_two_copy_streams_traced),
+          cmocka_unit_test(test_two_copy_streams_sampled))

@@ -75,8 +75,7 @@ static void run_once(const run_cfg_t *c, run_out_t *o, bool noisy)
     }
     const char *const kv[] = {"inject", c->inject ? c->inject : "", "seed", "7", NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     unsigned char *in = NULL, *out = NULL;
     assert_int_equal(posix_memalign((void **)&in, 4096, c->total), 0);
     assert_int_equal(posix_memalign((void **)&out, 4096, c->total), 0);
@@ -87,18 +86,12 @@ static void run_once(const run_cfg_t *c, run_out_t *o, bool noisy)
         assert_int_equal(ferry_host_register(dev, in, c->total), 0);
         assert_int_equal(ferry_host_register(dev, out, c->total), 0);
     }
-    ferry_stage_t s = FERRY_STAGE_INIT;
-    s.name = "scale";
-    s.cpu = cpu_scale;
-    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.stage = &s;
-    cfg.chunk_bytes = c->chunk;
+    ferry_stage_t s = test_cpu_stage("scale", cpu_scale);
+    ferry_pipeline_config_t cfg = test_pipeline_config(dev, &s, c->chunk);
     cfg.copy_streams = c->copy_streams;
     cfg.compute_streams = c->compute_streams;
     cfg.queue_depth = c->queue_depth;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&cfg);
     memset(o, 0, sizeof(*o));
     for (size_t off = 0; off < c->total; off += c->batch, o->nb++) {
         ferry_batch_t b = FERRY_BATCH_INIT;
@@ -196,10 +189,4 @@ static void test_same_virtual_times(void **state)
     }
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_same_virtual_times),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_same_virtual_times))

@@ -2,18 +2,11 @@
  * streams each launching kernel A (2 ms, one block) then B (0.1 ms), issued stream by stream,
  * take 2 ms x ceil(32 / C); issued round-robin they run fully concurrent at every C. Invalid
  * values behave like unset (8). */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <stdint.h>
-#include <cmocka.h>
-
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "backend/backend.h"
-#include "backend/sim/sim.h"
+#include "internal.h"
 
 static const ferry_backend_ops_t *be = &ferry__sim_backend;
 
@@ -153,14 +146,7 @@ static void test_deterministic(void **state)
     assert_int_equal(a, b);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_stream_by_stream_follows_the_law),
-        cmocka_unit_test(test_round_robin_is_concurrent_at_every_c),
-        cmocka_unit_test(test_invalid_values_behave_as_unset),
-        cmocka_unit_test(test_above_32_is_accepted),
-        cmocka_unit_test(test_deterministic),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_stream_by_stream_follows_the_law),
+          cmocka_unit_test(test_round_robin_is_concurrent_at_every_c),
+          cmocka_unit_test(test_invalid_values_behave_as_unset),
+          cmocka_unit_test(test_above_32_is_accepted), cmocka_unit_test(test_deterministic))

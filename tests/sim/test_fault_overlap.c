@@ -20,16 +20,10 @@ static ferry_pipeline_stats_t run(const char *inject)
 {
     const char *const kv[] = {"inject", inject, "seed", "3", NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("copy", NULL, &wl), 0);
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = ferry_workload_stage(wl);
-    pc.chunk_bytes = 64u << 10;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_device_t *dev = test_device(rt);
+    ferry_workload_t *wl = test_workload("copy");
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, ferry_workload_stage(wl), 64u << 10);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     static unsigned char in[64u << 10], out[64u << 10];
     int n[2] = {0, 0};
     for (int i = 0; i < 64; i++) {
@@ -85,12 +79,6 @@ static void test_hang_beats_kernel(void **state)
     assert_true(st.deadlines_passed >= 1); /* it hung (and was stopped), not a plain error */
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sticky_wins_in_either_order),
-        cmocka_unit_test(test_random_kernel_faults_do_not_shadow_sticky),
-        cmocka_unit_test(test_hang_beats_kernel),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_sticky_wins_in_either_order),
+          cmocka_unit_test(test_random_kernel_faults_do_not_shadow_sticky),
+          cmocka_unit_test(test_hang_beats_kernel))

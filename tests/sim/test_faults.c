@@ -8,9 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend/sim/fault_spec.h"
+#include "internal.h"
 #include "ferry/workloads.h"
-#include "testlib.h"
 
 static void test_spec_parser(void **state)
 {
@@ -91,21 +90,6 @@ static void test_spec_parser(void **state)
     assert_int_equal(ferry__fault_spec_parse(many, &s), FERRY_ERANGE);
 }
 
-typedef struct done {
-    atomic_int calls[64];
-    atomic_int gpu, cpu, failed;
-} done_t;
-
-static void on_done(const ferry_batch_result_t *r, void *arg)
-{
-    done_t *d = arg;
-    atomic_fetch_add(&d->calls[r->id % 64], 1);
-    atomic_fetch_add(r->where == FERRY_DONE_GPU   ? &d->gpu
-                     : r->where == FERRY_DONE_CPU ? &d->cpu
-                                                  : &d->failed,
-                     1);
-}
-
 typedef struct walk {
     int gpu, cpu, failed;
     unsigned records; /* lines in the failure log */
@@ -131,34 +115,21 @@ static walk_t walk(const char *spec, uint64_t seed)
     if (walk_key != NULL && walk_key2 != NULL)
         kv[8] = walk_key2, kv[9] = walk_val2;
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("scale", NULL, &wl), 0);
+    ferry_device_t *dev = test_device(rt);
+    ferry_workload_t *wl = test_workload("scale");
     ferry_stage_t st = *ferry_workload_stage(wl);
     const size_t chunk = 256u << 10, per = 4 * chunk, nb = 24, total = nb * per;
-    unsigned char *in = malloc(total), *out = malloc(total), *ref = malloc(total);
-    assert_true(in && out && ref);
+    test_bufs_t bufs = test_bufs_alloc(total);
+    unsigned char *in = bufs.in, *out = bufs.out, *ref = bufs.ref;
     uint64_t rs = seed;
     test_fill_floats(in, total, &rs);
     memset(out, 0xAB, total);
     assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = &st;
-    pc.chunk_bytes = chunk;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
-    static done_t d;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, chunk);
+    ferry_pipeline_t *p = test_pipeline(&pc);
+    static test_done_t d;
     memset(&d, 0, sizeof(d));
-    for (size_t b = 0; b < nb; b++) {
-        ferry_batch_t bt = FERRY_BATCH_INIT;
-        bt.in = in + b * per;
-        bt.out = out + b * per;
-        bt.bytes = per;
-        assert_int_equal(ferry_pipeline_submit(p, &bt, on_done, &d, NULL), 0);
-    }
-    assert_int_equal(ferry_pipeline_drain(p), 0);
+    test_submit_split(p, in, out, (size_t)nb * per, per, test_on_done, &d);
     walk_t w = {0};
     w.st.size = sizeof(w.st);
     assert_int_equal(ferry_pipeline_stats(p, &w.st), 0);
@@ -184,15 +155,21 @@ static walk_t walk(const char *spec, uint64_t seed)
     }
     fclose(f);
     unlink(log);
-    free(in);
-    free(out);
-    free(ref);
+    test_bufs_free(&bufs);
     ferry_workload_destroy(wl);
     ferry_runtime_destroy(rt);
     return w;
 }
 
 /* Sanitizer builds (FERRY_TEST_SCALE=sanitizer) walk fewer points: the same code, run slower. */
+/* walk() with the fault spec @fault=@at (fault "kernel@batch", at 3: "kernel@batch=3"). */
+static walk_t walk_at(const char *fault, int at, uint64_t seed)
+{
+    char spec[64];
+    snprintf(spec, sizeof(spec), "%s=%d", fault, at);
+    return walk(spec, seed);
+}
+
 static int step(int normal)
 {
     const char *s = getenv("FERRY_TEST_SCALE");
@@ -206,9 +183,7 @@ static void test_kernel_fault_walk(void **state)
     /* Every batch in turn: its first kernel fails once; the chunk is retried on the GPU a
      * ladder step lower and succeeds: every batch on the GPU, one record (action "retry"). */
     for (int b = 0; b < 24; b += step(1)) {
-        char spec[64];
-        snprintf(spec, sizeof(spec), "kernel@batch=%d", b);
-        walk_t w = walk(spec, seed + (uint64_t)b);
+        walk_t w = walk_at("kernel@batch", b, seed + (uint64_t)b);
         assert_int_equal(w.gpu, 24);
         assert_int_equal(w.cpu, 0);
         assert_int_equal(w.records, 1);
@@ -220,9 +195,7 @@ static void test_kernel_fault_walk(void **state)
     /* Without retries (gpu_retries=0) the CPU redoes that chunk. */
     walk_key = "gpu_retries", walk_val = "0";
     for (int b = 0; b < 24; b += step(6)) {
-        char spec[64];
-        snprintf(spec, sizeof(spec), "kernel@batch=%d", b);
-        walk_t w = walk(spec, seed + 50 + (uint64_t)b);
+        walk_t w = walk_at("kernel@batch", b, seed + 50 + (uint64_t)b);
         assert_int_equal(w.cpu, 1);
         assert_int_equal(w.gpu, 23);
         assert_int_equal(w.records, 1);
@@ -231,9 +204,7 @@ static void test_kernel_fault_walk(void **state)
     }
     /* Kernel number K of the stream (any chunk), at many points. */
     for (int k = 1; k <= 96; k += step(7)) {
-        char spec[64];
-        snprintf(spec, sizeof(spec), "kernel@n=%d", k);
-        walk_t w = walk(spec, seed + 100 + (uint64_t)k);
+        walk_t w = walk_at("kernel@n", k, seed + 100 + (uint64_t)k);
         assert_int_equal(w.cpu, 1);
         assert_int_equal(w.records, 1);
     }
@@ -256,9 +227,7 @@ static void test_coalesced_fault_walk(void **state)
     uint64_t seed = test_seed(23);
     walk_key = "coalesce_bytes", walk_val = "1M";
     for (int b = 0; b < 24; b += step(3)) {
-        char spec[64];
-        snprintf(spec, sizeof(spec), "kernel@batch=%d", b);
-        walk_t w = walk(spec, seed + (uint64_t)b);
+        walk_t w = walk_at("kernel@batch", b, seed + (uint64_t)b);
         assert_int_equal(w.st.copy_group, 4);
         assert_int_equal(w.gpu, 24);
         assert_int_equal(w.records, 1);
@@ -267,9 +236,7 @@ static void test_coalesced_fault_walk(void **state)
     }
     walk_key2 = "gpu_retries", walk_val2 = "0";
     for (int k = 1; k <= 96; k += step(11)) {
-        char spec[64];
-        snprintf(spec, sizeof(spec), "kernel@n=%d", k);
-        walk_t w = walk(spec, seed + 100 + (uint64_t)k);
+        walk_t w = walk_at("kernel@n", k, seed + 100 + (uint64_t)k);
         assert_int_equal(w.cpu, 1);
         assert_int_equal(w.gpu, 23);
         assert_int_equal(w.records, 1);
@@ -277,9 +244,7 @@ static void test_coalesced_fault_walk(void **state)
     }
     walk_key2 = walk_val2 = NULL;
     for (int k = 1; k <= 96; k += step(13)) {
-        char spec[64];
-        snprintf(spec, sizeof(spec), "sticky@n=%d", k);
-        walk_t w = walk(spec, seed + 200 + (uint64_t)k);
+        walk_t w = walk_at("sticky@n", k, seed + 200 + (uint64_t)k);
         assert_true(w.st.gpu_lost);
         assert_int_equal(w.failed, 0);
         assert_int_equal(w.gpu + w.cpu, 24);
@@ -294,9 +259,7 @@ static void test_sticky_fault_walk(void **state)
     (void)state;
     uint64_t seed = test_seed(22);
     for (int k = 1; k <= 96; k += step(5)) {
-        char spec[64];
-        snprintf(spec, sizeof(spec), "sticky@n=%d", k);
-        walk_t w = walk(spec, seed + (uint64_t)k);
+        walk_t w = walk_at("sticky@n", k, seed + (uint64_t)k);
         /* The batches whose chunks were all done before the fault stay on the GPU; everything
          * from the faulting chunk's batch on is finished by the CPU. */
         int first = (k - 1) / 4;
@@ -340,9 +303,7 @@ static void test_hang_walk(void **state)
     (void)state;
     uint64_t seed = test_seed(24);
     for (int b = 0; b < 24; b += step(5)) {
-        char spec[64];
-        snprintf(spec, sizeof(spec), "hang@batch=%d", b);
-        walk_t w = walk(spec, seed + (uint64_t)b);
+        walk_t w = walk_at("hang@batch", b, seed + (uint64_t)b);
         assert_int_equal(w.st.deadlines_passed, 1);
         assert_false(w.st.gpu_lost);
         assert_int_equal(w.cpu, 1);
@@ -351,18 +312,18 @@ static void test_hang_walk(void **state)
         /* Stopped and retired soon after the deadline: the simulator's completion thread
          * checks at every pass, and waits on the device 2 ms at a time. */
         if (w.st.deadline_overrun_ns == 0 || w.st.deadline_overrun_ns > 10000000u)
-            fail_msg("%s: aborted chunk retired %llu ns past its deadline (want (0, 10 ms])", spec,
-                     (unsigned long long)w.st.deadline_overrun_ns);
+            fail_msg("hang@batch=%d: aborted chunk retired %llu ns past its deadline "
+                     "(want (0, 10 ms])",
+                     b, (unsigned long long)w.st.deadline_overrun_ns);
         /* The heartbeat ran through the hang (the kernel left SMs free) and nothing stalled. */
         assert_true(w.st.heartbeats_sent >= 2);
         assert_true(w.st.heartbeats_seen == w.st.heartbeats_sent);
         assert_int_equal(w.st.heartbeat_stalls, 0);
         assert_int_equal(w.st.completion_stalls + w.st.watchdog_stalls, 0);
-        snprintf(spec, sizeof(spec), "hang-hard@batch=%d", b);
-        w = walk(spec, seed + 50 + (uint64_t)b);
+        w = walk_at("hang-hard@batch", b, seed + 50 + (uint64_t)b);
         assert_true(w.st.gpu_lost);
         assert_true(w.st.gpu_hung);
-        printf("# %s: heartbeats sent %llu seen %llu stalls %llu\n", spec,
+        printf("# hang-hard@batch=%d: heartbeats sent %llu seen %llu stalls %llu\n", b,
                (unsigned long long)w.st.heartbeats_sent, (unsigned long long)w.st.heartbeats_seen,
                (unsigned long long)w.st.heartbeat_stalls);
         assert_int_equal(w.failed, 0);
@@ -422,32 +383,18 @@ static void test_retry_fails_too(void **state)
     close(fd);
     const char *const kv[] = {"failure_log", log, NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_stage_t st = FERRY_STAGE_INIT;
-    st.name = "fails-twice";
-    st.cpu = fails_twice;
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = &st;
-    pc.chunk_bytes = 1u << 20;
+    ferry_device_t *dev = test_device(rt);
+    ferry_stage_t st = test_cpu_stage("fails-twice", fails_twice);
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, 1u << 20);
     pc.coalesce_bytes = SIZE_MAX; /* a copy per chunk: the records counted are per chunk */
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
-    static done_t d;
+    ferry_pipeline_t *p = test_pipeline(&pc);
+    static test_done_t d;
     memset(&d, 0, sizeof(d));
     float *in = malloc(16u << 20), *out = calloc(1, 16u << 20);
     assert_true(in && out);
     for (size_t i = 0; i < (4u << 20); i++)
         in[i] = 1.0f + (float)(i % 1000) / 1000.0f;
-    for (int b = 0; b < 4; b++) {
-        ferry_batch_t bt = FERRY_BATCH_INIT;
-        bt.in = (char *)in + b * (4u << 20);
-        bt.out = (char *)out + b * (4u << 20);
-        bt.bytes = 4u << 20;
-        assert_int_equal(ferry_pipeline_submit(p, &bt, on_done, &d, NULL), 0);
-    }
-    assert_int_equal(ferry_pipeline_drain(p), 0);
+    test_submit_split(p, in, out, 4 * (4u << 20), 4u << 20, test_on_done, &d);
     ferry_pipeline_stats_t ps = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &ps), 0);
     assert_int_equal(ferry_pipeline_close(p), 0);
@@ -499,28 +446,14 @@ static void test_no_fallback_fails_once(void **state)
     (void)state;
     const char *const kv[] = {"inject", "kernel@batch=2", NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_stage_t st = FERRY_STAGE_INIT;
-    st.name = "gpu-only";
-    st.cpu = gpu_only_cpu;
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = &st;
-    pc.chunk_bytes = 1u << 20;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
-    static done_t d;
+    ferry_device_t *dev = test_device(rt);
+    ferry_stage_t st = test_cpu_stage("gpu-only", gpu_only_cpu);
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, 1u << 20);
+    ferry_pipeline_t *p = test_pipeline(&pc);
+    static test_done_t d;
     memset(&d, 0, sizeof(d));
     float *buf = calloc(1, 16u << 20);
-    for (int b = 0; b < 4; b++) {
-        ferry_batch_t bt = FERRY_BATCH_INIT;
-        bt.in = (char *)buf + b * (4u << 20);
-        bt.out = (char *)buf + b * (4u << 20);
-        bt.bytes = 4u << 20;
-        assert_int_equal(ferry_pipeline_submit(p, &bt, on_done, &d, NULL), 0);
-    }
-    assert_int_equal(ferry_pipeline_drain(p), 0);
+    test_submit_split(p, buf, buf, 4 * (4u << 20), 4u << 20, test_on_done, &d);
     assert_int_equal(ferry_pipeline_close(p), 0);
     for (int b = 0; b < 4; b++)
         assert_int_equal(atomic_load(&d.calls[b]), 1);
@@ -530,18 +463,8 @@ static void test_no_fallback_fails_once(void **state)
     ferry_runtime_destroy(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_spec_parser),
-        cmocka_unit_test(test_kernel_fault_walk),
-        cmocka_unit_test(test_coalesced_fault_walk),
-        cmocka_unit_test(test_sticky_fault_walk),
-        cmocka_unit_test(test_slow_link_and_memory),
-        cmocka_unit_test(test_hang_walk),
-        cmocka_unit_test(test_ladder),
-        cmocka_unit_test(test_retry_fails_too),
-        cmocka_unit_test(test_no_fallback_fails_once),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_spec_parser), cmocka_unit_test(test_kernel_fault_walk),
+          cmocka_unit_test(test_coalesced_fault_walk), cmocka_unit_test(test_sticky_fault_walk),
+          cmocka_unit_test(test_slow_link_and_memory), cmocka_unit_test(test_hang_walk),
+          cmocka_unit_test(test_ladder), cmocka_unit_test(test_retry_fails_too),
+          cmocka_unit_test(test_no_fallback_fails_once))

@@ -14,22 +14,6 @@
 
 #define MAX_BATCHES 32
 
-typedef struct done {
-    atomic_int calls[MAX_BATCHES];
-    atomic_int gpu, cpu, failed;
-} done_t;
-
-static void on_done(const ferry_batch_result_t *r, void *arg)
-{
-    done_t *d = arg;
-    if (r->id < MAX_BATCHES)
-        atomic_fetch_add(&d->calls[r->id], 1);
-    atomic_fetch_add(r->where == FERRY_DONE_GPU   ? &d->gpu
-                     : r->where == FERRY_DONE_CPU ? &d->cpu
-                                                  : &d->failed,
-                     1);
-}
-
 static bool sanitizer_scale(void)
 {
     const char *s = getenv("FERRY_TEST_SCALE");
@@ -70,10 +54,8 @@ static void run_case(const liveness_case_t *c, unsigned bound_s)
     const char *kv[] = {"inject", c->spec, "gpu_retries", retries, "seed", seed, NULL};
     alarm(bound_s);
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("scale", NULL, &wl), 0);
+    ferry_device_t *dev = test_device(rt);
+    ferry_workload_t *wl = test_workload("scale");
     ferry_stage_t st = *ferry_workload_stage(wl);
     uint64_t rs = c->seed * 7919 + 1;
     /* Batches of 1 to 3 chunks, the last one short. */
@@ -85,19 +67,15 @@ static void run_case(const liveness_case_t *c, unsigned bound_s)
         sizes[b] = n;
         total += n;
     }
-    unsigned char *in = malloc(total), *out = malloc(total), *ref = malloc(total);
-    assert_true(in && out && ref);
+    test_bufs_t bufs = test_bufs_alloc(total);
+    unsigned char *in = bufs.in, *out = bufs.out, *ref = bufs.ref;
     test_fill_floats(in, total, &rs);
     memset(out, 0xAB, total);
     assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = &st;
-    pc.chunk_bytes = c->chunk;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, c->chunk);
     pc.depth = c->depth;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
-    static done_t d;
+    ferry_pipeline_t *p = test_pipeline(&pc);
+    static test_done_t d;
     memset(&d, 0, sizeof(d));
     for (unsigned b = 0; b < c->nbatches; b++) {
         ferry_batch_t bt = FERRY_BATCH_INIT;
@@ -105,7 +83,7 @@ static void run_case(const liveness_case_t *c, unsigned bound_s)
         bt.out = out + offs[b];
         bt.bytes = sizes[b];
         uint64_t id = 0;
-        assert_int_equal(ferry_pipeline_submit(p, &bt, on_done, &d, &id), 0);
+        assert_int_equal(ferry_pipeline_submit(p, &bt, test_on_done, &d, &id), 0);
         assert_int_equal(id, b);
     }
     assert_int_equal(ferry_pipeline_drain(p), 0);
@@ -124,9 +102,7 @@ static void run_case(const liveness_case_t *c, unsigned bound_s)
     assert_int_equal(ps.slots_in_use, 0);
     if (memcmp(out, ref, total) != 0)
         fail_msg("%s: output differs from the CPU reference", current);
-    free(in);
-    free(out);
-    free(ref);
+    test_bufs_free(&bufs);
     ferry_workload_destroy(wl);
     assert_int_equal(ferry_runtime_destroy(rt), 0);
 }
@@ -184,11 +160,5 @@ static void test_random_fault_mixes(void **state)
     }
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_retry_that_hangs),
-        cmocka_unit_test(test_random_fault_mixes),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_retry_that_hangs),
+          cmocka_unit_test(test_random_fault_mixes))

@@ -9,16 +9,6 @@
 #include "ferry/workloads.h"
 #include "testlib.h"
 
-static ferry_runtime_t *runtime(const char *profile)
-{
-    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
-    cfg.backend = "sim";
-    cfg.profile = profile;
-    ferry_runtime_t *rt = NULL;
-    assert_int_equal(ferry_runtime_create(&cfg, &rt), 0);
-    return rt;
-}
-
 static void count(const ferry_batch_result_t *r, void *arg)
 {
     int *c = arg;
@@ -28,41 +18,26 @@ static void count(const ferry_batch_result_t *r, void *arg)
 /* 32 MiB of random floats through `scale` in 1 MiB chunks; returns the stats. */
 static ferry_pipeline_stats_t stream(ferry_runtime_t *rt, uint64_t *seed)
 {
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("scale", NULL, &wl), 0);
+    ferry_device_t *dev = test_device(rt);
+    ferry_workload_t *wl = test_workload("scale");
     const size_t total = 32u << 20;
-    float *in = malloc(total), *out = malloc(total), *ref = malloc(total);
-    assert_true(in && out && ref);
+    test_bufs_t bufs = test_bufs_alloc(total);
+    float *in = (float *)bufs.in, *out = (float *)bufs.out, *ref = (float *)bufs.ref;
     for (size_t i = 0; i < total / 4; i++)
         in[i] = (float)(test_rand(seed) % 2000000) / 1000.0f - 1000.0f;
     assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = ferry_workload_stage(wl);
-    pc.chunk_bytes = 1u << 20;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, ferry_workload_stage(wl), 1u << 20);
     pc.depth = 4;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     int c[2] = {0, 0};
-    for (size_t off = 0; off < total; off += 4u << 20) {
-        ferry_batch_t b = FERRY_BATCH_INIT;
-        b.in = (char *)in + off;
-        b.out = (char *)out + off;
-        b.bytes = 4u << 20;
-        assert_int_equal(ferry_pipeline_submit(p, &b, count, c, NULL), 0);
-    }
-    assert_int_equal(ferry_pipeline_drain(p), 0);
+    test_submit_split(p, in, out, total, 4u << 20, count, c);
     ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &st), 0);
     assert_int_equal(ferry_pipeline_close(p), 0);
     assert_int_equal(c[0], 8);
     assert_int_equal(c[1], 0);
     assert_memory_equal(out, ref, total);
-    free(in);
-    free(out);
-    free(ref);
+    test_bufs_free(&bufs);
     ferry_workload_destroy(wl);
     return st;
 }
@@ -73,10 +48,9 @@ static void test_pinning_refused(void **state)
     uint64_t seed = test_seed(7);
     char path[64];
     test_profile_with_pin_limit(path, sizeof(path), 1 << 20);
-    ferry_runtime_t *rt = runtime(path);
+    ferry_runtime_t *rt = test_sim_runtime_on(path, NULL);
     unlink(path);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
 
     /* A plain pool (no fallback asked for) fails, naming the limit. */
     ferry_pool_config_t pc = FERRY_POOL_CONFIG_INIT;
@@ -104,7 +78,7 @@ static void test_pinning_refused(void **state)
     /* A pipeline needs 8 MiB of slots: it runs on pageable ones, every byte right. */
     ferry_pipeline_stats_t limited = stream(rt, &seed);
     ferry_runtime_destroy(rt);
-    rt = runtime(FERRY_TEST_PROFILE);
+    rt = test_sim_runtime();
     ferry_pipeline_stats_t normal = stream(rt, &seed);
     ferry_runtime_destroy(rt);
     printf("# pageable slots: %.2f GB/s each way; pinned: %.2f\n", limited.gbps_h2d,
@@ -115,10 +89,4 @@ static void test_pinning_refused(void **state)
     assert_true(limited.gbps_h2d < 0.5 * normal.gbps_h2d);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pinning_refused),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_pinning_refused))

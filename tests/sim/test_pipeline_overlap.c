@@ -5,39 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/sim/sim.h"
-#include "testlib.h"
-
-static int cpu_copy(const ferry_kernel_args_t *a, void *user)
-{
-    (void)user;
-    memcpy(a->out, a->in, a->bytes);
-    return 0;
-}
-
-static int gen(void *slot, size_t bytes, size_t offset, void *arg)
-{
-    (void)arg;
-    memset(slot, (int)(offset >> 20), bytes);
-    return 0;
-}
-
-static void sink(const ferry_batch_result_t *r, void *arg)
-{
-    if (r->status != 0)
-        (*(int *)arg)++;
-}
+#include "internal.h"
 
 static ferry_pipeline_stats_t run(ferry_device_t *dev, size_t chunk, unsigned depth, bool single,
                                   unsigned ncomp, size_t total)
 {
-    ferry_stage_t s = FERRY_STAGE_INIT;
-    s.name = "copy";
-    s.cpu = cpu_copy;
-    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.stage = &s;
-    cfg.chunk_bytes = chunk;
+    ferry_stage_t s = test_cpu_stage("copy", test_cpu_copy);
+    ferry_pipeline_config_t cfg = test_pipeline_config(dev, &s, chunk);
     cfg.depth = depth;
     cfg.compute_streams = ncomp;
     cfg.single_stream = single;
@@ -45,18 +19,8 @@ static ferry_pipeline_stats_t run(ferry_device_t *dev, size_t chunk, unsigned de
     /* Every batch fits in the queue: the submitting thread, when this machine is busy, cannot
      * leave the simulated device idle (the model charges host time only to ferry's threads). */
     cfg.queue_depth = 64;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
-    int failed = 0;
-    size_t batch = 4 * chunk;
-    for (size_t off = 0; off < total; off += batch) {
-        ferry_batch_t b = FERRY_BATCH_INIT;
-        b.prepare = gen;
-        b.bytes = total - off < batch ? total - off : batch;
-        assert_int_equal(ferry_pipeline_submit(p, &b, sink, &failed, NULL), 0);
-    }
-    assert_int_equal(ferry_pipeline_drain(p), 0);
-    assert_int_equal(failed, 0);
+    ferry_pipeline_t *p = test_pipeline(&cfg);
+    test_submit_generated(p, total, 4 * chunk, 20);
     ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &st), 0);
     assert_int_equal(ferry_pipeline_close(p), 0);
@@ -69,8 +33,7 @@ static void test_overlap_reaches_ceiling(void **state)
     /* Every chunk timed: the overlap asserted here is measured, not estimated. */
     const char *const kv[] = {"op_timing", "all", NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     struct ferry_sim_profile prof;
     assert_int_equal(ferry__sim_profile_load(FERRY_TEST_PROFILE, &prof), 0);
 
@@ -122,8 +85,7 @@ static void sampled_agrees(unsigned ncomp, bool single)
     const char *modes[2] = {"all", "sample"};
     for (int m = 0; m < 2; m++) {
         ferry_runtime_t *rt = runtime_with_timing(modes[m]);
-        ferry_device_t *dev = NULL;
-        assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+        ferry_device_t *dev = test_device(rt);
         st[m] = run(dev, chunk, 8, single, ncomp, total);
         ferry_runtime_destroy(rt);
     }
@@ -166,11 +128,5 @@ static void test_sampled_timing_agrees(void **state)
     ferry_options_destroy(o);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_overlap_reaches_ceiling),
-        cmocka_unit_test(test_sampled_timing_agrees),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_overlap_reaches_ceiling),
+          cmocka_unit_test(test_sampled_timing_agrees))

@@ -2,12 +2,6 @@
  * trips through a kernel's CPU function), event ordering and stream_wait_event, host costs and
  * synchronous pageable copies, priorities without preemption, resident-grid and memory limits,
  * non-sticky kernel errors, and strict rejection of bad profiles naming the key. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <stdint.h>
-#include <cmocka.h>
-
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +11,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "backend/backend.h"
-#include "backend/sim/sim.h"
+#include "internal.h"
 
 static const ferry_backend_ops_t *be = &ferry__sim_backend;
 
@@ -43,10 +36,7 @@ static void seed_rng(uint64_t fallback)
 
 static ferry_be_device_t *open_dev(const char *profile)
 {
-    ferry_be_device_t *dev = NULL;
-    ferry_be_open_params_t params = {.profile_path = profile, .seed = 1};
-    unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
-    assert_int_equal(be->device_open(0, &params, &dev), 0);
+    ferry_be_device_t *dev = simtest_open(profile);
     assert_non_null(dev);
     return dev;
 }
@@ -65,14 +55,7 @@ struct mod {
 
 static void write_variant(const struct mod *m, char *path, size_t len)
 {
-    FILE *f = fopen(FERRY_TEST_PROFILE, "rb");
-    assert_non_null(f);
-    static char text[1 << 16];
-    size_t n = fread(text, 1, sizeof(text) - 1, f);
-    fclose(f);
-    text[n] = '\0';
-    cJSON *root = cJSON_Parse(text);
-    assert_non_null(root);
+    cJSON *root = test_profile_json();
     cJSON *obj = m->section != NULL ? cJSON_GetObjectItem(root, m->section) : root;
     assert_non_null(obj);
     const char *name = m->key;
@@ -87,13 +70,7 @@ static void write_variant(const struct mod *m, char *path, size_t len)
         assert_non_null(v);
         cJSON_AddItemToObject(obj, name, v);
     }
-    char *out = cJSON_Print(root);
-    snprintf(path, len, "/tmp/ferry-sim-profile-XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, out, strlen(out)), (ssize_t)strlen(out));
-    close(fd);
-    cJSON_free(out);
+    test_write_json(root, "/tmp/ferry-sim-profile-XXXXXX", path, len);
     cJSON_Delete(root);
 }
 
@@ -960,25 +937,17 @@ static void test_threads(void **state)
     be->device_close(dev);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip_bit_exact),
-        cmocka_unit_test(test_copy_checks_device_ranges),
-        cmocka_unit_test(test_events_and_stream_wait),
-        cmocka_unit_test(test_wait_any_timeout_advances_the_clock),
-        cmocka_unit_test(test_host_costs),
-        cmocka_unit_test(test_pageable_is_slower_and_synchronous),
-        cmocka_unit_test(test_priorities_pick_pending_blocks),
-        cmocka_unit_test(test_resident_grid_limit),
-        cmocka_unit_test(test_kernel_error_is_reported_not_sticky),
-        cmocka_unit_test(test_launch_without_cpu_fn),
-        cmocka_unit_test(test_device_memory_exhaustion),
-        cmocka_unit_test(test_bad_profiles_rejected),
-        cmocka_unit_test(test_profile_text_errors),
-        cmocka_unit_test(test_profile_and_props),
-        cmocka_unit_test(test_deterministic),
-        cmocka_unit_test(test_threads),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_round_trip_bit_exact),
+          cmocka_unit_test(test_copy_checks_device_ranges),
+          cmocka_unit_test(test_events_and_stream_wait),
+          cmocka_unit_test(test_wait_any_timeout_advances_the_clock),
+          cmocka_unit_test(test_host_costs),
+          cmocka_unit_test(test_pageable_is_slower_and_synchronous),
+          cmocka_unit_test(test_priorities_pick_pending_blocks),
+          cmocka_unit_test(test_resident_grid_limit),
+          cmocka_unit_test(test_kernel_error_is_reported_not_sticky),
+          cmocka_unit_test(test_launch_without_cpu_fn),
+          cmocka_unit_test(test_device_memory_exhaustion),
+          cmocka_unit_test(test_bad_profiles_rejected), cmocka_unit_test(test_profile_text_errors),
+          cmocka_unit_test(test_profile_and_props), cmocka_unit_test(test_deterministic),
+          cmocka_unit_test(test_threads))

@@ -74,10 +74,8 @@ static void test_soak(void **state)
     uint64_t n = env ? strtoull(env, NULL, 10) : 1000000;
     const char *const kv[] = {"inject", "kernel@p=0.0005,slow@n=5000:x=3:for=5ms", NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("scale", NULL, &wl), 0);
+    ferry_device_t *dev = test_device(rt);
+    ferry_workload_t *wl = test_workload("scale");
     static soak_t s;
     memset(&s, 0, sizeof(s));
     s.n = n;
@@ -87,10 +85,7 @@ static void test_soak(void **state)
     assert_true(s.in && s.out);
     uint64_t seed = test_seed(41);
     test_fill_floats(s.in, (size_t)RING * SLICE, &seed);
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = ferry_workload_stage(wl);
-    pc.chunk_bytes = 4096;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, ferry_workload_stage(wl), 4096);
     pc.nonblocking = 1;
     assert_int_equal(ferry_pipeline_create(&pc, &s.p), 0);
     feeder_t f[2] = {{&s, n / 2, 0}, {&s, n - n / 2, 1}};
@@ -128,10 +123,4 @@ static void test_soak(void **state)
     ferry_runtime_destroy(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_soak),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_soak))

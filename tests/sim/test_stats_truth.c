@@ -44,33 +44,19 @@ static void run(const char *const *kv, double ns_per_byte, unsigned ncomp, size_
 {
     memset(r, 0, sizeof(*r));
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_stage_t st = FERRY_STAGE_INIT;
-    st.name = "copy-seq";
-    st.cpu = copy_cpu;
+    ferry_device_t *dev = test_device(rt);
+    ferry_stage_t st = test_cpu_stage("copy-seq", copy_cpu);
     st.user = &r->seen;
     st.ns_per_byte = ns_per_byte;
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = &st;
-    pc.chunk_bytes = chunk;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, chunk);
     pc.compute_streams = ncomp;
     pc.coalesce_bytes = SIZE_MAX;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     unsigned char *in = malloc(per * nb), *out = malloc(per * nb);
     assert_true(in && out);
     uint64_t rs = 7;
     test_fill_random(in, per * nb, &rs);
-    for (unsigned b = 0; b < nb; b++) {
-        ferry_batch_t bt = FERRY_BATCH_INIT;
-        bt.in = in + b * per;
-        bt.out = out + b * per;
-        bt.bytes = per;
-        assert_int_equal(ferry_pipeline_submit(p, &bt, on_done, &r->seen, NULL), 0);
-    }
-    assert_int_equal(ferry_pipeline_drain(p), 0);
+    test_submit_split(p, in, out, (size_t)nb * per, per, on_done, &r->seen);
     r->st.size = sizeof(r->st);
     assert_int_equal(ferry_pipeline_stats(p, &r->st), 0);
     assert_int_equal(atomic_load(&r->seen.done), (int)nb);
@@ -137,12 +123,6 @@ static void test_seq_after_the_gpu_is_lost(void **state)
     assert_int_equal(atomic_load(&r.seen.zero_seq), 0);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_busy_is_a_union),
-        cmocka_unit_test(test_slots_free_after_a_hang),
-        cmocka_unit_test(test_seq_after_the_gpu_is_lost),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_busy_is_a_union),
+          cmocka_unit_test(test_slots_free_after_a_hang),
+          cmocka_unit_test(test_seq_after_the_gpu_is_lost))

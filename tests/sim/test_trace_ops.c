@@ -14,26 +14,6 @@ typedef struct ops {
     size_t n;
 } ops_t;
 
-static int cpu_copy(const ferry_kernel_args_t *a, void *user)
-{
-    (void)user;
-    memcpy(a->out, a->in, a->bytes);
-    return 0;
-}
-
-static int gen(void *slot, size_t bytes, size_t offset, void *arg)
-{
-    (void)arg;
-    memset(slot, (int)(offset >> 16), bytes);
-    return 0;
-}
-
-static void sink(const ferry_batch_result_t *r, void *arg)
-{
-    if (r->status != 0)
-        (*(int *)arg)++;
-}
-
 static void collect(const ferry_op_record_t *op, void *arg)
 {
     ops_t *o = arg;
@@ -43,31 +23,25 @@ static void collect(const ferry_op_record_t *op, void *arg)
     o->n++;
 }
 
+/* The op records of @p, read back (freed by the caller). */
+static ops_t *ops_of(ferry_pipeline_t *p)
+{
+    ops_t *o = calloc(1, sizeof(*o));
+    assert_non_null(o);
+    assert_int_equal(ferry_pipeline_ops(p, collect, o), 0);
+    return o;
+}
+
 /* @total bytes in batches of 4 chunks of @chunk; returns the drained pipeline. */
 static ferry_pipeline_t *run(ferry_runtime_t *rt, size_t chunk, size_t total)
 {
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_stage_t s = FERRY_STAGE_INIT;
-    s.name = "copy";
-    s.cpu = cpu_copy;
-    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.stage = &s;
-    cfg.chunk_bytes = chunk;
+    ferry_device_t *dev = test_device(rt);
+    ferry_stage_t s = test_cpu_stage("copy", test_cpu_copy);
+    ferry_pipeline_config_t cfg = test_pipeline_config(dev, &s, chunk);
     cfg.queue_depth = 64;
     cfg.coalesce_bytes = SIZE_MAX; /* a copy per chunk: three ops each (sim.coalesce: groups) */
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
-    int failed = 0;
-    for (size_t off = 0; off < total; off += 4 * chunk) {
-        ferry_batch_t b = FERRY_BATCH_INIT;
-        b.prepare = gen;
-        b.bytes = total - off < 4 * chunk ? total - off : 4 * chunk;
-        assert_int_equal(ferry_pipeline_submit(p, &b, sink, &failed, NULL), 0);
-    }
-    assert_int_equal(ferry_pipeline_drain(p), 0);
-    assert_int_equal(failed, 0);
+    ferry_pipeline_t *p = test_pipeline(&cfg);
+    test_submit_generated(p, total, 4 * chunk, 16);
     return p;
 }
 
@@ -107,9 +81,7 @@ static void test_every_chunk(void **state)
     ferry_pipeline_t *p = run(rt, chunk, total);
     ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &st), 0);
-    ops_t *o = calloc(1, sizeof(*o));
-    assert_non_null(o);
-    assert_int_equal(ferry_pipeline_ops(p, collect, o), 0);
+    ops_t *o = ops_of(p);
     assert_int_equal(o->n, 3 * 40);
     assert_int_equal(st.chunks_timed, 40);
     uint64_t bytes[3] = {0, 0, 0};
@@ -142,9 +114,7 @@ static void test_first_chunks_only(void **state)
     ferry_pipeline_t *p = run(rt, 1u << 20, 128u << 20); /* 128 chunks */
     ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &st), 0);
-    ops_t *o = calloc(1, sizeof(*o));
-    assert_non_null(o);
-    assert_int_equal(ferry_pipeline_ops(p, collect, o), 0);
+    ops_t *o = ops_of(p);
     assert_int_equal(o->n, 3 * 6);
     /* the first six chunks issued: batch 0's four, batch 1's first two */
     for (uint32_t c = 0; c < 6; c++)
@@ -174,12 +144,5 @@ static void test_off_and_bad_arguments(void **state)
     ferry_runtime_destroy(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_every_chunk),
-        cmocka_unit_test(test_first_chunks_only),
-        cmocka_unit_test(test_off_and_bad_arguments),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_every_chunk), cmocka_unit_test(test_first_chunks_only),
+          cmocka_unit_test(test_off_and_bad_arguments))

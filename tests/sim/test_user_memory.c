@@ -37,12 +37,8 @@ static void done(const ferry_batch_result_t *r, void *arg)
 
 static ferry_pipeline_t *make(ferry_device_t *dev, const ferry_stage_t *st)
 {
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = st;
-    pc.chunk_bytes = 256u << 10;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, st, 256u << 10);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     return p;
 }
 
@@ -50,8 +46,7 @@ static void test_user_pool_is_pinned(void **state)
 {
     (void)state;
     ferry_runtime_t *rt = test_sim_runtime();
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     ferry_pool_config_t pcfg = FERRY_POOL_CONFIG_INIT;
     pcfg.slot_bytes = 2u << 20;
     pcfg.slots = 4;
@@ -63,18 +58,11 @@ static void test_user_pool_is_pinned(void **state)
     assert_int_equal(ferry_pool_alloc(pool, n, false, &out), 0);
     for (size_t i = 0; i < n / 4; i++)
         ((float *)in)[i] = (float)(i % 1000);
-    ferry_stage_t st = FERRY_STAGE_INIT;
-    st.name = "scale2";
-    st.cpu = cpu_scale;
+    ferry_stage_t st = test_cpu_stage("scale2", cpu_scale);
     st.granularity = 4;
     ferry_pipeline_t *p = make(dev, &st);
     atomic_int ndone = 0;
-    ferry_batch_t b = FERRY_BATCH_INIT;
-    b.in = in;
-    b.out = out;
-    b.bytes = n;
-    assert_int_equal(ferry_pipeline_submit(p, &b, done, &ndone, NULL), 0);
-    assert_int_equal(ferry_pipeline_drain(p), 0);
+    test_submit_one(p, in, out, n, done, &ndone);
     assert_int_equal(atomic_load(&ndone), 1);
     ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &s), 0);
@@ -98,11 +86,8 @@ static void test_cpu_path_aligns_for_the_stage(void **state)
     (void)state;
     const char *const kv[] = {"inject", "sticky@n=1", NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_stage_t st = FERRY_STAGE_INIT;
-    st.name = "scale2";
-    st.cpu = cpu_scale;
+    ferry_device_t *dev = test_device(rt);
+    ferry_stage_t st = test_cpu_stage("scale2", cpu_scale);
     st.granularity = 4;
     ferry_pipeline_t *p = make(dev, &st);
     const size_t n = 1u << 20;
@@ -116,12 +101,8 @@ static void test_cpu_path_aligns_for_the_stage(void **state)
     atomic_store(&misaligned, 0);
     atomic_int ndone = 0;
     for (int k = 0; k < 4; k++) { /* the first loses the GPU; the rest go straight to the CPU */
-        ferry_batch_t b = FERRY_BATCH_INIT;
-        b.in = ibuf + 1; /* odd addresses, as a user's buffers may be */
-        b.out = obuf + 3;
-        b.bytes = n;
-        assert_int_equal(ferry_pipeline_submit(p, &b, done, &ndone, NULL), 0);
-        assert_int_equal(ferry_pipeline_drain(p), 0);
+        /* odd addresses, as a user's buffers may be */
+        test_submit_one(p, ibuf + 1, obuf + 3, n, done, &ndone);
     }
     assert_int_equal(atomic_load(&ndone), 4);
     ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
@@ -142,11 +123,5 @@ static void test_cpu_path_aligns_for_the_stage(void **state)
     ferry_runtime_destroy(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_user_pool_is_pinned),
-        cmocka_unit_test(test_cpu_path_aligns_for_the_stage),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_user_pool_is_pinned),
+          cmocka_unit_test(test_cpu_path_aligns_for_the_stage))

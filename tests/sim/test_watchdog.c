@@ -36,10 +36,8 @@ static void count(const ferry_batch_result_t *r, void *arg)
 static ferry_pipeline_stats_t run(unsigned nb, double kernel_ms, probe_t *pr)
 {
     ferry_runtime_t *rt = test_sim_runtime();
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("scale", NULL, &wl), 0);
+    ferry_device_t *dev = test_device(rt);
+    ferry_workload_t *wl = test_workload("scale");
     const size_t chunk = 1u << 20, per = 2 * chunk, total = nb * per;
     pr->inner = ferry_workload_stage(wl);
     ferry_stage_t st = *pr->inner;
@@ -47,35 +45,22 @@ static ferry_pipeline_stats_t run(unsigned nb, double kernel_ms, probe_t *pr)
     st.user = pr;
     if (kernel_ms > 0)
         st.ns_per_byte = kernel_ms * 1e6 / (double)chunk;
-    unsigned char *in = malloc(total), *out = malloc(total), *ref = malloc(total);
-    assert_true(in && out && ref);
+    test_bufs_t bufs = test_bufs_alloc(total);
+    unsigned char *in = bufs.in, *out = bufs.out, *ref = bufs.ref;
     uint64_t rs = test_seed(61);
     test_fill_floats(in, total, &rs);
     assert_int_equal(ferry_workload_reference(wl, in, ref, total), 0);
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = &st;
-    pc.chunk_bytes = chunk;
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, chunk);
     pc.coalesce_bytes = SIZE_MAX; /* a copy per chunk: a sequence number each */
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     atomic_int done = 0;
-    for (unsigned b = 0; b < nb; b++) {
-        ferry_batch_t bt = FERRY_BATCH_INIT;
-        bt.in = in + b * per;
-        bt.out = out + b * per;
-        bt.bytes = per;
-        assert_int_equal(ferry_pipeline_submit(p, &bt, count, &done, NULL), 0);
-    }
-    assert_int_equal(ferry_pipeline_drain(p), 0);
+    test_submit_split(p, in, out, (size_t)nb * per, per, count, &done);
     ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &s), 0);
     assert_int_equal(ferry_pipeline_close(p), 0);
     assert_int_equal(atomic_load(&done), (int)nb); /* every batch once, on the device */
     assert_memory_equal(out, ref, total);
-    free(in);
-    free(out);
-    free(ref);
+    test_bufs_free(&bufs);
     ferry_workload_destroy(wl);
     ferry_runtime_destroy(rt);
     return s;
@@ -119,15 +104,10 @@ static void test_no_heartbeat_option(void **state)
     (void)state;
     const char *const kv[] = {"heartbeat_ms", "0", NULL};
     ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("copy", NULL, &wl), 0);
-    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = dev;
-    pc.stage = ferry_workload_stage(wl);
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_device_t *dev = test_device(rt);
+    ferry_workload_t *wl = test_workload("copy");
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, ferry_workload_stage(wl), 0);
+    ferry_pipeline_t *p = test_pipeline(&pc);
     static char buf[1 << 20];
     ferry_batch_t bt = FERRY_BATCH_INIT;
     bt.in = bt.out = buf;
@@ -150,12 +130,6 @@ static void test_no_heartbeat_option(void **state)
     ferry_options_destroy(o);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_kernel_args),
-        cmocka_unit_test(test_heartbeat_stalls_behind_long_kernel),
-        cmocka_unit_test(test_no_heartbeat_option),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_kernel_args),
+          cmocka_unit_test(test_heartbeat_stalls_behind_long_kernel),
+          cmocka_unit_test(test_no_heartbeat_option))

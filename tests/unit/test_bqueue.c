@@ -1,7 +1,6 @@
 /* The bounded submission queue: FIFO order across wrap-around, capacity and FERRY_EAGAIN
  * without losing the refused item, blocking push and *waited, timed pops, close waking both
  * sides while still delivering what was accepted, and a 4 x 4 MPMC stress: exactly once. */
-#include "testlib.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -13,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sched/sched.h"
+#include "internal.h"
 
 #define STRESS_PER_PRODUCER 100000u
 #define STRESS_PRODUCERS    4
@@ -459,17 +458,9 @@ static void test_mpmc_stress(void **state)
     free(s.seen);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_arguments),
-        cmocka_unit_test(test_fifo_order),
-        cmocka_unit_test(test_capacity_and_eagain),
-        cmocka_unit_test(test_blocking_push_waits),
-        cmocka_unit_test(test_blocking_pop_and_timeout),
-        cmocka_unit_test(test_close_wakes_poppers),
-        cmocka_unit_test(test_close_wakes_pushers_and_keeps_items),
-        cmocka_unit_test(test_mpmc_stress),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_arguments), cmocka_unit_test(test_fifo_order),
+          cmocka_unit_test(test_capacity_and_eagain), cmocka_unit_test(test_blocking_push_waits),
+          cmocka_unit_test(test_blocking_pop_and_timeout),
+          cmocka_unit_test(test_close_wakes_poppers),
+          cmocka_unit_test(test_close_wakes_pushers_and_keeps_items),
+          cmocka_unit_test(test_mpmc_stress))

@@ -1,7 +1,6 @@
 /* The Chase-Lev deque: LIFO pops and FIFO steals on one thread, growth that keeps every item
  * (also when top has moved, so the live range wraps the array), and an owner racing three
  * thieves over 1,000,000 items where each item must be taken exactly once. */
-#include "testlib.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -11,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sched/sched.h"
+#include "internal.h"
 
 #define CONCURRENT_ITEMS 1000000u
 #define THIEVES          3
@@ -274,14 +273,7 @@ static void test_owner_and_three_thieves(void **state)
     ferry__deque_destroy(r.d);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_lifo_pop_fifo_steal),
-        cmocka_unit_test(test_growth_preserves_items),
-        cmocka_unit_test(test_growth_with_wrapped_range),
-        cmocka_unit_test(test_create_arguments),
-        cmocka_unit_test(test_owner_and_three_thieves),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_lifo_pop_fifo_steal),
+          cmocka_unit_test(test_growth_preserves_items),
+          cmocka_unit_test(test_growth_with_wrapped_range), cmocka_unit_test(test_create_arguments),
+          cmocka_unit_test(test_owner_and_three_thieves))

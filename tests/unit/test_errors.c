@@ -69,13 +69,6 @@ static void test_version(void **state)
     assert_string_equal(ferry_version_string(), FERRY_VERSION_STRING);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_names_and_messages_unique),
-        cmocka_unit_test(test_unknown_codes),
-        cmocka_unit_test(test_last_error_is_per_thread),
-        cmocka_unit_test(test_version),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_names_and_messages_unique),
+          cmocka_unit_test(test_unknown_codes), cmocka_unit_test(test_last_error_is_per_thread),
+          cmocka_unit_test(test_version))

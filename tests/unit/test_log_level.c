@@ -64,27 +64,16 @@ static void test_logging_while_runtimes_are_created(void **state)
     ferry_set_log_handler(quiet, &lines);
     ferry_set_log_level(FERRY_LOG_DEBUG); /* the simulator logs at info and debug */
     ferry_runtime_t *rt = test_sim_runtime();
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     atomic_store(&stop, false);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, creator, NULL), 0);
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("copy", NULL, &wl), 0);
+    ferry_workload_t *wl = test_workload("copy");
     static unsigned char buf[1u << 20];
     for (int round = 0; round < 4; round++) {
-        ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-        pc.device = dev;
-        pc.stage = ferry_workload_stage(wl);
-        pc.chunk_bytes = 64u << 10;
-        ferry_pipeline_t *p = NULL;
-        assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
-        ferry_batch_t b = FERRY_BATCH_INIT;
-        b.in = buf;
-        b.out = buf;
-        b.bytes = sizeof(buf);
-        assert_int_equal(ferry_pipeline_submit(p, &b, done, NULL, NULL), 0);
-        assert_int_equal(ferry_pipeline_drain(p), 0);
+        ferry_pipeline_config_t pc = test_pipeline_config(dev, ferry_workload_stage(wl), 64u << 10);
+        ferry_pipeline_t *p = test_pipeline(&pc);
+        test_submit_one(p, buf, buf, sizeof(buf), done, NULL);
         assert_int_equal(ferry_pipeline_close(p), 0);
         /* The creator's runtimes left the application's level alone. */
         assert_int_equal(ferry_get_log_level(), FERRY_LOG_DEBUG);
@@ -98,11 +87,5 @@ static void test_logging_while_runtimes_are_created(void **state)
     assert_true(atomic_load(&lines) > 0);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_runtime_follows_options_until_app_chooses),
-        cmocka_unit_test(test_logging_while_runtimes_are_created),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_runtime_follows_options_until_app_chooses),
+          cmocka_unit_test(test_logging_while_runtimes_are_created))

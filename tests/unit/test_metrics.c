@@ -194,14 +194,21 @@ static char *http_get(const char *hostport, const char *path)
     return http_request(hostport, "GET", path);
 }
 
-static void test_endpoint(void **state)
+/* A registry holding one gauge, ferry_test_up, set to @v. */
+static ferry_metrics_t *registry_up(double v)
 {
-    (void)state;
     ferry_metrics_t *m = NULL;
     assert_int_equal(ferry_metrics_create(&m), 0);
     ferry_metric_t *g = NULL;
     assert_int_equal(ferry_metrics_gauge(m, "ferry_test_up", "Up.", NULL, &g), 0);
-    ferry_metric_set(g, 1);
+    ferry_metric_set(g, v);
+    return m;
+}
+
+static void test_endpoint(void **state)
+{
+    (void)state;
+    ferry_metrics_t *m = registry_up(1);
     char bound[64] = "";
     assert_int_equal(ferry_metrics_serve(m, "0.0.0.0:0", bound, sizeof(bound)), FERRY_EINVAL);
     assert_non_null(strstr(ferry_last_error(), "loopback"));
@@ -245,11 +252,7 @@ static void test_endpoint_names(void **state)
     (void)state;
     const char *const addrs[] = {"localhost:0", "[::1]:0", "127.0.0.2:0"};
     for (size_t i = 0; i < sizeof(addrs) / sizeof(addrs[0]); i++) {
-        ferry_metrics_t *m = NULL;
-        assert_int_equal(ferry_metrics_create(&m), 0);
-        ferry_metric_t *g = NULL;
-        assert_int_equal(ferry_metrics_gauge(m, "ferry_test_up", "Up.", NULL, &g), 0);
-        ferry_metric_set(g, 2);
+        ferry_metrics_t *m = registry_up(2);
         char bound[64] = "";
         int rc = ferry_metrics_serve(m, addrs[i], bound, sizeof(bound));
         if (rc != 0 && strchr(addrs[i], '[') != NULL &&
@@ -314,11 +317,7 @@ static void *slow_main(void *arg)
 static void test_endpoint_clients(void **state)
 {
     (void)state;
-    ferry_metrics_t *m = NULL;
-    assert_int_equal(ferry_metrics_create(&m), 0);
-    ferry_metric_t *g = NULL;
-    assert_int_equal(ferry_metrics_gauge(m, "ferry_test_up", "Up.", NULL, &g), 0);
-    ferry_metric_set(g, 1);
+    ferry_metrics_t *m = registry_up(1);
     char bound[64] = "";
     assert_int_equal(ferry_metrics_serve(m, "127.0.0.1:0", bound, sizeof(bound)), 0);
 
@@ -439,15 +438,7 @@ static void test_short_numbers(void **state)
     ferry_metrics_destroy(m);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_registration_and_format),
-        cmocka_unit_test(test_threads_and_file),
-        cmocka_unit_test(test_endpoint),
-        cmocka_unit_test(test_endpoint_names),
-        cmocka_unit_test(test_endpoint_clients),
-        cmocka_unit_test(test_short_numbers),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_registration_and_format),
+          cmocka_unit_test(test_threads_and_file), cmocka_unit_test(test_endpoint),
+          cmocka_unit_test(test_endpoint_names), cmocka_unit_test(test_endpoint_clients),
+          cmocka_unit_test(test_short_numbers))

@@ -319,20 +319,9 @@ static void test_parse_size(void **state)
     assert_int_equal(ferry_parse_size("1", NULL), FERRY_EINVAL);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults),
-        cmocka_unit_test(test_table),
-        cmocka_unit_test(test_set_sizes),
-        cmocka_unit_test(test_set_ints_bools_enums),
-        cmocka_unit_test(test_env),
-        cmocka_unit_test(test_runtime_rejects_bad_env),
-        cmocka_unit_test(test_parse_size),
-        cmocka_unit_test(test_double_decimal_only),
-        cmocka_unit_test(test_seed_message_max),
-        cmocka_unit_test(test_double_bounds_accepted),
-        cmocka_unit_test(test_env_unknown_variable),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_defaults), cmocka_unit_test(test_table),
+          cmocka_unit_test(test_set_sizes), cmocka_unit_test(test_set_ints_bools_enums),
+          cmocka_unit_test(test_env), cmocka_unit_test(test_runtime_rejects_bad_env),
+          cmocka_unit_test(test_parse_size), cmocka_unit_test(test_double_decimal_only),
+          cmocka_unit_test(test_seed_message_max), cmocka_unit_test(test_double_bounds_accepted),
+          cmocka_unit_test(test_env_unknown_variable))

@@ -19,8 +19,7 @@ static void test_float_tails_are_transformed(void **state)
 {
     (void)state;
     ferry_runtime_t *rt = test_sim_runtime();
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     const char *const names[] = {"scale", "fma"};
     /* Tails whose padded float is a denormal large enough for scale's factor (1 + 2^-10) to
      * change it: 0x00401000 from 0x00400000, 0x8020 from 0x8000. */
@@ -29,11 +28,8 @@ static void test_float_tails_are_transformed(void **state)
     for (int w = 0; w < 2; w++) {
         ferry_workload_t *wl = NULL;
         assert_int_equal(ferry_workload_create(names[w], NULL, &wl), 0);
-        ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-        pc.device = dev;
-        pc.stage = ferry_workload_stage(wl);
-        ferry_pipeline_t *p = NULL;
-        assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+        ferry_pipeline_config_t pc = test_pipeline_config(dev, ferry_workload_stage(wl), 0);
+        ferry_pipeline_t *p = test_pipeline(&pc);
         for (size_t bytes = 1; bytes <= 11; bytes++) {
             /* The batch: the last @bytes bytes of in[], so that 2- and 3-byte tails are the
              * ones above. */
@@ -41,12 +37,7 @@ static void test_float_tails_are_transformed(void **state)
             unsigned char out[12], ref[12];
             memset(out, 0xee, sizeof(out));
             int n = 0;
-            ferry_batch_t b = FERRY_BATCH_INIT;
-            b.in = src;
-            b.out = out;
-            b.bytes = bytes;
-            assert_int_equal(ferry_pipeline_submit(p, &b, done, &n, NULL), 0);
-            assert_int_equal(ferry_pipeline_drain(p), 0);
+            test_submit_one(p, src, out, bytes, done, &n);
             assert_int_equal(n, 1);
             assert_int_equal(ferry_workload_reference(wl, src, ref, bytes), 0);
             assert_memory_equal(out, ref, bytes);
@@ -64,8 +55,7 @@ static void test_float_tails_are_transformed(void **state)
 static void test_reference_tail_values(void **state)
 {
     (void)state;
-    ferry_workload_t *wl = NULL;
-    assert_int_equal(ferry_workload_create("scale", NULL, &wl), 0);
+    ferry_workload_t *wl = test_workload("scale");
     const unsigned char in[3] = {0x00, 0x00, 0x40}; /* 0x00400000: 2^22 ulp of denormal */
     unsigned char out[3];
     assert_int_equal(ferry_workload_reference(wl, in, out, 3), 0);
@@ -74,11 +64,5 @@ static void test_reference_tail_values(void **state)
     ferry_workload_destroy(wl);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_float_tails_are_transformed),
-        cmocka_unit_test(test_reference_tail_values),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_float_tails_are_transformed),
+          cmocka_unit_test(test_reference_tail_values))

@@ -7,21 +7,9 @@
 
 #include "testlib.h"
 
-static ferry_runtime_t *rt;
-static ferry_device_t *dev;
-
-static int cpu_copy(const ferry_kernel_args_t *a, void *user)
-{
-    (void)user;
-    memcpy(a->out, a->in, a->bytes);
-    return 0;
-}
-
 static ferry_stage_t copy_stage(void)
 {
-    ferry_stage_t s = FERRY_STAGE_INIT;
-    s.name = "copy";
-    s.cpu = cpu_copy;
+    ferry_stage_t s = test_cpu_stage("copy", test_cpu_copy);
     return s;
 }
 
@@ -29,20 +17,6 @@ static void count_cb(const ferry_batch_result_t *r, void *arg)
 {
     (void)r;
     atomic_fetch_add((atomic_int *)arg, 1);
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    rt = test_sim_runtime();
-    return ferry_device_get(rt, 0, &dev);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    ferry_runtime_destroy(rt);
-    return 0;
 }
 
 static void test_runtime_bad_input(void **state)
@@ -63,23 +37,23 @@ static void test_runtime_bad_input(void **state)
     assert_int_equal(ferry_runtime_create(&unsized, &r), FERRY_EINVAL);
     ferry_runtime_destroy(NULL);
     assert_int_equal(ferry_device_count(NULL), FERRY_EINVAL);
-    assert_int_equal(ferry_device_count(rt), 1);
+    assert_int_equal(ferry_device_count(test_rt), 1);
     ferry_device_t *d = NULL;
-    assert_int_equal(ferry_device_get(rt, 1, &d), FERRY_ENODEV);
-    assert_non_null(strstr(ferry_runtime_last_error(rt), "device 1"));
-    assert_int_equal(ferry_device_get(rt, -1, &d), FERRY_ENODEV);
-    assert_int_equal(ferry_device_get(rt, 0, NULL), FERRY_EINVAL);
+    assert_int_equal(ferry_device_get(test_rt, 1, &d), FERRY_ENODEV);
+    assert_non_null(strstr(ferry_runtime_last_error(test_rt), "device 1"));
+    assert_int_equal(ferry_device_get(test_rt, -1, &d), FERRY_ENODEV);
+    assert_int_equal(ferry_device_get(test_rt, 0, NULL), FERRY_EINVAL);
     ferry_device_props_t p = {0};
-    assert_int_equal(ferry_device_props(dev, &p), FERRY_EINVAL);
+    assert_int_equal(ferry_device_props(test_dev, &p), FERRY_EINVAL);
     ferry_device_props_t q = FERRY_DEVICE_PROPS_INIT;
-    assert_int_equal(ferry_device_props(dev, &q), 0);
+    assert_int_equal(ferry_device_props(test_dev, &q), 0);
     assert_true(q.simulated);
     assert_int_equal(q.sms, 132);
     assert_int_equal(q.copy_engines, 3);
     assert_int_equal(q.priority_least, 0);
     assert_int_equal(q.priority_greatest, -5);
-    assert_string_equal(ferry_runtime_backend(rt), "sim");
-    assert_true(ferry_device_is_simulated(dev));
+    assert_string_equal(ferry_runtime_backend(test_rt), "sim");
+    assert_true(ferry_device_is_simulated(test_dev));
 }
 
 static void test_create_bad_input(void **state)
@@ -89,7 +63,7 @@ static void test_create_bad_input(void **state)
     ferry_pipeline_t *p = (ferry_pipeline_t *)0x1;
     ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
     assert_int_equal(ferry_pipeline_create(&cfg, &p), FERRY_EINVAL); /* no device */
-    cfg.device = dev;
+    cfg.device = test_dev;
     assert_int_equal(ferry_pipeline_create(&cfg, &p), FERRY_EINVAL); /* no stage */
     cfg.stage = &s;
     assert_int_equal(ferry_pipeline_create(NULL, &p), FERRY_EINVAL);
@@ -144,12 +118,8 @@ static void test_submit_bad_input(void **state)
 {
     (void)state;
     ferry_stage_t s = copy_stage();
-    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.stage = &s;
-    cfg.chunk_bytes = 4096;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
+    ferry_pipeline_config_t cfg = test_pipeline_config(test_dev, &s, 4096);
+    ferry_pipeline_t *p = test_pipeline(&cfg);
     atomic_int calls = 0;
     char buf[64], out[64];
     ferry_batch_t b = FERRY_BATCH_INIT;
@@ -203,29 +173,43 @@ static int gated_prepare(void *slot, size_t bytes, size_t offset, void *arg)
     return 0;
 }
 
+/* A pipeline of queue @depth (@nonblocking) whose issuer is held by a gated batch of @bytes
+ * (completing into @calls) until gate_open(@g). */
+static ferry_pipeline_t *gated_pipeline(unsigned depth, int nonblocking, size_t bytes, gate_t *g,
+                                        atomic_int *calls)
+{
+    static ferry_stage_t s;
+    s = copy_stage();
+    ferry_pipeline_config_t cfg = test_pipeline_config(test_dev, &s, 4096);
+    cfg.queue_depth = depth;
+    cfg.nonblocking = nonblocking;
+    ferry_pipeline_t *p = test_pipeline(&cfg);
+    ferry_batch_t gated = FERRY_BATCH_INIT;
+    gated.bytes = bytes;
+    gated.prepare = gated_prepare;
+    gated.prepare_arg = g;
+    assert_int_equal(ferry_pipeline_submit(p, &gated, count_cb, calls, NULL), 0);
+    pthread_mutex_lock(&g->m);
+    while (!g->entered)
+        pthread_cond_wait(&g->c, &g->m);
+    pthread_mutex_unlock(&g->m);
+    return p;
+}
+
+static void gate_open(gate_t *g)
+{
+    pthread_mutex_lock(&g->m);
+    g->open = true;
+    pthread_cond_broadcast(&g->c);
+    pthread_mutex_unlock(&g->m);
+}
+
 static void test_backpressure_nonblocking_and_close_busy(void **state)
 {
     (void)state;
-    ferry_stage_t s = copy_stage();
-    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.stage = &s;
-    cfg.chunk_bytes = 4096;
-    cfg.queue_depth = 3;
-    cfg.nonblocking = 1;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
     gate_t g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
     atomic_int calls = 0;
-    ferry_batch_t gated = FERRY_BATCH_INIT;
-    gated.bytes = 100;
-    gated.prepare = gated_prepare;
-    gated.prepare_arg = &g;
-    assert_int_equal(ferry_pipeline_submit(p, &gated, count_cb, &calls, NULL), 0);
-    pthread_mutex_lock(&g.m);
-    while (!g.entered)
-        pthread_cond_wait(&g.c, &g.m);
-    pthread_mutex_unlock(&g.m);
+    ferry_pipeline_t *p = gated_pipeline(3, 1, 100, &g, &calls);
     /* the issuer is held: exactly queue_depth more fit, then FERRY_EAGAIN */
     char in[16] = "abcdefghijklmno";
     char outs[4][16];
@@ -244,10 +228,7 @@ static void test_backpressure_nonblocking_and_close_busy(void **state)
     }
     assert_int_equal(ferry_pipeline_close(p), FERRY_EBUSY);
     assert_non_null(strstr(ferry_last_error(), "in flight"));
-    pthread_mutex_lock(&g.m);
-    g.open = true;
-    pthread_cond_broadcast(&g.c);
-    pthread_mutex_unlock(&g.m);
+    gate_open(&g);
     assert_int_equal(ferry_pipeline_drain(p), 0);
     assert_int_equal(atomic_load(&calls), 1 + accepted);
     for (int i = 0; i < 3; i++)
@@ -277,26 +258,9 @@ static void *blocking_submit(void *arg)
 static void test_backpressure_blocking(void **state)
 {
     (void)state;
-    ferry_stage_t s = copy_stage();
-    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.stage = &s;
-    cfg.chunk_bytes = 4096;
-    cfg.queue_depth = 1;
-    cfg.nonblocking = 0;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
     gate_t g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
     atomic_int calls = 0;
-    ferry_batch_t gated = FERRY_BATCH_INIT;
-    gated.bytes = 10;
-    gated.prepare = gated_prepare;
-    gated.prepare_arg = &g;
-    assert_int_equal(ferry_pipeline_submit(p, &gated, count_cb, &calls, NULL), 0);
-    pthread_mutex_lock(&g.m);
-    while (!g.entered)
-        pthread_cond_wait(&g.c, &g.m);
-    pthread_mutex_unlock(&g.m);
+    ferry_pipeline_t *p = gated_pipeline(1, 0, 10, &g, &calls);
     char in[8] = "1234567", out1[8], out2[8];
     ferry_batch_t b = FERRY_BATCH_INIT;
     b.in = in;
@@ -311,10 +275,7 @@ static void test_backpressure_blocking(void **state)
     struct timespec ts = {0, 50 * 1000 * 1000};
     nanosleep(&ts, NULL);
     assert_int_equal(atomic_load(&sub.done), 0); /* still blocked: queue full */
-    pthread_mutex_lock(&g.m);
-    g.open = true;
-    pthread_cond_broadcast(&g.c);
-    pthread_mutex_unlock(&g.m);
+    gate_open(&g);
     pthread_join(t, NULL);
     assert_int_equal(atomic_load(&sub.done), 1);
     assert_int_equal(ferry_pipeline_drain(p), 0);
@@ -329,7 +290,7 @@ static void test_backpressure_blocking(void **state)
 static int failing_cpu(const ferry_kernel_args_t *a, void *user)
 {
     (void)user;
-    return a->chunk == 1 ? FERRY_EKERNEL : cpu_copy(a, NULL);
+    return a->chunk == 1 ? FERRY_EKERNEL : test_cpu_copy(a, NULL);
 }
 
 typedef struct result_rec {
@@ -351,12 +312,8 @@ static void test_failed_stage_completes_once(void **state)
     (void)state;
     ferry_stage_t s = copy_stage();
     s.cpu = failing_cpu;
-    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.stage = &s;
-    cfg.chunk_bytes = 1024;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
+    ferry_pipeline_config_t cfg = test_pipeline_config(test_dev, &s, 1024);
+    ferry_pipeline_t *p = test_pipeline(&cfg);
     static char in[4096], out[4096];
     result_rec_t bad = {0}, good = {0};
     ferry_batch_t b = FERRY_BATCH_INIT;
@@ -380,15 +337,8 @@ static void test_failed_stage_completes_once(void **state)
     assert_int_equal(ferry_pipeline_close(p), 0);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_runtime_bad_input),
-        cmocka_unit_test(test_create_bad_input),
-        cmocka_unit_test(test_submit_bad_input),
-        cmocka_unit_test(test_backpressure_nonblocking_and_close_busy),
-        cmocka_unit_test(test_backpressure_blocking),
-        cmocka_unit_test(test_failed_stage_completes_once),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN(test_sim_setup, test_sim_teardown, cmocka_unit_test(test_runtime_bad_input),
+          cmocka_unit_test(test_create_bad_input), cmocka_unit_test(test_submit_bad_input),
+          cmocka_unit_test(test_backpressure_nonblocking_and_close_busy),
+          cmocka_unit_test(test_backpressure_blocking),
+          cmocka_unit_test(test_failed_stage_completes_once))

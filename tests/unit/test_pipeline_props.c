@@ -86,9 +86,7 @@ static void run_config(ferry_device_t *dev, uint64_t seed, int idx)
     cfg.nonblocking = (int)test_rand_range(&rs, 0, 1);
     cfg.workers = (unsigned)test_rand_range(&rs, 1, 3);
     cfg.single_stream = test_rand_range(&rs, 0, 7) == 0;
-    ferry_stage_t stage = FERRY_STAGE_INIT;
-    stage.name = "xor";
-    stage.cpu = stage_cpu;
+    ferry_stage_t stage = test_cpu_stage("xor", stage_cpu);
     stage.ns_per_byte = (double)test_rand_range(&rs, 0, 3) * 0.01;
     cfg.stage = &stage;
 
@@ -198,8 +196,7 @@ static void test_random_configs(void **state)
 {
     (void)state;
     ferry_runtime_t *rt = test_sim_runtime();
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     uint64_t base = test_seed(20261202);
     const char *n_env = getenv("FERRY_TEST_CONFIGS");
     int n = n_env ? atoi(n_env) : 200;
@@ -211,10 +208,4 @@ static void test_random_configs(void **state)
     ferry_runtime_destroy(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_random_configs),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_random_configs))

@@ -5,23 +5,6 @@
 
 #include "testlib.h"
 
-static ferry_runtime_t *rt;
-static ferry_device_t *dev;
-
-static int setup(void **state)
-{
-    (void)state;
-    rt = test_sim_runtime();
-    return ferry_device_get(rt, 0, &dev);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    ferry_runtime_destroy(rt);
-    return 0;
-}
-
 static void test_sizing_rule(void **state)
 {
     (void)state;
@@ -42,7 +25,7 @@ static void test_alloc_free_exhaust(void **state)
     cfg.slot_bytes = 5000; /* rounded up to the alignment */
     cfg.slots = 4;
     ferry_pool_t *p = NULL;
-    assert_int_equal(ferry_pool_create(dev, &cfg, &p), 0);
+    assert_int_equal(ferry_pool_create(test_dev, &cfg, &p), 0);
     ferry_pool_stats_t st = FERRY_POOL_STATS_INIT;
     assert_int_equal(ferry_pool_stats(p, &st), 0);
     assert_int_equal(st.slot_bytes, 8192);
@@ -93,19 +76,19 @@ static void test_bad_config(void **state)
     ferry_pool_t *p = (ferry_pool_t *)0x1;
     ferry_pool_config_t cfg = FERRY_POOL_CONFIG_INIT;
     cfg.align = 3000;
-    assert_int_equal(ferry_pool_create(dev, &cfg, &p), FERRY_EINVAL);
+    assert_int_equal(ferry_pool_create(test_dev, &cfg, &p), FERRY_EINVAL);
     assert_non_null(strstr(ferry_last_error(), "power of two"));
     cfg.align = 0;
     cfg.bytes = 100;
     cfg.slot_bytes = 4096;
-    assert_int_equal(ferry_pool_create(dev, &cfg, &p), FERRY_EINVAL);
+    assert_int_equal(ferry_pool_create(test_dev, &cfg, &p), FERRY_EINVAL);
     cfg.bytes = 0;
     cfg.slots = SIZE_MAX / 2;
-    assert_int_equal(ferry_pool_create(dev, &cfg, &p), FERRY_ERANGE);
+    assert_int_equal(ferry_pool_create(test_dev, &cfg, &p), FERRY_ERANGE);
     ferry_pool_config_t unsized = {0};
-    assert_int_equal(ferry_pool_create(dev, &unsized, &p), FERRY_EINVAL);
+    assert_int_equal(ferry_pool_create(test_dev, &unsized, &p), FERRY_EINVAL);
     assert_int_equal(ferry_pool_create(NULL, NULL, &p), FERRY_EINVAL);
-    assert_int_equal(ferry_pool_create(dev, NULL, NULL), FERRY_EINVAL);
+    assert_int_equal(ferry_pool_create(test_dev, NULL, NULL), FERRY_EINVAL);
     assert_ptr_equal(p, (ferry_pool_t *)0x1);
     ferry_pool_stats_t st = {0};
     assert_int_equal(ferry_pool_stats(NULL, &st), FERRY_EINVAL);
@@ -147,7 +130,7 @@ static void test_threads_wait_for_slots(void **state)
     cfg.slot_bytes = 4096;
     cfg.slots = 3; /* fewer slots than threads: allocations must wait */
     ferry_pool_t *p = NULL;
-    assert_int_equal(ferry_pool_create(dev, &cfg, &p), 0);
+    assert_int_equal(ferry_pool_create(test_dev, &cfg, &p), 0);
     enum { T = 6 };
     pthread_t th[T];
     worker_arg_t args[T];
@@ -167,13 +150,6 @@ static void test_threads_wait_for_slots(void **state)
     ferry_pool_destroy(p);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sizing_rule),
-        cmocka_unit_test(test_alloc_free_exhaust),
-        cmocka_unit_test(test_bad_config),
-        cmocka_unit_test(test_threads_wait_for_slots),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN(test_sim_setup, test_sim_teardown, cmocka_unit_test(test_sizing_rule),
+          cmocka_unit_test(test_alloc_free_exhaust), cmocka_unit_test(test_bad_config),
+          cmocka_unit_test(test_threads_wait_for_slots))

@@ -5,25 +5,11 @@
 
 #include "testlib.h"
 
-static int cpu_copy(const ferry_kernel_args_t *a, void *user)
-{
-    (void)user;
-    memcpy(a->out, a->in, a->bytes);
-    return 0;
-}
-
-static void sink(const ferry_batch_result_t *r, void *arg)
-{
-    if (r->status != 0)
-        ++*(int *)arg;
-}
-
 static void test_register_rules(void **state)
 {
     (void)state;
     ferry_runtime_t *rt = test_sim_runtime();
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     static char buf[1 << 16];
     assert_int_equal(ferry_host_register(dev, buf, 4096), 0);
     assert_int_equal(ferry_host_register(dev, buf + 100, 10), FERRY_EINVAL);
@@ -42,16 +28,10 @@ static void test_registered_buffers_skip_staging(void **state)
 {
     (void)state;
     ferry_runtime_t *rt = test_sim_runtime();
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
-    ferry_stage_t s = FERRY_STAGE_INIT;
-    s.cpu = cpu_copy;
-    ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT;
-    cfg.device = dev;
-    cfg.stage = &s;
-    cfg.chunk_bytes = 1 << 20;
-    ferry_pipeline_t *p = NULL;
-    assert_int_equal(ferry_pipeline_create(&cfg, &p), 0);
+    ferry_device_t *dev = test_device(rt);
+    ferry_stage_t s = test_cpu_stage(NULL, test_cpu_copy);
+    ferry_pipeline_config_t cfg = test_pipeline_config(dev, &s, 1 << 20);
+    ferry_pipeline_t *p = test_pipeline(&cfg);
     const size_t n = 3u << 20;
     unsigned char *in = malloc(n), *out = malloc(n), *in2 = malloc(n), *out2 = malloc(n);
     uint64_t rs = test_seed(7);
@@ -60,22 +40,14 @@ static void test_registered_buffers_skip_staging(void **state)
     assert_int_equal(ferry_host_register(dev, in, n), 0);
     assert_int_equal(ferry_host_register(dev, out, n), 0);
     int failed = 0;
-    ferry_batch_t b = FERRY_BATCH_INIT;
-    b.in = in;
-    b.out = out;
-    b.bytes = n;
-    assert_int_equal(ferry_pipeline_submit(p, &b, sink, &failed, NULL), 0);
-    assert_int_equal(ferry_pipeline_drain(p), 0);
+    test_submit_one(p, in, out, n, test_count_failed, &failed);
     ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &st), 0);
     assert_int_equal(st.staged_bytes, 0);
     assert_int_equal(st.copied_out_bytes, 0);
     assert_memory_equal(out, in, n);
     /* unregistered: staged in, copied out, same bytes */
-    b.in = in2;
-    b.out = out2;
-    assert_int_equal(ferry_pipeline_submit(p, &b, sink, &failed, NULL), 0);
-    assert_int_equal(ferry_pipeline_drain(p), 0);
+    test_submit_one(p, in2, out2, n, test_count_failed, &failed);
     assert_int_equal(ferry_pipeline_stats(p, &st), 0);
     assert_int_equal(st.staged_bytes, n);
     assert_int_equal(st.copied_out_bytes, n);
@@ -91,11 +63,5 @@ static void test_registered_buffers_skip_staging(void **state)
     ferry_runtime_destroy(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_register_rules),
-        cmocka_unit_test(test_registered_buffers_skip_staging),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_register_rules),
+          cmocka_unit_test(test_registered_buffers_skip_staging))

@@ -201,13 +201,6 @@ static void test_xy_chart(void **state)
     free(page);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_check_path),
-        cmocka_unit_test(test_atomic_and_escaped),
-        cmocka_unit_test(test_rename_failure_cleans_up),
-        cmocka_unit_test(test_xy_chart),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN(setup, teardown, cmocka_unit_test(test_check_path),
+          cmocka_unit_test(test_atomic_and_escaped),
+          cmocka_unit_test(test_rename_failure_cleans_up), cmocka_unit_test(test_xy_chart))

@@ -5,8 +5,7 @@
  * watchdog that stopped stepping is reported by the completion thread's check. */
 #include <string.h>
 
-#include "pipeline/watchdog.h"
-#include "testlib.h"
+#include "internal.h"
 
 #define MS 1000000ull
 
@@ -58,8 +57,7 @@ static void test_deadline_then_hang(void **state)
 {
     (void)state;
     ferry_runtime_t *rt = test_sim_runtime();
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     seen_t s = {0};
     ferry__watchdog_t *w = make(dev, &s);
     const volatile uint64_t *word = ferry__watchdog_abort_word(w);
@@ -112,8 +110,7 @@ static void test_stalls(void **state)
 {
     (void)state;
     ferry_runtime_t *rt = test_sim_runtime();
-    ferry_device_t *dev = NULL;
-    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_device_t *dev = test_device(rt);
     seen_t s = {0};
     ferry__watchdog_t *w = make(dev, &s);
     ferry__wd_head_t h = {.seq = 1, .since_ns = 0};
@@ -149,11 +146,4 @@ static void test_stalls(void **state)
     ferry_runtime_destroy(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_deadline_then_hang),
-        cmocka_unit_test(test_stalls),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_deadline_then_hang), cmocka_unit_test(test_stalls))

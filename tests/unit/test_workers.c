@@ -2,7 +2,6 @@
  * tasks that submit tasks, task groups waited on from outside and from inside a worker (one
  * thread: only helping avoids a deadlock), destroy running what is pending, and parallel_memcpy
  * bit-exact over odd sizes and unaligned offsets. */
-#include "testlib.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -14,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sched/sched.h"
+#include "internal.h"
 
 #define MANY_TASKS 100000u
 #define SUBMITTERS 4
@@ -533,17 +532,8 @@ static void test_parallel_memcpy(void **state)
     free(src);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_arguments),
-        cmocka_unit_test(test_names_and_bounds),
-        cmocka_unit_test(test_many_tasks_four_submitters),
-        cmocka_unit_test(test_nested_submits),
-        cmocka_unit_test(test_taskgroup_wait_outside),
-        cmocka_unit_test(test_taskgroup_wait_inside_worker),
-        cmocka_unit_test(test_destroy_runs_pending),
-        cmocka_unit_test(test_parallel_memcpy),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_arguments), cmocka_unit_test(test_names_and_bounds),
+          cmocka_unit_test(test_many_tasks_four_submitters), cmocka_unit_test(test_nested_submits),
+          cmocka_unit_test(test_taskgroup_wait_outside),
+          cmocka_unit_test(test_taskgroup_wait_inside_worker),
+          cmocka_unit_test(test_destroy_runs_pending), cmocka_unit_test(test_parallel_memcpy))
