@@ -4,6 +4,7 @@
  * `--compare` runs the sweep on the simulator too and puts prediction beside measurement;
  * `--report` charts either as an HTML page (report.c). */
 #include <math.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -822,6 +823,160 @@ out:
     return rc;
 }
 
+/* ---- the command line ----------------------------------------------------------------- */
+
+static int check_sizes(const char *cmd, const char *v, void *into)
+{
+    (void)cmd;
+    bench_opts_t *bo = into;
+    return parse_list("sizes", v, true, 1, 16ull << 30, bo->sizes, 32, &bo->nsizes);
+}
+
+static int check_chunks(const char *cmd, const char *v, void *into)
+{
+    (void)cmd;
+    bench_opts_t *bo = into;
+    return parse_list("chunks", v, true, 4, 1ull << 30, bo->chunks, 16, &bo->nchunks);
+}
+
+static int check_streams(const char *cmd, const char *v, void *into)
+{
+    (void)cmd;
+    bench_opts_t *bo = into;
+    return parse_list("streams", v, false, 1, 16, bo->streams, 8, &bo->nstreams);
+}
+
+static int check_intensity(const char *cmd, const char *v, void *into)
+{
+    (void)cmd;
+    bench_opts_t *bo = into;
+    return parse_list("intensity", v, false, 0, 100000, bo->intensities, 8, &bo->nint);
+}
+
+static int check_report(const char *cmd, const char *v, void *into)
+{
+    (void)into;
+    return report_check_path(cmd, v);
+}
+
+static int check_bytes(const char *cmd, const char *v, void *into)
+{
+    (void)v;
+    if (((bench_opts_t *)into)->bytes == 0)
+        return cli_usage_error(cmd, "--bytes must be at least 1");
+    return CLI_OK;
+}
+
+static int check_compare(const char *cmd, const char *v, void *into)
+{
+    (void)cmd;
+    (void)v;
+    ((bench_opts_t *)into)->compare = true;
+    return CLI_OK;
+}
+
+static int check_compare_bytes(const char *cmd, const char *v, void *into)
+{
+    bench_opts_t *bo = into;
+    if (bo->compare_bytes == 0)
+        return cli_usage_error(cmd, "--compare-bytes must be at least 1");
+    return check_compare(cmd, v, into);
+}
+
+static int check_host_offset(const char *cmd, const char *v, void *into)
+{
+    (void)v;
+    const bench_opts_t *bo = into;
+    if (bo->host_offset % 4 != 0)
+        return cli_usage_error(cmd,
+                               "--host-offset %llu: accepted: a multiple of 4 (a float) from 0 "
+                               "to 4092",
+                               bo->host_offset);
+    return CLI_OK;
+}
+
+#define BENCH_FLAG(field) offsetof(bench_opts_t, field)
+/* The flags of both benchmarks, then those of each. */
+static const cli_flag_def_t bench_flags[] = {
+    {.name = "json", .kind = CLI_SWITCH, .offset = BENCH_FLAG(json), .help = "one JSON object"},
+    {.name = "csv", .kind = CLI_SWITCH, .offset = BENCH_FLAG(csv), .help = "CSV rows"},
+    {.name = "no-pageable",
+     .kind = CLI_SWITCH,
+     .offset = BENCH_FLAG(no_pageable),
+     .help = "copy: skip pageable memory"},
+    {.name = "report",
+     .kind = CLI_STRING,
+     .offset = BENCH_FLAG(report),
+     .help = "write an HTML page",
+     .check = check_report},
+    {.name = "reps",
+     .kind = CLI_UINT,
+     .offset = BENCH_FLAG(reps),
+     .help = "repetitions per case",
+     .lo = 1,
+     .hi = 10000},
+    {NULL},
+};
+static const cli_flag_def_t bench_copy_flags[] = {
+    {.name = "sizes",
+     .kind = CLI_CUSTOM,
+     .offset = 0,
+     .help = "copy sizes, e.g. 4K,1M,16M",
+     .check = check_sizes},
+    {NULL},
+};
+static const cli_flag_def_t bench_pipeline_flags[] = {
+    {.name = "compare",
+     .kind = CLI_SWITCH,
+     .offset = BENCH_FLAG(compare),
+     .help = "the simulator's prediction beside each case"},
+    {.name = "compare-profile",
+     .kind = CLI_STRING,
+     .offset = BENCH_FLAG(compare_profile),
+     .help = "the simulator's profile",
+     .check = check_compare},
+    {.name = "bytes",
+     .kind = CLI_SIZE,
+     .offset = BENCH_FLAG(bytes),
+     .help = "bytes per configuration",
+     .check = check_bytes},
+    {.name = "compare-bytes",
+     .kind = CLI_SIZE,
+     .offset = BENCH_FLAG(compare_bytes),
+     .help = "the simulator's bytes per case",
+     .check = check_compare_bytes},
+    {.name = "passes",
+     .kind = CLI_UINT,
+     .offset = BENCH_FLAG(passes),
+     .help = "measured passes per configuration",
+     .lo = 1,
+     .hi = 100},
+    {.name = "host-offset",
+     .kind = CLI_UINT,
+     .offset = BENCH_FLAG(host_offset),
+     .help = "bytes past a page boundary",
+     .lo = 0,
+     .hi = 4092,
+     .check = check_host_offset},
+    {.name = "chunks",
+     .kind = CLI_CUSTOM,
+     .offset = 0,
+     .help = "chunk sizes",
+     .check = check_chunks},
+    {.name = "streams",
+     .kind = CLI_CUSTOM,
+     .offset = 0,
+     .help = "compute streams",
+     .check = check_streams},
+    {.name = "intensity",
+     .kind = CLI_CUSTOM,
+     .offset = 0,
+     .help = "fma intensities",
+     .check = check_intensity},
+    {NULL},
+};
+#undef BENCH_FLAG
+
 int cmd_bench(int argc, char **argv)
 {
     const char *cmd = "bench";
@@ -850,113 +1005,20 @@ int cmd_bench(int argc, char **argv)
     int orc = cli_options(cmd, &o);
     if (orc != CLI_OK)
         return orc;
-    cli_args_t a = {.argc = argc, .argv = argv, .i = 2, .cmd = cmd};
-    int rc = CLI_OK;
-    while (a.i < argc) {
-        const char *v = NULL;
-        int k;
-        if (strcmp(argv[a.i], "--help") == 0 || strcmp(argv[a.i], "-h") == 0) {
-            ferry_options_destroy(o);
-            return usage();
-        }
-        if (cli_flag(&a, "json")) {
-            bo.json = true;
-            continue;
-        }
-        if (cli_flag(&a, "csv")) {
-            bo.csv = true;
-            continue;
-        }
-        if (cli_flag(&a, "no-pageable")) {
-            bo.no_pageable = true;
-            continue;
-        }
-        if ((k = cli_flag_value(&a, "report", &v)) != 0) {
-            if (k < 0 || report_check_path(cmd, v) != CLI_OK)
-                goto usage_out;
-            bo.report = v;
-            continue;
-        }
-        if (pipe && cli_flag(&a, "compare")) {
-            bo.compare = true;
-            continue;
-        }
-        if (pipe && (k = cli_flag_value(&a, "compare-profile", &v)) != 0) {
-            if (k < 0)
-                goto usage_out;
-            bo.compare_profile = v;
-            bo.compare = true;
-            continue;
-        }
-        if ((k = cli_flag_value(&a, "reps", &v)) != 0) {
-            if (k < 0 || cli_parse_uint(cmd, "reps", v, 1, 10000, &bo.reps) != 0)
-                goto usage_out;
-            continue;
-        }
-        if (copy && (k = cli_flag_value(&a, "sizes", &v)) != 0) {
-            if (k < 0 || parse_list("sizes", v, true, 1, 16ull << 30, bo.sizes, 32, &bo.nsizes))
-                goto usage_out;
-            continue;
-        }
-        if (pipe && (k = cli_flag_value(&a, "bytes", &v)) != 0) {
-            if (k < 0 || cli_parse_size(cmd, "bytes", v, &bo.bytes) != 0)
-                goto usage_out;
-            if (bo.bytes == 0) {
-                cli_usage_error(cmd, "--bytes must be at least 1");
-                goto usage_out;
-            }
-            continue;
-        }
-        if (pipe && (k = cli_flag_value(&a, "compare-bytes", &v)) != 0) {
-            if (k < 0 || cli_parse_size(cmd, "compare-bytes", v, &bo.compare_bytes) != 0)
-                goto usage_out;
-            if (bo.compare_bytes == 0) {
-                cli_usage_error(cmd, "--compare-bytes must be at least 1");
-                goto usage_out;
-            }
-            bo.compare = true;
-            continue;
-        }
-        if (pipe && (k = cli_flag_value(&a, "passes", &v)) != 0) {
-            if (k < 0 || cli_parse_uint(cmd, "passes", v, 1, 100, &bo.passes) != 0)
-                goto usage_out;
-            continue;
-        }
-        if (pipe && (k = cli_flag_value(&a, "host-offset", &v)) != 0) {
-            if (k < 0 || cli_parse_uint(cmd, "host-offset", v, 0, 4092, &bo.host_offset) != 0)
-                goto usage_out;
-            if (bo.host_offset % 4 != 0) {
-                cli_usage_error(cmd,
-                                "--host-offset %llu: accepted: a multiple of 4 (a float) from "
-                                "0 to 4092",
-                                bo.host_offset);
-                goto usage_out;
-            }
-            continue;
-        }
-        if (pipe && (k = cli_flag_value(&a, "chunks", &v)) != 0) {
-            if (k < 0 || parse_list("chunks", v, true, 4, 1ull << 30, bo.chunks, 16, &bo.nchunks))
-                goto usage_out;
-            continue;
-        }
-        if (pipe && (k = cli_flag_value(&a, "streams", &v)) != 0) {
-            if (k < 0 || parse_list("streams", v, false, 1, 16, bo.streams, 8, &bo.nstreams))
-                goto usage_out;
-            continue;
-        }
-        if (pipe && (k = cli_flag_value(&a, "intensity", &v)) != 0) {
-            if (k < 0 || parse_list("intensity", v, false, 0, 100000, bo.intensities, 8, &bo.nint))
-                goto usage_out;
-            continue;
-        }
-        if ((k = cli_option_flag(&a, o)) != 0) {
-            if (k < 0)
-                goto usage_out;
-            continue;
-        }
-        cli_usage_error(cmd, "unknown argument '%s' for bench %s", argv[a.i], what);
-        goto usage_out;
+    cli_parser_t p = {.cmd = cmd,
+                      .flags = {bench_flags, copy ? bench_copy_flags : bench_pipeline_flags},
+                      .into = &bo,
+                      .options = o};
+    char context[32];
+    snprintf(context, sizeof(context), "for bench %s", what);
+    p.context = context;
+    int rc = cli_parse(&p, argc, argv, 2);
+    if (rc == CLI_HELP) {
+        ferry_options_destroy(o);
+        return usage();
     }
+    if (rc != CLI_OK)
+        goto usage_out;
     if (bo.json && bo.csv) {
         cli_usage_error(cmd, "--json and --csv exclude each other");
         goto usage_out;

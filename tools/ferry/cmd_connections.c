@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -462,99 +463,107 @@ static int recommend(unsigned streams, bool strict, bool json)
 
 /* ---- main ---------------------------------------------------------------------------------- */
 
+/* ---- the command line ----------------------------------------------------------------- */
+
+typedef struct conn_flags {
+    bool json, measure, recommend, one, strict;
+    const char *ordering;
+    unsigned values[MAX_VALUES];
+    int nv;
+    unsigned long long streams, reps;
+} conn_flags_t;
+
+static int check_ordering(const char *cmd, const char *v, void *into)
+{
+    if (strcmp(v, "strict") != 0)
+        return cli_usage_error(cmd, "--ordering '%s' is not accepted (accepted: strict)", v);
+    ((conn_flags_t *)into)->strict = true;
+    return CLI_OK;
+}
+
+static int check_values(const char *cmd, const char *v, void *into)
+{
+    conn_flags_t *f = into;
+    f->nv = 0;
+    char buf[256];
+    if (strlen(v) >= sizeof(buf))
+        return cli_usage_error(cmd, "--values: list too long");
+    strcpy(buf, v);
+    /* strtok would skip empty items: walk the commas by hand to refuse them. */
+    for (char *s = buf, *comma;; s = comma + 1) {
+        comma = strchr(s, ',');
+        if (comma)
+            *comma = '\0';
+        if (f->nv == MAX_VALUES)
+            return cli_usage_error(cmd, "--values: at most %d values", MAX_VALUES);
+        if (ferry_connections_parse("--values", s, &f->values[f->nv]) != 0)
+            return cli_usage_error(cmd, "%s", ferry_last_error());
+        f->nv++;
+        if (comma == NULL)
+            return CLI_OK;
+    }
+}
+
+#define CONN_FLAG(field) offsetof(conn_flags_t, field)
+static const cli_flag_def_t conn_flags[] = {
+    {.name = "json", .kind = CLI_SWITCH, .offset = CONN_FLAG(json), .help = "one JSON object"},
+    {.name = "measure",
+     .kind = CLI_SWITCH,
+     .offset = CONN_FLAG(measure),
+     .help = "measure each value in a child process"},
+    {.name = "measure-one",
+     .kind = CLI_SWITCH,
+     .offset = CONN_FLAG(one),
+     .help = "the child of --measure"},
+    {.name = "recommend",
+     .kind = CLI_SWITCH,
+     .offset = CONN_FLAG(recommend),
+     .help = "the value for --streams N"},
+    {.name = "ordering",
+     .kind = CLI_STRING,
+     .offset = CONN_FLAG(ordering),
+     .help = "strict",
+     .check = check_ordering},
+    {.name = "streams",
+     .kind = CLI_UINT,
+     .offset = CONN_FLAG(streams),
+     .help = "streams kept active per GPU",
+     .lo = 1,
+     .hi = 1024},
+    {.name = "reps",
+     .kind = CLI_UINT,
+     .offset = CONN_FLAG(reps),
+     .help = "repetitions per value",
+     .lo = 1,
+     .hi = 100},
+    {.name = "values",
+     .kind = CLI_CUSTOM,
+     .offset = 0,
+     .help = "the values to measure, e.g. 1,2,4",
+     .check = check_values},
+    {NULL},
+};
+#undef CONN_FLAG
+
 int cmd_connections(int argc, char **argv)
 {
     const char *cmd = "connections";
-    bool json = false, do_measure = false, do_recommend = false, one = false, strict = false;
-    unsigned values[MAX_VALUES] = {1, 2, 4, 8, 16, 32};
-    int nv = 6;
-    unsigned long long streams = 0, reps = 5;
+    conn_flags_t f = {.values = {1, 2, 4, 8, 16, 32}, .nv = 6, .reps = 5};
     ferry_options_t *o = NULL;
     int orc = cli_options(cmd, &o);
     if (orc != CLI_OK)
         return orc;
-    cli_args_t a = {.argc = argc, .argv = argv, .i = 1, .cmd = cmd};
-    int rc = CLI_OK;
-    while (a.i < argc) {
-        const char *v = NULL;
-        int k;
-        if (strcmp(argv[a.i], "--help") == 0 || strcmp(argv[a.i], "-h") == 0) {
-            ferry_options_destroy(o);
-            return usage();
-        }
-        if (cli_flag(&a, "json")) {
-            json = true;
-            continue;
-        }
-        if (cli_flag(&a, "measure")) {
-            do_measure = true;
-            continue;
-        }
-        if (cli_flag(&a, "measure-one")) { /* the child of --measure */
-            one = true;
-            continue;
-        }
-        if (cli_flag(&a, "recommend")) {
-            do_recommend = true;
-            continue;
-        }
-        if ((k = cli_flag_value(&a, "ordering", &v)) != 0) {
-            if (k < 0)
-                goto usage_out;
-            if (strcmp(v, "strict") != 0) {
-                rc = cli_usage_error(cmd, "--ordering '%s' is not accepted (accepted: strict)", v);
-                goto out;
-            }
-            strict = true;
-            continue;
-        }
-        if ((k = cli_flag_value(&a, "streams", &v)) != 0) {
-            if (k < 0 || cli_parse_uint(cmd, "streams", v, 1, 1024, &streams) != 0)
-                goto usage_out;
-            continue;
-        }
-        if ((k = cli_flag_value(&a, "reps", &v)) != 0) {
-            if (k < 0 || cli_parse_uint(cmd, "reps", v, 1, 100, &reps) != 0)
-                goto usage_out;
-            continue;
-        }
-        if ((k = cli_flag_value(&a, "values", &v)) != 0) {
-            if (k < 0)
-                goto usage_out;
-            nv = 0;
-            char buf[256];
-            if (strlen(v) >= sizeof(buf)) {
-                rc = cli_usage_error(cmd, "--values: list too long");
-                goto out;
-            }
-            strcpy(buf, v);
-            /* strtok would skip empty items: walk the commas by hand to refuse them. */
-            for (char *s = buf, *comma;; s = comma + 1) {
-                comma = strchr(s, ',');
-                if (comma)
-                    *comma = '\0';
-                if (nv == MAX_VALUES) {
-                    rc = cli_usage_error(cmd, "--values: at most %d values", MAX_VALUES);
-                    goto out;
-                }
-                if (ferry_connections_parse("--values", s, &values[nv]) != 0) {
-                    rc = cli_usage_error(cmd, "%s", ferry_last_error());
-                    goto out;
-                }
-                nv++;
-                if (comma == NULL)
-                    break;
-            }
-            continue;
-        }
-        if ((k = cli_option_flag(&a, o)) != 0) {
-            if (k < 0)
-                goto usage_out;
-            continue;
-        }
-        rc = cli_usage_error(cmd, "unknown argument '%s'", argv[a.i]);
-        goto out;
+    cli_parser_t p = {.cmd = cmd, .flags = {conn_flags}, .into = &f, .options = o};
+    int rc = cli_parse(&p, argc, argv, 1);
+    if (rc == CLI_HELP) {
+        ferry_options_destroy(o);
+        return usage();
     }
+    if (rc != CLI_OK)
+        goto out;
+    bool json = f.json, do_measure = f.measure, do_recommend = f.recommend, one = f.one,
+         strict = f.strict;
+    unsigned long long streams = f.streams, reps = f.reps;
     if (do_measure + do_recommend + one > 1) {
         rc = cli_usage_error(cmd, "--measure and --recommend exclude each other");
         goto out;
@@ -585,7 +594,7 @@ int cmd_connections(int argc, char **argv)
             const char *b = ferry_options_get_str(o, "backend");
             if (b != NULL)
                 snprintf(backend, sizeof(backend), "%s", b);
-            rc = measure(backend, values, nv, (unsigned)streams, (unsigned)reps, json);
+            rc = measure(backend, f.values, f.nv, (unsigned)streams, (unsigned)reps, json);
         }
     } else {
         if (streams != 0) {
@@ -597,7 +606,4 @@ int cmd_connections(int argc, char **argv)
 out:
     ferry_options_destroy(o);
     return rc;
-usage_out:
-    ferry_options_destroy(o);
-    return CLI_USAGE;
 }

@@ -73,41 +73,42 @@ static int usage(void)
     return CLI_OK;
 }
 
+typedef struct env_flags {
+    const char *conn, *copy, *format;
+    bool json;
+} env_flags_t;
+
+#define ENV_FLAG(field) offsetof(env_flags_t, field)
+static const cli_flag_def_t env_flags[] = {
+    {.name = "json",
+     .kind = CLI_SWITCH,
+     .offset = ENV_FLAG(json),
+     .help = "the variables and the snippet as JSON"},
+    {.name = "connections",
+     .kind = CLI_STRING,
+     .offset = ENV_FLAG(conn),
+     .help = "CUDA_DEVICE_MAX_CONNECTIONS, 1..32"},
+    {.name = "copy-connections",
+     .kind = CLI_STRING,
+     .offset = ENV_FLAG(copy),
+     .help = "CUDA_DEVICE_MAX_COPY_CONNECTIONS, 1..32"},
+    {.name = "format", .kind = CLI_STRING, .offset = ENV_FLAG(format), .help = FORMAT_LIST},
+    {NULL},
+};
+#undef ENV_FLAG
+
 int cmd_env(int argc, char **argv)
 {
     const char *cmd = "env";
-    const char *conn = NULL, *copy = NULL, *format = NULL;
-    bool json = false;
-    cli_args_t a = {.argc = argc, .argv = argv, .i = 1, .cmd = cmd};
-    while (a.i < argc) {
-        const char *v = NULL;
-        int r;
-        if (strcmp(argv[a.i], "--help") == 0 || strcmp(argv[a.i], "-h") == 0)
-            return usage();
-        if (cli_flag(&a, "json")) {
-            json = true;
-            continue;
-        }
-        if ((r = cli_flag_value(&a, "connections", &v)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            conn = v;
-            continue;
-        }
-        if ((r = cli_flag_value(&a, "copy-connections", &v)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            copy = v;
-            continue;
-        }
-        if ((r = cli_flag_value(&a, "format", &v)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            format = v;
-            continue;
-        }
-        return cli_usage_error(cmd, "unknown argument '%s'", argv[a.i]);
-    }
+    env_flags_t fl = {.json = false};
+    cli_parser_t p = {.cmd = cmd, .flags = {env_flags}, .into = &fl};
+    int prc = cli_parse(&p, argc, argv, 1);
+    if (prc == CLI_HELP)
+        return usage();
+    if (prc != CLI_OK)
+        return prc;
+    const char *conn = fl.conn, *copy = fl.copy, *format = fl.format;
+    bool json = fl.json;
 
     if (conn == NULL)
         return cli_usage_error(cmd, "--connections N is required (an integer 1..32)");

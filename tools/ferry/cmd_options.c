@@ -242,31 +242,51 @@ static void bash_completion(void)
            "complete -F _ferry ferry\n");
 }
 
+typedef struct options_flags {
+    bool md, json, man, bash;
+} options_flags_t;
+
+#define OPTIONS_FLAG(field) offsetof(options_flags_t, field)
+static const cli_flag_def_t options_flags[] = {
+    {.name = "markdown",
+     .kind = CLI_SWITCH,
+     .offset = OPTIONS_FLAG(md),
+     .help = "the table of docs/options.md"},
+    {.name = "json",
+     .kind = CLI_SWITCH,
+     .offset = OPTIONS_FLAG(json),
+     .help = "the table for scripts"},
+    {.name = "man",
+     .kind = CLI_SWITCH,
+     .offset = OPTIONS_FLAG(man),
+     .help = "the manual page ferry.1"},
+    {.name = "bash-completion",
+     .kind = CLI_SWITCH,
+     .offset = OPTIONS_FLAG(bash),
+     .help = "the bash completion script"},
+    {NULL},
+};
+#undef OPTIONS_FLAG
+
 int cmd_options(int argc, char **argv)
 {
-    bool md = false, json = false, man = false, bash = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--markdown") == 0)
-            md = true;
-        else if (strcmp(argv[i], "--json") == 0)
-            json = true;
-        else if (strcmp(argv[i], "--man") == 0)
-            man = true;
-        else if (strcmp(argv[i], "--bash-completion") == 0)
-            bash = true;
-        else if (strcmp(argv[i], "--help") == 0) {
-            printf("usage: ferry options [--markdown | --json | --man | --bash-completion]\n\n"
-                   "List every ferry option: its command-line flag, its environment variable,\n"
-                   "type, default, accepted range and what it does. Values are parsed strictly:\n"
-                   "a bad value is an error naming the option and what is accepted.\n\n"
-                   "  --markdown         the table of docs/options.md\n"
-                   "  --json             the table for scripts\n"
-                   "  --man              the manual page ferry.1 (commands and options)\n"
-                   "  --bash-completion  the bash completion script for commands and flags\n");
-            return CLI_OK;
-        } else
-            return cli_usage_error("options", "unknown argument '%s'", argv[i]);
+    options_flags_t fl = {.md = false};
+    cli_parser_t p = {.cmd = "options", .flags = {options_flags}, .into = &fl};
+    int prc = cli_parse(&p, argc, argv, 1);
+    if (prc == CLI_HELP) {
+        printf("usage: ferry options [--markdown | --json | --man | --bash-completion]\n\n"
+               "List every ferry option: its command-line flag, its environment variable,\n"
+               "type, default, accepted range and what it does. Values are parsed strictly:\n"
+               "a bad value is an error naming the option and what is accepted.\n\n"
+               "  --markdown         the table of docs/options.md\n"
+               "  --json             the table for scripts\n"
+               "  --man              the manual page ferry.1 (commands and options)\n"
+               "  --bash-completion  the bash completion script for commands and flags\n");
+        return CLI_OK;
     }
+    if (prc != CLI_OK)
+        return prc;
+    bool md = fl.md, json = fl.json, man = fl.man, bash = fl.bash;
     if (md + json + man + bash > 1)
         return cli_usage_error(
             "options", "--markdown, --json, --man and --bash-completion exclude each other");

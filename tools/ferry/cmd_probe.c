@@ -2,6 +2,7 @@
  * device's properties; on the simulator, the profile it models. Text or --json. */
 #include <errno.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -163,70 +164,59 @@ out:
     return rc;
 }
 
+typedef struct probe_flags {
+    bool json, cal;
+    const char *only, *outpath;
+} probe_flags_t;
+
+static int check_backend(const char *cmd, const char *v, void *into)
+{
+    (void)into;
+    if (strcmp(v, "sim") != 0 && strcmp(v, "cuda") != 0)
+        return cli_usage_error(cmd, "--backend '%s': accepted: sim, cuda", v);
+    return CLI_OK;
+}
+
+#define PROBE_FLAG(field) offsetof(probe_flags_t, field)
+static const cli_flag_def_t probe_flags[] = {
+    {.name = "json", .kind = CLI_SWITCH, .offset = PROBE_FLAG(json), .help = "one JSON object"},
+    {.name = "calibrate",
+     .kind = CLI_SWITCH,
+     .offset = PROBE_FLAG(cal),
+     .help = "measure this machine into a device profile"},
+    {.name = "output",
+     .kind = CLI_STRING,
+     .offset = PROBE_FLAG(outpath),
+     .help = "the profile --calibrate writes",
+     .short_name = 'o',
+     .value_noun = "a file name"},
+    {.name = "backend",
+     .kind = CLI_STRING,
+     .offset = PROBE_FLAG(only),
+     .help = "sim or cuda only",
+     .check = check_backend},
+    {NULL},
+};
+#undef PROBE_FLAG
+
 int cmd_probe(int argc, char **argv)
 {
     const char *cmd = "probe";
-    bool json = false, cal = false;
-    const char *only = NULL, *outpath = NULL;
+    probe_flags_t fl = {.json = false};
     ferry_options_t *opts = NULL;
     int orc = cli_options(cmd, &opts);
     if (orc != CLI_OK)
         return orc;
-    cli_args_t a = {.argc = argc, .argv = argv, .i = 1, .cmd = cmd};
-    int rc = CLI_OK;
-    while (a.i < argc) {
-        const char *v = NULL;
-        int r;
-        if (strcmp(argv[a.i], "--help") == 0 || strcmp(argv[a.i], "-h") == 0) {
-            ferry_options_destroy(opts);
-            return usage();
-        }
-        if (cli_flag(&a, "json")) {
-            json = true;
-            continue;
-        }
-        if (cli_flag(&a, "calibrate")) {
-            cal = true;
-            continue;
-        }
-        if ((r = cli_flag_value(&a, "output", &v)) != 0) {
-            if (r < 0)
-                goto out_usage;
-            outpath = v;
-            continue;
-        }
-        if (strncmp(argv[a.i], "-o", 2) == 0) {
-            if (argv[a.i][2] == '\0') {
-                if (a.i + 1 >= argc) {
-                    cli_usage_error(cmd, "-o needs a file name");
-                    goto out_usage;
-                }
-                outpath = argv[a.i + 1];
-                a.i += 2;
-            } else {
-                outpath = argv[a.i] + 2;
-                a.i++;
-            }
-            continue;
-        }
-        if ((r = cli_flag_value(&a, "backend", &v)) != 0) {
-            if (r < 0)
-                goto out_usage;
-            if (strcmp(v, "sim") != 0 && strcmp(v, "cuda") != 0) {
-                cli_usage_error(cmd, "--backend '%s': accepted: sim, cuda", v);
-                goto out_usage;
-            }
-            only = v;
-            continue;
-        }
-        if ((r = cli_option_flag(&a, opts)) != 0) {
-            if (r < 0)
-                goto out_usage;
-            continue;
-        }
-        cli_usage_error(cmd, "unknown argument '%s'", argv[a.i]);
-        goto out_usage;
+    cli_parser_t parser = {.cmd = cmd, .flags = {probe_flags}, .into = &fl, .options = opts};
+    int rc = cli_parse(&parser, argc, argv, 1);
+    if (rc == CLI_HELP) {
+        ferry_options_destroy(opts);
+        return usage();
     }
+    if (rc != CLI_OK)
+        goto out_usage;
+    bool json = fl.json, cal = fl.cal;
+    const char *only = fl.only, *outpath = fl.outpath;
 
     if (cal || outpath) {
         if (!cal || !outpath) {

@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -393,82 +394,100 @@ static int usage(void)
     return CLI_OK;
 }
 
+static int check_bytes(const char *cmd, const char *v, void *into)
+{
+    (void)cmd;
+    (void)v;
+    ((run_opts_t *)into)->bytes_set = true;
+    return CLI_OK;
+}
+
+static int check_batch_bytes(const char *cmd, const char *v, void *into)
+{
+    (void)v;
+    const run_opts_t *r = into;
+    if (r->batch_bytes == 0 || r->batch_bytes > (1ull << 34))
+        return cli_usage_error(cmd, "--batch-bytes must be 1 to 16G");
+    return CLI_OK;
+}
+
+static int check_trace(const char *cmd, const char *v, void *into)
+{
+    (void)into;
+    return cli_check_out_path(cmd, "trace", v, "trace.json");
+}
+
+static int check_report(const char *cmd, const char *v, void *into)
+{
+    (void)into;
+    return report_check_path(cmd, v);
+}
+
+#define RUN_FLAG(field) offsetof(run_opts_t, field)
+static const cli_flag_def_t run_flags[] = {
+    {.name = "json",
+     .kind = CLI_SWITCH,
+     .offset = RUN_FLAG(json),
+     .help = "print the summary as one JSON object"},
+    {.name = "quiet",
+     .kind = CLI_SWITCH,
+     .offset = RUN_FLAG(quiet),
+     .help = "print nothing but errors"},
+    {.name = "single-stream",
+     .kind = CLI_SWITCH,
+     .offset = RUN_FLAG(single_stream),
+     .help = "every op on one stream"},
+    {.name = "bytes",
+     .kind = CLI_SIZE,
+     .offset = RUN_FLAG(bytes),
+     .help = "bytes of generated data",
+     .check = check_bytes},
+    {.name = "batch-bytes",
+     .kind = CLI_SIZE,
+     .offset = RUN_FLAG(batch_bytes),
+     .help = "bytes per submitted batch",
+     .check = check_batch_bytes},
+    {.name = "workload",
+     .kind = CLI_STRING,
+     .offset = RUN_FLAG(workload),
+     .help = "copy, scale or fma"},
+    {.name = "intensity",
+     .kind = CLI_UINT,
+     .offset = RUN_FLAG(intensity),
+     .help = "fma: fused multiply-adds per float",
+     .lo = 1,
+     .hi = 100000},
+    {.name = "input",
+     .kind = CLI_STRING,
+     .offset = RUN_FLAG(input),
+     .help = "stream FILE instead of generated data"},
+    {.name = "output",
+     .kind = CLI_STRING,
+     .offset = RUN_FLAG(output),
+     .help = "write the transformed stream to FILE"},
+    {.name = "trace",
+     .kind = CLI_STRING,
+     .offset = RUN_FLAG(trace),
+     .help = "write a Chrome trace",
+     .check = check_trace},
+    {.name = "report",
+     .kind = CLI_STRING,
+     .offset = RUN_FLAG(report),
+     .help = "write an HTML page",
+     .check = check_report},
+    {NULL},
+};
+#undef RUN_FLAG
+
 static int parse(int argc, char **argv, ferry_options_t *o, run_opts_t *r)
 {
     const char *cmd = "run";
-    cli_args_t a = {.argc = argc, .argv = argv, .i = 1, .cmd = cmd};
-    while (a.i < argc) {
-        const char *v = NULL;
-        int k;
-        if (strcmp(argv[a.i], "--help") == 0 || strcmp(argv[a.i], "-h") == 0)
-            return -1;
-        if (cli_flag(&a, "json")) {
-            r->json = true;
-            continue;
-        }
-        if (cli_flag(&a, "quiet")) {
-            r->quiet = true;
-            continue;
-        }
-        if (cli_flag(&a, "single-stream")) {
-            r->single_stream = true;
-            continue;
-        }
-        if ((k = cli_flag_value(&a, "bytes", &v)) != 0) {
-            if (k < 0 || cli_parse_size(cmd, "bytes", v, &r->bytes) != 0)
-                return CLI_USAGE;
-            r->bytes_set = true;
-            continue;
-        }
-        if ((k = cli_flag_value(&a, "batch-bytes", &v)) != 0) {
-            if (k < 0 || cli_parse_size(cmd, "batch-bytes", v, &r->batch_bytes) != 0)
-                return CLI_USAGE;
-            if (r->batch_bytes == 0 || r->batch_bytes > (1ull << 34))
-                return cli_usage_error(cmd, "--batch-bytes must be 1 to 16G");
-            continue;
-        }
-        if ((k = cli_flag_value(&a, "workload", &v)) != 0) {
-            if (k < 0)
-                return CLI_USAGE;
-            r->workload = v;
-            continue;
-        }
-        if ((k = cli_flag_value(&a, "intensity", &v)) != 0) {
-            if (k < 0 || cli_parse_uint(cmd, "intensity", v, 1, 100000, &r->intensity) != 0)
-                return CLI_USAGE;
-            continue;
-        }
-        if ((k = cli_flag_value(&a, "input", &v)) != 0) {
-            if (k < 0)
-                return CLI_USAGE;
-            r->input = v;
-            continue;
-        }
-        if ((k = cli_flag_value(&a, "output", &v)) != 0) {
-            if (k < 0)
-                return CLI_USAGE;
-            r->output = v;
-            continue;
-        }
-        if ((k = cli_flag_value(&a, "trace", &v)) != 0) {
-            if (k < 0 || cli_check_out_path(cmd, "trace", v, "trace.json") != CLI_OK)
-                return CLI_USAGE;
-            r->trace = v;
-            continue;
-        }
-        if ((k = cli_flag_value(&a, "report", &v)) != 0) {
-            if (k < 0 || report_check_path(cmd, v) != CLI_OK)
-                return CLI_USAGE;
-            r->report = v;
-            continue;
-        }
-        if ((k = cli_option_flag(&a, o)) != 0) {
-            if (k < 0)
-                return CLI_USAGE;
-            continue;
-        }
-        return cli_usage_error(cmd, "unknown argument '%s'", argv[a.i]);
-    }
+    cli_parser_t p = {.cmd = cmd, .flags = {run_flags}, .into = r, .options = o};
+    int prc = cli_parse(&p, argc, argv, 1);
+    if (prc == CLI_HELP)
+        return -1;
+    if (prc != CLI_OK)
+        return prc;
     bool known = false;
     for (const char *const *n = ferry_workload_names(); *n; n++)
         known |= strcmp(*n, r->workload) == 0;
