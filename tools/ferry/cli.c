@@ -1,4 +1,4 @@
-/* Shared CLI helpers: errors and exit codes, flag parsing, formatting, JSON strings. */
+/* Shared CLI helpers: errors and exit codes, the flag tables' parser, formatting. */
 #include "cli.h"
 
 #include <errno.h>
@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
@@ -251,35 +250,6 @@ const char *cli_bytes(unsigned long long b, char *buf, size_t len)
     else
         snprintf(buf, len, "%.*f %s", v < 10 ? 2 : 1, v, units[u]);
     return buf;
-}
-
-void cli_json_begin(FILE *f, const char *command)
-{
-    char when[32] = "";
-    struct timespec ts;
-    struct tm tm;
-    if (clock_gettime(CLOCK_REALTIME, &ts) == 0 && gmtime_r(&ts.tv_sec, &tm) != NULL)
-        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
-    fprintf(f, "{\"command\":");
-    cli_json_str(f, command);
-    fprintf(f, ",\"ferry_version\":");
-    cli_json_str(f, ferry_version_string());
-    fprintf(f, ",\"time_utc\":");
-    cli_json_str(f, when);
-}
-
-void cli_json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++) {
-        if (*c == '"' || *c == '\\')
-            fprintf(f, "\\%c", *c);
-        else if (*c < 0x20)
-            fprintf(f, "\\u%04x", *c);
-        else
-            fputc(*c, f);
-    }
-    fputc('"', f);
 }
 
 bool cli_color(void)

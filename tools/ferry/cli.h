@@ -1,5 +1,5 @@
 /* Shared pieces of the ferry CLI: exit codes, usage errors, flag parsing over the options
- * table (every option is also a flag: --chunk-bytes 8M), number formatting and JSON output.
+ * table (every option is also a flag: --chunk-bytes 8M), number formatting. JSON output: json.h.
  * The CLI uses only ferry's public API. */
 #ifndef FERRY_CLI_H
 #define FERRY_CLI_H
@@ -83,13 +83,6 @@ void cli_quiet_logs(int argc, char **argv);
 
 /* "4.00 GiB", "8.0 MiB", "512 B" */
 const char *cli_bytes(unsigned long long b, char *buf, size_t len);
-
-/* Open a command's JSON object: {"command":@command,"ferry_version":"0.1.0",
- * "time_utc":"2026-12-04T11:40:00Z" (when it was printed). The caller goes on with
- * ",\"key\":..." and closes the object. Every command's --json output starts here. */
-void cli_json_begin(FILE *f, const char *command);
-/* JSON string with escapes, quotes included. */
-void cli_json_str(FILE *f, const char *s);
 
 /* Whether stdout is a terminal and colour is allowed (NO_COLOR unset). */
 bool cli_color(void);

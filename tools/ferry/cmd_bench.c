@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "json.h"
 #include "progress.h"
 #include "ferry/bench.h"
 #include "report.h"
@@ -175,20 +176,20 @@ static ferry_runtime_t *open_runtime(ferry_options_t *o, const char *backend, co
     return rt;
 }
 
-static void device_line(ferry_runtime_t *rt, ferry_device_t *dev, FILE *f, bool json)
+/* The device a benchmark ran on: a comment line, or the members of the JSON object. */
+static void device_line(ferry_runtime_t *rt, ferry_device_t *dev, json_t *j)
 {
     ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
     ferry_device_props(dev, &p);
-    if (json) {
-        fprintf(f, "\"backend\":\"%s\",\"device\":", ferry_runtime_backend(rt));
-        cli_json_str(f, p.name);
-        fprintf(f, ",\"simulated\":%s,\"driver\":", p.simulated ? "true" : "false");
-        cli_json_str(f, p.driver_version);
-        fprintf(f, ",\"link_gbps\":%.2f", p.link_gbps);
+    if (j != NULL) {
+        json_key_str(j, "backend", ferry_runtime_backend(rt));
+        json_key_str(j, "device", p.name);
+        json_key_bool(j, "simulated", p.simulated);
+        json_key_str(j, "driver", p.driver_version);
+        json_key_double(j, "link_gbps", p.link_gbps, 2);
     } else {
-        fprintf(f, "# %s: %s, driver %s, link %.1f GB/s per direction%s\n",
-                ferry_runtime_backend(rt), p.name, p.driver_version, p.link_gbps,
-                p.simulated ? " (times simulated)" : "");
+        printf("# %s: %s, driver %s, link %.1f GB/s per direction%s\n", ferry_runtime_backend(rt),
+               p.name, p.driver_version, p.link_gbps, p.simulated ? " (times simulated)" : "");
     }
 }
 
@@ -296,20 +297,20 @@ static int bench_copy(ferry_options_t *o, const bench_opts_t *bo)
     }
     const char *const *dirs = copy_dirs;
     copy_cell_t cells[2][3][32];
+    json_t j;
     if (bo->json) {
-        cli_json_begin(stdout, "bench copy");
-        printf(",");
-        device_line(rt, dev, stdout, true);
-        printf(",\"results\":[");
+        json_command_begin(&j, stdout, "bench copy");
+        device_line(rt, dev, &j);
+        json_key(&j, "results");
+        json_array_begin(&j);
     } else if (bo->csv) {
         printf("bytes,direction,memory,best_gbps,median_gbps,best_us,median_us,reps,"
                "sum_of_directions\n");
     } else {
-        device_line(rt, dev, stdout, false);
+        device_line(rt, dev, NULL);
         printf("%10s  %-5s %-8s %10s %10s %11s\n", "bytes", "dir", "memory", "best GB/s", "median",
                "median us");
     }
-    int nout = 0;
     for (int pg = 0; pg < (bo->no_pageable ? 1 : 2); pg++)
         for (int d = 0; d < 3; d++)
             for (int s = 0; s < bo->nsizes; s++) {
@@ -339,14 +340,19 @@ static int bench_copy(ferry_options_t *o, const bench_opts_t *bo)
                 metrics_result(bo, "ferry_bench_copy_bytes_per_second", help, lm,
                                r.median_gbps * 1e9);
                 ferry_metric_add(bo->cases_done, 1);
-                if (bo->json)
-                    printf("%s{\"bytes\":%llu,\"direction\":\"%s\",\"memory\":\"%s\","
-                           "\"best_gbps\":%.3f,\"median_gbps\":%.3f,\"best_us\":%.3f,"
-                           "\"median_us\":%.3f,\"reps\":%u,\"sum_of_directions\":%s}",
-                           nout++ ? "," : "", bo->sizes[s], dirs[d], mem, r.best_gbps,
-                           r.median_gbps, r.best_us, r.median_us, r.reps,
-                           d == 2 ? "true" : "false");
-                else if (bo->csv)
+                if (bo->json) {
+                    json_object_begin(&j);
+                    json_key_uint(&j, "bytes", bo->sizes[s]);
+                    json_key_str(&j, "direction", dirs[d]);
+                    json_key_str(&j, "memory", mem);
+                    json_key_double(&j, "best_gbps", r.best_gbps, 3);
+                    json_key_double(&j, "median_gbps", r.median_gbps, 3);
+                    json_key_double(&j, "best_us", r.best_us, 3);
+                    json_key_double(&j, "median_us", r.median_us, 3);
+                    json_key_uint(&j, "reps", r.reps);
+                    json_key_bool(&j, "sum_of_directions", d == 2);
+                    json_object_end(&j);
+                } else if (bo->csv)
                     printf("%llu,%s,%s,%.3f,%.3f,%.3f,%.3f,%u,%d\n", bo->sizes[s], dirs[d], mem,
                            r.best_gbps, r.median_gbps, r.best_us, r.median_us, r.reps, d == 2);
                 else {
@@ -358,8 +364,11 @@ static int bench_copy(ferry_options_t *o, const bench_opts_t *bo)
                 fflush(stdout);
             }
 out_close:
-    if (bo->json)
-        printf("],\"ok\":%s}\n", rc == CLI_OK ? "true" : "false");
+    if (bo->json) {
+        json_array_end(&j);
+        json_key_bool(&j, "ok", rc == CLI_OK);
+        json_end(&j);
+    }
     if (rc == CLI_OK && bo->report) {
         rc = copy_report(rt, dev, bo, cells);
         if (rc == CLI_OK && !bo->json && !bo->csv)
@@ -748,18 +757,20 @@ static int bench_pipeline(ferry_options_t *o, const bench_opts_t *bo)
     ferry_options_get_i64(o, "device", &idx);
     ferry_device_get(rt, (int)idx, &dev);
     bool all_ok = true;
+    json_t j;
     if (bo->json) {
-        cli_json_begin(stdout, "bench pipeline");
-        printf(",");
-        device_line(rt, dev, stdout, true);
-        printf(",\"ceiling_gbps\":%.3f,\"host_offset\":%llu,\"results\":[",
-               n ? meas[0].ceiling : 0.0, bo->host_offset);
+        json_command_begin(&j, stdout, "bench pipeline");
+        device_line(rt, dev, &j);
+        json_key_double(&j, "ceiling_gbps", n ? meas[0].ceiling : 0.0, 3);
+        json_key_uint(&j, "host_offset", bo->host_offset);
+        json_key(&j, "results");
+        json_array_begin(&j);
     } else if (bo->csv) {
         printf("chunk_bytes,compute_streams,intensity,gbps_h2d,gbps_d2h,overlap,ceiling_gbps,"
                "fraction,verified,copy_bytes%s\n",
                bo->compare ? ",sim_gbps_h2d,sim_error" : "");
     } else {
-        device_line(rt, dev, stdout, false);
+        device_line(rt, dev, NULL);
         printf("# round-trip ceiling (H2D and D2H of 64 MiB at once, per direction): %.2f GB/s\n",
                n ? meas[0].ceiling : 0.0);
         if (bo->host_offset != 0)
@@ -779,15 +790,24 @@ static int bench_pipeline(ferry_options_t *o, const bench_opts_t *bo)
         double err = bo->compare && i < np && r->h2d > 0 ? (pred[i].h2d - r->h2d) / r->h2d : 0;
         all_ok &= r->ok;
         if (bo->json) {
-            printf("%s{\"chunk_bytes\":%llu,\"copy_bytes\":%llu,\"compute_streams\":%llu,"
-                   "\"intensity\":%llu,\"gbps_h2d\":%.3f,\"gbps_d2h\":%.3f,\"overlap\":%.3f,"
-                   "\"fraction\":%.4f,\"verified\":%s,\"passes\":%u,\"best_gbps\":%.3f",
-                   i ? "," : "", r->chunk, r->copy_bytes, r->streams, r->intensity, r->h2d, r->d2h,
-                   r->overlap, frac, r->ok ? "true" : "false", r->passes, r->best);
-            if (bo->compare)
-                printf(",\"sim_gbps_h2d\":%.3f,\"sim_gbps_d2h\":%.3f,\"sim_error\":%.4f",
-                       pred[i].h2d, pred[i].d2h, err);
-            printf("}");
+            json_object_begin(&j);
+            json_key_uint(&j, "chunk_bytes", r->chunk);
+            json_key_uint(&j, "copy_bytes", r->copy_bytes);
+            json_key_uint(&j, "compute_streams", r->streams);
+            json_key_uint(&j, "intensity", r->intensity);
+            json_key_double(&j, "gbps_h2d", r->h2d, 3);
+            json_key_double(&j, "gbps_d2h", r->d2h, 3);
+            json_key_double(&j, "overlap", r->overlap, 3);
+            json_key_double(&j, "fraction", frac, 4);
+            json_key_bool(&j, "verified", r->ok);
+            json_key_uint(&j, "passes", r->passes);
+            json_key_double(&j, "best_gbps", r->best, 3);
+            if (bo->compare) {
+                json_key_double(&j, "sim_gbps_h2d", pred[i].h2d, 3);
+                json_key_double(&j, "sim_gbps_d2h", pred[i].d2h, 3);
+                json_key_double(&j, "sim_error", err, 4);
+            }
+            json_object_end(&j);
         } else if (bo->csv) {
             printf("%llu,%llu,%llu,%.3f,%.3f,%.3f,%.3f,%.4f,%d,%llu", r->chunk, r->streams,
                    r->intensity, r->h2d, r->d2h, r->overlap, r->ceiling, frac, r->ok,
@@ -806,8 +826,11 @@ static int bench_pipeline(ferry_options_t *o, const bench_opts_t *bo)
             printf("\n");
         }
     }
-    if (bo->json)
-        printf("],\"ok\":%s}\n", all_ok ? "true" : "false");
+    if (bo->json) {
+        json_array_end(&j);
+        json_key_bool(&j, "ok", all_ok);
+        json_end(&j);
+    }
     rc = all_ok ? CLI_OK : CLI_FAIL;
     if (bo->report) {
         int rrc = pipeline_report(rt, dev, bo, meas, pred, n, np);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "json.h"
 #include "ferry/connections.h"
 
 extern char **environ;
@@ -77,17 +78,17 @@ static bool mps_present(char *where, size_t len)
     return false;
 }
 
-static void json_var(const char *name, const char *raw, const ferry_conn_reading_t *r, bool comma)
+static void json_var(json_t *j, const char *name, const char *raw, const ferry_conn_reading_t *r)
 {
-    printf("%s\"%s\":{\"value\":", comma ? "," : "", name);
-    if (raw)
-        cli_json_str(stdout, raw);
-    else
-        printf("null");
-    printf(",\"status\":\"%s\",\"effective\":%u,\"measured\":%s,\"note\":", status_word(r->status),
-           r->effective, r->measured ? "true" : "false");
-    cli_json_str(stdout, r->note);
-    printf("}");
+    json_key(j, name);
+    json_object_begin(j);
+    json_key(j, "value");
+    json_str_or_null(j, raw);
+    json_key_str(j, "status", status_word(r->status));
+    json_key_uint(j, "effective", r->effective);
+    json_key_bool(j, "measured", r->measured);
+    json_key_str(j, "note", r->note);
+    json_object_end(j);
 }
 
 static int report(bool json)
@@ -111,22 +112,24 @@ static int report(bool json)
     size_t mem_def =
         ferry_connections_memory_bytes(FERRY_CONNECTIONS_DEFAULT, FERRY_CONNECTIONS_DEFAULT);
     if (json) {
-        cli_json_begin(stdout, "connections");
-        json_var("CUDA_DEVICE_MAX_CONNECTIONS", conn, &rc, true);
-        json_var("CUDA_DEVICE_MAX_COPY_CONNECTIONS", copy, &rk, true);
-        printf(",\"CUDA_SCALE_LAUNCH_QUEUES\":");
-        scale ? cli_json_str(stdout, scale) : (void)printf("null");
-        printf(",\"CUDA_LAUNCH_BLOCKING\":");
-        blocking ? cli_json_str(stdout, blocking) : (void)printf("null");
-        printf(",\"launch_blocking\":%s,\"mps\":%s,\"mps_evidence\":", blocks ? "true" : "false",
-               has_mps ? "true" : "false");
-        cli_json_str(stdout, mps);
-        printf(",\"ferry_connections\":");
-        fconn ? cli_json_str(stdout, fconn) : (void)printf("null");
-        printf(",\"ferry_copy_connections\":");
-        fcopy ? cli_json_str(stdout, fcopy) : (void)printf("null");
-        printf(",\"connection_memory_bytes\":%zu,\"default_connection_memory_bytes\":%zu}\n", mem,
-               mem_def);
+        json_t j;
+        json_command_begin(&j, stdout, "connections");
+        json_var(&j, "CUDA_DEVICE_MAX_CONNECTIONS", conn, &rc);
+        json_var(&j, "CUDA_DEVICE_MAX_COPY_CONNECTIONS", copy, &rk);
+        json_key(&j, "CUDA_SCALE_LAUNCH_QUEUES");
+        json_str_or_null(&j, scale);
+        json_key(&j, "CUDA_LAUNCH_BLOCKING");
+        json_str_or_null(&j, blocking);
+        json_key_bool(&j, "launch_blocking", blocks);
+        json_key_bool(&j, "mps", has_mps);
+        json_key_str(&j, "mps_evidence", mps);
+        json_key(&j, "ferry_connections");
+        json_str_or_null(&j, fconn);
+        json_key(&j, "ferry_copy_connections");
+        json_str_or_null(&j, fcopy);
+        json_key_uint(&j, "connection_memory_bytes", mem);
+        json_key_uint(&j, "default_connection_memory_bytes", mem_def);
+        json_end(&j);
         return CLI_OK;
     }
     printf("CUDA_DEVICE_MAX_CONNECTIONS       %s -> %u queues per context\n",
@@ -187,14 +190,23 @@ static int measure_one(ferry_options_t *o, unsigned streams, unsigned reps)
     } else {
         ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
         ferry_device_props(dev, &p);
-        printf("{\"backend\":\"%s\",\"device\":", ferry_runtime_backend(rt));
-        cli_json_str(stdout, p.name);
-        printf(",\"streams\":%u,\"a_ms\":%.3f,\"b_ms\":%.3f,\"total_ms\":%.4f,"
-               "\"roundrobin_ms\":%.4f,\"waves\":%.3f,\"effective_queues\":%.2f,\"at_least\":%s,"
-               "\"serialization\":%.3f,\"device_used_bytes\":%llu}\n",
-               m.streams, m.a_ms, m.b_ms, m.total_ms, m.roundrobin_ms, m.waves, m.effective_queues,
-               m.at_least ? "true" : "false", m.serialization,
-               (unsigned long long)m.device_used_bytes);
+        /* One line the parent parses (child_run): keep its keys. */
+        json_t j;
+        json_init(&j, stdout);
+        json_object_begin(&j);
+        json_key_str(&j, "backend", ferry_runtime_backend(rt));
+        json_key_str(&j, "device", p.name);
+        json_key_uint(&j, "streams", m.streams);
+        json_key_double(&j, "a_ms", m.a_ms, 3);
+        json_key_double(&j, "b_ms", m.b_ms, 3);
+        json_key_double(&j, "total_ms", m.total_ms, 4);
+        json_key_double(&j, "roundrobin_ms", m.roundrobin_ms, 4);
+        json_key_double(&j, "waves", m.waves, 3);
+        json_key_double(&j, "effective_queues", m.effective_queues, 2);
+        json_key_bool(&j, "at_least", m.at_least);
+        json_key_double(&j, "serialization", m.serialization, 3);
+        json_key_uint(&j, "device_used_bytes", m.device_used_bytes);
+        json_end(&j);
     }
     ferry_runtime_destroy(rt);
     return rc;
@@ -335,13 +347,19 @@ static int measure(const char *backend, const unsigned *values, int nv, unsigned
             base = res[i].used, base_v = res[i].value;
     double a = (double)KERNEL_A_NS / 1e6;
     double worst = 0;
+    json_t j;
     if (json) {
-        cli_json_begin(stdout, "connections");
-        printf(",\"mode\":\"measure\",\"backend\":\"%s\",\"device\":", res[0].backend);
-        cli_json_str(stdout, res[0].device);
-        printf(",\"streams\":%u,\"a_ms\":%.3f,\"b_ms\":%.3f,\"reps\":%u,\"sweep_s\":%.3f,"
-               "\"results\":[",
-               streams, a, (double)KERNEL_B_NS / 1e6, reps, sweep);
+        json_command_begin(&j, stdout, "connections");
+        json_key_str(&j, "mode", "measure");
+        json_key_str(&j, "backend", res[0].backend);
+        json_key_str(&j, "device", res[0].device);
+        json_key_uint(&j, "streams", streams);
+        json_key_double(&j, "a_ms", a, 3);
+        json_key_double(&j, "b_ms", (double)KERNEL_B_NS / 1e6, 3);
+        json_key_uint(&j, "reps", reps);
+        json_key_double(&j, "sweep_s", sweep, 3);
+        json_key(&j, "results");
+        json_array_begin(&j);
     } else {
         printf("# %s: %s; %u streams, each kernel A (%.1f ms, one block) then B (%.1f ms), "
                "issued stream by stream\n",
@@ -368,9 +386,14 @@ static int measure(const char *backend, const unsigned *values, int nv, unsigned
             worst = err < 0 ? -err : err;
         long long dmem = (long long)r->used - (long long)base;
         if (json) {
-            printf("%s{\"connections\":%u,\"law_ms\":%.4f,\"error\":%.4f,\"child\":%s,"
-                   "\"memory_vs_base_bytes\":%lld}",
-                   i ? "," : "", r->value, law, err, r->json, dmem);
+            json_object_begin(&j);
+            json_key_uint(&j, "connections", r->value);
+            json_key_double(&j, "law_ms", law, 4);
+            json_key_double(&j, "error", err, 4);
+            json_key(&j, "child");
+            json_raw(&j, r->json);
+            json_key_int(&j, "memory_vs_base_bytes", dmem);
+            json_object_end(&j);
         } else {
             char q[16];
             snprintf(q, sizeof(q), "%s%.1f", r->at_least ? ">=" : "", r->eff);
@@ -378,9 +401,11 @@ static int measure(const char *backend, const unsigned *values, int nv, unsigned
                    r->total_ms, err * 100, q, r->ser, r->roundrobin_ms, (double)dmem / 1024.0);
         }
     }
-    if (json)
-        printf("],\"worst_error\":%.4f}\n", worst);
-    else
+    if (json) {
+        json_array_end(&j);
+        json_key_double(&j, "worst_error", worst, 4);
+        json_end(&j);
+    } else
         printf("# sweep took %.2f s (one child process per value); worst difference from the "
                "law %.1f%%\n",
                sweep, worst * 100);
@@ -441,15 +466,18 @@ static int recommend(unsigned streams, bool strict, bool json)
                  "matters when kernels wait on other streams");
     }
     if (json) {
-        cli_json_begin(stdout, "connections");
-        printf(",\"mode\":\"recommend\",\"streams\":%u,"
-               "\"ordering\":\"%s\",\"value\":%u,\"memory_bytes\":%zu,\"reasons\":[",
-               streams, strict ? "strict" : "any", v, ferry_connections_memory_bytes(v, v));
-        for (int i = 0; i < 3; i++) {
-            printf(i ? "," : "");
-            cli_json_str(stdout, why[i]);
-        }
-        printf("]}\n");
+        json_t j;
+        json_command_begin(&j, stdout, "connections");
+        json_key_str(&j, "mode", "recommend");
+        json_key_uint(&j, "streams", streams);
+        json_key_str(&j, "ordering", strict ? "strict" : "any");
+        json_key_uint(&j, "value", v);
+        json_key_uint(&j, "memory_bytes", ferry_connections_memory_bytes(v, v));
+        json_key(&j, "reasons");
+        json_array_begin(&j);
+        for (int i = 0; i < 3; i++)
+            json_str(&j, why[i]);
+        json_end(&j);
         return CLI_OK;
     }
     printf("CUDA_DEVICE_MAX_CONNECTIONS=%u\n", v);

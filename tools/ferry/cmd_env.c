@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "json.h"
 #include "ferry/connections.h"
 
 static const char *const formats[] = {"sh", "profile.d", "systemd", "docker", "k8s"};
@@ -135,15 +136,19 @@ int cmd_env(int argc, char **argv)
     if (!json) {
         fputs(t.buf, stdout);
     } else {
-        cli_json_begin(stdout, "env");
-        printf(",\"variables\":{");
-        for (size_t i = 0; i < nv; i++)
-            printf("%s\"%s\":\"%u\"", i ? "," : "", vars[i].name, vars[i].value);
-        printf("},\"format\":");
-        cli_json_str(stdout, formats[f]);
-        printf(",\"snippet\":");
-        cli_json_str(stdout, t.buf);
-        printf("}\n");
+        json_t j;
+        json_command_begin(&j, stdout, "env");
+        json_key(&j, "variables");
+        json_object_begin(&j);
+        for (size_t i = 0; i < nv; i++) {
+            char value[16];
+            snprintf(value, sizeof(value), "%u", vars[i].value);
+            json_key_str(&j, vars[i].name, value);
+        }
+        json_object_end(&j);
+        json_key_str(&j, "format", formats[f]);
+        json_key_str(&j, "snippet", t.buf);
+        json_end(&j);
     }
     /* The snippet is usually redirected into a file under /etc: a full disk must not pass for
      * success with half a file written. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "json.h"
 
 static const char *type_name(ferry_option_type_t t)
 {
@@ -300,29 +301,31 @@ int cmd_options(int argc, char **argv)
         return CLI_OK;
     }
     size_t n = ferry_option_count();
+    json_t j;
     if (json) {
-        cli_json_begin(stdout, "options");
-        printf(",\"options\":[");
+        json_command_begin(&j, stdout, "options");
+        json_key(&j, "options");
+        json_array_begin(&j);
     }
     if (md)
         printf("| option | flag | environment | type | default | accepted | meaning |\n"
                "| --- | --- | --- | --- | --- | --- | --- |\n");
     for (size_t i = 0; i < n; i++) {
         const ferry_option_info_t *o = ferry_option_at(i);
-        char range[128], flag[64];
+        char range[128], flag[64], dashed[66];
         range_text(o, range, sizeof(range));
         flag_name(o->name, flag, sizeof(flag));
         if (json) {
-            printf("%s{\"name\":", i ? "," : "");
-            cli_json_str(stdout, o->name);
-            printf(",\"flag\":\"--%s\",\"env\":\"%s\",\"type\":\"%s\",\"default\":", flag, o->env,
-                   type_name(o->type));
-            cli_json_str(stdout, o->default_value);
-            printf(",\"accepted\":");
-            cli_json_str(stdout, range);
-            printf(",\"doc\":");
-            cli_json_str(stdout, o->doc);
-            printf("}");
+            snprintf(dashed, sizeof(dashed), "--%s", flag);
+            json_object_begin(&j);
+            json_key_str(&j, "name", o->name);
+            json_key_str(&j, "flag", dashed);
+            json_key_str(&j, "env", o->env);
+            json_key_str(&j, "type", type_name(o->type));
+            json_key_str(&j, "default", o->default_value);
+            json_key_str(&j, "accepted", range);
+            json_key_str(&j, "doc", o->doc);
+            json_object_end(&j);
         } else if (md) {
             printf("| `%s` | `--%s` | `%s` | %s | `%s` | `%s` | %s |\n", o->name, flag, o->env,
                    type_name(o->type), o->default_value[0] ? o->default_value : "\"\"", range,
@@ -334,6 +337,6 @@ int cmd_options(int argc, char **argv)
         }
     }
     if (json)
-        printf("]}\n");
+        json_end(&j);
     return CLI_OK;
 }

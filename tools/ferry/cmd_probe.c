@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "json.h"
 #include "ferry/bench.h"
 
 static void print_props_text(const ferry_device_props_t *p)
@@ -41,28 +42,34 @@ static void print_props_text(const ferry_device_props_t *p)
         printf("    profile             %s\n", p->profile);
 }
 
-static void print_props_json(const ferry_device_props_t *p)
+static void print_props_json(json_t *j, const ferry_device_props_t *p)
 {
-    printf("{\"index\":%d,\"name\":", p->index);
-    cli_json_str(stdout, p->name);
-    printf(",\"simulated\":%s,\"cc\":\"%d.%d\",\"sms\":%d,\"max_resident_grids\":%d,"
-           "\"concurrent_kernels\":%s,\"memory_bytes\":%llu,\"l2_bytes\":%llu,"
-           "\"copy_engines\":%d,\"priority_least\":%d,\"priority_greatest\":%d,"
-           "\"pcie_gen\":%d,\"pcie_width\":%d,\"pcie_gen_max\":%d,\"pcie_width_max\":%d,"
-           "\"link_gbps\":%.3f,\"numa_node\":%d,\"driver_version\":",
-           p->simulated ? "true" : "false", p->cc_major, p->cc_minor, p->sms, p->max_resident_grids,
-           p->concurrent_kernels ? "true" : "false", (unsigned long long)p->memory_bytes,
-           (unsigned long long)p->l2_bytes, p->copy_engines, p->priority_least,
-           p->priority_greatest, p->pcie_gen, p->pcie_width, p->pcie_gen_max, p->pcie_width_max,
-           p->link_gbps, p->numa_node);
-    cli_json_str(stdout, p->driver_version);
-    printf(",\"runtime_version\":");
-    cli_json_str(stdout, p->runtime_version);
-    printf(",\"pci_bus_id\":");
-    cli_json_str(stdout, p->pci_bus_id);
-    printf(",\"profile\":");
-    cli_json_str(stdout, p->profile);
-    printf("}");
+    char cc[24];
+    snprintf(cc, sizeof(cc), "%d.%d", p->cc_major, p->cc_minor);
+    json_object_begin(j);
+    json_key_int(j, "index", p->index);
+    json_key_str(j, "name", p->name);
+    json_key_bool(j, "simulated", p->simulated);
+    json_key_str(j, "cc", cc);
+    json_key_int(j, "sms", p->sms);
+    json_key_int(j, "max_resident_grids", p->max_resident_grids);
+    json_key_bool(j, "concurrent_kernels", p->concurrent_kernels);
+    json_key_uint(j, "memory_bytes", p->memory_bytes);
+    json_key_uint(j, "l2_bytes", p->l2_bytes);
+    json_key_int(j, "copy_engines", p->copy_engines);
+    json_key_int(j, "priority_least", p->priority_least);
+    json_key_int(j, "priority_greatest", p->priority_greatest);
+    json_key_int(j, "pcie_gen", p->pcie_gen);
+    json_key_int(j, "pcie_width", p->pcie_width);
+    json_key_int(j, "pcie_gen_max", p->pcie_gen_max);
+    json_key_int(j, "pcie_width_max", p->pcie_width_max);
+    json_key_double(j, "link_gbps", p->link_gbps, 3);
+    json_key_int(j, "numa_node", p->numa_node);
+    json_key_str(j, "driver_version", p->driver_version);
+    json_key_str(j, "runtime_version", p->runtime_version);
+    json_key_str(j, "pci_bus_id", p->pci_bus_id);
+    json_key_str(j, "profile", p->profile);
+    json_object_end(j);
 }
 
 static int usage(void)
@@ -125,21 +132,31 @@ static int calibrate(ferry_options_t *opts, const char *backend, const char *pat
     ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
     ferry_device_props(dev, &p);
     if (json) {
-        cli_json_begin(stdout, "probe");
-        printf(",\"calibrated\":true,\"backend\":\"%s\",\"device\":", ferry_runtime_backend(rt));
-        cli_json_str(stdout, p.name);
-        printf(",\"profile\":");
-        cli_json_str(stdout, path);
-        printf(",\"copy\":[");
-        for (int i = 0; i < FERRY_CALIBRATION_POINTS; i++)
-            printf("%s{\"bytes\":%llu,\"h2d_gbps\":%.3f,\"d2h_gbps\":%.3f}", i ? "," : "",
-                   (unsigned long long)cal.bytes[i], cal.h2d_gbps[i], cal.d2h_gbps[i]);
-        printf("],\"bidirectional_factor\":%.4f,\"pageable_h2d_gbps\":%.3f,"
-               "\"pageable_d2h_gbps\":%.3f,\"copy_submit_ns\":%.0f,\"launch_ns\":%.0f,"
-               "\"event_record_ns\":%.0f,\"stream_wait_ns\":%.0f,\"d2d_gbps\":%.1f}\n",
-               cal.bidirectional_factor, cal.pageable_h2d_gbps, cal.pageable_d2h_gbps,
-               cal.copy_submit_ns, cal.launch_ns, cal.event_record_ns, cal.stream_wait_ns,
-               cal.d2d_gbps);
+        json_t j;
+        json_command_begin(&j, stdout, "probe");
+        json_key_bool(&j, "calibrated", true);
+        json_key_str(&j, "backend", ferry_runtime_backend(rt));
+        json_key_str(&j, "device", p.name);
+        json_key_str(&j, "profile", path);
+        json_key(&j, "copy");
+        json_array_begin(&j);
+        for (int i = 0; i < FERRY_CALIBRATION_POINTS; i++) {
+            json_object_begin(&j);
+            json_key_uint(&j, "bytes", cal.bytes[i]);
+            json_key_double(&j, "h2d_gbps", cal.h2d_gbps[i], 3);
+            json_key_double(&j, "d2h_gbps", cal.d2h_gbps[i], 3);
+            json_object_end(&j);
+        }
+        json_array_end(&j);
+        json_key_double(&j, "bidirectional_factor", cal.bidirectional_factor, 4);
+        json_key_double(&j, "pageable_h2d_gbps", cal.pageable_h2d_gbps, 3);
+        json_key_double(&j, "pageable_d2h_gbps", cal.pageable_d2h_gbps, 3);
+        json_key_double(&j, "copy_submit_ns", cal.copy_submit_ns, 0);
+        json_key_double(&j, "launch_ns", cal.launch_ns, 0);
+        json_key_double(&j, "event_record_ns", cal.event_record_ns, 0);
+        json_key_double(&j, "stream_wait_ns", cal.stream_wait_ns, 0);
+        json_key_double(&j, "d2d_gbps", cal.d2d_gbps, 1);
+        json_end(&j);
     } else {
         printf("calibrated %s (%s backend)\n", p.name, ferry_runtime_backend(rt));
         printf("  copies (best GB/s)   ");
@@ -229,14 +246,15 @@ int cmd_probe(int argc, char **argv)
     }
     const char *const *names = ferry_backend_names();
     const char *all[] = {"cuda", "sim", NULL};
+    json_t j;
     if (json) {
-        cli_json_begin(stdout, "probe");
-        printf(",\"backends\":[");
+        json_command_begin(&j, stdout, "probe");
+        json_key(&j, "backends");
+        json_array_begin(&j);
     } else {
         printf("ferry %s\n", ferry_version_string());
     }
     bool any = false;
-    int nb = 0;
     char whynot[1024] = ""; /* why each backend asked for is unavailable, for the error line */
     for (size_t i = 0; all[i] != NULL; i++) {
         const char *b = all[i];
@@ -264,10 +282,13 @@ int cmd_probe(int argc, char **argv)
             }
         }
         if (json) {
-            printf("%s{\"name\":\"%s\",\"built\":%s,\"available\":%s,\"reason\":", nb++ ? "," : "",
-                   b, built ? "true" : "false", rt ? "true" : "false");
-            cli_json_str(stdout, count > 0 ? err : why);
-            printf(",\"devices\":[");
+            json_object_begin(&j);
+            json_key_str(&j, "name", b);
+            json_key_bool(&j, "built", built);
+            json_key_bool(&j, "available", rt != NULL);
+            json_key_str(&j, "reason", count > 0 ? err : why);
+            json_key(&j, "devices");
+            json_array_begin(&j);
         }
         if (rt == NULL) {
             size_t used = strlen(whynot);
@@ -291,15 +312,15 @@ int cmd_probe(int argc, char **argv)
             }
             any = true;
             if (json) {
-                if (d)
-                    printf(",");
-                print_props_json(&p);
+                print_props_json(&j, &p);
             } else {
                 print_props_text(&p);
             }
         }
-        if (json)
-            printf("]}");
+        if (json) {
+            json_array_end(&j);
+            json_object_end(&j);
+        }
         ferry_runtime_destroy(rt);
     }
     /* The environment that changes how CUDA behaves in this process (read at cuInit). */
@@ -311,16 +332,14 @@ int cmd_probe(int argc, char **argv)
                                             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
                                             NULL};
     if (json) {
-        printf("],\"environment\":{");
+        json_array_end(&j);
+        json_key(&j, "environment");
+        json_object_begin(&j);
         for (int i = 0; env_names[i]; i++) {
-            const char *v = getenv(env_names[i]);
-            printf("%s\"%s\":", i ? "," : "", env_names[i]);
-            if (v)
-                cli_json_str(stdout, v);
-            else
-                printf("null");
+            json_key(&j, env_names[i]);
+            json_str_or_null(&j, getenv(env_names[i]));
         }
-        printf("}}\n");
+        json_end(&j);
     } else {
         printf("\nenvironment (read by CUDA when it starts in a process)\n");
         for (int i = 0; env_names[i]; i++) {

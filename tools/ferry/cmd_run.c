@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "json.h"
 #include "progress.h"
 #include "report.h"
 #include "run_io.h"
@@ -500,6 +501,105 @@ static int parse(int argc, char **argv, ferry_options_t *o, run_opts_t *r)
     return 0;
 }
 
+/* The kind of a stream in --json ("all": --single-stream, every op on one stream). */
+static const char *stream_kind_key(char k)
+{
+    return k == 'h' ? "h2d" : k == 'c' ? "compute" : k == 'd' ? "d2h" : "all";
+}
+
+/* The health counters of the run: the fallback ladder, deadlines, watchdog and link. */
+static void json_health(json_t *j, const ferry_pipeline_stats_t *s)
+{
+    json_key_uint(j, "chunks_cpu", s->chunks_cpu);
+    json_key_uint(j, "failure_records", s->failure_records);
+    json_key_bool(j, "gpu_lost", s->gpu_lost);
+    json_key_bool(j, "gpu_hung", s->gpu_hung);
+    json_key_uint(j, "deadlines_passed", s->deadlines_passed);
+    json_key_uint(j, "ladder_steps_down", s->ladder_steps_down);
+    json_key_uint(j, "ladder_steps_up", s->ladder_steps_up);
+    json_key_uint(j, "ladder_level", s->ladder_level);
+    json_key_uint(j, "bw_alerts", s->bw_alerts);
+    json_key_double(j, "link_ratio_h2d", s->bw_ratio[0], 4);
+    json_key_double(j, "link_ratio_d2h", s->bw_ratio[1], 4);
+    json_key_uint(j, "chunks_retried", s->chunks_retried);
+    json_key_uint(j, "link_samples", s->link_samples);
+    if (s->link_samples > 0) {
+        json_key_double(j, "link_gbps_h2d", s->link_bps[0] / 1e9, 3);
+        json_key_double(j, "link_gbps_d2h", s->link_bps[1] / 1e9, 3);
+        json_key_double(j, "link_own_gbps_h2d", s->link_own_bps[0] / 1e9, 3);
+        json_key_double(j, "link_own_gbps_d2h", s->link_own_bps[1] / 1e9, 3);
+    }
+    json_key_double(j, "deadline_overrun_s", (double)s->deadline_overrun_ns / 1e9, 6);
+    json_key_uint(j, "heartbeats_sent", s->heartbeats_sent);
+    json_key_uint(j, "heartbeats_seen", s->heartbeats_seen);
+    json_key_uint(j, "heartbeat_stalls", s->heartbeat_stalls);
+    json_key_uint(j, "completion_stalls", s->completion_stalls);
+    json_key_uint(j, "watchdog_stalls", s->watchdog_stalls);
+}
+
+static void print_json(const run_opts_t *ro, ferry_runtime_t *rt, const ferry_device_props_t *p,
+                       const ferry_pipeline_stats_t *s, const run_totals_t *t,
+                       unsigned long long total, unsigned long long nbatches,
+                       unsigned long long chunk, double wall_s, bool ok)
+{
+    double el = (double)s->elapsed_ns / 1e9;
+    json_t j;
+    json_command_begin(&j, stdout, "run");
+    json_key_bool(&j, "ok", ok);
+    json_key_str(&j, "backend", ferry_runtime_backend(rt));
+    json_key_str(&j, "device", p->name);
+    json_key_bool(&j, "simulated", p->simulated);
+    json_key_str(&j, "profile", p->profile);
+    json_key_str(&j, "workload", ro->workload);
+    json_key_uint(&j, "bytes", total);
+    json_key_uint(&j, "batches", nbatches);
+    json_key_uint(&j, "chunk_bytes", chunk);
+    json_key_uint(&j, "chunks", s->chunks);
+    json_key_uint(&j, "copy_group", s->copy_group);
+    json_key_double(&j, "time_s", el, 9);
+    json_key_bool(&j, "time_simulated", p->simulated);
+    json_key_double(&j, "wall_s", wall_s, 3);
+    json_key_double(&j, "gbps_h2d", s->gbps_h2d, 3);
+    json_key_double(&j, "gbps_d2h", s->gbps_d2h, 3);
+    json_key_double(&j, "link_gbps", p->link_gbps, 3);
+    json_key_double(&j, "overlap", s->overlap, 4);
+    json_key_double(&j, "util_h2d", el > 0 ? (double)s->busy_h2d_ns / 1e9 / el : 0, 4);
+    json_key_double(&j, "util_compute", el > 0 ? (double)s->busy_compute_ns / 1e9 / el : 0, 4);
+    json_key_double(&j, "util_d2h", el > 0 ? (double)s->busy_d2h_ns / 1e9 / el : 0, 4);
+    json_key(&j, "streams");
+    json_array_begin(&j);
+    for (unsigned i = 0; i < s->streams; i++) {
+        double busy = (double)s->stream_busy_ns[i] / 1e9;
+        json_object_begin(&j);
+        json_key_uint(&j, "index", i);
+        json_key_str(&j, "kind", stream_kind_key(s->stream_kind[i]));
+        json_key_double(&j, "busy_s", busy, 9);
+        json_key_double(&j, "util", el > 0 ? busy / el : 0, 4);
+        json_object_end(&j);
+    }
+    json_array_end(&j);
+    json_key_bool(&j, "host_pinned", s->host_pinned);
+    json_key_uint(&j, "chunks_timed", s->chunks_timed);
+    json_health(&j, s);
+    json_key_uint(&j, "batches_ok_gpu", t->ok_gpu);
+    json_key_uint(&j, "batches_ok_cpu", t->ok_cpu);
+    json_key_uint(&j, "batches_failed", t->failed);
+    json_key_uint(&j, "batches_mismatched", t->mismatched);
+    json_key_uint(&j, "verified_bytes", t->verified_bytes);
+    json_key_bool(&j, "verified", ok);
+    json_key_uint(&j, "failure_log_errors", s->failure_log_errors);
+    json_key_bool(&j, "interrupted", ro->signal != 0);
+    if (ro->signal) {
+        json_key_str(&j, "signal", run_signal_name(ro->signal));
+        json_key_uint(&j, "bytes_done", t->verified_bytes);
+    }
+    if (ro->trace)
+        json_key_str(&j, "trace", ro->trace);
+    if (ro->report_done)
+        json_key_str(&j, "report", ro->report);
+    json_end(&j);
+}
+
 static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t *dev,
                           const ferry_pipeline_stats_t *s, const run_totals_t *t,
                           unsigned long long total, unsigned long long nbatches,
@@ -512,71 +612,7 @@ static void print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_devic
     double u_c = el > 0 ? (double)s->busy_compute_ns / 1e9 / el : 0;
     double u_d = el > 0 ? (double)s->busy_d2h_ns / 1e9 / el : 0;
     if (ro->json) {
-        cli_json_begin(stdout, "run");
-        printf(",\"ok\":%s,\"backend\":\"%s\",\"device\":", ok ? "true" : "false",
-               ferry_runtime_backend(rt));
-        cli_json_str(stdout, p.name);
-        printf(",\"simulated\":%s,\"profile\":", p.simulated ? "true" : "false");
-        cli_json_str(stdout, p.profile);
-        printf(",\"workload\":\"%s\",\"bytes\":%llu,\"batches\":%llu,\"chunk_bytes\":%llu,"
-               "\"chunks\":%llu,\"copy_group\":%u,\"time_s\":%.9f,\"time_simulated\":%s,\"wall_s\":"
-               "%.3f,"
-               "\"gbps_h2d\":%.3f,\"gbps_d2h\":%.3f,\"link_gbps\":%.3f,\"overlap\":%.4f,"
-               "\"util_h2d\":%.4f,\"util_compute\":%.4f,\"util_d2h\":%.4f,\"streams\":[",
-               ro->workload, total, nbatches, chunk, (unsigned long long)s->chunks, s->copy_group,
-               el, p.simulated ? "true" : "false", wall_s, s->gbps_h2d, s->gbps_d2h, p.link_gbps,
-               s->overlap, u_h, u_c, u_d);
-        for (unsigned i = 0; i < s->streams; i++)
-            printf("%s{\"index\":%u,\"kind\":\"%s\",\"busy_s\":%.9f,\"util\":%.4f}", i ? "," : "",
-                   i,
-                   s->stream_kind[i] == 'h'   ? "h2d"
-                   : s->stream_kind[i] == 'c' ? "compute"
-                   : s->stream_kind[i] == 'd' ? "d2h"
-                                              : "all", /* --single-stream: every op */
-                   (double)s->stream_busy_ns[i] / 1e9,
-                   el > 0 ? (double)s->stream_busy_ns[i] / 1e9 / el : 0);
-        printf("],\"host_pinned\":%s,\"chunks_timed\":%llu", s->host_pinned ? "true" : "false",
-               (unsigned long long)s->chunks_timed);
-        printf(",\"chunks_cpu\":%llu,\"failure_records\":%llu,\"gpu_lost\":%s,"
-               "\"gpu_hung\":%s,\"deadlines_passed\":%llu,\"ladder_steps_down\":%llu,"
-               "\"ladder_steps_up\":%llu,\"ladder_level\":%u,\"bw_alerts\":%llu,"
-               "\"link_ratio_h2d\":%.4f,\"link_ratio_d2h\":%.4f",
-               (unsigned long long)s->chunks_cpu, (unsigned long long)s->failure_records,
-               s->gpu_lost ? "true" : "false", s->gpu_hung ? "true" : "false",
-               (unsigned long long)s->deadlines_passed, (unsigned long long)s->ladder_steps_down,
-               (unsigned long long)s->ladder_steps_up, s->ladder_level,
-               (unsigned long long)s->bw_alerts, s->bw_ratio[0], s->bw_ratio[1]);
-        printf(",\"chunks_retried\":%llu", (unsigned long long)s->chunks_retried);
-        printf(",\"link_samples\":%llu", (unsigned long long)s->link_samples);
-        if (s->link_samples > 0)
-            printf(",\"link_gbps_h2d\":%.3f,\"link_gbps_d2h\":%.3f,\"link_own_gbps_h2d\":%.3f,"
-                   "\"link_own_gbps_d2h\":%.3f",
-                   s->link_bps[0] / 1e9, s->link_bps[1] / 1e9, s->link_own_bps[0] / 1e9,
-                   s->link_own_bps[1] / 1e9);
-        printf(",\"deadline_overrun_s\":%.6f,\"heartbeats_sent\":%llu,\"heartbeats_seen\":%llu,"
-               "\"heartbeat_stalls\":%llu,\"completion_stalls\":%llu,\"watchdog_stalls\":%llu",
-               (double)s->deadline_overrun_ns / 1e9, (unsigned long long)s->heartbeats_sent,
-               (unsigned long long)s->heartbeats_seen, (unsigned long long)s->heartbeat_stalls,
-               (unsigned long long)s->completion_stalls, (unsigned long long)s->watchdog_stalls);
-        printf(",\"batches_ok_gpu\":%llu,\"batches_ok_cpu\":%llu,\"batches_failed\":%llu,"
-               "\"batches_mismatched\":%llu,\"verified_bytes\":%llu,\"verified\":%s",
-               (unsigned long long)t->ok_gpu, (unsigned long long)t->ok_cpu,
-               (unsigned long long)t->failed, (unsigned long long)t->mismatched,
-               (unsigned long long)t->verified_bytes, ok ? "true" : "false");
-        printf(",\"failure_log_errors\":%llu,\"interrupted\":%s",
-               (unsigned long long)s->failure_log_errors, ro->signal ? "true" : "false");
-        if (ro->signal)
-            printf(",\"signal\":\"%s\",\"bytes_done\":%llu", run_signal_name(ro->signal),
-                   (unsigned long long)t->verified_bytes);
-        if (ro->trace) {
-            printf(",\"trace\":");
-            cli_json_str(stdout, ro->trace);
-        }
-        if (ro->report_done) {
-            printf(",\"report\":");
-            cli_json_str(stdout, ro->report);
-        }
-        printf("}\n");
+        print_json(ro, rt, &p, s, t, total, nbatches, chunk, wall_s, ok);
         return;
     }
     char b1[32], b2[32], b3[32];
