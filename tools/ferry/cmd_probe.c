@@ -216,6 +216,120 @@ static const cli_flag_def_t probe_flags[] = {
 };
 #undef PROBE_FLAG
 
+/* One backend of the listing: whether it is built and available, and its devices (text, or
+ * a member of @j's "backends" array). Sets *any when a device answered; adds why @b is
+ * unavailable to @whynot. */
+static void probe_backend(const char *b, ferry_options_t *opts, json_t *j, bool *any, char *whynot,
+                          size_t whynot_len)
+{
+    const char *const *names = ferry_backend_names();
+    bool built = false;
+    for (size_t k = 0; names[k]; k++)
+        built |= strcmp(names[k], b) == 0;
+    char why[256] = "";
+    int count = built ? ferry_backend_probe(b, why, sizeof(why)) : FERRY_ENODEV;
+    if (!built)
+        snprintf(why, sizeof(why),
+                 "not built in (configure with FERRY_WITH_CUDA=ON where "
+                 "nvcc is installed)");
+    ferry_runtime_t *rt = NULL;
+    char err[512] = "";
+    if (count > 0) {
+        ferry_runtime_config_t rc_ = FERRY_RUNTIME_CONFIG_INIT;
+        rc_.backend = b;
+        rc_.options = opts;
+        int e = ferry_runtime_create(&rc_, &rt);
+        if (e != 0) {
+            snprintf(err, sizeof(err), "%s: %s", ferry_err_name(e), ferry_last_error());
+            rt = NULL;
+        }
+    }
+    if (j != NULL) {
+        json_object_begin(j);
+        json_key_str(j, "name", b);
+        json_key_bool(j, "built", built);
+        json_key_bool(j, "available", rt != NULL);
+        json_key_str(j, "reason", count > 0 ? err : why);
+        json_key(j, "devices");
+        json_array_begin(j);
+    }
+    if (rt == NULL) {
+        size_t used = strlen(whynot);
+        snprintf(whynot + used, whynot_len - used, "%sbackend %s: %s", used ? "; " : "", b,
+                 count > 0 ? err : why);
+    }
+    if (j == NULL) {
+        printf("\nbackend %s: ", b);
+        if (rt)
+            printf("available, %d device(s)\n", ferry_device_count(rt));
+        else
+            printf("unavailable: %s\n", count > 0 ? err : why);
+    }
+    for (int d = 0; rt && d < ferry_device_count(rt); d++) {
+        ferry_device_t *dev = NULL;
+        ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
+        if (ferry_device_get(rt, d, &dev) != 0 || ferry_device_props(dev, &p) != 0) {
+            fprintf(stderr, "ferry probe: backend %s, device %d: %s\n", b, d, ferry_last_error());
+            continue;
+        }
+        *any = true;
+        if (j != NULL) {
+            print_props_json(j, &p);
+        } else {
+            print_props_text(&p);
+        }
+    }
+    if (j != NULL) {
+        json_array_end(j);
+        json_object_end(j);
+    }
+    ferry_runtime_destroy(rt);
+}
+
+/* The environment that changes how CUDA behaves in this process (read at cuInit): the end of
+ * the listing, or of @j's object (closed here). */
+static void probe_environment(json_t *j)
+{
+    static const char *const env_names[] = {"CUDA_DEVICE_MAX_CONNECTIONS",
+                                            "CUDA_DEVICE_MAX_COPY_CONNECTIONS",
+                                            "CUDA_LAUNCH_BLOCKING",
+                                            "CUDA_VISIBLE_DEVICES",
+                                            "CUDA_MPS_PIPE_DIRECTORY",
+                                            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                                            NULL};
+    if (j != NULL) {
+        json_array_end(j);
+        json_key(j, "environment");
+        json_object_begin(j);
+        for (int i = 0; env_names[i]; i++) {
+            json_key(j, env_names[i]);
+            json_str_or_null(j, getenv(env_names[i]));
+        }
+        json_end(j);
+    } else {
+        printf("\nenvironment (read by CUDA when it starts in a process)\n");
+        for (int i = 0; env_names[i]; i++) {
+            const char *v = getenv(env_names[i]);
+            printf("  %-36s %s%s%s\n", env_names[i], v ? "'" : "unset", v ? v : "", v ? "'" : "");
+        }
+        const char *c = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+        char *end = NULL;
+        long n = c ? strtol(c, &end, 10) : 0;
+        if (c == NULL)
+            printf("  hardware work queues per context: 8 (CUDA's default)\n");
+        else if (end == c || *end != '\0' || n < 1)
+            printf("  hardware work queues per context: 8: '%s' is not a valid value, and CUDA "
+                   "treats it as unset (valid: 1 to 32)\n",
+                   c);
+        else if (n > 32)
+            printf("  hardware work queues per context: %ld is above the documented 32: "
+                   "undocumented behaviour\n",
+                   n);
+        else
+            printf("  hardware work queues per context: %ld\n", n);
+    }
+}
+
 int cmd_probe(int argc, char **argv)
 {
     const char *cmd = "probe";
@@ -244,7 +358,6 @@ int cmd_probe(int argc, char **argv)
         ferry_options_destroy(opts);
         return rc;
     }
-    const char *const *names = ferry_backend_names();
     const char *all[] = {"cuda", "sim", NULL};
     json_t j;
     if (json) {
@@ -257,111 +370,11 @@ int cmd_probe(int argc, char **argv)
     bool any = false;
     char whynot[1024] = ""; /* why each backend asked for is unavailable, for the error line */
     for (size_t i = 0; all[i] != NULL; i++) {
-        const char *b = all[i];
-        if (only && strcmp(only, b) != 0)
+        if (only && strcmp(only, all[i]) != 0)
             continue;
-        bool built = false;
-        for (size_t k = 0; names[k]; k++)
-            built |= strcmp(names[k], b) == 0;
-        char why[256] = "";
-        int count = built ? ferry_backend_probe(b, why, sizeof(why)) : FERRY_ENODEV;
-        if (!built)
-            snprintf(why, sizeof(why),
-                     "not built in (configure with FERRY_WITH_CUDA=ON where "
-                     "nvcc is installed)");
-        ferry_runtime_t *rt = NULL;
-        char err[512] = "";
-        if (count > 0) {
-            ferry_runtime_config_t rc_ = FERRY_RUNTIME_CONFIG_INIT;
-            rc_.backend = b;
-            rc_.options = opts;
-            int e = ferry_runtime_create(&rc_, &rt);
-            if (e != 0) {
-                snprintf(err, sizeof(err), "%s: %s", ferry_err_name(e), ferry_last_error());
-                rt = NULL;
-            }
-        }
-        if (json) {
-            json_object_begin(&j);
-            json_key_str(&j, "name", b);
-            json_key_bool(&j, "built", built);
-            json_key_bool(&j, "available", rt != NULL);
-            json_key_str(&j, "reason", count > 0 ? err : why);
-            json_key(&j, "devices");
-            json_array_begin(&j);
-        }
-        if (rt == NULL) {
-            size_t used = strlen(whynot);
-            snprintf(whynot + used, sizeof(whynot) - used, "%sbackend %s: %s", used ? "; " : "", b,
-                     count > 0 ? err : why);
-        }
-        if (!json) {
-            printf("\nbackend %s: ", b);
-            if (rt)
-                printf("available, %d device(s)\n", ferry_device_count(rt));
-            else
-                printf("unavailable: %s\n", count > 0 ? err : why);
-        }
-        for (int d = 0; rt && d < ferry_device_count(rt); d++) {
-            ferry_device_t *dev = NULL;
-            ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
-            if (ferry_device_get(rt, d, &dev) != 0 || ferry_device_props(dev, &p) != 0) {
-                fprintf(stderr, "ferry probe: backend %s, device %d: %s\n", b, d,
-                        ferry_last_error());
-                continue;
-            }
-            any = true;
-            if (json) {
-                print_props_json(&j, &p);
-            } else {
-                print_props_text(&p);
-            }
-        }
-        if (json) {
-            json_array_end(&j);
-            json_object_end(&j);
-        }
-        ferry_runtime_destroy(rt);
+        probe_backend(all[i], opts, json ? &j : NULL, &any, whynot, sizeof(whynot));
     }
-    /* The environment that changes how CUDA behaves in this process (read at cuInit). */
-    static const char *const env_names[] = {"CUDA_DEVICE_MAX_CONNECTIONS",
-                                            "CUDA_DEVICE_MAX_COPY_CONNECTIONS",
-                                            "CUDA_LAUNCH_BLOCKING",
-                                            "CUDA_VISIBLE_DEVICES",
-                                            "CUDA_MPS_PIPE_DIRECTORY",
-                                            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-                                            NULL};
-    if (json) {
-        json_array_end(&j);
-        json_key(&j, "environment");
-        json_object_begin(&j);
-        for (int i = 0; env_names[i]; i++) {
-            json_key(&j, env_names[i]);
-            json_str_or_null(&j, getenv(env_names[i]));
-        }
-        json_end(&j);
-    } else {
-        printf("\nenvironment (read by CUDA when it starts in a process)\n");
-        for (int i = 0; env_names[i]; i++) {
-            const char *v = getenv(env_names[i]);
-            printf("  %-36s %s%s%s\n", env_names[i], v ? "'" : "unset", v ? v : "", v ? "'" : "");
-        }
-        const char *c = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-        char *end = NULL;
-        long n = c ? strtol(c, &end, 10) : 0;
-        if (c == NULL)
-            printf("  hardware work queues per context: 8 (CUDA's default)\n");
-        else if (end == c || *end != '\0' || n < 1)
-            printf("  hardware work queues per context: 8: '%s' is not a valid value, and CUDA "
-                   "treats it as unset (valid: 1 to 32)\n",
-                   c);
-        else if (n > 32)
-            printf("  hardware work queues per context: %ld is above the documented 32: "
-                   "undocumented behaviour\n",
-                   n);
-        else
-            printf("  hardware work queues per context: %ld\n", n);
-    }
+    probe_environment(json ? &j : NULL);
     /* The listing above is the answer; the failure, when no device answered, is an error. */
     rc = any ? CLI_OK : cli_fail(cmd, "no usable device (%s)", whynot[0] ? whynot : "none found");
     ferry_options_destroy(opts);
