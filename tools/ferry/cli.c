@@ -178,6 +178,21 @@ int cli_parse(cli_parser_t *p, int argc, char **argv, int first)
     return CLI_OK;
 }
 
+int cli_parse_options(cli_parser_t *p, int argc, char **argv, int first, ferry_options_t **out)
+{
+    *out = NULL;
+    int rc = cli_options(p->cmd, &p->options);
+    if (rc != CLI_OK)
+        return rc;
+    rc = cli_parse(p, argc, argv, first);
+    if (rc != CLI_OK) {
+        ferry_options_destroy(p->options);
+        return rc;
+    }
+    *out = p->options;
+    return CLI_OK;
+}
+
 int cli_parse_uint(const char *cmd, const char *flag, const char *v, unsigned long long lo,
                    unsigned long long hi, unsigned long long *out)
 {

@@ -5,6 +5,7 @@
 #define FERRY_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 
 #include "ferry.h"
@@ -45,6 +46,10 @@ typedef struct cli_flag_def {
     const char *value_noun; /* the short form's missing-value error: "-X needs <noun>" */
 } cli_flag_def_t;
 
+/* A table row's first fields: CLI_FLAG("bytes", CLI_SIZE, run_opts_t, bytes, "help"). */
+#define CLI_FLAG(n, k, type, field, h)                                                             \
+    .name = (n), .kind = (k), .offset = offsetof(type, field), .help = (h)
+
 /* A command's command line: its flag tables (searched in order, then the options table when
  * @options is set: every option is also a flag), and where the values go. */
 typedef struct cli_parser {
@@ -56,6 +61,11 @@ typedef struct cli_parser {
     bool command_after_dashdash;    /* "--" ends the flags, a bare word must come after it */
     int rest;                       /* out: the index after "--"; -1: no "--" */
 } cli_parser_t;
+
+/* cli_options() then cli_parse() with p->options set to them: the start of every command that
+ * takes the options as flags. Returns what cli_parse() does, or CLI_FAIL/CLI_USAGE from
+ * cli_options(); *out holds the options on CLI_OK only (destroyed otherwise). */
+int cli_parse_options(cli_parser_t *p, int argc, char **argv, int first, ferry_options_t **out);
 
 /* Walk argv[first..argc) against @p's tables, in order. Returns CLI_OK, CLI_HELP (--help or -h
  * came before any error; nothing printed) or CLI_USAGE (an unknown flag, a missing or bad

@@ -226,87 +226,43 @@ static int check_host_offset(const char *cmd, const char *v, void *into)
     return CLI_OK;
 }
 
-#define BENCH_FLAG(field) offsetof(bench_opts_t, field)
 /* The flags of both benchmarks, then those of each. */
 static const cli_flag_def_t bench_flags[] = {
-    {.name = "json", .kind = CLI_SWITCH, .offset = BENCH_FLAG(json), .help = "one JSON object"},
-    {.name = "csv", .kind = CLI_SWITCH, .offset = BENCH_FLAG(csv), .help = "CSV rows"},
-    {.name = "no-pageable",
-     .kind = CLI_SWITCH,
-     .offset = BENCH_FLAG(no_pageable),
-     .help = "copy: skip pageable memory"},
-    {.name = "report",
-     .kind = CLI_STRING,
-     .offset = BENCH_FLAG(report),
-     .help = "write an HTML page",
+    {CLI_FLAG("json", CLI_SWITCH, bench_opts_t, json, "one JSON object")},
+    {CLI_FLAG("csv", CLI_SWITCH, bench_opts_t, csv, "CSV rows")},
+    {CLI_FLAG("no-pageable", CLI_SWITCH, bench_opts_t, no_pageable, "copy: skip pageable memory")},
+    {CLI_FLAG("report", CLI_STRING, bench_opts_t, report, "write an HTML page"),
      .check = check_report},
-    {.name = "reps",
-     .kind = CLI_UINT,
-     .offset = BENCH_FLAG(reps),
-     .help = "repetitions per case",
-     .lo = 1,
-     .hi = 10000},
+    {CLI_FLAG("reps", CLI_UINT, bench_opts_t, reps, "repetitions per case"), .lo = 1, .hi = 10000},
     {NULL},
 };
 static const cli_flag_def_t bench_copy_flags[] = {
     {.name = "sizes",
      .kind = CLI_CUSTOM,
-     .offset = 0,
      .help = "copy sizes, e.g. 4K,1M,16M",
      .check = check_sizes},
     {NULL},
 };
 static const cli_flag_def_t bench_pipeline_flags[] = {
-    {.name = "compare",
-     .kind = CLI_SWITCH,
-     .offset = BENCH_FLAG(compare),
-     .help = "the simulator's prediction beside each case"},
-    {.name = "compare-profile",
-     .kind = CLI_STRING,
-     .offset = BENCH_FLAG(compare_profile),
-     .help = "the simulator's profile",
+    {CLI_FLAG("compare", CLI_SWITCH, bench_opts_t, compare,
+              "the simulator's prediction beside each case")},
+    {CLI_FLAG("compare-profile", CLI_STRING, bench_opts_t, compare_profile,
+              "the simulator's profile"),
      .check = check_compare},
-    {.name = "bytes",
-     .kind = CLI_SIZE,
-     .offset = BENCH_FLAG(bytes),
-     .help = "bytes per configuration",
+    {CLI_FLAG("bytes", CLI_SIZE, bench_opts_t, bytes, "bytes per configuration"),
      .check = check_bytes},
-    {.name = "compare-bytes",
-     .kind = CLI_SIZE,
-     .offset = BENCH_FLAG(compare_bytes),
-     .help = "the simulator's bytes per case",
+    {CLI_FLAG("compare-bytes", CLI_SIZE, bench_opts_t, compare_bytes,
+              "the simulator's bytes per case"),
      .check = check_compare_bytes},
-    {.name = "passes",
-     .kind = CLI_UINT,
-     .offset = BENCH_FLAG(passes),
-     .help = "measured passes per configuration",
-     .lo = 1,
-     .hi = 100},
-    {.name = "host-offset",
-     .kind = CLI_UINT,
-     .offset = BENCH_FLAG(host_offset),
-     .help = "bytes past a page boundary",
-     .lo = 0,
-     .hi = 4092,
-     .check = check_host_offset},
-    {.name = "chunks",
-     .kind = CLI_CUSTOM,
-     .offset = 0,
-     .help = "chunk sizes",
-     .check = check_chunks},
-    {.name = "streams",
-     .kind = CLI_CUSTOM,
-     .offset = 0,
-     .help = "compute streams",
-     .check = check_streams},
-    {.name = "intensity",
-     .kind = CLI_CUSTOM,
-     .offset = 0,
-     .help = "fma intensities",
-     .check = check_intensity},
+    {CLI_FLAG("passes", CLI_UINT, bench_opts_t, passes, "measured passes per configuration"),
+     .lo = 1, .hi = 100},
+    {CLI_FLAG("host-offset", CLI_UINT, bench_opts_t, host_offset, "bytes past a page boundary"),
+     .lo = 0, .hi = 4092, .check = check_host_offset},
+    {.name = "chunks", .kind = CLI_CUSTOM, .help = "chunk sizes", .check = check_chunks},
+    {.name = "streams", .kind = CLI_CUSTOM, .help = "compute streams", .check = check_streams},
+    {.name = "intensity", .kind = CLI_CUSTOM, .help = "fma intensities", .check = check_intensity},
     {NULL},
 };
-#undef BENCH_FLAG
 
 int cmd_bench(int argc, char **argv)
 {
@@ -332,24 +288,16 @@ int cmd_bench(int argc, char **argv)
         .nstreams = 2,
         .intensities = {0, 64},
         .nint = 2};
-    ferry_options_t *o = NULL;
-    int orc = cli_options(cmd, &o);
-    if (orc != CLI_OK)
-        return orc;
+    char context[32];
+    snprintf(context, sizeof(context), "for bench %s", what);
     cli_parser_t p = {.cmd = cmd,
                       .flags = {bench_flags, copy ? bench_copy_flags : bench_pipeline_flags},
                       .into = &bo,
-                      .options = o};
-    char context[32];
-    snprintf(context, sizeof(context), "for bench %s", what);
-    p.context = context;
-    int rc = cli_parse(&p, argc, argv, 2);
-    if (rc == CLI_HELP) {
-        ferry_options_destroy(o);
-        return usage();
-    }
+                      .context = context};
+    ferry_options_t *o = NULL;
+    int rc = cli_parse_options(&p, argc, argv, 2, &o);
     if (rc != CLI_OK)
-        goto usage_out;
+        return rc == CLI_HELP ? usage() : rc;
     if (bo.json && bo.csv) {
         cli_usage_error(cmd, "--json and --csv exclude each other");
         goto usage_out;

@@ -532,63 +532,32 @@ static int check_values(const char *cmd, const char *v, void *into)
     }
 }
 
-#define CONN_FLAG(field) offsetof(conn_flags_t, field)
 static const cli_flag_def_t conn_flags[] = {
-    {.name = "json", .kind = CLI_SWITCH, .offset = CONN_FLAG(json), .help = "one JSON object"},
-    {.name = "measure",
-     .kind = CLI_SWITCH,
-     .offset = CONN_FLAG(measure),
-     .help = "measure each value in a child process"},
-    {.name = "measure-one",
-     .kind = CLI_SWITCH,
-     .offset = CONN_FLAG(one),
-     .help = "the child of --measure"},
-    {.name = "recommend",
-     .kind = CLI_SWITCH,
-     .offset = CONN_FLAG(recommend),
-     .help = "the value for --streams N"},
-    {.name = "ordering",
-     .kind = CLI_STRING,
-     .offset = CONN_FLAG(ordering),
-     .help = "strict",
-     .check = check_ordering},
-    {.name = "streams",
-     .kind = CLI_UINT,
-     .offset = CONN_FLAG(streams),
-     .help = "streams kept active per GPU",
-     .lo = 1,
+    {CLI_FLAG("json", CLI_SWITCH, conn_flags_t, json, "one JSON object")},
+    {CLI_FLAG("measure", CLI_SWITCH, conn_flags_t, measure,
+              "measure each value in a child process")},
+    {CLI_FLAG("measure-one", CLI_SWITCH, conn_flags_t, one, "the child of --measure")},
+    {CLI_FLAG("recommend", CLI_SWITCH, conn_flags_t, recommend, "the value for --streams N")},
+    {CLI_FLAG("ordering", CLI_STRING, conn_flags_t, ordering, "strict"), .check = check_ordering},
+    {CLI_FLAG("streams", CLI_UINT, conn_flags_t, streams, "streams kept active per GPU"), .lo = 1,
      .hi = 1024},
-    {.name = "reps",
-     .kind = CLI_UINT,
-     .offset = CONN_FLAG(reps),
-     .help = "repetitions per value",
-     .lo = 1,
-     .hi = 100},
+    {CLI_FLAG("reps", CLI_UINT, conn_flags_t, reps, "repetitions per value"), .lo = 1, .hi = 100},
     {.name = "values",
      .kind = CLI_CUSTOM,
-     .offset = 0,
      .help = "the values to measure, e.g. 1,2,4",
      .check = check_values},
     {NULL},
 };
-#undef CONN_FLAG
 
 int cmd_connections(int argc, char **argv)
 {
     const char *cmd = "connections";
     conn_flags_t f = {.values = {1, 2, 4, 8, 16, 32}, .nv = 6, .reps = 5};
     ferry_options_t *o = NULL;
-    int orc = cli_options(cmd, &o);
-    if (orc != CLI_OK)
-        return orc;
-    cli_parser_t p = {.cmd = cmd, .flags = {conn_flags}, .into = &f, .options = o};
-    int rc = cli_parse(&p, argc, argv, 1);
-    if (rc == CLI_HELP) {
-        ferry_options_destroy(o);
-        return usage();
-    }
+    cli_parser_t p = {.cmd = cmd, .flags = {conn_flags}, .into = &f};
+    int rc = cli_parse_options(&p, argc, argv, 1, &o);
     if (rc != CLI_OK)
-        goto out;
+        return rc == CLI_HELP ? usage() : rc;
     bool json = f.json, do_measure = f.measure, do_recommend = f.recommend, one = f.one,
          strict = f.strict;
     unsigned long long streams = f.streams, reps = f.reps;

@@ -79,24 +79,14 @@ typedef struct env_flags {
     bool json;
 } env_flags_t;
 
-#define ENV_FLAG(field) offsetof(env_flags_t, field)
 static const cli_flag_def_t env_flags[] = {
-    {.name = "json",
-     .kind = CLI_SWITCH,
-     .offset = ENV_FLAG(json),
-     .help = "the variables and the snippet as JSON"},
-    {.name = "connections",
-     .kind = CLI_STRING,
-     .offset = ENV_FLAG(conn),
-     .help = "CUDA_DEVICE_MAX_CONNECTIONS, 1..32"},
-    {.name = "copy-connections",
-     .kind = CLI_STRING,
-     .offset = ENV_FLAG(copy),
-     .help = "CUDA_DEVICE_MAX_COPY_CONNECTIONS, 1..32"},
-    {.name = "format", .kind = CLI_STRING, .offset = ENV_FLAG(format), .help = FORMAT_LIST},
+    {CLI_FLAG("json", CLI_SWITCH, env_flags_t, json, "the variables and the snippet as JSON")},
+    {CLI_FLAG("connections", CLI_STRING, env_flags_t, conn, "CUDA_DEVICE_MAX_CONNECTIONS, 1..32")},
+    {CLI_FLAG("copy-connections", CLI_STRING, env_flags_t, copy,
+              "CUDA_DEVICE_MAX_COPY_CONNECTIONS, 1..32")},
+    {CLI_FLAG("format", CLI_STRING, env_flags_t, format, FORMAT_LIST)},
     {NULL},
 };
-#undef ENV_FLAG
 
 int cmd_env(int argc, char **argv)
 {

@@ -660,28 +660,16 @@ static int check_backend(const char *cmd_name, const char *v, void *into)
     return CLI_OK;
 }
 
-#define EXEC_FLAG(field) offsetof(exec_flags_t, field)
 static const cli_flag_def_t exec_flags[] = {
-    {.name = "connections",
-     .kind = CLI_STRING,
-     .offset = EXEC_FLAG(conn),
-     .help = "CUDA_DEVICE_MAX_CONNECTIONS for the command"},
-    {.name = "copy-connections",
-     .kind = CLI_STRING,
-     .offset = EXEC_FLAG(copy),
-     .help = "CUDA_DEVICE_MAX_COPY_CONNECTIONS"},
-    {.name = "per-device",
-     .kind = CLI_STRING,
-     .offset = EXEC_FLAG(rules),
-     .help = "one value per GPU: RULES"},
-    {.name = "backend",
-     .kind = CLI_STRING,
-     .offset = EXEC_FLAG(backend),
-     .help = "auto|sim|cuda",
+    {CLI_FLAG("connections", CLI_STRING, exec_flags_t, conn,
+              "CUDA_DEVICE_MAX_CONNECTIONS for the command")},
+    {CLI_FLAG("copy-connections", CLI_STRING, exec_flags_t, copy,
+              "CUDA_DEVICE_MAX_COPY_CONNECTIONS")},
+    {CLI_FLAG("per-device", CLI_STRING, exec_flags_t, rules, "one value per GPU: RULES")},
+    {CLI_FLAG("backend", CLI_STRING, exec_flags_t, backend, "auto|sim|cuda"),
      .check = check_backend},
     {NULL},
 };
-#undef EXEC_FLAG
 
 int cmd_exec(int argc, char **argv)
 {

@@ -247,27 +247,13 @@ typedef struct options_flags {
     bool md, json, man, bash;
 } options_flags_t;
 
-#define OPTIONS_FLAG(field) offsetof(options_flags_t, field)
 static const cli_flag_def_t options_flags[] = {
-    {.name = "markdown",
-     .kind = CLI_SWITCH,
-     .offset = OPTIONS_FLAG(md),
-     .help = "the table of docs/options.md"},
-    {.name = "json",
-     .kind = CLI_SWITCH,
-     .offset = OPTIONS_FLAG(json),
-     .help = "the table for scripts"},
-    {.name = "man",
-     .kind = CLI_SWITCH,
-     .offset = OPTIONS_FLAG(man),
-     .help = "the manual page ferry.1"},
-    {.name = "bash-completion",
-     .kind = CLI_SWITCH,
-     .offset = OPTIONS_FLAG(bash),
-     .help = "the bash completion script"},
+    {CLI_FLAG("markdown", CLI_SWITCH, options_flags_t, md, "the table of docs/options.md")},
+    {CLI_FLAG("json", CLI_SWITCH, options_flags_t, json, "the table for scripts")},
+    {CLI_FLAG("man", CLI_SWITCH, options_flags_t, man, "the manual page ferry.1")},
+    {CLI_FLAG("bash-completion", CLI_SWITCH, options_flags_t, bash, "the bash completion script")},
     {NULL},
 };
-#undef OPTIONS_FLAG
 
 int cmd_options(int argc, char **argv)
 {

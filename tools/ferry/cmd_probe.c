@@ -194,27 +194,16 @@ static int check_backend(const char *cmd, const char *v, void *into)
     return CLI_OK;
 }
 
-#define PROBE_FLAG(field) offsetof(probe_flags_t, field)
 static const cli_flag_def_t probe_flags[] = {
-    {.name = "json", .kind = CLI_SWITCH, .offset = PROBE_FLAG(json), .help = "one JSON object"},
-    {.name = "calibrate",
-     .kind = CLI_SWITCH,
-     .offset = PROBE_FLAG(cal),
-     .help = "measure this machine into a device profile"},
-    {.name = "output",
-     .kind = CLI_STRING,
-     .offset = PROBE_FLAG(outpath),
-     .help = "the profile --calibrate writes",
-     .short_name = 'o',
-     .value_noun = "a file name"},
-    {.name = "backend",
-     .kind = CLI_STRING,
-     .offset = PROBE_FLAG(only),
-     .help = "sim or cuda only",
+    {CLI_FLAG("json", CLI_SWITCH, probe_flags_t, json, "one JSON object")},
+    {CLI_FLAG("calibrate", CLI_SWITCH, probe_flags_t, cal,
+              "measure this machine into a device profile")},
+    {CLI_FLAG("output", CLI_STRING, probe_flags_t, outpath, "the profile --calibrate writes"),
+     .short_name = 'o', .value_noun = "a file name"},
+    {CLI_FLAG("backend", CLI_STRING, probe_flags_t, only, "sim or cuda only"),
      .check = check_backend},
     {NULL},
 };
-#undef PROBE_FLAG
 
 /* One backend of the listing: whether it is built and available, and its devices (text, or
  * a member of @j's "backends" array). Sets *any when a device answered; adds why @b is
@@ -335,17 +324,10 @@ int cmd_probe(int argc, char **argv)
     const char *cmd = "probe";
     probe_flags_t fl = {.json = false};
     ferry_options_t *opts = NULL;
-    int orc = cli_options(cmd, &opts);
-    if (orc != CLI_OK)
-        return orc;
-    cli_parser_t parser = {.cmd = cmd, .flags = {probe_flags}, .into = &fl, .options = opts};
-    int rc = cli_parse(&parser, argc, argv, 1);
-    if (rc == CLI_HELP) {
-        ferry_options_destroy(opts);
-        return usage();
-    }
+    cli_parser_t parser = {.cmd = cmd, .flags = {probe_flags}, .into = &fl};
+    int rc = cli_parse_options(&parser, argc, argv, 1, &opts);
     if (rc != CLI_OK)
-        goto out_usage;
+        return rc == CLI_HELP ? usage() : rc;
     bool json = fl.json, cal = fl.cal;
     const char *only = fl.only, *outpath = fl.outpath;
 

@@ -135,71 +135,30 @@ static int check_report(const char *cmd, const char *v, void *into)
     return report_check_path(cmd, v);
 }
 
-#define RUN_FLAG(field) offsetof(run_opts_t, field)
 static const cli_flag_def_t run_flags[] = {
-    {.name = "json",
-     .kind = CLI_SWITCH,
-     .offset = RUN_FLAG(json),
-     .help = "print the summary as one JSON object"},
-    {.name = "quiet",
-     .kind = CLI_SWITCH,
-     .offset = RUN_FLAG(quiet),
-     .help = "print nothing but errors"},
-    {.name = "single-stream",
-     .kind = CLI_SWITCH,
-     .offset = RUN_FLAG(single_stream),
-     .help = "every op on one stream"},
-    {.name = "bytes",
-     .kind = CLI_SIZE,
-     .offset = RUN_FLAG(bytes),
-     .help = "bytes of generated data",
+    {CLI_FLAG("json", CLI_SWITCH, run_opts_t, json, "print the summary as one JSON object")},
+    {CLI_FLAG("quiet", CLI_SWITCH, run_opts_t, quiet, "print nothing but errors")},
+    {CLI_FLAG("single-stream", CLI_SWITCH, run_opts_t, single_stream, "every op on one stream")},
+    {CLI_FLAG("bytes", CLI_SIZE, run_opts_t, bytes, "bytes of generated data"),
      .check = check_bytes},
-    {.name = "batch-bytes",
-     .kind = CLI_SIZE,
-     .offset = RUN_FLAG(batch_bytes),
-     .help = "bytes per submitted batch",
+    {CLI_FLAG("batch-bytes", CLI_SIZE, run_opts_t, batch_bytes, "bytes per submitted batch"),
      .check = check_batch_bytes},
-    {.name = "workload",
-     .kind = CLI_STRING,
-     .offset = RUN_FLAG(workload),
-     .help = "copy, scale or fma"},
-    {.name = "intensity",
-     .kind = CLI_UINT,
-     .offset = RUN_FLAG(intensity),
-     .help = "fma: fused multiply-adds per float",
-     .lo = 1,
-     .hi = 100000},
-    {.name = "input",
-     .kind = CLI_STRING,
-     .offset = RUN_FLAG(input),
-     .help = "stream FILE instead of generated data"},
-    {.name = "output",
-     .kind = CLI_STRING,
-     .offset = RUN_FLAG(output),
-     .help = "write the transformed stream to FILE"},
-    {.name = "trace",
-     .kind = CLI_STRING,
-     .offset = RUN_FLAG(trace),
-     .help = "write a Chrome trace",
+    {CLI_FLAG("workload", CLI_STRING, run_opts_t, workload, "copy, scale or fma")},
+    {CLI_FLAG("intensity", CLI_UINT, run_opts_t, intensity, "fma: fused multiply-adds per float"),
+     .lo = 1, .hi = 100000},
+    {CLI_FLAG("input", CLI_STRING, run_opts_t, input, "stream FILE instead of generated data")},
+    {CLI_FLAG("output", CLI_STRING, run_opts_t, output, "write the transformed stream to FILE")},
+    {CLI_FLAG("trace", CLI_STRING, run_opts_t, trace, "write a Chrome trace"),
      .check = check_trace},
-    {.name = "report",
-     .kind = CLI_STRING,
-     .offset = RUN_FLAG(report),
-     .help = "write an HTML page",
+    {CLI_FLAG("report", CLI_STRING, run_opts_t, report, "write an HTML page"),
      .check = check_report},
     {NULL},
 };
-#undef RUN_FLAG
 
-static int parse(int argc, char **argv, ferry_options_t *o, run_opts_t *r)
+/* The command line, and what no single flag can check. */
+static int check_flags(const run_opts_t *r)
 {
     const char *cmd = run_cmd;
-    cli_parser_t p = {.cmd = cmd, .flags = {run_flags}, .into = r, .options = o};
-    int prc = cli_parse(&p, argc, argv, 1);
-    if (prc == CLI_HELP)
-        return -1;
-    if (prc != CLI_OK)
-        return prc;
     bool known = false;
     for (const char *const *n = ferry_workload_names(); *n; n++)
         known |= strcmp(*n, r->workload) == 0;
@@ -582,15 +541,15 @@ int cmd_run(int argc, char **argv)
         .out = RUN_FILE_INIT,
     };
     cli_quiet_logs(argc, argv);
-    int orc = cli_options(run_cmd, &c.opts);
-    if (orc != CLI_OK)
-        return orc;
-    int pr = parse(argc, argv, c.opts, &c.ro);
-    c.ro.opts = c.opts;
-    if (pr != 0) {
+    cli_parser_t p = {.cmd = run_cmd, .flags = {run_flags}, .into = &c.ro};
+    int pr = cli_parse_options(&p, argc, argv, 1, &c.opts);
+    if (pr != CLI_OK)
+        return pr == CLI_HELP ? usage() : pr;
+    if ((pr = check_flags(&c.ro)) != CLI_OK) {
         ferry_options_destroy(c.opts);
-        return pr < 0 ? usage() : pr;
+        return pr;
     }
+    c.ro.opts = c.opts;
     if (c.ro.trace)
         ferry_options_set(c.opts, "trace", "1");
     c.ro.argc = argc;

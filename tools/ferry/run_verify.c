@@ -38,25 +38,14 @@ static void gen_fill(uint64_t seed, uint64_t offset, unsigned char *dst, size_t 
     }
 }
 
-static int write_stream(int fd, const void *buf, size_t n)
+/* Write all of @buf: at offset @off (a file), or where the stream is (@off UINT64_MAX). */
+static int write_all(int fd, const void *buf, size_t n, uint64_t off)
 {
     size_t put = 0;
     while (put < n) {
-        ssize_t k = write(fd, (const char *)buf + put, n - put);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        put += (size_t)k;
-    }
-    return 0;
-}
-
-static int write_full(int fd, const void *buf, size_t n, uint64_t off)
-{
-    size_t put = 0;
-    while (put < n) {
-        ssize_t k = pwrite(fd, (const char *)buf + put, n - put, (off_t)(off + put));
+        const char *from = (const char *)buf + put;
+        ssize_t k = off == UINT64_MAX ? write(fd, from, n - put)
+                                      : pwrite(fd, from, n - put, (off_t)(off + put));
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
@@ -113,7 +102,7 @@ static bool verify_entry(run_state_t *st, ring_entry_t *e, unsigned char *scratc
     } else {
         t->verified_bytes += e->bytes;
     }
-    if (st->outfd >= 0 && !st->ordered && write_full(st->outfd, e->out, e->bytes, e->offset) != 0)
+    if (st->outfd >= 0 && !st->ordered && write_all(st->outfd, e->out, e->bytes, e->offset) != 0)
         t->io_error = errno ? errno : EIO;
     return match;
 }
@@ -134,7 +123,7 @@ static void write_in_order(run_state_t *st)
         bool skip = e->seq >= st->cut_seq || st->t.io_error;
         pthread_mutex_unlock(&st->lock);
         int err = 0;
-        if (!skip && write_stream(st->outfd, e->out, e->bytes) != 0)
+        if (!skip && write_all(st->outfd, e->out, e->bytes, UINT64_MAX) != 0)
             err = errno ? errno : EIO;
         pthread_mutex_lock(&st->lock);
         if (err && !st->t.io_error)
