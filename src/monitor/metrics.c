@@ -9,6 +9,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -373,11 +374,101 @@ static void head(FILE *f, const char *name, const char *type, const char *help)
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* The attached pipelines' series, family by family. */
-typedef struct pl_metric {
-    const char *name, *type, *help;
-} pl_metric_t;
+/* ---- the attached pipelines' families, from a table ---------------------------------------- */
 
+/* How a series reads its field of ferry_pipeline_stats_t. */
+enum pl_field { PL_NONE, PL_U64, PL_NS, PL_UINT, PL_BOOL, PL_DOUBLE }; /* PL_NS: ns as seconds */
+
+typedef struct pl_series {
+    const char *label; /* the series' own label ('where="gpu"'); NULL: only the pipeline's */
+    size_t field;      /* offsetof(ferry_pipeline_stats_t, ...) */
+    enum pl_field type;
+} pl_series_t;
+
+/* A family of every attached pipeline: its series read from the stats (PL_FIELDS; PL_LINKED:
+ * only pipelines whose link monitor has sampled), one series per stream (PL_STREAMS), or the
+ * batch latency histogram (PL_LATENCY). */
+enum pl_how { PL_FIELDS, PL_LINKED, PL_STREAMS, PL_LATENCY };
+
+typedef struct pl_family {
+    const char *name, *type, *help;
+    enum pl_how how;
+    pl_series_t series[3];
+} pl_family_t;
+
+#define S(label, field, type)                                                                      \
+    {                                                                                              \
+        label, offsetof(ferry_pipeline_stats_t, field), type                                       \
+    }
+#define NONE                                                                                       \
+    {                                                                                              \
+        NULL, 0, PL_NONE                                                                           \
+    }
+#define FAMILY(name, type, how, help, ...) {name, type, help, how, {__VA_ARGS__}},
+static const pl_family_t pl_families[] = {
+#include "monitor/metrics_pipeline.def"
+};
+#undef FAMILY
+#undef NONE
+#undef S
+
+static double field_value(const ferry_pipeline_stats_t *st, const pl_series_t *s)
+{
+    const char *at = (const char *)st + s->field;
+    uint64_t u = 0;
+    unsigned w = 0;
+    bool b = false;
+    double d = 0;
+    switch (s->type) {
+    case PL_U64:
+    case PL_NS: memcpy(&u, at, sizeof(u)); return s->type == PL_NS ? (double)u / 1e9 : (double)u;
+    case PL_UINT: memcpy(&w, at, sizeof(w)); return (double)w;
+    case PL_BOOL: memcpy(&b, at, sizeof(b)); return b ? 1 : 0;
+    case PL_DOUBLE: memcpy(&d, at, sizeof(d)); return d;
+    case PL_NONE: break;
+    }
+    return 0;
+}
+
+static const char *stream_kind(char k)
+{
+    return k == 'h' ? "h2d" : k == 'c' ? "compute" : k == 'd' ? "d2h" : "all";
+}
+
+/* One family's samples for the @n attached pipelines (@st their stats, @lab their labels). */
+static void write_family(ferry_metrics_t *m, FILE *f, const pl_family_t *fam,
+                         const ferry_pipeline_stats_t *st, char (*lab)[256], size_t n)
+{
+    head(f, fam->name, fam->type, fam->help);
+    if (fam->how == PL_LATENCY) {
+        size_t k = 0;
+        for (attached_t *a = m->pipelines; a != NULL; a = a->next, k++) {
+            uint64_t counts[FERRY__LAT_BUCKETS + 1], sum_ns = 0, count = 0;
+            ferry__latency_read(a->p, counts, &sum_ns, &count);
+            put_histogram(f, fam->name, lab[k], ferry__lat_bounds_s, FERRY__LAT_BUCKETS, counts,
+                          (double)sum_ns / 1e9);
+        }
+        return;
+    }
+    for (size_t k = 0; k < n; k++) {
+        if (fam->how == PL_STREAMS) {
+            for (unsigned s = 0; s < st[k].streams; s++) {
+                char extra[64];
+                snprintf(extra, sizeof(extra), "stream=\"%u\",kind=\"%s\"", s,
+                         stream_kind(st[k].stream_kind[s]));
+                put_sample(f, fam->name, "", lab[k], extra, (double)st[k].stream_busy_ns[s] / 1e9);
+            }
+            continue;
+        }
+        if (fam->how == PL_LINKED && st[k].link_samples == 0)
+            continue;
+        for (size_t j = 0; j < 3 && fam->series[j].type != PL_NONE; j++)
+            put_sample(f, fam->name, "", lab[k], fam->series[j].label,
+                       field_value(&st[k], &fam->series[j]));
+    }
+}
+
+/* The attached pipelines' series, family by family (pl_families). */
 static void write_pipelines(ferry_metrics_t *m, FILE *f)
 {
     size_t n = 0;
@@ -403,165 +494,8 @@ static void write_pipelines(ferry_metrics_t *m, FILE *f)
         lab[i][at++] = '"';
         lab[i][at] = '\0';
     }
-    char extra[64];
-#define EACH for (size_t k = 0; k < n; k++)
-    head(f, "ferry_pipeline_batches_total", "counter", "Batches completed, by where they ended.");
-    EACH
-    {
-        put_sample(f, "ferry_pipeline_batches_total", "", lab[k], "where=\"gpu\"",
-                   (double)st[k].batches_done_gpu);
-        put_sample(f, "ferry_pipeline_batches_total", "", lab[k], "where=\"cpu\"",
-                   (double)st[k].batches_done_cpu);
-        put_sample(f, "ferry_pipeline_batches_total", "", lab[k], "where=\"failed\"",
-                   (double)st[k].batches_failed);
-    }
-    head(f, "ferry_pipeline_transfer_bytes_total", "counter",
-         "Bytes copied over the link, by direction.");
-    EACH
-    {
-        put_sample(f, "ferry_pipeline_transfer_bytes_total", "", lab[k], "direction=\"h2d\"",
-                   (double)st[k].bytes_h2d);
-        put_sample(f, "ferry_pipeline_transfer_bytes_total", "", lab[k], "direction=\"d2h\"",
-                   (double)st[k].bytes_d2h);
-    }
-    head(f, "ferry_pipeline_chunks_total", "counter", "Chunks issued.");
-    EACH put_sample(f, "ferry_pipeline_chunks_total", "", lab[k], NULL, (double)st[k].chunks);
-    head(f, "ferry_pipeline_staged_bytes_total", "counter",
-         "Input bytes copied into pinned slots by host workers.");
-    EACH put_sample(f, "ferry_pipeline_staged_bytes_total", "", lab[k], NULL,
-                    (double)st[k].staged_bytes);
-    head(f, "ferry_engine_busy_seconds_total", "counter",
-         "Time each engine class was busy (sampled timing, scaled).");
-    EACH
-    {
-        put_sample(f, "ferry_engine_busy_seconds_total", "", lab[k], "engine=\"h2d\"",
-                   (double)st[k].busy_h2d_ns / 1e9);
-        put_sample(f, "ferry_engine_busy_seconds_total", "", lab[k], "engine=\"compute\"",
-                   (double)st[k].busy_compute_ns / 1e9);
-        put_sample(f, "ferry_engine_busy_seconds_total", "", lab[k], "engine=\"d2h\"",
-                   (double)st[k].busy_d2h_ns / 1e9);
-    }
-    head(f, "ferry_stream_busy_seconds_total", "counter", "Time each stream was busy.");
-    EACH for (unsigned s = 0; s < st[k].streams; s++)
-    {
-        snprintf(extra, sizeof(extra), "stream=\"%u\",kind=\"%s\"", s,
-                 st[k].stream_kind[s] == 'h'   ? "h2d"
-                 : st[k].stream_kind[s] == 'c' ? "compute"
-                 : st[k].stream_kind[s] == 'd' ? "d2h"
-                                               : "all");
-        put_sample(f, "ferry_stream_busy_seconds_total", "", lab[k], extra,
-                   (double)st[k].stream_busy_ns[s] / 1e9);
-    }
-    head(f, "ferry_pipeline_queue_full_total", "counter",
-         "Submits that met a full queue, by what happened.");
-    EACH
-    {
-        put_sample(f, "ferry_pipeline_queue_full_total", "", lab[k], "outcome=\"waited\"",
-                   (double)st[k].queue_full_waits);
-        put_sample(f, "ferry_pipeline_queue_full_total", "", lab[k], "outcome=\"eagain\"",
-                   (double)st[k].queue_full_eagain);
-    }
-    head(f, "ferry_pipeline_slots_in_use", "gauge", "Slots bound to chunks in flight.");
-    EACH put_sample(f, "ferry_pipeline_slots_in_use", "", lab[k], NULL, (double)st[k].slots_in_use);
-    head(f, "ferry_pipeline_depth", "gauge", "Slots of the pipeline (chunks in flight at most).");
-    EACH put_sample(f, "ferry_pipeline_depth", "", lab[k], NULL, (double)st[k].depth);
-    head(f, "ferry_connections", "gauge",
-         "Hardware queues of the device's context (CUDA_DEVICE_MAX_CONNECTIONS as read).");
-    EACH put_sample(f, "ferry_connections", "", lab[k], NULL, (double)st[k].connections);
-    head(f, "ferry_context_streams", "gauge",
-         "Streams active on the device when the pipeline was made.");
-    EACH put_sample(f, "ferry_context_streams", "", lab[k], NULL, (double)st[k].context_streams);
-    head(f, "ferry_fault_cpu_chunks_total", "counter", "Chunks the CPU fallback produced.");
-    EACH put_sample(f, "ferry_fault_cpu_chunks_total", "", lab[k], NULL, (double)st[k].chunks_cpu);
-    head(f, "ferry_fault_failed_attempts_total", "counter",
-         "Failed GPU attempts (one failure record each).");
-    EACH put_sample(f, "ferry_fault_failed_attempts_total", "", lab[k], NULL,
-                    (double)st[k].failure_records);
-    head(f, "ferry_fault_deadlines_passed_total", "counter",
-         "Chunks that passed their deadline (the abort flag was raised).");
-    EACH put_sample(f, "ferry_fault_deadlines_passed_total", "", lab[k], NULL,
-                    (double)st[k].deadlines_passed);
-    head(f, "ferry_fault_ladder_steps_total", "counter", "Steps of the ladder, by direction.");
-    EACH
-    {
-        put_sample(f, "ferry_fault_ladder_steps_total", "", lab[k], "direction=\"down\"",
-                   (double)st[k].ladder_steps_down);
-        put_sample(f, "ferry_fault_ladder_steps_total", "", lab[k], "direction=\"up\"",
-                   (double)st[k].ladder_steps_up);
-    }
-    head(f, "ferry_fault_ladder_level", "gauge", "The ladder's level (0 the plan as configured).");
-    EACH put_sample(f, "ferry_fault_ladder_level", "", lab[k], NULL, (double)st[k].ladder_level);
-    head(f, "ferry_fault_gpu_lost", "gauge", "1 once a sticky error or a hang ended the GPU path.");
-    EACH put_sample(f, "ferry_fault_gpu_lost", "", lab[k], NULL, st[k].gpu_lost ? 1 : 0);
-    head(f, "ferry_watchdog_heartbeats_total", "counter",
-         "Heartbeat kernels queued, and the last one the GPU ran (the counter it stores).");
-    EACH
-    {
-        put_sample(f, "ferry_watchdog_heartbeats_total", "", lab[k], "state=\"sent\"",
-                   (double)st[k].heartbeats_sent);
-        put_sample(f, "ferry_watchdog_heartbeats_total", "", lab[k], "state=\"seen\"",
-                   (double)st[k].heartbeats_seen);
-    }
-    head(f, "ferry_watchdog_stalls_total", "counter",
-         "Stalls the watchdog reported: the GPU not running the heartbeat, the completion thread "
-         "not polling, the watchdog thread not running.");
-    EACH
-    {
-        put_sample(f, "ferry_watchdog_stalls_total", "", lab[k], "what=\"heartbeat\"",
-                   (double)st[k].heartbeat_stalls);
-        put_sample(f, "ferry_watchdog_stalls_total", "", lab[k], "what=\"completion\"",
-                   (double)st[k].completion_stalls);
-        put_sample(f, "ferry_watchdog_stalls_total", "", lab[k], "what=\"watchdog\"",
-                   (double)st[k].watchdog_stalls);
-    }
-    head(f, "ferry_watchdog_deadline_overrun_seconds", "gauge",
-         "The most time an aborted chunk took past its deadline until it was retired.");
-    EACH put_sample(f, "ferry_watchdog_deadline_overrun_seconds", "", lab[k], NULL,
-                    (double)st[k].deadline_overrun_ns / 1e9);
-    head(f, "ferry_bandwidth_alerts_total", "counter",
-         "Bandwidth alerts raised: copies below the alert share of the link's rate.");
-    EACH put_sample(f, "ferry_bandwidth_alerts_total", "", lab[k], NULL, (double)st[k].bw_alerts);
-    head(f, "ferry_link_utilization_ratio", "gauge",
-         "The last window's rate while copying over the link's theoretical rate.");
-    EACH
-    {
-        put_sample(f, "ferry_link_utilization_ratio", "", lab[k], "direction=\"h2d\"",
-                   st[k].bw_ratio[0]);
-        put_sample(f, "ferry_link_utilization_ratio", "", lab[k], "direction=\"d2h\"",
-                   st[k].bw_ratio[1]);
-    }
-    head(f, "ferry_link_traffic_bytes_per_second", "gauge",
-         "All traffic on the device's link (NVML's counter on a GPU), latest sample; only "
-         "pipelines whose link monitor has sampled.");
-    EACH if (st[k].link_samples > 0)
-    {
-        put_sample(f, "ferry_link_traffic_bytes_per_second", "", lab[k], "direction=\"h2d\"",
-                   st[k].link_bps[0]);
-        put_sample(f, "ferry_link_traffic_bytes_per_second", "", lab[k], "direction=\"d2h\"",
-                   st[k].link_bps[1]);
-    }
-    head(f, "ferry_link_own_traffic_bytes_per_second", "gauge",
-         "The pipeline's own part of that traffic over the same windows; the rest is another "
-         "process's.");
-    EACH if (st[k].link_samples > 0)
-    {
-        put_sample(f, "ferry_link_own_traffic_bytes_per_second", "", lab[k], "direction=\"h2d\"",
-                   st[k].link_own_bps[0]);
-        put_sample(f, "ferry_link_own_traffic_bytes_per_second", "", lab[k], "direction=\"d2h\"",
-                   st[k].link_own_bps[1]);
-    }
-    head(f, "ferry_pipeline_host_pinned", "gauge", "1 when the pipeline's host slots are pinned.");
-    EACH put_sample(f, "ferry_pipeline_host_pinned", "", lab[k], NULL, st[k].host_pinned ? 1 : 0);
-    head(f, "ferry_pipeline_batch_latency_seconds", "histogram",
-         "Batch latency, submit to callback, on the device clock.");
-    i = 0;
-    for (attached_t *a = m->pipelines; a != NULL; a = a->next, i++) {
-        uint64_t counts[FERRY__LAT_BUCKETS + 1], sum_ns = 0, count = 0;
-        ferry__latency_read(a->p, counts, &sum_ns, &count);
-        put_histogram(f, "ferry_pipeline_batch_latency_seconds", lab[i], ferry__lat_bounds_s,
-                      FERRY__LAT_BUCKETS, counts, (double)sum_ns / 1e9);
-    }
-#undef EACH
+    for (size_t k = 0; k < sizeof(pl_families) / sizeof(pl_families[0]); k++)
+        write_family(m, f, &pl_families[k], st, lab, n);
     free(st);
     free(lab);
 }

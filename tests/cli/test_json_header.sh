@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every command's --json output opens with the command, ferry's version and the UTC time it was
-# printed (one helper writes them: cli_json_begin).
+# printed (one helper writes them: json_command_begin in tools/ferry/json.c).
 . "$(dirname "$0")/lib.sh"
 unset CUDA_DEVICE_MAX_CONNECTIONS CUDA_DEVICE_MAX_COPY_CONNECTIONS FERRY_CONNECTIONS
 version=$("$FERRY" --version | sed 's/^ferry //')

@@ -1,4 +1,4 @@
-/* Shared CLI helpers: errors and exit codes, flag parsing, formatting, JSON strings. */
+/* Shared CLI helpers: errors and exit codes, the flag tables' parser, formatting. */
 #include "cli.h"
 
 #include <errno.h>
@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
@@ -31,7 +30,17 @@ int cli_fail(const char *cmd, const char *fmt, ...)
     return CLI_FAIL;
 }
 
-int cli_flag_value(cli_args_t *a, const char *name, const char **value)
+/* An argument cursor over argv. */
+typedef struct cli_args {
+    int argc, i;
+    char **argv;
+    const char *cmd;
+} cli_args_t;
+
+/* If argv[i] is --@name (or --@name=...), set *value to its value (consuming the next argument
+ * when needed) and return 1; 0 when it is another flag; -1 when the value is missing (an error
+ * was printed). */
+static int flag_value(cli_args_t *a, const char *name, const char **value)
 {
     const char *arg = a->argv[a->i];
     size_t n = strlen(name);
@@ -53,17 +62,30 @@ int cli_flag_value(cli_args_t *a, const char *name, const char **value)
     return 1;
 }
 
-bool cli_flag(cli_args_t *a, const char *name)
+/* The same for -X VALUE and -XVALUE. */
+static int short_value(cli_args_t *a, const cli_flag_def_t *d, const char **value)
 {
     const char *arg = a->argv[a->i];
-    if (strncmp(arg, "--", 2) == 0 && strcmp(arg + 2, name) == 0) {
+    if (d->short_name == 0 || arg[0] != '-' || arg[1] != d->short_name)
+        return 0;
+    if (arg[2] != '\0') {
+        *value = arg + 2;
         a->i++;
-        return true;
+        return 1;
     }
-    return false;
+    if (a->i + 1 >= a->argc) {
+        cli_usage_error(a->cmd, "-%c needs %s", d->short_name,
+                        d->value_noun ? d->value_noun : "a value");
+        return -1;
+    }
+    *value = a->argv[a->i + 1];
+    a->i += 2;
+    return 1;
 }
 
-int cli_option_flag(cli_args_t *a, ferry_options_t *o)
+/* If argv[i] is --<option name with dashes>, apply it to @o. Returns 1 when applied, 0 when
+ * not an option flag, -1 on a bad value (message printed). */
+static int option_flag(cli_args_t *a, ferry_options_t *o)
 {
     for (size_t k = 0; k < ferry_option_count(); k++) {
         const ferry_option_info_t *inf = ferry_option_at(k);
@@ -73,7 +95,7 @@ int cli_option_flag(cli_args_t *a, ferry_options_t *o)
             flag[j] = inf->name[j] == '_' ? '-' : inf->name[j];
         flag[j] = '\0';
         const char *v = NULL;
-        int r = cli_flag_value(a, flag, &v);
+        int r = flag_value(a, flag, &v);
         if (r < 0)
             return -1;
         if (r == 0)
@@ -86,6 +108,89 @@ int cli_option_flag(cli_args_t *a, ferry_options_t *o)
         return 1;
     }
     return 0;
+}
+
+/* Store @v (NULL for a switch) where @d says, then run its check. */
+static int store(const char *cmd, const cli_flag_def_t *d, const char *v, void *into)
+{
+    char *at = (char *)into + d->offset;
+    int rc = CLI_OK;
+    switch (d->kind) {
+    case CLI_SWITCH: *(bool *)at = true; break;
+    case CLI_STRING: *(const char **)at = v; break;
+    case CLI_UINT:
+        rc = cli_parse_uint(cmd, d->name, v, d->lo, d->hi, (unsigned long long *)at);
+        break;
+    case CLI_SIZE: rc = cli_parse_size(cmd, d->name, v, (unsigned long long *)at); break;
+    case CLI_CUSTOM: break;
+    }
+    if (rc != CLI_OK)
+        return CLI_USAGE;
+    return d->check ? d->check(cmd, v, into) : CLI_OK;
+}
+
+/* argv[a->i] against one table: 1 taken, 0 not this table's, -1 usage error (printed). */
+static int table_flag(cli_args_t *a, const cli_flag_def_t *t, void *into)
+{
+    for (const cli_flag_def_t *d = t; d != NULL && d->name != NULL; d++) {
+        const char *arg = a->argv[a->i], *v = NULL;
+        int r;
+        if (d->kind == CLI_SWITCH) {
+            r = strncmp(arg, "--", 2) == 0 && strcmp(arg + 2, d->name) == 0;
+            a->i += r;
+        } else if ((r = flag_value(a, d->name, &v)) == 0) {
+            r = short_value(a, d, &v);
+        }
+        if (r < 0)
+            return -1;
+        if (r > 0)
+            return store(a->cmd, d, v, into) == CLI_OK ? 1 : -1;
+    }
+    return 0;
+}
+
+int cli_parse(cli_parser_t *p, int argc, char **argv, int first)
+{
+    cli_args_t a = {.argc = argc, .argv = argv, .i = first, .cmd = p->cmd};
+    p->rest = -1;
+    while (a.i < argc) {
+        const char *arg = argv[a.i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0)
+            return CLI_HELP;
+        if (p->command_after_dashdash && strcmp(arg, "--") == 0) {
+            p->rest = a.i + 1;
+            return CLI_OK;
+        }
+        int r = 0;
+        for (size_t t = 0; r == 0 && t < 2; t++)
+            r = table_flag(&a, p->flags[t], p->into);
+        if (r == 0 && p->options != NULL)
+            r = option_flag(&a, p->options);
+        if (r < 0)
+            return CLI_USAGE;
+        if (r > 0)
+            continue;
+        if (p->command_after_dashdash && arg[0] != '-')
+            return cli_usage_error(p->cmd, "'%s': put '--' before the command to run", arg);
+        return cli_usage_error(p->cmd, "unknown argument '%s'%s%s", arg, p->context ? " " : "",
+                               p->context ? p->context : "");
+    }
+    return CLI_OK;
+}
+
+int cli_parse_options(cli_parser_t *p, int argc, char **argv, int first, ferry_options_t **out)
+{
+    *out = NULL;
+    int rc = cli_options(p->cmd, &p->options);
+    if (rc != CLI_OK)
+        return rc;
+    rc = cli_parse(p, argc, argv, first);
+    if (rc != CLI_OK) {
+        ferry_options_destroy(p->options);
+        return rc;
+    }
+    *out = p->options;
+    return CLI_OK;
 }
 
 int cli_parse_uint(const char *cmd, const char *flag, const char *v, unsigned long long lo,
@@ -160,35 +265,6 @@ const char *cli_bytes(unsigned long long b, char *buf, size_t len)
     else
         snprintf(buf, len, "%.*f %s", v < 10 ? 2 : 1, v, units[u]);
     return buf;
-}
-
-void cli_json_begin(FILE *f, const char *command)
-{
-    char when[32] = "";
-    struct timespec ts;
-    struct tm tm;
-    if (clock_gettime(CLOCK_REALTIME, &ts) == 0 && gmtime_r(&ts.tv_sec, &tm) != NULL)
-        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
-    fprintf(f, "{\"command\":");
-    cli_json_str(f, command);
-    fprintf(f, ",\"ferry_version\":");
-    cli_json_str(f, ferry_version_string());
-    fprintf(f, ",\"time_utc\":");
-    cli_json_str(f, when);
-}
-
-void cli_json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++) {
-        if (*c == '"' || *c == '\\')
-            fprintf(f, "\\%c", *c);
-        else if (*c < 0x20)
-            fprintf(f, "\\u%04x", *c);
-        else
-            fputc(*c, f);
-    }
-    fputc('"', f);
 }
 
 bool cli_color(void)

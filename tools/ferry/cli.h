@@ -1,10 +1,11 @@
 /* Shared pieces of the ferry CLI: exit codes, usage errors, flag parsing over the options
- * table (every option is also a flag: --chunk-bytes 8M), number formatting and JSON output.
+ * table (every option is also a flag: --chunk-bytes 8M), number formatting. JSON output: json.h.
  * The CLI uses only ferry's public API. */
 #ifndef FERRY_CLI_H
 #define FERRY_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 
 #include "ferry.h"
@@ -18,22 +19,58 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 /* Print "ferry <cmd>: <msg>" to stderr; returns CLI_FAIL. */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* An argument cursor: --flag VALUE and --flag=VALUE are both accepted. */
-typedef struct cli_args {
-    int argc, i;
-    char **argv;
-    const char *cmd;
-} cli_args_t;
+/* Not an exit status: cli_parse() saw --help or -h. */
+enum { CLI_HELP = 3 };
 
-/* If argv[i] is --@name (or --@name=...), set *value to its value (consuming the next argument
- * when needed) and return 1; 0 when it is another flag; CLI_USAGE-negative (-1) when the value
- * is missing (an error was printed). */
-int cli_flag_value(cli_args_t *a, const char *name, const char **value);
-/* If argv[i] is --@name (a switch), consume it and return true. */
-bool cli_flag(cli_args_t *a, const char *name);
-/* If argv[i] is --<option name with dashes>, apply it to @o. Returns 1 when applied, 0 when
- * not an option flag, -1 on a bad value (message printed). */
-int cli_option_flag(cli_args_t *a, ferry_options_t *o);
+/* How a flag of a command's table takes its value. */
+typedef enum cli_flag_kind {
+    CLI_SWITCH, /* no value: sets the bool at the offset */
+    CLI_STRING, /* the value as given: a const char * at the offset */
+    CLI_UINT,   /* an integer from lo to hi: an unsigned long long at the offset */
+    CLI_SIZE,   /* a size with K, M, G suffixes: an unsigned long long at the offset */
+    CLI_CUSTOM, /* a value handed to the check alone, which stores it (the offset unused) */
+} cli_flag_kind_t;
+
+/* One flag of a command: --name (a switch) or --name VALUE / --name=VALUE. The value goes to
+ * offsetof(the command's flag struct, field); then @check, when set, validates or converts it
+ * (value NULL for a switch) and returns CLI_OK or CLI_USAGE with the message printed. A table
+ * ends with an entry whose name is NULL. */
+typedef struct cli_flag_def {
+    const char *name;
+    cli_flag_kind_t kind;
+    size_t offset;
+    const char *help;
+    unsigned long long lo, hi; /* CLI_UINT: the accepted range */
+    int (*check)(const char *cmd, const char *value, void *into);
+    char short_name;        /* -X VALUE and -XVALUE too; 0: none */
+    const char *value_noun; /* the short form's missing-value error: "-X needs <noun>" */
+} cli_flag_def_t;
+
+/* A table row's first fields: CLI_FLAG("bytes", CLI_SIZE, run_opts_t, bytes, "help"). */
+#define CLI_FLAG(n, k, type, field, h)                                                             \
+    .name = (n), .kind = (k), .offset = offsetof(type, field), .help = (h)
+
+/* A command's command line: its flag tables (searched in order, then the options table when
+ * @options is set: every option is also a flag), and where the values go. */
+typedef struct cli_parser {
+    const char *cmd;
+    const cli_flag_def_t *flags[2]; /* NULL: none */
+    void *into;                     /* the struct the tables' offsets point into */
+    ferry_options_t *options;       /* NULL: the command takes no option flags */
+    const char *context;            /* "unknown argument 'x' <context>"; NULL: none */
+    bool command_after_dashdash;    /* "--" ends the flags, a bare word must come after it */
+    int rest;                       /* out: the index after "--"; -1: no "--" */
+} cli_parser_t;
+
+/* cli_options() then cli_parse() with p->options set to them: the start of every command that
+ * takes the options as flags. Returns what cli_parse() does, or CLI_FAIL/CLI_USAGE from
+ * cli_options(); *out holds the options on CLI_OK only (destroyed otherwise). */
+int cli_parse_options(cli_parser_t *p, int argc, char **argv, int first, ferry_options_t **out);
+
+/* Walk argv[first..argc) against @p's tables, in order. Returns CLI_OK, CLI_HELP (--help or -h
+ * came before any error; nothing printed) or CLI_USAGE (an unknown flag, a missing or bad
+ * value: message printed). */
+int cli_parse(cli_parser_t *p, int argc, char **argv, int first);
 
 /* Strict unsigned and size parsers for flag values; print a usage error naming the flag. */
 int cli_parse_uint(const char *cmd, const char *flag, const char *v, unsigned long long lo,
@@ -56,12 +93,6 @@ void cli_quiet_logs(int argc, char **argv);
 
 /* "4.00 GiB", "8.0 MiB", "512 B" */
 const char *cli_bytes(unsigned long long b, char *buf, size_t len);
-/* Open a command's JSON object: {"command":@command,"ferry_version":"0.1.0",
- * "time_utc":"2026-12-04T11:40:00Z" (when it was printed). The caller goes on with
- * ",\"key\":..." and closes the object. Every command's --json output starts here. */
-void cli_json_begin(FILE *f, const char *command);
-/* JSON string with escapes, quotes included. */
-void cli_json_str(FILE *f, const char *s);
 
 /* Whether stdout is a terminal and colour is allowed (NO_COLOR unset). */
 bool cli_color(void);

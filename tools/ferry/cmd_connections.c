@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "json.h"
 #include "ferry/connections.h"
 
 extern char **environ;
@@ -76,17 +78,17 @@ static bool mps_present(char *where, size_t len)
     return false;
 }
 
-static void json_var(const char *name, const char *raw, const ferry_conn_reading_t *r, bool comma)
+static void json_var(json_t *j, const char *name, const char *raw, const ferry_conn_reading_t *r)
 {
-    printf("%s\"%s\":{\"value\":", comma ? "," : "", name);
-    if (raw)
-        cli_json_str(stdout, raw);
-    else
-        printf("null");
-    printf(",\"status\":\"%s\",\"effective\":%u,\"measured\":%s,\"note\":", status_word(r->status),
-           r->effective, r->measured ? "true" : "false");
-    cli_json_str(stdout, r->note);
-    printf("}");
+    json_key(j, name);
+    json_object_begin(j);
+    json_key(j, "value");
+    json_str_or_null(j, raw);
+    json_key_str(j, "status", status_word(r->status));
+    json_key_uint(j, "effective", r->effective);
+    json_key_bool(j, "measured", r->measured);
+    json_key_str(j, "note", r->note);
+    json_object_end(j);
 }
 
 static int report(bool json)
@@ -110,22 +112,24 @@ static int report(bool json)
     size_t mem_def =
         ferry_connections_memory_bytes(FERRY_CONNECTIONS_DEFAULT, FERRY_CONNECTIONS_DEFAULT);
     if (json) {
-        cli_json_begin(stdout, "connections");
-        json_var("CUDA_DEVICE_MAX_CONNECTIONS", conn, &rc, true);
-        json_var("CUDA_DEVICE_MAX_COPY_CONNECTIONS", copy, &rk, true);
-        printf(",\"CUDA_SCALE_LAUNCH_QUEUES\":");
-        scale ? cli_json_str(stdout, scale) : (void)printf("null");
-        printf(",\"CUDA_LAUNCH_BLOCKING\":");
-        blocking ? cli_json_str(stdout, blocking) : (void)printf("null");
-        printf(",\"launch_blocking\":%s,\"mps\":%s,\"mps_evidence\":", blocks ? "true" : "false",
-               has_mps ? "true" : "false");
-        cli_json_str(stdout, mps);
-        printf(",\"ferry_connections\":");
-        fconn ? cli_json_str(stdout, fconn) : (void)printf("null");
-        printf(",\"ferry_copy_connections\":");
-        fcopy ? cli_json_str(stdout, fcopy) : (void)printf("null");
-        printf(",\"connection_memory_bytes\":%zu,\"default_connection_memory_bytes\":%zu}\n", mem,
-               mem_def);
+        json_t j;
+        json_command_begin(&j, stdout, "connections");
+        json_var(&j, "CUDA_DEVICE_MAX_CONNECTIONS", conn, &rc);
+        json_var(&j, "CUDA_DEVICE_MAX_COPY_CONNECTIONS", copy, &rk);
+        json_key(&j, "CUDA_SCALE_LAUNCH_QUEUES");
+        json_str_or_null(&j, scale);
+        json_key(&j, "CUDA_LAUNCH_BLOCKING");
+        json_str_or_null(&j, blocking);
+        json_key_bool(&j, "launch_blocking", blocks);
+        json_key_bool(&j, "mps", has_mps);
+        json_key_str(&j, "mps_evidence", mps);
+        json_key(&j, "ferry_connections");
+        json_str_or_null(&j, fconn);
+        json_key(&j, "ferry_copy_connections");
+        json_str_or_null(&j, fcopy);
+        json_key_uint(&j, "connection_memory_bytes", mem);
+        json_key_uint(&j, "default_connection_memory_bytes", mem_def);
+        json_end(&j);
         return CLI_OK;
     }
     printf("CUDA_DEVICE_MAX_CONNECTIONS       %s -> %u queues per context\n",
@@ -186,14 +190,23 @@ static int measure_one(ferry_options_t *o, unsigned streams, unsigned reps)
     } else {
         ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
         ferry_device_props(dev, &p);
-        printf("{\"backend\":\"%s\",\"device\":", ferry_runtime_backend(rt));
-        cli_json_str(stdout, p.name);
-        printf(",\"streams\":%u,\"a_ms\":%.3f,\"b_ms\":%.3f,\"total_ms\":%.4f,"
-               "\"roundrobin_ms\":%.4f,\"waves\":%.3f,\"effective_queues\":%.2f,\"at_least\":%s,"
-               "\"serialization\":%.3f,\"device_used_bytes\":%llu}\n",
-               m.streams, m.a_ms, m.b_ms, m.total_ms, m.roundrobin_ms, m.waves, m.effective_queues,
-               m.at_least ? "true" : "false", m.serialization,
-               (unsigned long long)m.device_used_bytes);
+        /* One line the parent parses (child_run): keep its keys. */
+        json_t j;
+        json_init(&j, stdout);
+        json_object_begin(&j);
+        json_key_str(&j, "backend", ferry_runtime_backend(rt));
+        json_key_str(&j, "device", p.name);
+        json_key_uint(&j, "streams", m.streams);
+        json_key_double(&j, "a_ms", m.a_ms, 3);
+        json_key_double(&j, "b_ms", m.b_ms, 3);
+        json_key_double(&j, "total_ms", m.total_ms, 4);
+        json_key_double(&j, "roundrobin_ms", m.roundrobin_ms, 4);
+        json_key_double(&j, "waves", m.waves, 3);
+        json_key_double(&j, "effective_queues", m.effective_queues, 2);
+        json_key_bool(&j, "at_least", m.at_least);
+        json_key_double(&j, "serialization", m.serialization, 3);
+        json_key_uint(&j, "device_used_bytes", m.device_used_bytes);
+        json_end(&j);
     }
     ferry_runtime_destroy(rt);
     return rc;
@@ -334,13 +347,19 @@ static int measure(const char *backend, const unsigned *values, int nv, unsigned
             base = res[i].used, base_v = res[i].value;
     double a = (double)KERNEL_A_NS / 1e6;
     double worst = 0;
+    json_t j;
     if (json) {
-        cli_json_begin(stdout, "connections");
-        printf(",\"mode\":\"measure\",\"backend\":\"%s\",\"device\":", res[0].backend);
-        cli_json_str(stdout, res[0].device);
-        printf(",\"streams\":%u,\"a_ms\":%.3f,\"b_ms\":%.3f,\"reps\":%u,\"sweep_s\":%.3f,"
-               "\"results\":[",
-               streams, a, (double)KERNEL_B_NS / 1e6, reps, sweep);
+        json_command_begin(&j, stdout, "connections");
+        json_key_str(&j, "mode", "measure");
+        json_key_str(&j, "backend", res[0].backend);
+        json_key_str(&j, "device", res[0].device);
+        json_key_uint(&j, "streams", streams);
+        json_key_double(&j, "a_ms", a, 3);
+        json_key_double(&j, "b_ms", (double)KERNEL_B_NS / 1e6, 3);
+        json_key_uint(&j, "reps", reps);
+        json_key_double(&j, "sweep_s", sweep, 3);
+        json_key(&j, "results");
+        json_array_begin(&j);
     } else {
         printf("# %s: %s; %u streams, each kernel A (%.1f ms, one block) then B (%.1f ms), "
                "issued stream by stream\n",
@@ -367,9 +386,14 @@ static int measure(const char *backend, const unsigned *values, int nv, unsigned
             worst = err < 0 ? -err : err;
         long long dmem = (long long)r->used - (long long)base;
         if (json) {
-            printf("%s{\"connections\":%u,\"law_ms\":%.4f,\"error\":%.4f,\"child\":%s,"
-                   "\"memory_vs_base_bytes\":%lld}",
-                   i ? "," : "", r->value, law, err, r->json, dmem);
+            json_object_begin(&j);
+            json_key_uint(&j, "connections", r->value);
+            json_key_double(&j, "law_ms", law, 4);
+            json_key_double(&j, "error", err, 4);
+            json_key(&j, "child");
+            json_raw(&j, r->json);
+            json_key_int(&j, "memory_vs_base_bytes", dmem);
+            json_object_end(&j);
         } else {
             char q[16];
             snprintf(q, sizeof(q), "%s%.1f", r->at_least ? ">=" : "", r->eff);
@@ -377,9 +401,11 @@ static int measure(const char *backend, const unsigned *values, int nv, unsigned
                    r->total_ms, err * 100, q, r->ser, r->roundrobin_ms, (double)dmem / 1024.0);
         }
     }
-    if (json)
-        printf("],\"worst_error\":%.4f}\n", worst);
-    else
+    if (json) {
+        json_array_end(&j);
+        json_key_double(&j, "worst_error", worst, 4);
+        json_end(&j);
+    } else
         printf("# sweep took %.2f s (one child process per value); worst difference from the "
                "law %.1f%%\n",
                sweep, worst * 100);
@@ -440,15 +466,18 @@ static int recommend(unsigned streams, bool strict, bool json)
                  "matters when kernels wait on other streams");
     }
     if (json) {
-        cli_json_begin(stdout, "connections");
-        printf(",\"mode\":\"recommend\",\"streams\":%u,"
-               "\"ordering\":\"%s\",\"value\":%u,\"memory_bytes\":%zu,\"reasons\":[",
-               streams, strict ? "strict" : "any", v, ferry_connections_memory_bytes(v, v));
-        for (int i = 0; i < 3; i++) {
-            printf(i ? "," : "");
-            cli_json_str(stdout, why[i]);
-        }
-        printf("]}\n");
+        json_t j;
+        json_command_begin(&j, stdout, "connections");
+        json_key_str(&j, "mode", "recommend");
+        json_key_uint(&j, "streams", streams);
+        json_key_str(&j, "ordering", strict ? "strict" : "any");
+        json_key_uint(&j, "value", v);
+        json_key_uint(&j, "memory_bytes", ferry_connections_memory_bytes(v, v));
+        json_key(&j, "reasons");
+        json_array_begin(&j);
+        for (int i = 0; i < 3; i++)
+            json_str(&j, why[i]);
+        json_end(&j);
         return CLI_OK;
     }
     printf("CUDA_DEVICE_MAX_CONNECTIONS=%u\n", v);
@@ -462,99 +491,76 @@ static int recommend(unsigned streams, bool strict, bool json)
 
 /* ---- main ---------------------------------------------------------------------------------- */
 
+/* ---- the command line ----------------------------------------------------------------- */
+
+typedef struct conn_flags {
+    bool json, measure, recommend, one, strict;
+    const char *ordering;
+    unsigned values[MAX_VALUES];
+    int nv;
+    unsigned long long streams, reps;
+} conn_flags_t;
+
+static int check_ordering(const char *cmd, const char *v, void *into)
+{
+    if (strcmp(v, "strict") != 0)
+        return cli_usage_error(cmd, "--ordering '%s' is not accepted (accepted: strict)", v);
+    ((conn_flags_t *)into)->strict = true;
+    return CLI_OK;
+}
+
+static int check_values(const char *cmd, const char *v, void *into)
+{
+    conn_flags_t *f = into;
+    f->nv = 0;
+    char buf[256];
+    if (strlen(v) >= sizeof(buf))
+        return cli_usage_error(cmd, "--values: list too long");
+    strcpy(buf, v);
+    /* strtok would skip empty items: walk the commas by hand to refuse them. */
+    for (char *s = buf, *comma;; s = comma + 1) {
+        comma = strchr(s, ',');
+        if (comma)
+            *comma = '\0';
+        if (f->nv == MAX_VALUES)
+            return cli_usage_error(cmd, "--values: at most %d values", MAX_VALUES);
+        if (ferry_connections_parse("--values", s, &f->values[f->nv]) != 0)
+            return cli_usage_error(cmd, "%s", ferry_last_error());
+        f->nv++;
+        if (comma == NULL)
+            return CLI_OK;
+    }
+}
+
+static const cli_flag_def_t conn_flags[] = {
+    {CLI_FLAG("json", CLI_SWITCH, conn_flags_t, json, "one JSON object")},
+    {CLI_FLAG("measure", CLI_SWITCH, conn_flags_t, measure,
+              "measure each value in a child process")},
+    {CLI_FLAG("measure-one", CLI_SWITCH, conn_flags_t, one, "the child of --measure")},
+    {CLI_FLAG("recommend", CLI_SWITCH, conn_flags_t, recommend, "the value for --streams N")},
+    {CLI_FLAG("ordering", CLI_STRING, conn_flags_t, ordering, "strict"), .check = check_ordering},
+    {CLI_FLAG("streams", CLI_UINT, conn_flags_t, streams, "streams kept active per GPU"), .lo = 1,
+     .hi = 1024},
+    {CLI_FLAG("reps", CLI_UINT, conn_flags_t, reps, "repetitions per value"), .lo = 1, .hi = 100},
+    {.name = "values",
+     .kind = CLI_CUSTOM,
+     .help = "the values to measure, e.g. 1,2,4",
+     .check = check_values},
+    {NULL},
+};
+
 int cmd_connections(int argc, char **argv)
 {
     const char *cmd = "connections";
-    bool json = false, do_measure = false, do_recommend = false, one = false, strict = false;
-    unsigned values[MAX_VALUES] = {1, 2, 4, 8, 16, 32};
-    int nv = 6;
-    unsigned long long streams = 0, reps = 5;
+    conn_flags_t f = {.values = {1, 2, 4, 8, 16, 32}, .nv = 6, .reps = 5};
     ferry_options_t *o = NULL;
-    int orc = cli_options(cmd, &o);
-    if (orc != CLI_OK)
-        return orc;
-    cli_args_t a = {.argc = argc, .argv = argv, .i = 1, .cmd = cmd};
-    int rc = CLI_OK;
-    while (a.i < argc) {
-        const char *v = NULL;
-        int k;
-        if (strcmp(argv[a.i], "--help") == 0 || strcmp(argv[a.i], "-h") == 0) {
-            ferry_options_destroy(o);
-            return usage();
-        }
-        if (cli_flag(&a, "json")) {
-            json = true;
-            continue;
-        }
-        if (cli_flag(&a, "measure")) {
-            do_measure = true;
-            continue;
-        }
-        if (cli_flag(&a, "measure-one")) { /* the child of --measure */
-            one = true;
-            continue;
-        }
-        if (cli_flag(&a, "recommend")) {
-            do_recommend = true;
-            continue;
-        }
-        if ((k = cli_flag_value(&a, "ordering", &v)) != 0) {
-            if (k < 0)
-                goto usage_out;
-            if (strcmp(v, "strict") != 0) {
-                rc = cli_usage_error(cmd, "--ordering '%s' is not accepted (accepted: strict)", v);
-                goto out;
-            }
-            strict = true;
-            continue;
-        }
-        if ((k = cli_flag_value(&a, "streams", &v)) != 0) {
-            if (k < 0 || cli_parse_uint(cmd, "streams", v, 1, 1024, &streams) != 0)
-                goto usage_out;
-            continue;
-        }
-        if ((k = cli_flag_value(&a, "reps", &v)) != 0) {
-            if (k < 0 || cli_parse_uint(cmd, "reps", v, 1, 100, &reps) != 0)
-                goto usage_out;
-            continue;
-        }
-        if ((k = cli_flag_value(&a, "values", &v)) != 0) {
-            if (k < 0)
-                goto usage_out;
-            nv = 0;
-            char buf[256];
-            if (strlen(v) >= sizeof(buf)) {
-                rc = cli_usage_error(cmd, "--values: list too long");
-                goto out;
-            }
-            strcpy(buf, v);
-            /* strtok would skip empty items: walk the commas by hand to refuse them. */
-            for (char *s = buf, *comma;; s = comma + 1) {
-                comma = strchr(s, ',');
-                if (comma)
-                    *comma = '\0';
-                if (nv == MAX_VALUES) {
-                    rc = cli_usage_error(cmd, "--values: at most %d values", MAX_VALUES);
-                    goto out;
-                }
-                if (ferry_connections_parse("--values", s, &values[nv]) != 0) {
-                    rc = cli_usage_error(cmd, "%s", ferry_last_error());
-                    goto out;
-                }
-                nv++;
-                if (comma == NULL)
-                    break;
-            }
-            continue;
-        }
-        if ((k = cli_option_flag(&a, o)) != 0) {
-            if (k < 0)
-                goto usage_out;
-            continue;
-        }
-        rc = cli_usage_error(cmd, "unknown argument '%s'", argv[a.i]);
-        goto out;
-    }
+    cli_parser_t p = {.cmd = cmd, .flags = {conn_flags}, .into = &f};
+    int rc = cli_parse_options(&p, argc, argv, 1, &o);
+    if (rc != CLI_OK)
+        return rc == CLI_HELP ? usage() : rc;
+    bool json = f.json, do_measure = f.measure, do_recommend = f.recommend, one = f.one,
+         strict = f.strict;
+    unsigned long long streams = f.streams, reps = f.reps;
     if (do_measure + do_recommend + one > 1) {
         rc = cli_usage_error(cmd, "--measure and --recommend exclude each other");
         goto out;
@@ -585,7 +591,7 @@ int cmd_connections(int argc, char **argv)
             const char *b = ferry_options_get_str(o, "backend");
             if (b != NULL)
                 snprintf(backend, sizeof(backend), "%s", b);
-            rc = measure(backend, values, nv, (unsigned)streams, (unsigned)reps, json);
+            rc = measure(backend, f.values, f.nv, (unsigned)streams, (unsigned)reps, json);
         }
     } else {
         if (streams != 0) {
@@ -597,7 +603,4 @@ int cmd_connections(int argc, char **argv)
 out:
     ferry_options_destroy(o);
     return rc;
-usage_out:
-    ferry_options_destroy(o);
-    return CLI_USAGE;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "json.h"
 #include "ferry/connections.h"
 
 static const char *const formats[] = {"sh", "profile.d", "systemd", "docker", "k8s"};
@@ -73,41 +74,32 @@ static int usage(void)
     return CLI_OK;
 }
 
+typedef struct env_flags {
+    const char *conn, *copy, *format;
+    bool json;
+} env_flags_t;
+
+static const cli_flag_def_t env_flags[] = {
+    {CLI_FLAG("json", CLI_SWITCH, env_flags_t, json, "the variables and the snippet as JSON")},
+    {CLI_FLAG("connections", CLI_STRING, env_flags_t, conn, "CUDA_DEVICE_MAX_CONNECTIONS, 1..32")},
+    {CLI_FLAG("copy-connections", CLI_STRING, env_flags_t, copy,
+              "CUDA_DEVICE_MAX_COPY_CONNECTIONS, 1..32")},
+    {CLI_FLAG("format", CLI_STRING, env_flags_t, format, FORMAT_LIST)},
+    {NULL},
+};
+
 int cmd_env(int argc, char **argv)
 {
     const char *cmd = "env";
-    const char *conn = NULL, *copy = NULL, *format = NULL;
-    bool json = false;
-    cli_args_t a = {.argc = argc, .argv = argv, .i = 1, .cmd = cmd};
-    while (a.i < argc) {
-        const char *v = NULL;
-        int r;
-        if (strcmp(argv[a.i], "--help") == 0 || strcmp(argv[a.i], "-h") == 0)
-            return usage();
-        if (cli_flag(&a, "json")) {
-            json = true;
-            continue;
-        }
-        if ((r = cli_flag_value(&a, "connections", &v)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            conn = v;
-            continue;
-        }
-        if ((r = cli_flag_value(&a, "copy-connections", &v)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            copy = v;
-            continue;
-        }
-        if ((r = cli_flag_value(&a, "format", &v)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            format = v;
-            continue;
-        }
-        return cli_usage_error(cmd, "unknown argument '%s'", argv[a.i]);
-    }
+    env_flags_t fl = {.json = false};
+    cli_parser_t p = {.cmd = cmd, .flags = {env_flags}, .into = &fl};
+    int prc = cli_parse(&p, argc, argv, 1);
+    if (prc == CLI_HELP)
+        return usage();
+    if (prc != CLI_OK)
+        return prc;
+    const char *conn = fl.conn, *copy = fl.copy, *format = fl.format;
+    bool json = fl.json;
 
     if (conn == NULL)
         return cli_usage_error(cmd, "--connections N is required (an integer 1..32)");
@@ -134,15 +126,19 @@ int cmd_env(int argc, char **argv)
     if (!json) {
         fputs(t.buf, stdout);
     } else {
-        cli_json_begin(stdout, "env");
-        printf(",\"variables\":{");
-        for (size_t i = 0; i < nv; i++)
-            printf("%s\"%s\":\"%u\"", i ? "," : "", vars[i].name, vars[i].value);
-        printf("},\"format\":");
-        cli_json_str(stdout, formats[f]);
-        printf(",\"snippet\":");
-        cli_json_str(stdout, t.buf);
-        printf("}\n");
+        json_t j;
+        json_command_begin(&j, stdout, "env");
+        json_key(&j, "variables");
+        json_object_begin(&j);
+        for (size_t i = 0; i < nv; i++) {
+            char value[16];
+            snprintf(value, sizeof(value), "%u", vars[i].value);
+            json_key_str(&j, vars[i].name, value);
+        }
+        json_object_end(&j);
+        json_key_str(&j, "format", formats[f]);
+        json_key_str(&j, "snippet", t.buf);
+        json_end(&j);
     }
     /* The snippet is usually redirected into a file under /etc: a full disk must not pass for
      * success with half a file written. */

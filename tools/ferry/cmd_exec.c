@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -647,50 +648,41 @@ out:
 
 /* ---- the command ------------------------------------------------------------------------ */
 
+typedef struct exec_flags {
+    const char *conn, *copy, *rules, *backend;
+} exec_flags_t;
+
+static int check_backend(const char *cmd_name, const char *v, void *into)
+{
+    (void)into;
+    if (strcmp(v, "auto") != 0 && strcmp(v, "sim") != 0 && strcmp(v, "cuda") != 0)
+        return cli_usage_error(cmd_name, "--backend '%s': accepted: auto|sim|cuda", v);
+    return CLI_OK;
+}
+
+static const cli_flag_def_t exec_flags[] = {
+    {CLI_FLAG("connections", CLI_STRING, exec_flags_t, conn,
+              "CUDA_DEVICE_MAX_CONNECTIONS for the command")},
+    {CLI_FLAG("copy-connections", CLI_STRING, exec_flags_t, copy,
+              "CUDA_DEVICE_MAX_COPY_CONNECTIONS")},
+    {CLI_FLAG("per-device", CLI_STRING, exec_flags_t, rules, "one value per GPU: RULES")},
+    {CLI_FLAG("backend", CLI_STRING, exec_flags_t, backend, "auto|sim|cuda"),
+     .check = check_backend},
+    {NULL},
+};
+
 int cmd_exec(int argc, char **argv)
 {
-    const char *conn = NULL, *copy = NULL, *rules = NULL, *backend = NULL;
-    cli_args_t a = {.argc = argc, .argv = argv, .i = 1, .cmd = cmd};
-    int first = -1; /* index of CMD in argv */
-    while (a.i < argc) {
-        const char *v = NULL;
-        int r;
-        if (strcmp(argv[a.i], "--help") == 0 || strcmp(argv[a.i], "-h") == 0)
-            return usage();
-        if (strcmp(argv[a.i], "--") == 0) {
-            first = a.i + 1;
-            break;
-        }
-        if ((r = cli_flag_value(&a, "connections", &v)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            conn = v;
-            continue;
-        }
-        if ((r = cli_flag_value(&a, "copy-connections", &v)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            copy = v;
-            continue;
-        }
-        if ((r = cli_flag_value(&a, "per-device", &v)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            rules = v;
-            continue;
-        }
-        if ((r = cli_flag_value(&a, "backend", &v)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            if (strcmp(v, "auto") != 0 && strcmp(v, "sim") != 0 && strcmp(v, "cuda") != 0)
-                return cli_usage_error(cmd, "--backend '%s': accepted: auto|sim|cuda", v);
-            backend = v;
-            continue;
-        }
-        if (argv[a.i][0] == '-')
-            return cli_usage_error(cmd, "unknown argument '%s'", argv[a.i]);
-        return cli_usage_error(cmd, "'%s': put '--' before the command to run", argv[a.i]);
-    }
+    exec_flags_t fl = {.conn = NULL};
+    cli_parser_t p = {
+        .cmd = cmd, .flags = {exec_flags}, .into = &fl, .command_after_dashdash = true};
+    int prc = cli_parse(&p, argc, argv, 1);
+    if (prc == CLI_HELP)
+        return usage();
+    if (prc != CLI_OK)
+        return prc;
+    const char *conn = fl.conn, *copy = fl.copy, *rules = fl.rules, *backend = fl.backend;
+    int first = p.rest; /* index of CMD in argv */
     if ((conn == NULL) == (rules == NULL))
         return cli_usage_error(cmd, "give exactly one of --connections N and --per-device RULES");
     if (backend != NULL && rules == NULL)

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "json.h"
 
 static const char *type_name(ferry_option_type_t t)
 {
@@ -242,31 +243,37 @@ static void bash_completion(void)
            "complete -F _ferry ferry\n");
 }
 
+typedef struct options_flags {
+    bool md, json, man, bash;
+} options_flags_t;
+
+static const cli_flag_def_t options_flags[] = {
+    {CLI_FLAG("markdown", CLI_SWITCH, options_flags_t, md, "the table of docs/options.md")},
+    {CLI_FLAG("json", CLI_SWITCH, options_flags_t, json, "the table for scripts")},
+    {CLI_FLAG("man", CLI_SWITCH, options_flags_t, man, "the manual page ferry.1")},
+    {CLI_FLAG("bash-completion", CLI_SWITCH, options_flags_t, bash, "the bash completion script")},
+    {NULL},
+};
+
 int cmd_options(int argc, char **argv)
 {
-    bool md = false, json = false, man = false, bash = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--markdown") == 0)
-            md = true;
-        else if (strcmp(argv[i], "--json") == 0)
-            json = true;
-        else if (strcmp(argv[i], "--man") == 0)
-            man = true;
-        else if (strcmp(argv[i], "--bash-completion") == 0)
-            bash = true;
-        else if (strcmp(argv[i], "--help") == 0) {
-            printf("usage: ferry options [--markdown | --json | --man | --bash-completion]\n\n"
-                   "List every ferry option: its command-line flag, its environment variable,\n"
-                   "type, default, accepted range and what it does. Values are parsed strictly:\n"
-                   "a bad value is an error naming the option and what is accepted.\n\n"
-                   "  --markdown         the table of docs/options.md\n"
-                   "  --json             the table for scripts\n"
-                   "  --man              the manual page ferry.1 (commands and options)\n"
-                   "  --bash-completion  the bash completion script for commands and flags\n");
-            return CLI_OK;
-        } else
-            return cli_usage_error("options", "unknown argument '%s'", argv[i]);
+    options_flags_t fl = {.md = false};
+    cli_parser_t p = {.cmd = "options", .flags = {options_flags}, .into = &fl};
+    int prc = cli_parse(&p, argc, argv, 1);
+    if (prc == CLI_HELP) {
+        printf("usage: ferry options [--markdown | --json | --man | --bash-completion]\n\n"
+               "List every ferry option: its command-line flag, its environment variable,\n"
+               "type, default, accepted range and what it does. Values are parsed strictly:\n"
+               "a bad value is an error naming the option and what is accepted.\n\n"
+               "  --markdown         the table of docs/options.md\n"
+               "  --json             the table for scripts\n"
+               "  --man              the manual page ferry.1 (commands and options)\n"
+               "  --bash-completion  the bash completion script for commands and flags\n");
+        return CLI_OK;
     }
+    if (prc != CLI_OK)
+        return prc;
+    bool md = fl.md, json = fl.json, man = fl.man, bash = fl.bash;
     if (md + json + man + bash > 1)
         return cli_usage_error(
             "options", "--markdown, --json, --man and --bash-completion exclude each other");
@@ -280,29 +287,31 @@ int cmd_options(int argc, char **argv)
         return CLI_OK;
     }
     size_t n = ferry_option_count();
+    json_t j;
     if (json) {
-        cli_json_begin(stdout, "options");
-        printf(",\"options\":[");
+        json_command_begin(&j, stdout, "options");
+        json_key(&j, "options");
+        json_array_begin(&j);
     }
     if (md)
         printf("| option | flag | environment | type | default | accepted | meaning |\n"
                "| --- | --- | --- | --- | --- | --- | --- |\n");
     for (size_t i = 0; i < n; i++) {
         const ferry_option_info_t *o = ferry_option_at(i);
-        char range[128], flag[64];
+        char range[128], flag[64], dashed[66];
         range_text(o, range, sizeof(range));
         flag_name(o->name, flag, sizeof(flag));
         if (json) {
-            printf("%s{\"name\":", i ? "," : "");
-            cli_json_str(stdout, o->name);
-            printf(",\"flag\":\"--%s\",\"env\":\"%s\",\"type\":\"%s\",\"default\":", flag, o->env,
-                   type_name(o->type));
-            cli_json_str(stdout, o->default_value);
-            printf(",\"accepted\":");
-            cli_json_str(stdout, range);
-            printf(",\"doc\":");
-            cli_json_str(stdout, o->doc);
-            printf("}");
+            snprintf(dashed, sizeof(dashed), "--%s", flag);
+            json_object_begin(&j);
+            json_key_str(&j, "name", o->name);
+            json_key_str(&j, "flag", dashed);
+            json_key_str(&j, "env", o->env);
+            json_key_str(&j, "type", type_name(o->type));
+            json_key_str(&j, "default", o->default_value);
+            json_key_str(&j, "accepted", range);
+            json_key_str(&j, "doc", o->doc);
+            json_object_end(&j);
         } else if (md) {
             printf("| `%s` | `--%s` | `%s` | %s | `%s` | `%s` | %s |\n", o->name, flag, o->env,
                    type_name(o->type), o->default_value[0] ? o->default_value : "\"\"", range,
@@ -314,6 +323,6 @@ int cmd_options(int argc, char **argv)
         }
     }
     if (json)
-        printf("]}\n");
+        json_end(&j);
     return CLI_OK;
 }

@@ -2,12 +2,14 @@
  * device's properties; on the simulator, the profile it models. Text or --json. */
 #include <errno.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "json.h"
 #include "ferry/bench.h"
 
 static void print_props_text(const ferry_device_props_t *p)
@@ -40,28 +42,34 @@ static void print_props_text(const ferry_device_props_t *p)
         printf("    profile             %s\n", p->profile);
 }
 
-static void print_props_json(const ferry_device_props_t *p)
+static void print_props_json(json_t *j, const ferry_device_props_t *p)
 {
-    printf("{\"index\":%d,\"name\":", p->index);
-    cli_json_str(stdout, p->name);
-    printf(",\"simulated\":%s,\"cc\":\"%d.%d\",\"sms\":%d,\"max_resident_grids\":%d,"
-           "\"concurrent_kernels\":%s,\"memory_bytes\":%llu,\"l2_bytes\":%llu,"
-           "\"copy_engines\":%d,\"priority_least\":%d,\"priority_greatest\":%d,"
-           "\"pcie_gen\":%d,\"pcie_width\":%d,\"pcie_gen_max\":%d,\"pcie_width_max\":%d,"
-           "\"link_gbps\":%.3f,\"numa_node\":%d,\"driver_version\":",
-           p->simulated ? "true" : "false", p->cc_major, p->cc_minor, p->sms, p->max_resident_grids,
-           p->concurrent_kernels ? "true" : "false", (unsigned long long)p->memory_bytes,
-           (unsigned long long)p->l2_bytes, p->copy_engines, p->priority_least,
-           p->priority_greatest, p->pcie_gen, p->pcie_width, p->pcie_gen_max, p->pcie_width_max,
-           p->link_gbps, p->numa_node);
-    cli_json_str(stdout, p->driver_version);
-    printf(",\"runtime_version\":");
-    cli_json_str(stdout, p->runtime_version);
-    printf(",\"pci_bus_id\":");
-    cli_json_str(stdout, p->pci_bus_id);
-    printf(",\"profile\":");
-    cli_json_str(stdout, p->profile);
-    printf("}");
+    char cc[24];
+    snprintf(cc, sizeof(cc), "%d.%d", p->cc_major, p->cc_minor);
+    json_object_begin(j);
+    json_key_int(j, "index", p->index);
+    json_key_str(j, "name", p->name);
+    json_key_bool(j, "simulated", p->simulated);
+    json_key_str(j, "cc", cc);
+    json_key_int(j, "sms", p->sms);
+    json_key_int(j, "max_resident_grids", p->max_resident_grids);
+    json_key_bool(j, "concurrent_kernels", p->concurrent_kernels);
+    json_key_uint(j, "memory_bytes", p->memory_bytes);
+    json_key_uint(j, "l2_bytes", p->l2_bytes);
+    json_key_int(j, "copy_engines", p->copy_engines);
+    json_key_int(j, "priority_least", p->priority_least);
+    json_key_int(j, "priority_greatest", p->priority_greatest);
+    json_key_int(j, "pcie_gen", p->pcie_gen);
+    json_key_int(j, "pcie_width", p->pcie_width);
+    json_key_int(j, "pcie_gen_max", p->pcie_gen_max);
+    json_key_int(j, "pcie_width_max", p->pcie_width_max);
+    json_key_double(j, "link_gbps", p->link_gbps, 3);
+    json_key_int(j, "numa_node", p->numa_node);
+    json_key_str(j, "driver_version", p->driver_version);
+    json_key_str(j, "runtime_version", p->runtime_version);
+    json_key_str(j, "pci_bus_id", p->pci_bus_id);
+    json_key_str(j, "profile", p->profile);
+    json_object_end(j);
 }
 
 static int usage(void)
@@ -124,21 +132,31 @@ static int calibrate(ferry_options_t *opts, const char *backend, const char *pat
     ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
     ferry_device_props(dev, &p);
     if (json) {
-        cli_json_begin(stdout, "probe");
-        printf(",\"calibrated\":true,\"backend\":\"%s\",\"device\":", ferry_runtime_backend(rt));
-        cli_json_str(stdout, p.name);
-        printf(",\"profile\":");
-        cli_json_str(stdout, path);
-        printf(",\"copy\":[");
-        for (int i = 0; i < FERRY_CALIBRATION_POINTS; i++)
-            printf("%s{\"bytes\":%llu,\"h2d_gbps\":%.3f,\"d2h_gbps\":%.3f}", i ? "," : "",
-                   (unsigned long long)cal.bytes[i], cal.h2d_gbps[i], cal.d2h_gbps[i]);
-        printf("],\"bidirectional_factor\":%.4f,\"pageable_h2d_gbps\":%.3f,"
-               "\"pageable_d2h_gbps\":%.3f,\"copy_submit_ns\":%.0f,\"launch_ns\":%.0f,"
-               "\"event_record_ns\":%.0f,\"stream_wait_ns\":%.0f,\"d2d_gbps\":%.1f}\n",
-               cal.bidirectional_factor, cal.pageable_h2d_gbps, cal.pageable_d2h_gbps,
-               cal.copy_submit_ns, cal.launch_ns, cal.event_record_ns, cal.stream_wait_ns,
-               cal.d2d_gbps);
+        json_t j;
+        json_command_begin(&j, stdout, "probe");
+        json_key_bool(&j, "calibrated", true);
+        json_key_str(&j, "backend", ferry_runtime_backend(rt));
+        json_key_str(&j, "device", p.name);
+        json_key_str(&j, "profile", path);
+        json_key(&j, "copy");
+        json_array_begin(&j);
+        for (int i = 0; i < FERRY_CALIBRATION_POINTS; i++) {
+            json_object_begin(&j);
+            json_key_uint(&j, "bytes", cal.bytes[i]);
+            json_key_double(&j, "h2d_gbps", cal.h2d_gbps[i], 3);
+            json_key_double(&j, "d2h_gbps", cal.d2h_gbps[i], 3);
+            json_object_end(&j);
+        }
+        json_array_end(&j);
+        json_key_double(&j, "bidirectional_factor", cal.bidirectional_factor, 4);
+        json_key_double(&j, "pageable_h2d_gbps", cal.pageable_h2d_gbps, 3);
+        json_key_double(&j, "pageable_d2h_gbps", cal.pageable_d2h_gbps, 3);
+        json_key_double(&j, "copy_submit_ns", cal.copy_submit_ns, 0);
+        json_key_double(&j, "launch_ns", cal.launch_ns, 0);
+        json_key_double(&j, "event_record_ns", cal.event_record_ns, 0);
+        json_key_double(&j, "stream_wait_ns", cal.stream_wait_ns, 0);
+        json_key_double(&j, "d2d_gbps", cal.d2d_gbps, 1);
+        json_end(&j);
     } else {
         printf("calibrated %s (%s backend)\n", p.name, ferry_runtime_backend(rt));
         printf("  copies (best GB/s)   ");
@@ -163,156 +181,104 @@ out:
     return rc;
 }
 
-int cmd_probe(int argc, char **argv)
-{
-    const char *cmd = "probe";
-    bool json = false, cal = false;
-    const char *only = NULL, *outpath = NULL;
-    ferry_options_t *opts = NULL;
-    int orc = cli_options(cmd, &opts);
-    if (orc != CLI_OK)
-        return orc;
-    cli_args_t a = {.argc = argc, .argv = argv, .i = 1, .cmd = cmd};
-    int rc = CLI_OK;
-    while (a.i < argc) {
-        const char *v = NULL;
-        int r;
-        if (strcmp(argv[a.i], "--help") == 0 || strcmp(argv[a.i], "-h") == 0) {
-            ferry_options_destroy(opts);
-            return usage();
-        }
-        if (cli_flag(&a, "json")) {
-            json = true;
-            continue;
-        }
-        if (cli_flag(&a, "calibrate")) {
-            cal = true;
-            continue;
-        }
-        if ((r = cli_flag_value(&a, "output", &v)) != 0) {
-            if (r < 0)
-                goto out_usage;
-            outpath = v;
-            continue;
-        }
-        if (strncmp(argv[a.i], "-o", 2) == 0) {
-            if (argv[a.i][2] == '\0') {
-                if (a.i + 1 >= argc) {
-                    cli_usage_error(cmd, "-o needs a file name");
-                    goto out_usage;
-                }
-                outpath = argv[a.i + 1];
-                a.i += 2;
-            } else {
-                outpath = argv[a.i] + 2;
-                a.i++;
-            }
-            continue;
-        }
-        if ((r = cli_flag_value(&a, "backend", &v)) != 0) {
-            if (r < 0)
-                goto out_usage;
-            if (strcmp(v, "sim") != 0 && strcmp(v, "cuda") != 0) {
-                cli_usage_error(cmd, "--backend '%s': accepted: sim, cuda", v);
-                goto out_usage;
-            }
-            only = v;
-            continue;
-        }
-        if ((r = cli_option_flag(&a, opts)) != 0) {
-            if (r < 0)
-                goto out_usage;
-            continue;
-        }
-        cli_usage_error(cmd, "unknown argument '%s'", argv[a.i]);
-        goto out_usage;
-    }
+typedef struct probe_flags {
+    bool json, cal;
+    const char *only, *outpath;
+} probe_flags_t;
 
-    if (cal || outpath) {
-        if (!cal || !outpath) {
-            cli_usage_error(cmd, "--calibrate and -o FILE go together");
-            goto out_usage;
-        }
-        rc = calibrate(opts, only, outpath, json);
-        ferry_options_destroy(opts);
-        return rc;
-    }
+static int check_backend(const char *cmd, const char *v, void *into)
+{
+    (void)into;
+    if (strcmp(v, "sim") != 0 && strcmp(v, "cuda") != 0)
+        return cli_usage_error(cmd, "--backend '%s': accepted: sim, cuda", v);
+    return CLI_OK;
+}
+
+static const cli_flag_def_t probe_flags[] = {
+    {CLI_FLAG("json", CLI_SWITCH, probe_flags_t, json, "one JSON object")},
+    {CLI_FLAG("calibrate", CLI_SWITCH, probe_flags_t, cal,
+              "measure this machine into a device profile")},
+    {CLI_FLAG("output", CLI_STRING, probe_flags_t, outpath, "the profile --calibrate writes"),
+     .short_name = 'o', .value_noun = "a file name"},
+    {CLI_FLAG("backend", CLI_STRING, probe_flags_t, only, "sim or cuda only"),
+     .check = check_backend},
+    {NULL},
+};
+
+/* One backend of the listing: whether it is built and available, and its devices (text, or
+ * a member of @j's "backends" array). Sets *any when a device answered; adds why @b is
+ * unavailable to @whynot. */
+static void probe_backend(const char *b, ferry_options_t *opts, json_t *j, bool *any, char *whynot,
+                          size_t whynot_len)
+{
     const char *const *names = ferry_backend_names();
-    const char *all[] = {"cuda", "sim", NULL};
-    if (json) {
-        cli_json_begin(stdout, "probe");
-        printf(",\"backends\":[");
-    } else {
-        printf("ferry %s\n", ferry_version_string());
+    bool built = false;
+    for (size_t k = 0; names[k]; k++)
+        built |= strcmp(names[k], b) == 0;
+    char why[256] = "";
+    int count = built ? ferry_backend_probe(b, why, sizeof(why)) : FERRY_ENODEV;
+    if (!built)
+        snprintf(why, sizeof(why),
+                 "not built in (configure with FERRY_WITH_CUDA=ON where "
+                 "nvcc is installed)");
+    ferry_runtime_t *rt = NULL;
+    char err[512] = "";
+    if (count > 0) {
+        ferry_runtime_config_t rc_ = FERRY_RUNTIME_CONFIG_INIT;
+        rc_.backend = b;
+        rc_.options = opts;
+        int e = ferry_runtime_create(&rc_, &rt);
+        if (e != 0) {
+            snprintf(err, sizeof(err), "%s: %s", ferry_err_name(e), ferry_last_error());
+            rt = NULL;
+        }
     }
-    bool any = false;
-    int nb = 0;
-    char whynot[1024] = ""; /* why each backend asked for is unavailable, for the error line */
-    for (size_t i = 0; all[i] != NULL; i++) {
-        const char *b = all[i];
-        if (only && strcmp(only, b) != 0)
+    if (j != NULL) {
+        json_object_begin(j);
+        json_key_str(j, "name", b);
+        json_key_bool(j, "built", built);
+        json_key_bool(j, "available", rt != NULL);
+        json_key_str(j, "reason", count > 0 ? err : why);
+        json_key(j, "devices");
+        json_array_begin(j);
+    }
+    if (rt == NULL) {
+        size_t used = strlen(whynot);
+        snprintf(whynot + used, whynot_len - used, "%sbackend %s: %s", used ? "; " : "", b,
+                 count > 0 ? err : why);
+    }
+    if (j == NULL) {
+        printf("\nbackend %s: ", b);
+        if (rt)
+            printf("available, %d device(s)\n", ferry_device_count(rt));
+        else
+            printf("unavailable: %s\n", count > 0 ? err : why);
+    }
+    for (int d = 0; rt && d < ferry_device_count(rt); d++) {
+        ferry_device_t *dev = NULL;
+        ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
+        if (ferry_device_get(rt, d, &dev) != 0 || ferry_device_props(dev, &p) != 0) {
+            fprintf(stderr, "ferry probe: backend %s, device %d: %s\n", b, d, ferry_last_error());
             continue;
-        bool built = false;
-        for (size_t k = 0; names[k]; k++)
-            built |= strcmp(names[k], b) == 0;
-        char why[256] = "";
-        int count = built ? ferry_backend_probe(b, why, sizeof(why)) : FERRY_ENODEV;
-        if (!built)
-            snprintf(why, sizeof(why),
-                     "not built in (configure with FERRY_WITH_CUDA=ON where "
-                     "nvcc is installed)");
-        ferry_runtime_t *rt = NULL;
-        char err[512] = "";
-        if (count > 0) {
-            ferry_runtime_config_t rc_ = FERRY_RUNTIME_CONFIG_INIT;
-            rc_.backend = b;
-            rc_.options = opts;
-            int e = ferry_runtime_create(&rc_, &rt);
-            if (e != 0) {
-                snprintf(err, sizeof(err), "%s: %s", ferry_err_name(e), ferry_last_error());
-                rt = NULL;
-            }
         }
-        if (json) {
-            printf("%s{\"name\":\"%s\",\"built\":%s,\"available\":%s,\"reason\":", nb++ ? "," : "",
-                   b, built ? "true" : "false", rt ? "true" : "false");
-            cli_json_str(stdout, count > 0 ? err : why);
-            printf(",\"devices\":[");
+        *any = true;
+        if (j != NULL) {
+            print_props_json(j, &p);
+        } else {
+            print_props_text(&p);
         }
-        if (rt == NULL) {
-            size_t used = strlen(whynot);
-            snprintf(whynot + used, sizeof(whynot) - used, "%sbackend %s: %s", used ? "; " : "", b,
-                     count > 0 ? err : why);
-        }
-        if (!json) {
-            printf("\nbackend %s: ", b);
-            if (rt)
-                printf("available, %d device(s)\n", ferry_device_count(rt));
-            else
-                printf("unavailable: %s\n", count > 0 ? err : why);
-        }
-        for (int d = 0; rt && d < ferry_device_count(rt); d++) {
-            ferry_device_t *dev = NULL;
-            ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
-            if (ferry_device_get(rt, d, &dev) != 0 || ferry_device_props(dev, &p) != 0) {
-                fprintf(stderr, "ferry probe: backend %s, device %d: %s\n", b, d,
-                        ferry_last_error());
-                continue;
-            }
-            any = true;
-            if (json) {
-                if (d)
-                    printf(",");
-                print_props_json(&p);
-            } else {
-                print_props_text(&p);
-            }
-        }
-        if (json)
-            printf("]}");
-        ferry_runtime_destroy(rt);
     }
-    /* The environment that changes how CUDA behaves in this process (read at cuInit). */
+    if (j != NULL) {
+        json_array_end(j);
+        json_object_end(j);
+    }
+    ferry_runtime_destroy(rt);
+}
+
+/* The environment that changes how CUDA behaves in this process (read at cuInit): the end of
+ * the listing, or of @j's object (closed here). */
+static void probe_environment(json_t *j)
+{
     static const char *const env_names[] = {"CUDA_DEVICE_MAX_CONNECTIONS",
                                             "CUDA_DEVICE_MAX_COPY_CONNECTIONS",
                                             "CUDA_LAUNCH_BLOCKING",
@@ -320,17 +286,15 @@ int cmd_probe(int argc, char **argv)
                                             "CUDA_MPS_PIPE_DIRECTORY",
                                             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
                                             NULL};
-    if (json) {
-        printf("],\"environment\":{");
+    if (j != NULL) {
+        json_array_end(j);
+        json_key(j, "environment");
+        json_object_begin(j);
         for (int i = 0; env_names[i]; i++) {
-            const char *v = getenv(env_names[i]);
-            printf("%s\"%s\":", i ? "," : "", env_names[i]);
-            if (v)
-                cli_json_str(stdout, v);
-            else
-                printf("null");
+            json_key(j, env_names[i]);
+            json_str_or_null(j, getenv(env_names[i]));
         }
-        printf("}}\n");
+        json_end(j);
     } else {
         printf("\nenvironment (read by CUDA when it starts in a process)\n");
         for (int i = 0; env_names[i]; i++) {
@@ -353,6 +317,46 @@ int cmd_probe(int argc, char **argv)
         else
             printf("  hardware work queues per context: %ld\n", n);
     }
+}
+
+int cmd_probe(int argc, char **argv)
+{
+    const char *cmd = "probe";
+    probe_flags_t fl = {.json = false};
+    ferry_options_t *opts = NULL;
+    cli_parser_t parser = {.cmd = cmd, .flags = {probe_flags}, .into = &fl};
+    int rc = cli_parse_options(&parser, argc, argv, 1, &opts);
+    if (rc != CLI_OK)
+        return rc == CLI_HELP ? usage() : rc;
+    bool json = fl.json, cal = fl.cal;
+    const char *only = fl.only, *outpath = fl.outpath;
+
+    if (cal || outpath) {
+        if (!cal || !outpath) {
+            cli_usage_error(cmd, "--calibrate and -o FILE go together");
+            goto out_usage;
+        }
+        rc = calibrate(opts, only, outpath, json);
+        ferry_options_destroy(opts);
+        return rc;
+    }
+    const char *all[] = {"cuda", "sim", NULL};
+    json_t j;
+    if (json) {
+        json_command_begin(&j, stdout, "probe");
+        json_key(&j, "backends");
+        json_array_begin(&j);
+    } else {
+        printf("ferry %s\n", ferry_version_string());
+    }
+    bool any = false;
+    char whynot[1024] = ""; /* why each backend asked for is unavailable, for the error line */
+    for (size_t i = 0; all[i] != NULL; i++) {
+        if (only && strcmp(only, all[i]) != 0)
+            continue;
+        probe_backend(all[i], opts, json ? &j : NULL, &any, whynot, sizeof(whynot));
+    }
+    probe_environment(json ? &j : NULL);
     /* The listing above is the answer; the failure, when no device answered, is an error. */
     rc = any ? CLI_OK : cli_fail(cmd, "no usable device (%s)", whynot[0] ? whynot : "none found");
     ferry_options_destroy(opts);

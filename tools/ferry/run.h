@@ -1,0 +1,107 @@
+/* `ferry run`'s shared state, between the command (cmd_run.c), its verifier (run_verify.c:
+ * the generated data, its reference, and the threads that check every finished batch against
+ * it) and its report (run_report.c: the summary, text or --json, and the --report page). */
+#ifndef FERRY_CLI_RUN_H
+#define FERRY_CLI_RUN_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cli.h"
+
+typedef struct run_totals {
+    uint64_t ok_gpu, ok_cpu, failed, mismatched, verified_bytes;
+    uint64_t first_bad_offset;
+    int io_error;
+} run_totals_t;
+
+typedef struct ring_entry {
+    unsigned char *in;  /* input of the batch: own buffer (file) or a slice of the pool */
+    unsigned char *out; /* output of the batch */
+    unsigned char *own_in;
+    size_t bytes;
+    uint64_t offset; /* in the stream */
+    size_t pool_off; /* generated data: where the input and its reference sit in the pool */
+    int status, where;
+    uint64_t seq; /* the batch's number, for a stream output written in order */
+    bool ready;   /* a stream output: verified, waiting for the batches before it */
+} ring_entry_t;
+
+/* Shared by the submitting thread, the pipeline's callback and the verifier threads. */
+typedef struct run_state {
+    pthread_mutex_t lock;
+    pthread_cond_t cv_free, cv_done;
+    ring_entry_t *ring;
+    size_t nring;
+    size_t *freeq, nfree;
+    size_t *doneq, dhead, dcount;
+    bool stop;
+    run_totals_t t;
+    uint64_t callbacks;
+    /* what verification needs */
+    ferry_workload_t *wl;
+    const unsigned char *ref; /* generated data: the reference output of the whole pool */
+    size_t batch_bytes;
+    int outfd;
+    /* A stream output (stdout, a device) is written in batch order: the verifier that finds
+     * the next batch ready writes it and those after it, one writer at a time. */
+    bool ordered, writing;
+    uint64_t cut_seq;  /* the first batch that failed: the stream ends before it */
+    uint64_t next_seq; /* the next batch to write */
+    int signal;        /* SIGINT or SIGTERM taken: stop submitting */
+} run_state_t;
+
+typedef struct cb_ctx {
+    run_state_t *st;
+    size_t idx;
+} cb_ctx_t;
+
+typedef struct run_opts {
+    const char *workload;
+    unsigned long long intensity;
+    unsigned long long bytes;
+    unsigned long long batch_bytes;
+    const char *input, *output, *trace, *report;
+    bool json, quiet, single_stream;
+    bool bytes_set;               /* --bytes given: with --input, a limit */
+    bool output_stream;           /* --output is stdout or a device, written in order */
+    int signal;                   /* the run was stopped by this signal (0: it was not) */
+    bool report_done;             /* the report was written */
+    unsigned long long tl_chunks; /* --report: the chunks its timeline shows */
+    const ferry_options_t *opts;
+    int argc; /* the command line, for the report */
+    char **argv;
+} run_opts_t;
+
+typedef struct run_outcome {
+    const ferry_pipeline_stats_t *s;
+    const run_totals_t *t;
+    unsigned long long total, nbatches;
+    double wall_s;
+    bool ok;
+} run_outcome_t;
+
+/* The pipeline's callback (a ferry thread, @arg a cb_ctx_t): hand the batch to the verifiers. */
+void run_on_done(const ferry_batch_result_t *r, void *arg);
+/* Start up to @max verifier threads on @st; returns how many started. */
+unsigned run_verifiers_start(run_state_t *st, pthread_t *th, unsigned max);
+/* Let the verifiers finish what is queued, then join them (*n becomes 0). */
+void run_verifiers_stop(run_state_t *st, pthread_t *th, unsigned *n);
+/* Fill @pool (@bytes, a multiple of 4) with the data of @seed and @ref with its reference
+ * output under @wl, in parallel. */
+void run_make_reference(uint64_t seed, const ferry_workload_t *wl, unsigned char *pool,
+                        unsigned char *ref, size_t bytes);
+/* Threads for helpers (data generation, verification): the CPUs but two, at most 8. */
+unsigned run_helper_threads(void);
+
+/* Print the run's summary, text or --json (ro->json). */
+void run_print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t *dev,
+                       const run_outcome_t *o, unsigned long long chunk);
+/* --report: record the op trace of the chunks the timeline shows (sets ro->tl_chunks). */
+void run_report_trace_setup(run_opts_t *ro, ferry_options_t *opts);
+/* --report: write the HTML page. Returns CLI_OK or CLI_FAIL (message printed). */
+int run_write_report(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t *dev,
+                     ferry_pipeline_t *pl, const run_outcome_t *o);
+
+#endif
