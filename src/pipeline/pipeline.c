@@ -24,304 +24,8 @@
 #include "pipeline/watchdog.h"
 #include "sched/sched.h"
 
-/* Three events per chunk, one after each op, carry the dependencies. They are untimed: on the
- * H200 a timed event cost the round trip 2% at 16 MiB chunks and 21% at 256 KiB (a timestamp
- * waits for its stream's work to drain; bench/results/2026-12-02-h200-explore-*). Times come
- * from a second set of timed events, used in one of two ways:
- *   TIME_ENDS    every chunk (the op_timing option "all"), or the chunks the trace records
- *                (every chunk, or the first trace_chunks): one timed event after each op,
- *                start times derived (retire_chunk), as six records per chunk would cost the
- *                issuing thread too much below 4 MiB chunks;
- *   sampled      one chunk in SAMPLE_EVERY otherwise, and the busy figures scaled up from the
- *                sampled chunks. The sampled chunk is TIME_ENDS too, and the chunks before it
- *                that ran last on its streams (ANCHORS_MAX at most: the copy streams' and the
- *                compute streams' count) are TIME_ANCHOR: their ends are timed (the timed
- *                events stand in for their untimed ones, so sampling adds no event record)
- *                and give the sampled chunk's starts, but they are not counted. A plan with
- *                more streams than that takes TIME_SAMPLE: timed events before and after
- *                each op of the sampled chunk.
- * The traced chunks come first, so a traced chunk never derives its start from an untimed
- * predecessor. */
-enum { EV_H2D_END, EV_COMP_END, EV_D2H_END, EV_N };
-enum {
-    TEV_H2D_START,
-    TEV_H2D_END,
-    TEV_COMP_START,
-    TEV_COMP_END,
-    TEV_D2H_START,
-    TEV_D2H_END,
-    TEV_N
-};
-enum chunk_timing { TIME_NONE, TIME_ENDS, TIME_SAMPLE, TIME_ANCHOR };
-#define LADDER_MAX 3
-/* The bandwidth monitor's window: timed copies per direction. */
-#define BW_WINDOW      8u
-#define LADDER_HEALTHY 64u
-/* Prime, so that the sampled chunks visit every stream of a round-robin plan (at most 16). */
-#define SAMPLE_EVERY 31u
-/* Chunks in a copy group, at most (option coalesce_bytes). */
-#define GROUP_MAX 16u
-/* Chunks timed ahead of a sampled chunk for its starts, at most. */
-#define ANCHORS_MAX 4u
-
-/* A batch is "light" when any thread may issue it without blocking: no prepare callback (it is
- * the caller's code and may block, and must run on a ferry thread), every chunk fits in the
- * slots at once, and its staging copy is short. Measured on the 2-core VM: handing each small
- * batch to the issuer thread cost ~0.3 context switches and ~4 us of host time per batch. */
-#define LIGHT_MAX_BYTES (64u << 10)
-/* Light batches a submitting thread issues from the queue, beyond its own, before it hands the
- * rest to the issuer thread: a caller is not captured by other threads' work. */
-#define CALLER_QUEUE_BUDGET 16u
-/* Most chunks the completion thread retires per pass (depth is at most 64). */
-#define MAX_PASS 64
-/* How long the completion thread watches for new work before it sleeps: a small batch is issued
- * in ~1-2 us, so this catches the next one, while a long idle period costs one futex sleep. */
-#define COMPLETION_SPIN_NS 10000u
-
-typedef struct batch_rec {
-    uint64_t id;
-    ferry_batch_t b;
-    ferry_done_fn cb;
-    void *arg;
-    uint32_t nchunks;
-    uint32_t nslots;      /* slots it takes: nchunks / copy group, rounded up */
-    uint32_t chunks_left; /* completion thread only, once issued */
-    uint32_t cpu_chunks;  /* completion thread: chunks the CPU fallback produced */
-    int status;           /* completion thread only */
-    bool light;
-    uint64_t submit_ns;
-    struct batch_rec *next; /* free list, ready stack, finished list */
-} batch_rec_t;
-
-typedef struct slot {
-    unsigned char *h_in, *h_out;  /* pinned pool slots */
-    void *d_in, *d_out;           /* device buffers */
-    ferry_be_event_t *ev[EV_N];   /* untimed */
-    ferry_be_event_t *tev[TEV_N]; /* timed */
-    ferry_be_event_t *dep[EV_N];  /* the chunk in flight's op ends: ev[], or tev[] when timed */
-    unsigned char timing;         /* enum chunk_timing of the chunk in flight */
-    unsigned char anchor_ends;    /* TIME_ANCHOR: the ends the next sample needs (1 H2D, 2
-                                     kernel, 4 D2H) */
-    bool traced;                  /* its ops go into the trace */
-    struct slot *next_free;
-    /* The chunk bound to the slot while it is in flight. */
-    batch_rec_t *batch;
-    uint64_t issue_ns;       /* device clock when its H2D was issued */
-    uint32_t chunk;          /* the first chunk of the group bound to the slot */
-    uint32_t nsub;           /* chunks in the group: one copy each way, a kernel each */
-    size_t offset, bytes;    /* the group's, within the batch */
-    unsigned h2d, comp, d2h; /* stream indices into p->streams */
-    bool copy_out;           /* output lands in h_out and must be copied to the batch */
-    const void *host_in;     /* the chunk's input in host memory (for the CPU fallback) */
-    bool gpu_skipped;        /* the GPU path was lost before this chunk was issued */
-    bool abandoned;          /* hung for good: the slot is never used again */
-    uint64_t seq;            /* the chunk's sequence number (kernel args, abort word) */
-    uint32_t attempt;        /* GPU attempts that failed so far (retries run at a lower level) */
-    char errmsg[200];        /* an issue failure's message (the issuing thread's error text) */
-    int err;
-    struct slot *next_inflight;
-} slot_t;
-
-typedef struct trace_rec {
-    uint64_t batch;
-    uint32_t chunk;
-    uint16_t stream;
-    char kind; /* 'h', 'c', 'd'; 'a' an alert (instant): stream holds its trace_note */
-    uint64_t start, end, bytes;
-    uint32_t nsub; /* the chunks of its copy group (0 read as 1) */
-} trace_rec_t;
-
-/* Instant events in the trace. */
-enum trace_note { NOTE_BW_H2D, NOTE_BW_D2H, NOTE_DEADLINE, NOTE_GPU_LOST };
 static const char *const note_names[] = {"bandwidth alert (H2D)", "bandwidth alert (D2H)",
                                          "deadline passed: abort flag raised", "GPU path lost"};
-
-/* Who runs the queue. A borrowed thread (a submitter, the completion thread) issues light
- * batches only and never waits for slots; the issuer thread issues anything, and waits for
- * slots for the batches that are not light. */
-enum issue_role { ROLE_CALLER, ROLE_COMPLETER, ROLE_ISSUER };
-
-struct ferry_pipeline {
-    ferry_device_t *dev;
-    /* Lifetime. close shuts the pipeline (submits refused from then on) and, once nothing is
-     * in flight, releases its threads, streams and memory; the handle itself lives until
-     * ferry_pipeline_destroy or the runtime's destroy, so that every call on a closed
-     * pipeline still finds it. All under lock, but released (atomic, read by the runtime). */
-    ferry__rt_child_t child;
-    unsigned serial;   /* for names in messages: the pipelines made in this process */
-    bool shut;         /* submits return FERRY_ECLOSED (written under lock, read atomically) */
-    bool releasing;    /* a close is releasing the resources */
-    int released;      /* it has (atomic) */
-    bool final_ready;  /* the stats are those of final */
-    unsigned entering; /* atomic: submits inside the call, not yet returned */
-    ferry_pipeline_stats_t final;
-    ferry_stage_t stage;
-    char stage_name[64];
-    size_t chunk;
-    unsigned group; /* chunks per copy at most (coalesce_bytes): a slot holds a group */
-    unsigned depth, ncopy, ncomp, nstreams;
-    bool single; /* one stream for everything */
-    int copy_prio, comp_prio;
-    bool nonblocking;
-    bool caller_issues; /* submitters may issue light batches on their own thread */
-    size_t queue_depth;
-    size_t stage_threshold;
-    bool tracing;
-    uint64_t trace_chunks;    /* tracing: chunks recorded (the first ones); 0: all */
-    bool time_all;            /* every chunk timed (TIME_ENDS): op_timing "all" */
-    bool time_none;           /* no chunk timed but traced ones: op_timing "off" */
-    unsigned sample_in;       /* token holder: chunks to go before the next sampled one */
-    unsigned anchors;         /* how many chunks back a sampled chunk's starts lie, at most */
-    bool host_pinned;         /* the pool's slots are pinned (else pinning was refused) */
-    unsigned context_streams; /* streams active on the device when this pipeline was made */
-    bool counted_streams;     /* this pipeline's streams are in dev->active_streams */
-
-    ferry_pool_t *pool;
-    slot_t *slots;
-    ferry_be_stream_t *streams[FERRY_STATS_MAX_STREAMS];
-    char stream_kind[FERRY_STATS_MAX_STREAMS];
-
-    ferry_bqueue_t *queue;
-    ferry_workers_t *workers;
-    pthread_t issuer, completer;
-    bool issuer_started, completer_started;
-
-    pthread_mutex_t lock;
-    pthread_cond_t issue_cv; /* the token was handed to the issuer thread, or closing */
-    pthread_cond_t slot_cv;  /* slots were freed for the issuer thread */
-    pthread_cond_t work_cv;  /* the completion thread sleeps here (work_seq moved) */
-    pthread_cond_t drain_cv; /* batches completed while a drain waits */
-
-    /* The issue token, under lock: its holder alone pops the queue, binds slots and issues,
-     * so batches are issued in queue order and one thread at a time drives the streams. */
-    bool token;
-    bool issuer_turn;      /* the token was handed to the issuer thread */
-    size_t nqueued;        /* accepted into the queue, not yet taken for issue (incl. pending) */
-    unsigned submitting;   /* submits on their way to the queue, not yet counted in nqueued */
-    bool comp_in_pass;     /* virtual clock: the completion thread runs a pass (see pass_begin) */
-    unsigned pass_waiters; /* threads waiting on pass_cv for it to end */
-    pthread_cond_t pass_cv;
-    batch_rec_t *pending;   /* popped by a holder that could not issue it yet; holder only */
-    uint64_t chunk_counter; /* round-robin position; holder only */
-    /* 1 while a holder is issuing; 0 when nobody is, or the issuer thread waits for a slot.
-     * On the simulator the completion thread advances virtual time only while it is 0, so host
-     * work in real time never overlaps with device time that has not been charged. */
-    int busy;
-
-    slot_t *free_slots; /* under lock */
-    unsigned nfree_slots;
-    unsigned nabandoned; /* under lock: slots of hung chunks, retired but never reused */
-    unsigned slot_wake;  /* free slots that wake the issuer thread waiting for one */
-    bool slot_waiting;   /* the issuer thread waits on slot_cv */
-
-    /* Hand-over to the completion thread, lock-free: chunks issued (a stack, reversed by the
-     * completion thread) and empty batches; work_seq moves on every hand-over and whenever
-     * busy drops, and only a sleeping completion thread (comp_sleeping) is signalled. */
-    slot_t *incoming;
-    batch_rec_t *ready;
-    uint64_t work_seq;
-    int comp_sleeping;
-    bool comp_exit; /* under lock */
-
-    /* Batch records for reuse: submitters pop free_recs under lock and refill it from
-     * returned_recs, which the completion thread pushes to without the lock. Records live as
-     * long as the pipeline; their number is the most batches ever alive at once. */
-    batch_rec_t *free_recs;
-    batch_rec_t *returned_recs;
-
-    bool closing;
-    uint64_t next_id;
-    uint64_t submitted;     /* under lock */
-    uint64_t completed;     /* atomic: callbacks returned */
-    unsigned drain_waiters; /* atomic, changed under lock */
-
-    ferry_pipeline_stats_t st; /* under lock, except the atomics below */
-    uint64_t chunks_issued;    /* atomic */
-    uint64_t staged_bytes;     /* atomic */
-    uint64_t done_gpu, failed; /* atomic */
-    uint64_t done_cpu;         /* atomic */
-    /* Faults. gpu_lost (atomic): a sticky error ended the GPU path; every later chunk takes the
-     * CPU fallback. The failure log and the counters below: completion thread only. */
-    int gpu_lost;
-    int hang_lost; /* the GPU path ended because a kernel ignored the abort flag (atomic) */
-    /* The ladder's level 1 (atomic level; the rest completion thread): after a non-sticky
-     * failure one step down, after LADDER_HEALTHY good chunks in a row one step back up.
-     * 0 the plan as configured; 1 one compute stream; 2 at most 2 chunks in flight; 3
-     * synchronous: one stream, one chunk in flight. */
-    int level;
-    unsigned healthy;
-    /* The bandwidth monitor (completion thread; the _seen copies under lock). */
-    double bw_alert_ratio;
-    /* The link's measured copy curves (core/runtime.h); NULL: judged against the theoretical
-     * rate alone. */
-    struct ferry_sim_profile *link_prof;
-    void (*on_alert)(const ferry_alert_t *, void *);
-    void *alert_arg;
-    struct bw_win {
-        uint64_t bytes[BW_WINDOW], ns[BW_WINDOW];
-        uint64_t sum_bytes, sum_ns; /* of the window, kept as samples come and go */
-        unsigned n, at;
-        bool alerting;
-        double ratio;
-    } bw[2];
-    uint64_t bw_alerts, bw_alerts_seen;
-    double bw_ratio_seen[2];
-    /* The link monitor (NULL: off, or no counter): the pipeline's own bytes by retirement time
-     * (completion thread) against all the link's traffic; above bw_foreign_ratio of the link's
-     * rate, the rest is another process's. */
-    ferry__linkmon_t *link;
-    ferry__rate_ring_t own_ring;
-    double bw_foreign_ratio;
-    uint64_t steps_down, steps_up;
-    double deadline_factor;
-    uint64_t deadline_floor_ns;
-    uint64_t lat_ewma_ns; /* completion thread: running mean of issue-to-end latency */
-    /* Completion thread: when the oldest chunk of each D2H stream became the oldest (the
-     * previous one retired): a chunk's deadline runs from then or from its issue, whichever is
-     * later, so that chunks queued behind a slow one are not blamed for it. */
-    uint64_t head_since[FERRY_STATS_MAX_STREAMS];
-    uint64_t deadlines_passed; /* atomic: the watchdog's thread counts them */
-    ferry__watchdog_t *wd;
-    /* Completion thread: the heads last published to the watchdog, and the latency with them. */
-    ferry__wd_head_t pub_heads[FERRY_STATS_MAX_STREAMS];
-    uint64_t pub_lat;
-    bool pub_any;
-    /* Retries on the GPU after a non-sticky failure (completion thread): on a stream and an
-     * event of their own, made at the first retry. */
-    unsigned gpu_retries;
-    ferry_be_stream_t *retry_stream;
-    ferry_be_event_t *retry_ev;
-    uint64_t chunks_retried, chunks_retried_seen; /* completion thread; the copy under lock */
-    uint64_t steps_down_seen, steps_up_seen;      /* under lock, as of the last pass */
-    unsigned char *cpu_tmp; /* token holder: input and output of CPU-direct chunks (2 x chunk) */
-    FILE *failure_log;
-    char failure_log_path[256];
-    uint64_t chunks_cpu, failure_records; /* completion thread */
-    uint64_t failure_log_errors;          /* records not written; atomic */
-    uint64_t chunks_cpu_direct;           /* atomic: CPU chunks that needed no slot */
-    /* Batch latency, submit to callback on the device clock (atomics; pipeline_internal.h). */
-    uint64_t lat_count, lat_sum_ns, lat_buckets[FERRY__LAT_BUCKETS + 1];
-    uint64_t chunks_cpu_seen, failure_records_seen; /* under lock: as of the last pass */
-    uint64_t first_start, last_end;
-    bool any_retired;
-    uint64_t stream_end[FERRY_STATS_MAX_STREAMS]; /* completion thread: last end per stream */
-    uint64_t comp_end; /* completion thread: end of the union of the timed kernels so far */
-    uint64_t stream_busy[FERRY_STATS_MAX_STREAMS];  /* of the timed ops */
-    uint64_t stream_ops[FERRY_STATS_MAX_STREAMS];   /* ops retired, timed or not */
-    uint64_t stream_timed[FERRY_STATS_MAX_STREAMS]; /* ops timed */
-    uint64_t chunks_retired, chunks_timed;
-    /* Completion thread: where each copy direction's union of busy intervals has got to, and
-     * the sequence number of the last timed chunk (the union is exact over consecutive timed
-     * chunks). */
-    uint64_t eng_end[2], eng_seq;
-
-    trace_rec_t *trace;
-    size_t ntrace, trace_cap;
-
-    /* Simulator only: the device clock as last read by a pipeline thread (atomic). */
-    bool virtual_clock;
-    uint64_t clock_seen;
-};
 
 /* ---- helpers --------------------------------------------------------------------------- */
 
@@ -337,18 +41,19 @@ static bool on_own_thread(const ferry_pipeline_t *p)
 
 static void trace_add(ferry_pipeline_t *p, const trace_rec_t *r)
 {
-    if (p->ntrace == p->trace_cap) {
-        size_t cap = p->trace_cap ? p->trace_cap * 2 : 1024;
-        trace_rec_t *n = realloc(p->trace, cap * sizeof(*n));
+    if (p->api.ntrace == p->api.trace_cap) {
+        size_t cap = p->api.trace_cap ? p->api.trace_cap * 2 : 1024;
+        trace_rec_t *n = realloc(p->api.trace, cap * sizeof(*n));
         if (n == NULL) {
             ferry_log(FERRY_LOG_WARN, "pipeline", "trace: out of memory, stopped recording");
-            __atomic_store_n(&p->tracing, false, __ATOMIC_RELAXED); /* read by retire_chunk */
+            atomic_store_explicit(&p->sh.tracing, false,
+                                  memory_order_relaxed); /* read by retire_chunk */
             return;
         }
-        p->trace = n;
-        p->trace_cap = cap;
+        p->api.trace = n;
+        p->api.trace_cap = cap;
     }
-    p->trace[p->ntrace++] = *r;
+    p->api.trace[p->api.ntrace++] = *r;
 }
 
 /* An instant event in the trace (alerts, deadlines, the GPU path's end). Takes the lock; not
@@ -356,7 +61,7 @@ static void trace_add(ferry_pipeline_t *p, const trace_rec_t *r)
 static void trace_note(ferry_pipeline_t *p, enum trace_note n, uint64_t batch, uint32_t chunk,
                        uint64_t now)
 {
-    if (!__atomic_load_n(&p->tracing, __ATOMIC_RELAXED))
+    if (!atomic_load_explicit(&p->sh.tracing, memory_order_relaxed))
         return;
     trace_rec_t r = {batch, chunk, (uint16_t)n, 'a', now, now, 0, 1};
     pthread_mutex_lock(&p->lock);
@@ -370,8 +75,8 @@ static void trace_note(ferry_pipeline_t *p, enum trace_note n, uint64_t batch, u
  * work_seq, or we see it asleep and signal under the lock it sleeps with. */
 static void poke(ferry_pipeline_t *p, bool locked)
 {
-    __atomic_add_fetch(&p->work_seq, 1, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&p->comp_sleeping, __ATOMIC_SEQ_CST)) {
+    atomic_fetch_add_explicit(&p->sh.work_seq, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&p->sh.comp_sleeping, memory_order_seq_cst)) {
         if (!locked)
             pthread_mutex_lock(&p->lock);
         pthread_cond_signal(&p->work_cv);
@@ -382,7 +87,7 @@ static void poke(ferry_pipeline_t *p, bool locked)
 
 static void set_busy(ferry_pipeline_t *p, bool busy, bool locked)
 {
-    __atomic_store_n(&p->busy, busy ? 1 : 0, __ATOMIC_SEQ_CST);
+    atomic_store_explicit(&p->sh.busy, busy ? 1 : 0, memory_order_seq_cst);
     if (!busy)
         poke(p, locked);
 }
@@ -392,8 +97,8 @@ static void set_busy(ferry_pipeline_t *p, bool busy, bool locked)
  * would run the device on meanwhile, by as much as the host's scheduling delay. */
 static void wake_issuer(ferry_pipeline_t *p, bool all)
 {
-    if (p->virtual_clock)
-        __atomic_store_n(&p->busy, 1, __ATOMIC_SEQ_CST);
+    if (p->plan.virtual_clock)
+        atomic_store_explicit(&p->sh.busy, 1, memory_order_seq_cst);
     if (all)
         pthread_cond_broadcast(&p->slot_cv);
     else
@@ -402,29 +107,30 @@ static void wake_issuer(ferry_pipeline_t *p, bool all)
 
 static void push_incoming(ferry_pipeline_t *p, slot_t *s)
 {
-    slot_t *old = __atomic_load_n(&p->incoming, __ATOMIC_RELAXED);
+    slot_t *old = atomic_load_explicit(&p->sh.incoming, memory_order_relaxed);
     do
         s->next_inflight = old;
-    while (!__atomic_compare_exchange_n(&p->incoming, &old, s, true, __ATOMIC_RELEASE,
-                                        __ATOMIC_RELAXED));
+    while (!atomic_compare_exchange_weak_explicit(&p->sh.incoming, &old, s, memory_order_release,
+                                                  memory_order_relaxed));
 }
 
 static void push_ready(ferry_pipeline_t *p, batch_rec_t *b)
 {
-    batch_rec_t *old = __atomic_load_n(&p->ready, __ATOMIC_RELAXED);
+    batch_rec_t *old = atomic_load_explicit(&p->sh.ready, memory_order_relaxed);
     do
         b->next = old;
-    while (
-        !__atomic_compare_exchange_n(&p->ready, &old, b, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+    while (!atomic_compare_exchange_weak_explicit(&p->sh.ready, &old, b, memory_order_release,
+                                                  memory_order_relaxed));
 }
 
 /* The device clock, remembered for submit_stamp(). */
 static uint64_t read_clock(ferry_pipeline_t *p)
 {
     uint64_t t = ferry_device_now_ns(p->dev);
-    uint64_t seen = __atomic_load_n(&p->clock_seen, __ATOMIC_RELAXED);
-    while (seen < t && !__atomic_compare_exchange_n(&p->clock_seen, &seen, t, true,
-                                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    uint64_t seen = atomic_load_explicit(&p->sh.clock_seen, memory_order_relaxed);
+    while (seen < t &&
+           !atomic_compare_exchange_weak_explicit(&p->sh.clock_seen, &seen, t, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
     }
     return t;
 }
@@ -436,19 +142,19 @@ static uint64_t read_clock(ferry_pipeline_t *p)
  * host charges earlier: the value a read an instant before would have returned. */
 static uint64_t submit_stamp(ferry_pipeline_t *p)
 {
-    if (p->virtual_clock && __atomic_load_n(&p->busy, __ATOMIC_SEQ_CST))
-        return __atomic_load_n(&p->clock_seen, __ATOMIC_RELAXED);
+    if (p->plan.virtual_clock && atomic_load_explicit(&p->sh.busy, memory_order_seq_cst))
+        return atomic_load_explicit(&p->sh.clock_seen, memory_order_relaxed);
     return read_clock(p);
 }
 
 /* ---- completion -------------------------------------------------------------------------- */
 
 /* Spin up to @max_ns for *@word to differ from @seen. */
-static bool spin_for_change(const uint64_t *word, uint64_t seen, uint64_t max_ns)
+static bool spin_for_change(const _Atomic uint64_t *word, uint64_t seen, uint64_t max_ns)
 {
     uint64_t t0 = ferry__mono_ns();
     for (unsigned i = 0;; i++) {
-        if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != seen)
+        if (atomic_load_explicit(word, memory_order_acquire) != seen)
             return true;
         /* No sched_yield: on this class of VM a thread that yields before sleeping was seen
          * to wake a scheduler tick (~4 ms) late. */
@@ -464,25 +170,25 @@ static bool spin_for_change(const uint64_t *word, uint64_t seen, uint64_t max_ns
  * issues (busy 0); a thread about to issue waits for the pass to end. Under the lock. */
 static void pass_wait(ferry_pipeline_t *p)
 {
-    if (!p->virtual_clock || pthread_equal(pthread_self(), p->completer))
+    if (!p->plan.virtual_clock || pthread_equal(pthread_self(), p->completer))
         return;
-    while (p->comp_in_pass) {
-        p->pass_waiters++;
+    while (p->api.comp_in_pass) {
+        p->api.pass_waiters++;
         pthread_cond_wait(&p->pass_cv, &p->lock);
-        p->pass_waiters--;
+        p->api.pass_waiters--;
     }
 }
 
 static void pass_end_locked(ferry_pipeline_t *p)
 {
-    p->comp_in_pass = false;
-    if (p->pass_waiters > 0)
+    p->api.comp_in_pass = false;
+    if (p->api.pass_waiters > 0)
         pthread_cond_broadcast(&p->pass_cv);
 }
 
 static void pass_end(ferry_pipeline_t *p)
 {
-    if (!p->virtual_clock)
+    if (!p->plan.virtual_clock)
         return;
     pthread_mutex_lock(&p->lock);
     pass_end_locked(p);
@@ -493,9 +199,9 @@ static void pass_end(ferry_pipeline_t *p)
 static bool pass_begin(ferry_pipeline_t *p)
 {
     pthread_mutex_lock(&p->lock);
-    bool ok = __atomic_load_n(&p->busy, __ATOMIC_SEQ_CST) == 0;
+    bool ok = atomic_load_explicit(&p->sh.busy, memory_order_seq_cst) == 0;
     if (ok)
-        p->comp_in_pass = true;
+        p->api.comp_in_pass = true;
     else
         pass_end_locked(p);
     pthread_mutex_unlock(&p->lock);
@@ -506,13 +212,13 @@ static bool pass_begin(ferry_pipeline_t *p)
 static void wait_for_work(ferry_pipeline_t *p, uint64_t seen)
 {
     pass_end(p);
-    if (spin_for_change(&p->work_seq, seen, COMPLETION_SPIN_NS))
+    if (spin_for_change(&p->sh.work_seq, seen, COMPLETION_SPIN_NS))
         return;
     pthread_mutex_lock(&p->lock);
-    __atomic_store_n(&p->comp_sleeping, 1, __ATOMIC_SEQ_CST);
-    while (__atomic_load_n(&p->work_seq, __ATOMIC_SEQ_CST) == seen)
+    atomic_store_explicit(&p->sh.comp_sleeping, 1, memory_order_seq_cst);
+    while (atomic_load_explicit(&p->sh.work_seq, memory_order_seq_cst) == seen)
         pthread_cond_wait(&p->work_cv, &p->lock);
-    __atomic_store_n(&p->comp_sleeping, 0, __ATOMIC_SEQ_CST);
+    atomic_store_explicit(&p->sh.comp_sleeping, 0, memory_order_seq_cst);
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -533,15 +239,15 @@ static void wait_for_caller(ferry_pipeline_t *p, uint64_t seen)
     ts.tv_sec = (time_t)(at / 1000000000u);
     ts.tv_nsec = (long)(at % 1000000000u);
     pthread_mutex_lock(&p->lock);
-    __atomic_store_n(&p->comp_sleeping, 1, __ATOMIC_SEQ_CST);
+    atomic_store_explicit(&p->sh.comp_sleeping, 1, memory_order_seq_cst);
     /* A full queue takes no submit until the device runs on (see submitter_runs). */
-    while (__atomic_load_n(&p->work_seq, __ATOMIC_SEQ_CST) == seen && !p->closing &&
-           __atomic_load_n(&p->drain_waiters, __ATOMIC_SEQ_CST) == 0 &&
+    while (atomic_load_explicit(&p->sh.work_seq, memory_order_seq_cst) == seen && !p->api.closing &&
+           atomic_load_explicit(&p->sh.drain_waiters, memory_order_seq_cst) == 0 &&
            ferry__bqueue_pushers_blocked(p->queue) == 0 &&
-           ferry__bqueue_len(p->queue) < p->queue_depth)
+           ferry__bqueue_len(p->queue) < p->plan.queue_depth)
         if (pthread_cond_timedwait(&p->work_cv, &p->lock, &ts) == ETIMEDOUT)
             break;
-    __atomic_store_n(&p->comp_sleeping, 0, __ATOMIC_SEQ_CST);
+    atomic_store_explicit(&p->sh.comp_sleeping, 0, memory_order_seq_cst);
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -552,9 +258,9 @@ static void wait_for_caller(ferry_pipeline_t *p, uint64_t seen)
 static bool submitter_runs(ferry_pipeline_t *p)
 {
     pthread_mutex_lock(&p->lock);
-    unsigned n = p->submitting;
+    unsigned n = p->api.submitting;
     pthread_mutex_unlock(&p->lock);
-    if (n == 0 || ferry__bqueue_len(p->queue) >= p->queue_depth)
+    if (n == 0 || ferry__bqueue_len(p->queue) >= p->plan.queue_depth)
         return false;
     return n > ferry__bqueue_pushers_blocked(p->queue);
 }
@@ -569,10 +275,10 @@ static void wait_briefly(ferry_pipeline_t *p, uint64_t seen)
     ts.tv_sec = (time_t)(at / 1000000000u);
     ts.tv_nsec = (long)(at % 1000000000u);
     pthread_mutex_lock(&p->lock);
-    __atomic_store_n(&p->comp_sleeping, 1, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&p->work_seq, __ATOMIC_SEQ_CST) == seen)
+    atomic_store_explicit(&p->sh.comp_sleeping, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&p->sh.work_seq, memory_order_seq_cst) == seen)
         (void)pthread_cond_timedwait(&p->work_cv, &p->lock, &ts);
-    __atomic_store_n(&p->comp_sleeping, 0, __ATOMIC_SEQ_CST);
+    atomic_store_explicit(&p->sh.comp_sleeping, 0, memory_order_seq_cst);
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -594,8 +300,8 @@ typedef struct pass_acc {
 static void write_failure_record(ferry_pipeline_t *p, const slot_t *s, int err, const char *msg,
                                  const char *action, uint64_t now)
 {
-    p->failure_records++;
-    if (p->failure_log == NULL)
+    p->comp.failure_records++;
+    if (p->comp.failure_log == NULL)
         return;
     const batch_rec_t *b = s->batch;
     struct timespec ts;
@@ -604,7 +310,7 @@ static void write_failure_record(ferry_pipeline_t *p, const slot_t *s, int err, 
     gmtime_r(&ts.tv_sec, &tm);
     char when[40];
     strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-    FILE *f = p->failure_log;
+    FILE *f = p->comp.failure_log;
     fprintf(f,
             "{\"time\":\"%s.%06ldZ\",\"device_ns\":%llu,\"batch\":%llu,\"attempt\":%u,"
             "\"stage\":",
@@ -617,21 +323,22 @@ static void write_failure_record(ferry_pipeline_t *p, const slot_t *s, int err, 
             "\"depth\":%u,\"chunk_bytes\":%zu},\"launch\":{\"blocks\":%d},"
             "\"buffers\":{\"host_in\":\"%p\",\"out\":\"%p\",\"d_in\":\"%p\",\"d_out\":\"%p\"},"
             "\"issue_ns\":%llu,\"level\":%d,\"error\":\"%s\",\"message\":",
-            s->chunk, s->nsub, s->offset, s->bytes, s->h2d, s->comp, s->d2h, p->ncopy, p->ncomp,
-            p->depth, p->chunk, p->dev->props.sms > 0 ? p->dev->props.sms : 1, s->host_in,
+            s->chunk, s->nsub, s->offset, s->bytes, s->h2d, s->comp, s->d2h, p->plan.ncopy,
+            p->plan.ncomp, p->plan.depth, p->plan.chunk,
+            p->dev->props.sms > 0 ? p->dev->props.sms : 1, s->host_in,
             b->b.out != NULL ? (void *)((unsigned char *)b->b.out + s->offset) : NULL, s->d_in,
             s->d_out, (unsigned long long)s->issue_ns, strcmp(action, "retry") == 0 ? 1 : 2,
             ferry_err_name(err));
     ferry__json_str(f, msg);
     fprintf(f, ",\"action\":\"%s\",\"gpu_lost\":%s}\n", action,
-            __atomic_load_n(&p->gpu_lost, __ATOMIC_RELAXED) ? "true" : "false");
+            atomic_load_explicit(&p->sh.gpu_lost, memory_order_relaxed) ? "true" : "false");
     /* A record that cannot be written (a full disk, /dev/full) is counted in the stats and
      * said once: the caller decides whether the run failed. */
     errno = 0;
     if (fflush(f) != 0 || ferror(f)) {
         int werr = errno;
         clearerr(f);
-        if (__atomic_fetch_add(&p->failure_log_errors, 1, __ATOMIC_RELAXED) == 0)
+        if (atomic_fetch_add_explicit(&p->sh.failure_log_errors, 1, memory_order_relaxed) == 0)
             ferry_log(FERRY_LOG_WARN, "pipeline",
                       "failure_log '%s': cannot write a failure record: %s (later records may "
                       "be lost too)",
@@ -655,8 +362,8 @@ static void guard_late_copy(ferry_pipeline_t *p, slot_t *s, const unsigned char 
 /* Chunk @i of the group bound to @s: its bytes, and its offset within the group. */
 static size_t sub_bytes(const ferry_pipeline_t *p, const slot_t *s, uint32_t i, size_t *at)
 {
-    *at = (size_t)i * p->chunk;
-    return s->bytes - *at < p->chunk ? s->bytes - *at : p->chunk;
+    *at = (size_t)i * p->plan.chunk;
+    return s->bytes - *at < p->plan.chunk ? s->bytes - *at : p->plan.chunk;
 }
 
 /* The kernel launch of chunk @i of the group bound to @s, for its attempt: device buffers,
@@ -676,7 +383,7 @@ static ferry_be_launch_t chunk_launch(const ferry_pipeline_t *p, const slot_t *s
                  .batch_id = s->batch->id,
                  .chunk = s->chunk + i,
                  .attempt = s->attempt,
-                 .abort_word = ferry__watchdog_abort_word(p->wd),
+                 .abort_word = ferry__watchdog_abort_word(p->wdog.wd),
                  .seq = s->seq,
                  .batch_user = s->batch->b.user},
         .blocks = (uint32_t)(p->dev->props.sms > 0 ? p->dev->props.sms : 1),
@@ -699,12 +406,12 @@ static int launch_group(ferry_pipeline_t *p, slot_t *s, ferry_be_stream_t *st)
  * flight, then synchronous). Completion thread. */
 static void step_down(ferry_pipeline_t *p)
 {
-    p->healthy = 0;
-    int lv = __atomic_load_n(&p->level, __ATOMIC_RELAXED);
+    p->comp.healthy = 0;
+    int lv = atomic_load_explicit(&p->sh.level, memory_order_relaxed);
     if (lv >= LADDER_MAX)
         return;
-    __atomic_store_n(&p->level, lv + 1, __ATOMIC_RELAXED);
-    p->steps_down++;
+    atomic_store_explicit(&p->sh.level, lv + 1, memory_order_relaxed);
+    p->comp.steps_down++;
     ferry_log(FERRY_LOG_WARN, "pipeline", "ladder: down to level %d (%s)", lv + 1,
               lv + 1 == 1   ? "one compute stream"
               : lv + 1 == 2 ? "at most 2 chunks in flight"
@@ -716,8 +423,8 @@ static void step_down(ferry_pipeline_t *p)
 static bool may_retry(const ferry_pipeline_t *p, const slot_t *s, int err)
 {
     return err != FERRY_ESTICKY && err != FERRY_ETIMEDOUT && !s->gpu_skipped && !s->abandoned &&
-           s->host_in != NULL && s->attempt < p->gpu_retries &&
-           !__atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE);
+           s->host_in != NULL && s->attempt < p->plan.gpu_retries &&
+           !atomic_load_explicit(&p->sh.gpu_lost, memory_order_acquire);
 }
 
 static void end_gpu_path_hung(ferry_pipeline_t *p, uint64_t batch, uint32_t chunk, uint64_t now,
@@ -731,43 +438,44 @@ static int retry_on_gpu(ferry_pipeline_t *p, slot_t *s)
 {
     ferry_device_t *d = p->dev;
     int rc = 0;
-    if (p->retry_stream == NULL &&
-        (rc = ferry__be_stream_create(d, p->comp_prio, &p->retry_stream)) != 0)
+    if (p->comp.retry_stream == NULL &&
+        (rc = ferry__be_stream_create(d, p->plan.comp_prio, &p->comp.retry_stream)) != 0)
         return rc;
-    if (p->retry_ev == NULL && (rc = ferry__be_event_create(d, 0, &p->retry_ev)) != 0)
+    if (p->comp.retry_ev == NULL && (rc = ferry__be_event_create(d, 0, &p->comp.retry_ev)) != 0)
         return rc;
     batch_rec_t *b = s->batch;
     void *dst =
         s->copy_out || b->b.out == NULL ? (void *)s->h_out : (unsigned char *)b->b.out + s->offset;
-    if ((rc = ferry__be_memcpy_h2d(d, p->retry_stream, s->d_in, s->host_in, s->bytes)) != 0 ||
-        (rc = launch_group(p, s, p->retry_stream)) != 0 ||
-        (rc = ferry__be_memcpy_d2h(d, p->retry_stream, dst, s->d_out, s->bytes)) != 0 ||
-        (rc = ferry__be_event_record(d, p->retry_ev, p->retry_stream)) != 0) {
-        ferry__be_stream_sync(d, p->retry_stream); /* what was queued, before the slot moves on */
+    if ((rc = ferry__be_memcpy_h2d(d, p->comp.retry_stream, s->d_in, s->host_in, s->bytes)) != 0 ||
+        (rc = launch_group(p, s, p->comp.retry_stream)) != 0 ||
+        (rc = ferry__be_memcpy_d2h(d, p->comp.retry_stream, dst, s->d_out, s->bytes)) != 0 ||
+        (rc = ferry__be_event_record(d, p->comp.retry_ev, p->comp.retry_stream)) != 0) {
+        ferry__be_stream_sync(d,
+                              p->comp.retry_stream); /* what was queued, before the slot moves on */
         return rc;
     }
-    uint64_t deadline =
-        p->deadline_floor_ns + (uint64_t)(p->deadline_factor * (double)p->lat_ewma_ns);
+    uint64_t deadline = p->plan.deadline_floor_ns +
+                        (uint64_t)(p->plan.deadline_factor * (double)p->comp.lat_ewma_ns);
     size_t which = 0;
-    rc = ferry__be_event_wait_any(d, &p->retry_ev, 1, deadline, &which);
+    rc = ferry__be_event_wait_any(d, &p->comp.retry_ev, 1, deadline, &which);
     /* FERRY_ETIMEDOUT is also the error of a kernel that stopped at the abort flag: only a
      * query that says "not yet" is a wait that ran out. */
-    if (rc == FERRY_ETIMEDOUT && ferry__be_event_query(d, p->retry_ev) == FERRY_EAGAIN) {
+    if (rc == FERRY_ETIMEDOUT && ferry__be_event_query(d, p->comp.retry_ev) == FERRY_EAGAIN) {
         /* Past its deadline: as the watchdog does for the chunks of the main path, raise the
          * abort word to the chunk's number and give a kernel that polls it a floor to stop.
          * The retry stream is then free and the slot comes back; the GPU output is discarded
          * (the CPU redoes the chunk). A kernel that ignores the flag holds the retry stream
          * for good, and with it every later retry: the GPU is hung, and its path ends, so that
          * nothing waits for slots that never come back. */
-        __atomic_add_fetch(&p->deadlines_passed, 1, __ATOMIC_RELAXED);
-        (void)ferry__watchdog_abort(p->wd, s->seq);
-        rc = ferry__be_event_wait_any(d, &p->retry_ev, 1, p->deadline_floor_ns, &which);
-        if (rc == FERRY_ETIMEDOUT && ferry__be_event_query(d, p->retry_ev) == FERRY_EAGAIN) {
+        atomic_fetch_add_explicit(&p->wdog.deadlines_passed, 1, memory_order_relaxed);
+        (void)ferry__watchdog_abort(p->wdog.wd, s->seq);
+        rc = ferry__be_event_wait_any(d, &p->comp.retry_ev, 1, p->plan.deadline_floor_ns, &which);
+        if (rc == FERRY_ETIMEDOUT && ferry__be_event_query(d, p->comp.retry_ev) == FERRY_EAGAIN) {
             s->abandoned = true; /* its kernel may still run and write */
             snprintf(s->errmsg, sizeof(s->errmsg),
                      "the GPU retry passed its deadline (%.1f ms) and ignored the abort flag "
                      "for %.1f ms more",
-                     (double)deadline / 1e6, (double)p->deadline_floor_ns / 1e6);
+                     (double)deadline / 1e6, (double)p->plan.deadline_floor_ns / 1e6);
             end_gpu_path_hung(p, b->id, s->chunk, ferry_device_now_ns(d), s->errmsg);
             return rc;
         }
@@ -778,7 +486,7 @@ static int retry_on_gpu(ferry_pipeline_t *p, slot_t *s)
         return FERRY_ETIMEDOUT;
     }
     if (rc == 0)
-        rc = ferry__be_event_query(d, p->retry_ev);
+        rc = ferry__be_event_query(d, p->comp.retry_ev);
     return rc;
 }
 
@@ -817,13 +525,15 @@ static void fall_back(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, pas
     batch_rec_t *b = s->batch;
     char msg[256];
     ferry__strlcpy(msg, s->errmsg[0] ? s->errmsg : ferry__last_error_text(), sizeof(msg));
-    if (err == FERRY_ESTICKY && !__atomic_exchange_n(&p->gpu_lost, 1, __ATOMIC_ACQ_REL) &&
+    if (err == FERRY_ESTICKY &&
+        !atomic_exchange_explicit(&p->sh.gpu_lost, 1, memory_order_acq_rel) &&
         (trace_note(p, NOTE_GPU_LOST, b->id, s->chunk, now), true))
         ferry_log(FERRY_LOG_ERROR, "pipeline",
                   "sticky error (%s): the GPU path of this process has ended; every batch in "
                   "flight and every later one runs on the %s",
                   msg, p->stage.cpu ? "stage's CPU function" : "CPU (no CPU function: they fail)");
-    if (err != FERRY_ESTICKY && !s->gpu_skipped && !__atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE))
+    if (err != FERRY_ESTICKY && !s->gpu_skipped &&
+        !atomic_load_explicit(&p->sh.gpu_lost, memory_order_acquire))
         step_down(p);
     int rc = err;
     const char *action = "failed";
@@ -862,14 +572,14 @@ static void fall_back(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, pas
     }
     if (rc == 0 && s->abandoned && !s->copy_out && b->b.out != NULL)
         guard_late_copy(p, s, (unsigned char *)b->b.out + s->offset);
-    __atomic_add_fetch(&b->cpu_chunks, ok, __ATOMIC_RELAXED);
-    p->chunks_cpu += ok;
+    atomic_fetch_add_explicit(&b->cpu_chunks, ok, memory_order_relaxed);
+    p->comp.chunks_cpu += ok;
     if (rc == 0) {
         a->bytes_cpu += s->bytes;
     } else {
         int zero = 0;
-        __atomic_compare_exchange_n(&b->status, &zero, rc, false, __ATOMIC_RELAXED,
-                                    __ATOMIC_RELAXED);
+        atomic_compare_exchange_strong_explicit(&b->status, &zero, rc, memory_order_relaxed,
+                                                memory_order_relaxed);
     }
 }
 
@@ -897,7 +607,7 @@ static bool foreign_traffic(ferry_pipeline_t *p, uint64_t now, double link_gbps,
     for (int d = 0; d < 2; d++) {
         double own = ls.own[d] * (1 + FERRY_LINK_COUNTER_OVERHEAD);
         foreign[d] = ls.total[d] > own ? ls.total[d] - own : 0;
-        any |= foreign[d] >= p->bw_foreign_ratio * link_gbps * 1e9;
+        any |= foreign[d] >= p->plan.bw_foreign_ratio * link_gbps * 1e9;
     }
     return any;
 }
@@ -919,9 +629,9 @@ static uint64_t union_add(uint64_t *upto, uint64_t start, uint64_t end)
 static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, uint64_t now)
 {
     double link = p->dev->props.link_gbps;
-    if (p->bw_alert_ratio <= 0 || link <= 0)
+    if (p->plan.bw_alert_ratio <= 0 || link <= 0)
         return;
-    struct bw_win *w = &p->bw[d];
+    struct bw_win *w = &p->comp.bw[d];
     /* Running sums (exact: a slot not yet filled holds 0): every sampled chunk comes here, and
      * only a change of state needs the window itself. */
     w->sum_bytes += bytes - w->bytes[w->at];
@@ -962,11 +672,11 @@ static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, u
         one_way = t_one > 0 ? wbytes / t_one : 0;
         if (expect > 0) {
             judge = gbps / expect;
-            small = one_way < p->bw_alert_ratio * peak;
+            small = one_way < p->plan.bw_alert_ratio * peak;
         }
     }
-    bool low = small || judge < p->bw_alert_ratio;
-    bool high = !small && judge >= p->bw_alert_ratio + 0.05;
+    bool low = small || judge < p->plan.bw_alert_ratio;
+    bool high = !small && judge >= p->plan.bw_alert_ratio + 0.05;
     if ((low && w->alerting) || (!low && !high) || (high && !w->alerting))
         return;
     w->alerting = low;
@@ -988,7 +698,7 @@ static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, u
                  w->ratio * 100, link, ref);
     } else if (small || (p->link_prof == NULL && median < (1u << 20))) {
         cause = FERRY_CAUSE_SMALL_TRANSFERS;
-        if (p->group > 1) /* copies merge already: what limits them is the batches */
+        if (p->plan.group > 1) /* copies merge already: what limits them is the batches */
             snprintf(text, sizeof(text),
                      "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s%s: small transfers "
                      "(median %llu KiB); each copy pays a fixed cost and copies merge only a "
@@ -1013,7 +723,7 @@ static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, u
                  "data on the link (the link counts %.1f GB/s H2D and %.1f GB/s D2H that this "
                  "pipeline did not move)",
                  dir, gbps, w->ratio * 100, link, ref, foreign[0] / 1e9, foreign[1] / 1e9);
-    } else if (p->bw[!d].n == BW_WINDOW && p->bw[!d].alerting) {
+    } else if (p->comp.bw[!d].n == BW_WINDOW && p->comp.bw[!d].alerting) {
         cause = FERRY_CAUSE_CONTENTION;
         snprintf(
             text, sizeof(text),
@@ -1029,7 +739,7 @@ static void bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, u
                  p->link == NULL ? " (not told: no link counter, or link_sample_ms 0)" : "");
     }
     if (low) {
-        p->bw_alerts++;
+        p->comp.bw_alerts++;
         trace_note(p, d == 0 ? NOTE_BW_H2D : NOTE_BW_D2H, 0, 0, now);
     }
     ferry_log(low ? FERRY_LOG_WARN : FERRY_LOG_INFO, "bandwidth", "%s%s", low ? "alert: " : "",
@@ -1069,7 +779,7 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
         s->errmsg[0] = '\0';
         err = retry_on_gpu(p, s);
         if (err == 0) {
-            p->chunks_retried += s->nsub;
+            p->comp.chunks_retried += s->nsub;
             s->timing = TIME_NONE; /* the first attempt's timed events are not this one's */
         } else if (s->errmsg[0] == '\0') {
             ferry__strlcpy(s->errmsg, ferry__last_error_text(), sizeof(s->errmsg));
@@ -1081,7 +791,7 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     }
     if (s->copy_out && b->b.out != NULL) {
         ferry__parallel_memcpy(p->workers, (unsigned char *)b->b.out + s->offset, s->h_out,
-                               s->bytes, p->stage_threshold);
+                               s->bytes, p->plan.stage_threshold);
         a->copied_out += s->bytes;
     }
     a->bytes += s->bytes;
@@ -1104,15 +814,16 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     if (timed && t[TEV_D2H_END] != 0) /* an anchor may time only its other ends */
         end = t[TEV_D2H_END];
     /* Healthy chunks in a row climb the ladder back, one level per LADDER_HEALTHY. */
-    if (++p->healthy >= LADDER_HEALTHY && __atomic_load_n(&p->level, __ATOMIC_RELAXED) > 0) {
-        int lv = __atomic_sub_fetch(&p->level, 1, __ATOMIC_RELAXED);
-        p->healthy = 0;
-        p->steps_up++;
+    if (++p->comp.healthy >= LADDER_HEALTHY &&
+        atomic_load_explicit(&p->sh.level, memory_order_relaxed) > 0) {
+        int lv = atomic_fetch_sub_explicit(&p->sh.level, 1, memory_order_relaxed) - 1;
+        p->comp.healthy = 0;
+        p->comp.steps_up++;
         ferry_log(FERRY_LOG_INFO, "pipeline", "ladder: back up to level %d", lv);
     }
     /* The running latency behind the deadlines (issue to end, queueing included). */
     uint64_t lat = end > s->issue_ns ? end - s->issue_ns : 0;
-    p->lat_ewma_ns = p->lat_ewma_ns ? (7 * p->lat_ewma_ns + lat) / 8 : lat;
+    p->comp.lat_ewma_ns = p->comp.lat_ewma_ns ? (7 * p->comp.lat_ewma_ns + lat) / 8 : lat;
     if (!a->any || s->issue_ns < a->first_start)
         a->first_start = s->issue_ns;
     if (!a->any || end > a->last_end)
@@ -1120,7 +831,7 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     a->any = true;
     if (!timed)
         return;
-    uint64_t *le = p->stream_end;
+    uint64_t *le = p->comp.stream_end;
     if (s->timing == TIME_ANCHOR) { /* only where its streams got to, for the next sample */
         for (int i = 0; i < 3; i++) {
             unsigned st = i == 0 ? s->h2d : i == 1 ? s->comp : s->d2h;
@@ -1131,11 +842,13 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
         /* Its copies' ends join the union of each direction's copies (below), so that the next
          * sampled chunk adds only the part of its copies that no earlier copy covered. */
         if (s->anchor_ends & 1u)
-            p->eng_end[0] = p->eng_end[0] > t[TEV_H2D_END] ? p->eng_end[0] : t[TEV_H2D_END];
+            p->comp.eng_end[0] =
+                p->comp.eng_end[0] > t[TEV_H2D_END] ? p->comp.eng_end[0] : t[TEV_H2D_END];
         if (s->anchor_ends & 4u)
-            p->eng_end[1] = p->eng_end[1] > t[TEV_D2H_END] ? p->eng_end[1] : t[TEV_D2H_END];
-        if ((s->anchor_ends & 5u) == 5u && s->seq > p->eng_seq)
-            p->eng_seq = s->seq;
+            p->comp.eng_end[1] =
+                p->comp.eng_end[1] > t[TEV_D2H_END] ? p->comp.eng_end[1] : t[TEV_D2H_END];
+        if ((s->anchor_ends & 5u) == 5u && s->seq > p->comp.eng_seq)
+            p->comp.eng_seq = s->seq;
         return;
     }
     uint64_t hs, cs, ds;
@@ -1169,17 +882,19 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
      * it (another D2H stream), its copies count 1/copy streams of their time: the copy streams
      * taken to run together, which the H200 does not always do (D2H read 52% busy, an alert
      * on a run at 46 GB/s each way, before the anchor). */
-    int lv = __atomic_load_n(&p->level, __ATOMIC_RELAXED);
-    unsigned lanes = p->single || lv >= 3 ? 1u : p->ncopy;
-    bool fresh = lanes == 1 || s->seq == p->eng_seq + 1;
-    uint64_t uh = fresh ? union_add(&p->eng_end[0], hs, t[TEV_H2D_END]) : dh / lanes;
-    uint64_t ud = fresh ? union_add(&p->eng_end[1], ds, t[TEV_D2H_END]) : dd / lanes;
+    int lv = atomic_load_explicit(&p->sh.level, memory_order_relaxed);
+    unsigned lanes = p->plan.single || lv >= 3 ? 1u : p->plan.ncopy;
+    bool fresh = lanes == 1 || s->seq == p->comp.eng_seq + 1;
+    uint64_t uh = fresh ? union_add(&p->comp.eng_end[0], hs, t[TEV_H2D_END]) : dh / lanes;
+    uint64_t ud = fresh ? union_add(&p->comp.eng_end[1], ds, t[TEV_D2H_END]) : dd / lanes;
     if (!fresh) {
-        p->eng_end[0] = p->eng_end[0] > t[TEV_H2D_END] ? p->eng_end[0] : t[TEV_H2D_END];
-        p->eng_end[1] = p->eng_end[1] > t[TEV_D2H_END] ? p->eng_end[1] : t[TEV_D2H_END];
+        p->comp.eng_end[0] =
+            p->comp.eng_end[0] > t[TEV_H2D_END] ? p->comp.eng_end[0] : t[TEV_H2D_END];
+        p->comp.eng_end[1] =
+            p->comp.eng_end[1] > t[TEV_D2H_END] ? p->comp.eng_end[1] : t[TEV_D2H_END];
     }
-    if (s->seq > p->eng_seq)
-        p->eng_seq = s->seq;
+    if (s->seq > p->comp.eng_seq)
+        p->comp.eng_seq = s->seq;
     bw_sample(p, 0, s->bytes, uh, now);
     bw_sample(p, 1, s->bytes, ud, now);
     a->timed += s->nsub; /* as chunks_retired counts: the busy figures scale by their ratio */
@@ -1187,7 +902,7 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
      * overlap, and the sum of their times exceeded the elapsed time (a compute-bound run's
      * overlap read 1.76). */
     a->busy_h2d += uh;
-    a->busy_comp += union_add(&p->comp_end, cs, t[TEV_COMP_END]);
+    a->busy_comp += union_add(&p->comp.comp_end, cs, t[TEV_COMP_END]);
     a->busy_d2h += ud;
     a->stream_busy[s->h2d] += dh;
     a->stream_busy[s->comp] += dc;
@@ -1195,7 +910,7 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     a->stream_timed[s->h2d]++;
     a->stream_timed[s->comp]++;
     a->stream_timed[s->d2h]++;
-    if (s->traced && __atomic_load_n(&p->tracing, __ATOMIC_RELAXED)) {
+    if (s->traced && atomic_load_explicit(&p->sh.tracing, memory_order_relaxed)) {
         trace_rec_t r = {b->id, s->chunk,       (uint16_t)s->h2d, 'h',
                          hs,    t[TEV_H2D_END], s->bytes,         s->nsub};
         a->trace[a->ntrace++] = r;
@@ -1211,30 +926,31 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
 /* Fold a pass into the stats. Under lock. */
 static void add_pass(ferry_pipeline_t *p, const pass_acc_t *a)
 {
-    p->st.bytes_h2d += a->bytes;
-    p->st.bytes_d2h += a->bytes;
-    p->st.copied_out_bytes += a->copied_out;
-    p->st.busy_h2d_ns += a->busy_h2d;
-    p->st.busy_compute_ns += a->busy_comp;
-    p->st.busy_d2h_ns += a->busy_d2h;
-    p->chunks_retired += a->chunks;
-    p->chunks_cpu_seen = p->chunks_cpu;
-    p->chunks_retried_seen = p->chunks_retried;
-    p->failure_records_seen = p->failure_records;
-    p->chunks_timed += a->timed;
-    for (unsigned i = 0; i < p->nstreams; i++) {
-        p->stream_busy[i] += a->stream_busy[i];
-        p->stream_ops[i] += a->stream_ops[i];
-        p->stream_timed[i] += a->stream_timed[i];
+    p->api.st.bytes_h2d += a->bytes;
+    p->api.st.bytes_d2h += a->bytes;
+    p->api.st.copied_out_bytes += a->copied_out;
+    p->api.st.busy_h2d_ns += a->busy_h2d;
+    p->api.st.busy_compute_ns += a->busy_comp;
+    p->api.st.busy_d2h_ns += a->busy_d2h;
+    p->comp.chunks_retired += a->chunks;
+    p->api.chunks_cpu_seen = p->comp.chunks_cpu;
+    p->api.chunks_retried_seen = p->comp.chunks_retried;
+    p->api.failure_records_seen = p->comp.failure_records;
+    p->comp.chunks_timed += a->timed;
+    for (unsigned i = 0; i < p->plan.nstreams; i++) {
+        p->comp.stream_busy[i] += a->stream_busy[i];
+        p->comp.stream_ops[i] += a->stream_ops[i];
+        p->comp.stream_timed[i] += a->stream_timed[i];
     }
     if (a->any) {
-        if (!p->any_retired || a->first_start < p->first_start)
-            p->first_start = a->first_start;
-        if (!p->any_retired || a->last_end > p->last_end)
-            p->last_end = a->last_end;
-        p->any_retired = true;
+        if (!p->comp.any_retired || a->first_start < p->comp.first_start)
+            p->comp.first_start = a->first_start;
+        if (!p->comp.any_retired || a->last_end > p->comp.last_end)
+            p->comp.last_end = a->last_end;
+        p->comp.any_retired = true;
     }
-    for (size_t i = 0; i < a->ntrace && p->tracing; i++)
+    for (size_t i = 0; i < a->ntrace && atomic_load_explicit(&p->sh.tracing, memory_order_relaxed);
+         i++)
         trace_add(p, &a->trace[i]);
 }
 
@@ -1245,7 +961,7 @@ static void wd_deadline(void *ctx, const ferry__wd_head_t *h, uint64_t now, uint
                         int stopped)
 {
     ferry_pipeline_t *p = ctx;
-    __atomic_add_fetch(&p->deadlines_passed, 1, __ATOMIC_RELAXED);
+    atomic_fetch_add_explicit(&p->wdog.deadlines_passed, 1, memory_order_relaxed);
     trace_note(p, NOTE_DEADLINE, h->batch, h->chunk, now);
     ferry_log(FERRY_LOG_WARN, "pipeline",
               "batch %llu chunk %u passed its deadline (%.1f ms at the head, deadline %.1f ms): "
@@ -1265,8 +981,8 @@ static void end_gpu_path_hung(ferry_pipeline_t *p, uint64_t batch, uint32_t chun
                               const char *why)
 {
     /* gpu_lost first: whoever sees hang_lost (and abandons a slot) sees it too. */
-    bool first = !__atomic_exchange_n(&p->gpu_lost, 1, __ATOMIC_ACQ_REL);
-    __atomic_store_n(&p->hang_lost, 1, __ATOMIC_RELEASE);
+    bool first = !atomic_exchange_explicit(&p->sh.gpu_lost, 1, memory_order_acq_rel);
+    atomic_store_explicit(&p->sh.hang_lost, 1, memory_order_release);
     trace_note(p, NOTE_GPU_LOST, batch, chunk, now);
     if (first)
         ferry_log(FERRY_LOG_ERROR, "pipeline",
@@ -1275,7 +991,7 @@ static void end_gpu_path_hung(ferry_pipeline_t *p, uint64_t batch, uint32_t chun
                   (unsigned long long)batch, chunk, why,
                   p->stage.cpu ? "stage's CPU function" : "CPU (no CPU function: they fail)");
     pthread_mutex_lock(&p->lock);
-    if (p->slot_waiting)
+    if (p->api.slot_waiting)
         wake_issuer(p, true);
     pthread_mutex_unlock(&p->lock);
     poke(p, false);
@@ -1299,7 +1015,7 @@ static int aborted(ferry_pipeline_t *p, slot_t *s)
 {
     snprintf(s->errmsg, sizeof(s->errmsg),
              "passed its deadline: the abort flag was raised and its GPU output discarded");
-    ferry__watchdog_retired_aborted(p->wd, s->seq, ferry_device_now_ns(p->dev));
+    ferry__watchdog_retired_aborted(p->wdog.wd, s->seq, ferry_device_now_ns(p->dev));
     return FERRY_ETIMEDOUT;
 }
 
@@ -1309,31 +1025,32 @@ static int aborted(ferry_pipeline_t *p, slot_t *s)
 static void publish_heads(ferry_pipeline_t *p, slot_t *head, uint64_t now)
 {
     ferry__wd_head_t heads[FERRY_STATS_MAX_STREAMS];
-    memset(heads, 0, p->nstreams * sizeof(heads[0]));
+    memset(heads, 0, p->plan.nstreams * sizeof(heads[0]));
     uint32_t seen = 0;
-    unsigned found = 0, nd2h = p->single ? 1 : p->ncopy;
+    unsigned found = 0, nd2h = p->plan.single ? 1 : p->plan.ncopy;
     for (slot_t *s = head; s != NULL && found < nd2h; s = s->next_inflight) {
         if (seen & (1u << s->d2h) || s->err != 0)
             continue;
         seen |= 1u << s->d2h;
         found++;
-        uint64_t since = s->issue_ns > p->head_since[s->d2h] ? s->issue_ns : p->head_since[s->d2h];
+        uint64_t since =
+            s->issue_ns > p->comp.head_since[s->d2h] ? s->issue_ns : p->comp.head_since[s->d2h];
         heads[s->d2h] = (ferry__wd_head_t){s->seq, since, s->batch->id, s->chunk};
     }
-    p->pub_any = found > 0;
+    p->comp.pub_any = found > 0;
     /* The same heads as last time, the latency within an eighth: a sign of life is enough (no
      * lock). The deadline is the floor plus a multiple of the latency: an eighth moves it
      * little. */
-    uint64_t dl =
-        p->lat_ewma_ns > p->pub_lat ? p->lat_ewma_ns - p->pub_lat : p->pub_lat - p->lat_ewma_ns;
-    if (memcmp(heads, p->pub_heads, p->nstreams * sizeof(heads[0])) == 0 && p->pub_lat != 0 &&
-        dl * 8 <= p->pub_lat) {
-        ferry__watchdog_alive(p->wd, now);
+    uint64_t dl = p->comp.lat_ewma_ns > p->comp.pub_lat ? p->comp.lat_ewma_ns - p->comp.pub_lat
+                                                        : p->comp.pub_lat - p->comp.lat_ewma_ns;
+    if (memcmp(heads, p->comp.pub_heads, p->plan.nstreams * sizeof(heads[0])) == 0 &&
+        p->comp.pub_lat != 0 && dl * 8 <= p->comp.pub_lat) {
+        ferry__watchdog_alive(p->wdog.wd, now);
         return;
     }
-    memcpy(p->pub_heads, heads, p->nstreams * sizeof(heads[0]));
-    p->pub_lat = p->lat_ewma_ns;
-    ferry__watchdog_publish(p->wd, heads, p->nstreams, p->lat_ewma_ns, now);
+    memcpy(p->comp.pub_heads, heads, p->plan.nstreams * sizeof(heads[0]));
+    p->comp.pub_lat = p->comp.lat_ewma_ns;
+    ferry__watchdog_publish(p->wdog.wd, heads, p->plan.nstreams, p->comp.lat_ewma_ns, now);
 }
 
 static void *completion_main(void *arg)
@@ -1355,17 +1072,18 @@ static void *completion_main(void *arg)
     }
     uint64_t grace_seen = UINT64_MAX;
     for (;;) {
-        uint64_t seen = __atomic_load_n(&p->work_seq, __ATOMIC_SEQ_CST);
+        uint64_t seen = atomic_load_explicit(&p->sh.work_seq, memory_order_seq_cst);
         /* A virtual clock is one host clock that every call charges: a pass run while another
          * thread issues would read it (and retire, stamp, charge) at a point of that thread's
          * work that only the host's scheduling decides. Passes run while nobody issues. */
-        if (p->virtual_clock && !pass_begin(p)) {
+        if (p->plan.virtual_clock && !pass_begin(p)) {
             wait_for_work(p, seen);
             continue;
         }
 
         /* Adopt what the issuers handed over: a stack, newest first, so reverse it. */
-        slot_t *in = __atomic_exchange_n(&p->incoming, NULL, __ATOMIC_ACQUIRE), *rev = NULL;
+        slot_t *in = atomic_exchange_explicit(&p->sh.incoming, NULL, memory_order_acquire),
+               *rev = NULL;
         while (in != NULL) {
             slot_t *next = in->next_inflight;
             in->next_inflight = rev;
@@ -1380,7 +1098,7 @@ static void *completion_main(void *arg)
             for (tail = rev; tail->next_inflight != NULL; tail = tail->next_inflight) {
             }
         }
-        batch_rec_t *ready = __atomic_exchange_n(&p->ready, NULL, __ATOMIC_ACQUIRE);
+        batch_rec_t *ready = atomic_exchange_explicit(&p->sh.ready, NULL, memory_order_acquire);
 
         /* Poll. Ops on one stream complete in order, so once a chunk's D2H is not done, the
          * later chunks on the same D2H stream are not either: one query per stream suffices,
@@ -1396,7 +1114,7 @@ static void *completion_main(void *arg)
             int q;
             if (s->err != 0) {
                 q = s->err;
-            } else if (__atomic_load_n(&p->hang_lost, __ATOMIC_ACQUIRE)) {
+            } else if (atomic_load_explicit(&p->sh.hang_lost, memory_order_acquire)) {
                 q = FERRY_ETIMEDOUT; /* may never finish: redone on the CPU, slot abandoned */
                 s->abandoned = true;
                 snprintf(s->errmsg, sizeof(s->errmsg),
@@ -1407,7 +1125,8 @@ static void *completion_main(void *arg)
             } else {
                 q = ferry__be_event_query(p->dev, s->dep[EV_D2H_END]);
                 /* Read after the query: a kernel that saw the word ended before its event. */
-                if ((q == 0 || q == FERRY_ETIMEDOUT) && s->seq <= ferry__watchdog_raised(p->wd))
+                if ((q == 0 || q == FERRY_ETIMEDOUT) &&
+                    s->seq <= ferry__watchdog_raised(p->wdog.wd))
                     q = aborted(p, s);
             }
             if (q != FERRY_EAGAIN) {
@@ -1437,8 +1156,9 @@ static void *completion_main(void *arg)
             slot_t *d = done[i];
             batch_rec_t *b = d->batch;
             retire_chunk(p, d, errs[i], pass_now, acc);
-            p->head_since[d->d2h] = pass_now;
-            if (__atomic_sub_fetch(&b->chunks_left, d->nsub, __ATOMIC_ACQ_REL) == 0) {
+            p->comp.head_since[d->d2h] = pass_now;
+            if (atomic_fetch_sub_explicit(&b->chunks_left, d->nsub, memory_order_acq_rel) ==
+                d->nsub) {
                 b->next = NULL;
                 *fin_tail = b;
                 fin_tail = &b->next;
@@ -1457,14 +1177,14 @@ static void *completion_main(void *arg)
 
         /* The watchdog: the oldest chunk of each D2H stream still in flight (after this
          * pass's retirements, which start the clock of the chunks behind them). */
-        if (head != NULL || p->pub_any) {
+        if (head != NULL || p->comp.pub_any) {
             uint64_t wd_now = pass_now ? pass_now : ferry_device_now_ns(p->dev);
             publish_heads(p, head, wd_now);
-            if (p->virtual_clock) {
-                ferry__watchdog_step(p->wd, wd_now);
+            if (p->plan.virtual_clock) {
+                ferry__watchdog_step(p->wdog.wd, wd_now);
                 ferry__linkmon_step(p->link, wd_now, false);
             } else {
-                ferry__watchdog_check_alive(p->wd, wd_now);
+                ferry__watchdog_check_alive(p->wdog.wd, wd_now);
             }
         }
 
@@ -1479,33 +1199,34 @@ static void *completion_main(void *arg)
                     /* Only a hang abandons a slot, and a hang ends the GPU path: nothing waits
                      * for slots any more (acquire_slot, run_queue), or this one would be
                      * waited for in vain. */
-                    FERRY_ASSERT(__atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE));
-                    p->nabandoned++; /* its kernel may still run: never reused */
+                    FERRY_ASSERT(atomic_load_explicit(&p->sh.gpu_lost, memory_order_acquire));
+                    p->api.nabandoned++; /* its kernel may still run: never reused */
                     continue;
                 }
-                done[i]->next_free = p->free_slots;
-                p->free_slots = done[i];
+                done[i]->next_free = p->api.free_slots;
+                p->api.free_slots = done[i];
                 freed++;
             }
-            p->nfree_slots += freed;
-            p->steps_down_seen = p->steps_down;
-            p->bw_alerts_seen = p->bw_alerts;
-            p->bw_ratio_seen[0] = p->bw[0].ratio;
-            p->bw_ratio_seen[1] = p->bw[1].ratio;
-            p->steps_up_seen = p->steps_up;
+            p->api.nfree_slots += freed;
+            p->api.steps_down_seen = p->comp.steps_down;
+            p->api.bw_alerts_seen = p->comp.bw_alerts;
+            p->api.bw_ratio_seen[0] = p->comp.bw[0].ratio;
+            p->api.bw_ratio_seen[1] = p->comp.bw[1].ratio;
+            p->api.steps_up_seen = p->comp.steps_up;
             /* The GPU path ended: an issuer waiting for slots goes to the CPU instead. */
-            if (p->slot_waiting && __atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE))
+            if (p->api.slot_waiting && atomic_load_explicit(&p->sh.gpu_lost, memory_order_acquire))
                 wake_issuer(p, true);
             /* The issuer thread waits for a quarter of the slots (at least one): it then issues
              * several chunks per wake-up while the device still has the rest queued. */
-            if (p->slot_waiting && (p->nfree_slots >= p->slot_wake ||
-                                    __atomic_load_n(&p->level, __ATOMIC_RELAXED) >= 2))
+            if (p->api.slot_waiting &&
+                (p->api.nfree_slots >= p->api.slot_wake ||
+                 atomic_load_explicit(&p->sh.level, memory_order_relaxed) >= 2))
                 wake_issuer(p, false);
             /* Queued light batches that were short of slots: issue them here and now rather
              * than wake a thread for it. */
-            if (!p->token && p->nqueued > 0) {
-                p->token = true;
-                __atomic_store_n(&p->busy, 1, __ATOMIC_SEQ_CST);
+            if (!p->api.token && p->api.nqueued > 0) {
+                p->api.token = true;
+                atomic_store_explicit(&p->sh.busy, 1, memory_order_seq_cst);
                 take_token = true;
             }
             pthread_mutex_unlock(&p->lock);
@@ -1518,12 +1239,14 @@ static void *completion_main(void *arg)
             uint64_t ok = 0, on_cpu = 0, failed = 0, n = 0;
             batch_rec_t *last = NULL;
             for (batch_rec_t *b = fin; b != NULL; b = b->next) {
+                int status = atomic_load_explicit(&b->status, memory_order_relaxed);
+                uint32_t cpu_chunks = atomic_load_explicit(&b->cpu_chunks, memory_order_relaxed);
                 ferry_batch_result_t r = {
                     .id = b->id,
-                    .status = b->status,
-                    .where = b->status != 0      ? FERRY_DONE_FAILED
-                             : b->cpu_chunks > 0 ? FERRY_DONE_CPU
-                                                 : FERRY_DONE_GPU,
+                    .status = status,
+                    .where = status != 0      ? FERRY_DONE_FAILED
+                             : cpu_chunks > 0 ? FERRY_DONE_CPU
+                                              : FERRY_DONE_GPU,
                     .in = b->b.in,
                     .out = b->b.out,
                     .bytes = b->b.bytes,
@@ -1533,9 +1256,9 @@ static void *completion_main(void *arg)
                 };
                 b->cb(&r, b->arg);
                 ferry__latency_observe(p, now > b->submit_ns ? now - b->submit_ns : 0);
-                if (b->status != 0)
+                if (status != 0)
                     failed++;
-                else if (b->cpu_chunks > 0)
+                else if (cpu_chunks > 0)
                     on_cpu++;
                 else
                     ok++;
@@ -1543,17 +1266,17 @@ static void *completion_main(void *arg)
                 n++;
             }
             /* Counted before completed, so that stats read after a drain include them. */
-            __atomic_add_fetch(&p->done_gpu, ok, __ATOMIC_RELAXED);
-            __atomic_add_fetch(&p->done_cpu, on_cpu, __ATOMIC_RELAXED);
-            __atomic_add_fetch(&p->failed, failed, __ATOMIC_RELAXED);
-            batch_rec_t *old = __atomic_load_n(&p->returned_recs, __ATOMIC_RELAXED);
+            atomic_fetch_add_explicit(&p->sh.done_gpu, ok, memory_order_relaxed);
+            atomic_fetch_add_explicit(&p->sh.done_cpu, on_cpu, memory_order_relaxed);
+            atomic_fetch_add_explicit(&p->sh.failed, failed, memory_order_relaxed);
+            batch_rec_t *old = atomic_load_explicit(&p->sh.returned_recs, memory_order_relaxed);
             do
                 last->next = old;
-            while (!__atomic_compare_exchange_n(&p->returned_recs, &old, fin, true,
-                                                __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+            while (!atomic_compare_exchange_weak_explicit(
+                &p->sh.returned_recs, &old, fin, memory_order_release, memory_order_relaxed));
             /* As poke() with comp_sleeping: a drain registers before it reads completed. */
-            __atomic_add_fetch(&p->completed, n, __ATOMIC_SEQ_CST);
-            if (__atomic_load_n(&p->drain_waiters, __ATOMIC_SEQ_CST) > 0) {
+            atomic_fetch_add_explicit(&p->sh.completed, n, memory_order_seq_cst);
+            if (atomic_load_explicit(&p->sh.drain_waiters, memory_order_seq_cst) > 0) {
                 pthread_mutex_lock(&p->lock);
                 pthread_cond_broadcast(&p->drain_cv);
                 pthread_mutex_unlock(&p->lock);
@@ -1565,8 +1288,9 @@ static void *completion_main(void *arg)
 
         if (head == NULL) {
             pthread_mutex_lock(&p->lock);
-            bool quit = p->comp_exit && __atomic_load_n(&p->incoming, __ATOMIC_ACQUIRE) == NULL &&
-                        __atomic_load_n(&p->ready, __ATOMIC_ACQUIRE) == NULL;
+            bool quit = p->api.comp_exit &&
+                        atomic_load_explicit(&p->sh.incoming, memory_order_acquire) == NULL &&
+                        atomic_load_explicit(&p->sh.ready, memory_order_acquire) == NULL;
             pthread_mutex_unlock(&p->lock);
             if (quit) {
                 pass_end(p);
@@ -1575,26 +1299,26 @@ static void *completion_main(void *arg)
             wait_for_work(p, seen);
             continue;
         }
-        if (p->virtual_clock && grace_seen != seen &&
-            __atomic_load_n(&p->busy, __ATOMIC_SEQ_CST) == 0) {
+        if (p->plan.virtual_clock && grace_seen != seen &&
+            atomic_load_explicit(&p->sh.busy, memory_order_seq_cst) == 0) {
             grace_seen = seen; /* once per idle spell */
             wait_for_caller(p, seen);
             continue;
         }
-        if (p->virtual_clock && submitter_runs(p)) {
+        if (p->plan.virtual_clock && submitter_runs(p)) {
             /* A submit on its way to the queue: it comes before the device moves on. */
             pass_end(p);
             wait_briefly(p, seen);
             continue;
         }
-        if (__atomic_load_n(&p->busy, __ATOMIC_SEQ_CST) == 0) {
+        if (atomic_load_explicit(&p->sh.busy, memory_order_seq_cst) == 0) {
             /* Nothing more will be issued until something completes: wait on the device.
              * On the simulator this is what advances the virtual clock. */
             size_t which = 0;
             int rc = ferry__be_event_wait_any(p->dev, waitev, nwait, 2000000, &which);
             if (rc != 0 && rc != FERRY_ETIMEDOUT)
                 ferry_log(FERRY_LOG_DEBUG, "pipeline", "event wait: %s", ferry_err_name(rc));
-        } else if (p->virtual_clock) {
+        } else if (p->plan.virtual_clock) {
             /* An issuer is busy in real time: let it finish before device time moves. */
             wait_for_work(p, seen);
         } else {
@@ -1613,8 +1337,8 @@ static void *completion_main(void *arg)
 /* Chunks the ladder lets be in flight now. Under lock. */
 static unsigned inflight_limit(const ferry_pipeline_t *p)
 {
-    int level = __atomic_load_n(&p->level, __ATOMIC_RELAXED);
-    return level >= 3 ? 1u : level == 2 ? (p->depth < 2 ? p->depth : 2u) : p->depth;
+    int level = atomic_load_explicit(&p->sh.level, memory_order_relaxed);
+    return level >= 3 ? 1u : level == 2 ? (p->plan.depth < 2 ? p->plan.depth : 2u) : p->plan.depth;
 }
 
 /* Issuer thread, holding the token: take a free slot, waiting for a quarter of them when none
@@ -1622,36 +1346,37 @@ static unsigned inflight_limit(const ferry_pipeline_t *p)
 static slot_t *acquire_slot(ferry_pipeline_t *p)
 {
     pthread_mutex_lock(&p->lock);
-    if (p->free_slots == NULL) {
-        p->slot_waiting = true;
+    if (p->api.free_slots == NULL) {
+        p->api.slot_waiting = true;
         /* Every slot not free is in flight (the holder has none between chunks), so slots
          * come back; wait for slot_wake of them, unless the GPU path ends meanwhile (slots of
          * hung chunks never come back). Idle (busy 0) at each wait: a waker sets it. */
-        while (p->nfree_slots < p->slot_wake && !__atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE)) {
+        while (p->api.nfree_slots < p->api.slot_wake &&
+               !atomic_load_explicit(&p->sh.gpu_lost, memory_order_acquire)) {
             set_busy(p, false, true);
             pthread_cond_wait(&p->slot_cv, &p->lock);
         }
-        p->slot_waiting = false;
+        p->api.slot_waiting = false;
         set_busy(p, true, true);
         pass_wait(p);
     }
     /* The ladder may hold fewer chunks in flight than there are slots. */
-    while (p->depth - p->nfree_slots >= inflight_limit(p) &&
-           !__atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE)) {
-        p->slot_waiting = true;
+    while (p->plan.depth - p->api.nfree_slots >= inflight_limit(p) &&
+           !atomic_load_explicit(&p->sh.gpu_lost, memory_order_acquire)) {
+        p->api.slot_waiting = true;
         set_busy(p, false, true);
         pthread_cond_wait(&p->slot_cv, &p->lock);
-        p->slot_waiting = false;
+        p->api.slot_waiting = false;
         set_busy(p, true, true);
         pass_wait(p);
     }
-    slot_t *s = p->free_slots;
+    slot_t *s = p->api.free_slots;
     if (s == NULL) {
         pthread_mutex_unlock(&p->lock);
         return NULL;
     }
-    p->free_slots = s->next_free;
-    p->nfree_slots--;
+    p->api.free_slots = s->next_free;
+    p->api.nfree_slots--;
     pthread_mutex_unlock(&p->lock);
     return s;
 }
@@ -1682,12 +1407,12 @@ static int issue_chunk(ferry_pipeline_t *p, slot_t *s)
         if (is_pinned(p, in, s->bytes)) {
             src = in;
         } else {
-            ferry__parallel_memcpy(p->workers, s->h_in, in, s->bytes, p->stage_threshold);
-            __atomic_add_fetch(&p->staged_bytes, s->bytes, __ATOMIC_RELAXED);
+            ferry__parallel_memcpy(p->workers, s->h_in, in, s->bytes, p->plan.stage_threshold);
+            atomic_fetch_add_explicit(&p->sh.staged_bytes, s->bytes, memory_order_relaxed);
         }
     }
     s->host_in = src;
-    if (__atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE)) {
+    if (atomic_load_explicit(&p->sh.gpu_lost, memory_order_acquire)) {
         s->gpu_skipped = true;
         return FERRY_ESTICKY; /* the input is staged: the CPU fallback takes it from here */
     }
@@ -1724,20 +1449,20 @@ static int issue_chunk(ferry_pipeline_t *p, slot_t *s)
  * Returns the chunks bound. Token holder only. */
 static uint32_t issue_one(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c, slot_t *s)
 {
-    uint64_t k = p->chunk_counter++;
+    uint64_t k = p->iss.chunk_counter++;
     s->batch = b;
     s->chunk = c;
-    s->nsub = b->nchunks - c < p->group ? b->nchunks - c : p->group;
-    s->offset = (size_t)c * p->chunk;
-    size_t span = (size_t)s->nsub * p->chunk;
+    s->nsub = b->nchunks - c < p->plan.group ? b->nchunks - c : p->plan.group;
+    s->offset = (size_t)c * p->plan.chunk;
+    size_t span = (size_t)s->nsub * p->plan.chunk;
     s->bytes = b->b.bytes - s->offset < span ? b->b.bytes - s->offset : span;
-    int level = __atomic_load_n(&p->level, __ATOMIC_RELAXED);
-    if (p->single || level >= 3) {
+    int level = atomic_load_explicit(&p->sh.level, memory_order_relaxed);
+    if (p->plan.single || level >= 3) {
         s->h2d = s->comp = s->d2h = 0;
     } else {
-        s->h2d = (unsigned)(k % p->ncopy);
-        s->comp = p->ncopy + (level >= 1 ? 0u : (unsigned)(k % p->ncomp));
-        s->d2h = p->ncopy + p->ncomp + (unsigned)(k % p->ncopy);
+        s->h2d = (unsigned)(k % p->plan.ncopy);
+        s->comp = p->plan.ncopy + (level >= 1 ? 0u : (unsigned)(k % p->plan.ncomp));
+        s->d2h = p->plan.ncopy + p->plan.ncomp + (unsigned)(k % p->plan.ncopy);
     }
     s->err = 0;
     s->gpu_skipped = false;
@@ -1745,21 +1470,22 @@ static uint32_t issue_one(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c, slot_
     s->attempt = 0;
     s->host_in = NULL;
     s->errmsg[0] = '\0';
-    s->traced = __atomic_load_n(&p->tracing, __ATOMIC_RELAXED) &&
-                (p->trace_chunks == 0 || k < p->trace_chunks);
-    /* Sampling: p->sample_in counts down to the next sampled chunk. The op before each of that
+    s->traced = atomic_load_explicit(&p->sh.tracing, memory_order_relaxed) &&
+                (p->plan.trace_chunks == 0 || k < p->plan.trace_chunks);
+    /* Sampling: p->iss.sample_in counts down to the next sampled chunk. The op before each of that
      * chunk's ops on its stream is the copy streams' count back for the copies, the compute
      * streams' for the kernel (1 for all at the ladder's level 1 and up, and on one stream). */
-    unsigned ahead = p->sample_in;
-    p->sample_in = ahead ? ahead - 1 : SAMPLE_EVERY - 1;
+    unsigned ahead = p->iss.sample_in;
+    p->iss.sample_in = ahead ? ahead - 1 : SAMPLE_EVERY - 1;
     s->timing = TIME_NONE;
-    if (p->time_all || s->traced) {
+    if (p->plan.time_all || s->traced) {
         s->timing = TIME_ENDS;
-    } else if (!p->time_none && ahead == 0) {
-        s->timing = p->anchors <= ANCHORS_MAX ? TIME_ENDS : TIME_SAMPLE;
-    } else if (!p->time_none && ahead <= p->anchors && p->anchors <= ANCHORS_MAX) {
-        bool one = p->single || level >= 3; /* everything on stream 0 */
-        unsigned copies = one ? 1u : p->ncopy, kernels = one || level >= 1 ? 1u : p->ncomp;
+    } else if (!p->plan.time_none && ahead == 0) {
+        s->timing = p->plan.anchors <= ANCHORS_MAX ? TIME_ENDS : TIME_SAMPLE;
+    } else if (!p->plan.time_none && ahead <= p->plan.anchors && p->plan.anchors <= ANCHORS_MAX) {
+        bool one = p->plan.single || level >= 3; /* everything on stream 0 */
+        unsigned copies = one ? 1u : p->plan.ncopy,
+                 kernels = one || level >= 1 ? 1u : p->plan.ncomp;
         /* Bits: 1 the H2D's end, 2 the kernel's, 4 the D2H's (on one stream, all three). */
         s->anchor_ends = (ahead == copies ? 5u : 0u) | (ahead == kernels ? 2u : 0u);
         /* With several copy streams, the chunk just before: where the copies of each direction
@@ -1787,8 +1513,8 @@ static uint32_t issue_one(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c, slot_
         ferry__be_stream_sync(p->dev, p->streams[s->d2h]);
         s->err = rc;
     }
-    __atomic_add_fetch(&p->chunks_issued, s->nsub, __ATOMIC_RELAXED);
-    if (p->virtual_clock)
+    atomic_fetch_add_explicit(&p->sh.chunks_issued, s->nsub, memory_order_relaxed);
+    if (p->plan.virtual_clock)
         read_clock(p); /* for submit_stamp() */
     /* A failed chunk still goes through the completion thread, which counts the error once
      * for its batch and frees the slot. */
@@ -1820,24 +1546,25 @@ static void cpu_direct(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c0, uint32_
                           "pipeline: the GPU path has ended and stage '%s' has no "
                           "CPU function",
                           p->stage_name);
-    } else if (p->cpu_tmp == NULL && (p->cpu_tmp = malloc(2 * p->chunk)) == NULL) {
+    } else if (p->iss.cpu_tmp == NULL && (p->iss.cpu_tmp = malloc(2 * p->plan.chunk)) == NULL) {
         rc = ferry__error(FERRY_ENOMEM, "pipeline: no memory for the CPU path");
     }
     uint32_t ok = 0;
     for (uint32_t c = c0; rc == 0 && c < c1; c++) {
-        size_t off = (size_t)c * p->chunk;
-        size_t n = b->b.bytes - off < p->chunk ? b->b.bytes - off : p->chunk;
+        size_t off = (size_t)c * p->plan.chunk;
+        size_t n = b->b.bytes - off < p->plan.chunk ? b->b.bytes - off : p->plan.chunk;
         const void *in = (const unsigned char *)b->b.in + off;
         if (b->b.prepare != NULL) {
-            rc = b->b.prepare(p->cpu_tmp, n, off, b->b.prepare_arg);
+            rc = b->b.prepare(p->iss.cpu_tmp, n, off, b->b.prepare_arg);
             if (rc != 0)
                 break;
-            in = p->cpu_tmp;
+            in = p->iss.cpu_tmp;
         }
-        void *out = b->b.out != NULL ? (unsigned char *)b->b.out + off : p->cpu_tmp + p->chunk;
+        void *out =
+            b->b.out != NULL ? (unsigned char *)b->b.out + off : p->iss.cpu_tmp + p->plan.chunk;
         /* A sequence number as on the GPU path (>= 1, in issue order): the chunk counter is
          * the token holder's, as is this call. */
-        uint64_t seq = ++p->chunk_counter;
+        uint64_t seq = ++p->iss.chunk_counter;
         ferry_kernel_args_t args = {.size = sizeof(args),
                                     .in = in,
                                     .out = out,
@@ -1853,14 +1580,14 @@ static void cpu_direct(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c0, uint32_
     }
     if (rc > 0 || rc < FERRY_ERR_MIN_)
         rc = FERRY_EKERNEL;
-    __atomic_add_fetch(&b->cpu_chunks, ok, __ATOMIC_RELAXED);
+    atomic_fetch_add_explicit(&b->cpu_chunks, ok, memory_order_relaxed);
     int zero = 0;
     if (rc != 0)
-        __atomic_compare_exchange_n(&b->status, &zero, rc, false, __ATOMIC_RELAXED,
-                                    __ATOMIC_RELAXED);
-    __atomic_add_fetch(&p->chunks_cpu_direct, ok, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&p->chunks_issued, c1 - c0, __ATOMIC_RELAXED);
-    if (__atomic_sub_fetch(&b->chunks_left, c1 - c0, __ATOMIC_ACQ_REL) == 0)
+        atomic_compare_exchange_strong_explicit(&b->status, &zero, rc, memory_order_relaxed,
+                                                memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->sh.chunks_cpu_direct, ok, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->sh.chunks_issued, c1 - c0, memory_order_relaxed);
+    if (atomic_fetch_sub_explicit(&b->chunks_left, c1 - c0, memory_order_acq_rel) == c1 - c0)
         push_ready(p, b);
     poke(p, false);
 }
@@ -1875,7 +1602,8 @@ static void issue_heavy(ferry_pipeline_t *p, batch_rec_t *b)
         return;
     }
     for (uint32_t c = 0; c < n;) {
-        slot_t *s = __atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE) ? NULL : acquire_slot(p);
+        slot_t *s =
+            atomic_load_explicit(&p->sh.gpu_lost, memory_order_acquire) ? NULL : acquire_slot(p);
         if (s == NULL) {
             cpu_direct(p, b, c, n);
             return;
@@ -1889,10 +1617,10 @@ static void issue_heavy(ferry_pipeline_t *p, batch_rec_t *b)
 static void take_slots(ferry_pipeline_t *p, uint32_t n, slot_t **sl)
 {
     for (uint32_t i = 0; i < n; i++) {
-        sl[i] = p->free_slots;
-        p->free_slots = sl[i]->next_free;
+        sl[i] = p->api.free_slots;
+        p->api.free_slots = sl[i]->next_free;
     }
-    p->nfree_slots -= n;
+    p->api.nfree_slots -= n;
 }
 
 /* With the token held and the lock not: issue queued batches in order until the queue is
@@ -1905,63 +1633,63 @@ static void run_queue(ferry_pipeline_t *p, enum issue_role role)
     unsigned budget = role == ROLE_CALLER ? CALLER_QUEUE_BUDGET : UINT32_MAX;
     slot_t *sl[64];
     for (;;) {
-        if (p->pending == NULL) {
+        if (p->iss.pending == NULL) {
             pthread_mutex_lock(&p->lock);
-            if (p->nqueued == 0) {
-                p->token = false;
+            if (p->api.nqueued == 0) {
+                p->api.token = false;
                 /* A submit on its way to the queue takes the token when it gets there: on a
                  * virtual clock the device waits for it rather than for the host to run it. */
-                if (!p->virtual_clock || p->submitting == 0)
+                if (!p->plan.virtual_clock || p->api.submitting == 0)
                     set_busy(p, false, true);
                 pthread_mutex_unlock(&p->lock);
                 return;
             }
             pthread_mutex_unlock(&p->lock);
             /* Counted items are in the queue, and only the token holder pops. */
-            int rc = ferry__bqueue_pop(p->queue, &p->pending, false);
+            int rc = ferry__bqueue_pop(p->queue, &p->iss.pending, false);
             FERRY_ASSERT(rc == 0);
             (void)rc;
             /* A virtual clock does not model the caller's own time: when a submit ran against
              * this thread's issuing is the host's scheduling. The batch's submit time is when
              * it leaves the queue, which the model decides. */
-            if (p->virtual_clock)
-                p->pending->submit_ns = read_clock(p);
+            if (p->plan.virtual_clock)
+                p->iss.pending->submit_ns = read_clock(p);
         }
-        batch_rec_t *b = p->pending;
-        if (__atomic_load_n(&p->gpu_lost, __ATOMIC_ACQUIRE) && b->nchunks > 0 &&
+        batch_rec_t *b = p->iss.pending;
+        if (atomic_load_explicit(&p->sh.gpu_lost, memory_order_acquire) && b->nchunks > 0 &&
             (role == ROLE_ISSUER || b->light)) {
             /* No GPU any more: the batch goes straight to the CPU function. */
             pthread_mutex_lock(&p->lock);
-            p->nqueued--;
-            p->pending = NULL;
+            p->api.nqueued--;
+            p->iss.pending = NULL;
             pthread_mutex_unlock(&p->lock);
             cpu_direct(p, b, 0, b->nchunks);
             continue;
         }
         pthread_mutex_lock(&p->lock);
-        if (b->light && p->nfree_slots >= b->nslots &&
-            p->depth - p->nfree_slots + b->nslots <= inflight_limit(p) &&
+        if (b->light && p->api.nfree_slots >= b->nslots &&
+            p->plan.depth - p->api.nfree_slots + b->nslots <= inflight_limit(p) &&
             (role == ROLE_ISSUER || budget > 0)) {
             take_slots(p, b->nslots, sl);
-            p->nqueued--;
-            p->pending = NULL;
+            p->api.nqueued--;
+            p->iss.pending = NULL;
             pthread_mutex_unlock(&p->lock);
             budget -= budget > 0;
             issue_light(p, b, sl);
             continue;
         }
         if (role == ROLE_ISSUER) { /* anything the light path did not take, slots awaited */
-            p->nqueued--;
-            p->pending = NULL;
+            p->api.nqueued--;
+            p->iss.pending = NULL;
             pthread_mutex_unlock(&p->lock);
             issue_heavy(p, b);
             continue;
         }
-        if (b->light && p->nfree_slots < b->nslots) {
-            p->token = false;
+        if (b->light && p->api.nfree_slots < b->nslots) {
+            p->api.token = false;
             set_busy(p, false, true);
         } else {
-            p->issuer_turn = true;
+            p->api.issuer_turn = true;
             pthread_cond_signal(&p->issue_cv);
         }
         pthread_mutex_unlock(&p->lock);
@@ -1975,11 +1703,11 @@ static void *issuer_main(void *arg)
     own_thread = p;
     pthread_mutex_lock(&p->lock);
     for (;;) {
-        while (!p->issuer_turn && !p->closing)
+        while (!p->api.issuer_turn && !p->api.closing)
             pthread_cond_wait(&p->issue_cv, &p->lock);
-        if (!p->issuer_turn)
+        if (!p->api.issuer_turn)
             break; /* closing, and the token is not ours: nothing is queued */
-        p->issuer_turn = false;
+        p->api.issuer_turn = false;
         pthread_mutex_unlock(&p->lock);
         run_queue(p, ROLE_ISSUER);
         pthread_mutex_lock(&p->lock);
@@ -2006,41 +1734,43 @@ static void fill_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out);
 static void release(ferry_pipeline_t *p)
 {
     if (p->counted_streams)
-        __atomic_sub_fetch(&p->dev->active_streams, p->nstreams, __ATOMIC_RELAXED);
-    if (p->failure_log != NULL)
-        fclose(p->failure_log);
-    free(p->cpu_tmp);
+        __atomic_sub_fetch(&p->dev->active_streams, p->plan.nstreams, __ATOMIC_RELAXED);
+    if (p->comp.failure_log != NULL)
+        fclose(p->comp.failure_log);
+    free(p->iss.cpu_tmp);
     if (p->queue)
         ferry__bqueue_close(p->queue);
     pthread_mutex_lock(&p->lock);
-    p->closing = true;
+    p->api.closing = true;
     pthread_cond_broadcast(&p->issue_cv);
     pthread_mutex_unlock(&p->lock);
-    if (p->issuer_started)
+    if (p->api.issuer_started)
         pthread_join(p->issuer, NULL);
-    if (p->completer_started) {
+    if (p->api.completer_started) {
         pthread_mutex_lock(&p->lock);
-        p->comp_exit = true;
+        p->api.comp_exit = true;
         poke(p, true);
         pthread_mutex_unlock(&p->lock);
         pthread_join(p->completer, NULL);
     }
     pthread_mutex_lock(&p->lock);
-    p->final.size = sizeof(p->final);
-    fill_stats(p, &p->final);
-    p->final_ready = true;
+    p->api.final.size = sizeof(p->api.final);
+    fill_stats(p, &p->api.final);
+    p->api.final_ready = true;
     pthread_mutex_unlock(&p->lock);
     /* A hung GPU never finishes the kernel that hangs, nor what waits behind it: waiting for
      * its streams, or freeing memory (which waits for the device), would never return. Its
      * memory is left to the process's end. */
-    bool hung = __atomic_load_n(&p->hang_lost, __ATOMIC_ACQUIRE) && !p->virtual_clock;
-    if (p->retry_stream != NULL && !hung)
-        ferry__be_stream_sync(p->dev, p->retry_stream);
-    ferry__be_stream_destroy(p->dev, p->retry_stream);
-    ferry__be_event_destroy(p->dev, p->retry_ev);
-    ferry__watchdog_destroy(p->wd, __atomic_load_n(&p->hang_lost, __ATOMIC_ACQUIRE) != 0);
+    bool hung =
+        atomic_load_explicit(&p->sh.hang_lost, memory_order_acquire) && !p->plan.virtual_clock;
+    if (p->comp.retry_stream != NULL && !hung)
+        ferry__be_stream_sync(p->dev, p->comp.retry_stream);
+    ferry__be_stream_destroy(p->dev, p->comp.retry_stream);
+    ferry__be_event_destroy(p->dev, p->comp.retry_ev);
+    ferry__watchdog_destroy(p->wdog.wd,
+                            atomic_load_explicit(&p->sh.hang_lost, memory_order_acquire) != 0);
     ferry__linkmon_destroy(p->link);
-    for (unsigned i = 0; i < p->nstreams; i++)
+    for (unsigned i = 0; i < p->plan.nstreams; i++)
         if (p->streams[i]) {
             if (!hung)
                 ferry__be_stream_sync(p->dev, p->streams[i]);
@@ -2054,7 +1784,7 @@ static void release(ferry_pipeline_t *p)
         p->slots = NULL;
         p->pool = NULL;
     }
-    for (unsigned i = 0; p->slots && i < p->depth; i++) {
+    for (unsigned i = 0; p->slots && i < p->plan.depth; i++) {
         slot_t *s = &p->slots[i];
         for (int e = 0; e < EV_N; e++)
             ferry__be_event_destroy(p->dev, s->ev[e]);
@@ -2073,24 +1803,26 @@ static void release(ferry_pipeline_t *p)
     ferry__bqueue_destroy(p->queue);
     p->queue = NULL;
     p->workers = NULL;
-    p->wd = NULL;
+    p->wdog.wd = NULL;
     p->link = NULL;
     for (int i = 0; i < 2; i++) {
-        batch_rec_t *r = i == 0 ? p->free_recs : p->returned_recs;
+        batch_rec_t *r = i == 0 ? p->api.free_recs
+                                : atomic_load_explicit(&p->sh.returned_recs, memory_order_relaxed);
         while (r != NULL) {
             batch_rec_t *next = r->next;
             free(r);
             r = next;
         }
     }
-    p->free_recs = p->returned_recs = NULL;
-    __atomic_store_n(&p->released, 1, __ATOMIC_RELEASE);
+    p->api.free_recs = NULL;
+    atomic_store_explicit(&p->sh.returned_recs, NULL, memory_order_relaxed);
+    atomic_store_explicit(&p->sh.released, 1, memory_order_release);
 }
 
 /* Free what a released pipeline kept: the trace, the lock, the handle. */
 static void free_husk(ferry_pipeline_t *p)
 {
-    free(p->trace);
+    free(p->api.trace);
     free(p->link_prof);
     pthread_cond_destroy(&p->issue_cv);
     pthread_cond_destroy(&p->slot_cv);
@@ -2118,7 +1850,7 @@ static bool child_is_live(ferry__rt_child_t *c, char *name, size_t len)
 {
     ferry_pipeline_t *p = of_child(c);
     snprintf(name, len, "'%s' #%u", p->stage_name, p->serial);
-    return !__atomic_load_n(&p->released, __ATOMIC_ACQUIRE);
+    return !atomic_load_explicit(&p->sh.released, memory_order_acquire);
 }
 
 static void child_destroy(ferry__rt_child_t *c)
@@ -2234,39 +1966,43 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     if ((rc = check_range("workers", nworkers, 1, 256)) != 0)
         return ferry__rt_fail(dev->rt, rc);
 
-    ferry_pipeline_t *p = calloc(1, sizeof(*p));
+    /* Aligned: the shared atomics sit on cache lines of their own (pipeline_internal.h). */
+    ferry_pipeline_t *p = aligned_alloc(FERRY__CACHE_LINE, sizeof(*p));
     if (p == NULL)
         return ferry__rt_fail(dev->rt, ferry__error(FERRY_ENOMEM, "pipeline: out of memory"));
-    static unsigned serials;
-    p->serial = __atomic_add_fetch(&serials, 1, __ATOMIC_RELAXED);
+    memset(p, 0, sizeof(*p));
+    static _Atomic unsigned serials;
+    p->serial = atomic_fetch_add_explicit(&serials, 1, memory_order_relaxed) + 1;
     p->dev = dev;
     p->stage = *st;
     ferry__strlcpy(p->stage_name, st->name ? st->name : "stage", sizeof(p->stage_name));
     p->stage.name = p->stage_name;
-    p->chunk = chunk;
-    p->group = group;
-    p->depth = (unsigned)depth;
-    p->ncopy = (unsigned)ncopy;
-    p->ncomp = (unsigned)ncomp;
-    p->single = cfg->size > offsetof(ferry_pipeline_config_t, single_stream) && cfg->single_stream;
-    p->nstreams = p->single ? 1 : p->ncopy * 2 + p->ncomp;
-    p->queue_depth = (size_t)qd;
-    p->slot_wake = p->depth / 4 ? p->depth / 4 : 1;
-    p->copy_prio = cprio;
-    p->comp_prio = kprio;
+    p->plan.chunk = chunk;
+    p->plan.group = group;
+    p->plan.depth = (unsigned)depth;
+    p->plan.ncopy = (unsigned)ncopy;
+    p->plan.ncomp = (unsigned)ncomp;
+    p->plan.single =
+        cfg->size > offsetof(ferry_pipeline_config_t, single_stream) && cfg->single_stream;
+    p->plan.nstreams = p->plan.single ? 1 : p->plan.ncopy * 2 + p->plan.ncomp;
+    p->plan.queue_depth = (size_t)qd;
+    p->api.slot_wake = p->plan.depth / 4 ? p->plan.depth / 4 : 1;
+    p->plan.copy_prio = cprio;
+    p->plan.comp_prio = kprio;
     /* CUDA binds a device to the calling thread (cudaSetDevice): ferry must not change the
      * caller's current device behind its back, so on such backends only ferry's threads issue. */
-    p->caller_issues = (dev->ops->caps & FERRY_BE_CAP_NATIVE_STREAM) == 0;
-    p->nonblocking = cfg->nonblocking == -1 ? ferry__opt_i64(o, FERRY__OPT_nonblocking) != 0
-                                            : cfg->nonblocking == 1;
-    p->stage_threshold = (size_t)ferry__opt_i64(o, FERRY__OPT_stage_threshold);
-    if (p->stage_threshold == 0)
-        p->stage_threshold = SIZE_MAX / 4;
+    p->plan.caller_issues = (dev->ops->caps & FERRY_BE_CAP_NATIVE_STREAM) == 0;
+    p->plan.nonblocking = cfg->nonblocking == -1 ? ferry__opt_i64(o, FERRY__OPT_nonblocking) != 0
+                                                 : cfg->nonblocking == 1;
+    p->plan.stage_threshold = (size_t)ferry__opt_i64(o, FERRY__OPT_stage_threshold);
+    if (p->plan.stage_threshold == 0)
+        p->plan.stage_threshold = SIZE_MAX / 4;
     /* The stream plan against the hardware queues: CUDA spreads a context's streams over
      * CUDA_DEVICE_MAX_CONNECTIONS queues; more active streams than queues share them, and a
      * stream can then wait behind another's blocked work. Round-robin issue (what ferry does)
      * keeps them concurrent at any value (FACTS.md), so this is said, not refused. */
-    p->context_streams = __atomic_add_fetch(&dev->active_streams, p->nstreams, __ATOMIC_RELAXED);
+    p->context_streams =
+        __atomic_add_fetch(&dev->active_streams, p->plan.nstreams, __ATOMIC_RELAXED);
     p->counted_streams = true;
     if (p->context_streams > dev->connections)
         ferry_log(FERRY_LOG_WARN, "pipeline",
@@ -2274,51 +2010,56 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
                   "CUDA_DEVICE_MAX_CONNECTIONS gives %u queues: streams share queues; ferry "
                   "issues round-robin, which keeps them concurrent (`ferry connections "
                   "--recommend --streams %u`)",
-                  p->context_streams, dev->index, p->nstreams, dev->connections,
+                  p->context_streams, dev->index, p->plan.nstreams, dev->connections,
                   p->context_streams);
-    p->deadline_factor = ferry__opt_double(o, FERRY__OPT_deadline_factor);
-    p->bw_alert_ratio = ferry__opt_double(o, FERRY__OPT_bw_alert_ratio);
-    if (p->bw_alert_ratio > 0 && (p->link_prof = malloc(sizeof(*p->link_prof))) != NULL &&
+    p->plan.deadline_factor = ferry__opt_double(o, FERRY__OPT_deadline_factor);
+    p->plan.bw_alert_ratio = ferry__opt_double(o, FERRY__OPT_bw_alert_ratio);
+    if (p->plan.bw_alert_ratio > 0 && (p->link_prof = malloc(sizeof(*p->link_prof))) != NULL &&
         ferry__device_link_profile(dev, p->link_prof) != 0) {
         free(p->link_prof); /* no curve for this link: the theoretical rate alone */
         p->link_prof = NULL;
     }
-    p->bw_foreign_ratio = ferry__opt_double(o, FERRY__OPT_bw_foreign_ratio);
+    p->plan.bw_foreign_ratio = ferry__opt_double(o, FERRY__OPT_bw_foreign_ratio);
     if (cfg->size > offsetof(ferry_pipeline_config_t, alert_arg)) {
         p->on_alert = cfg->on_alert;
         p->alert_arg = cfg->alert_arg;
     }
-    p->deadline_floor_ns = (uint64_t)ferry__opt_i64(o, FERRY__OPT_deadline_floor_ms) * 1000000u;
-    p->gpu_retries = (unsigned)ferry__opt_i64(o, FERRY__OPT_gpu_retries);
+    p->plan.deadline_floor_ns =
+        (uint64_t)ferry__opt_i64(o, FERRY__OPT_deadline_floor_ms) * 1000000u;
+    p->plan.gpu_retries = (unsigned)ferry__opt_i64(o, FERRY__OPT_gpu_retries);
     /* Before any chunk has completed, the latency behind the deadlines is estimated from the
      * stage's cost hint and a pessimistic link (a quarter of its rate, 1 GB/s when unknown) for
      * a full ring of chunks: a slow first kernel is not taken for a hang. */
     double link = p->dev->props.link_gbps > 4 ? p->dev->props.link_gbps / 4 : 1;
-    p->lat_ewma_ns = (uint64_t)((double)p->depth * (p->stage.ns_per_byte * (double)chunk * group +
-                                                    2.0 * (double)chunk * group / link));
+    p->comp.lat_ewma_ns =
+        (uint64_t)((double)p->plan.depth * (p->stage.ns_per_byte * (double)chunk * group +
+                                            2.0 * (double)chunk * group / link));
     const char *flog = ferry__opt_str(o, FERRY__OPT_failure_log);
     if (flog != NULL && flog[0] != '\0') {
         ferry__strlcpy(p->failure_log_path, flog, sizeof(p->failure_log_path));
-        p->failure_log = fopen(flog, "a");
-        if (p->failure_log == NULL) {
+        p->comp.failure_log = fopen(flog, "a");
+        if (p->comp.failure_log == NULL) {
             rc = ferry__error(FERRY_EIO, "option failure_log: cannot open '%s' for appending: %s",
                               flog, strerror(errno));
             goto out_fail;
         }
     }
-    p->tracing = ferry__opt_i64(o, FERRY__OPT_trace) != 0;
-    p->trace_chunks = (uint64_t)ferry__opt_i64(o, FERRY__OPT_trace_chunks);
-    p->time_all = strcmp(ferry__opt_str(o, FERRY__OPT_op_timing), "all") == 0;
-    p->time_none = strcmp(ferry__opt_str(o, FERRY__OPT_op_timing), "off") == 0;
-    p->anchors = p->single ? 1u : p->ncopy > p->ncomp ? p->ncopy : p->ncomp;
-    p->virtual_clock = virt;
+    atomic_store_explicit(&p->sh.tracing, ferry__opt_i64(o, FERRY__OPT_trace) != 0,
+                          memory_order_relaxed);
+    p->plan.trace_chunks = (uint64_t)ferry__opt_i64(o, FERRY__OPT_trace_chunks);
+    p->plan.time_all = strcmp(ferry__opt_str(o, FERRY__OPT_op_timing), "all") == 0;
+    p->plan.time_none = strcmp(ferry__opt_str(o, FERRY__OPT_op_timing), "off") == 0;
+    p->plan.anchors = p->plan.single                  ? 1u
+                      : p->plan.ncopy > p->plan.ncomp ? p->plan.ncopy
+                                                      : p->plan.ncomp;
+    p->plan.virtual_clock = virt;
     ferry__mutex_init_adaptive(&p->lock);
     pthread_cond_init(&p->issue_cv, NULL);
     pthread_cond_init(&p->slot_cv, NULL);
     pthread_cond_init(&p->work_cv, NULL);
     pthread_cond_init(&p->pass_cv, NULL);
     pthread_cond_init(&p->drain_cv, NULL);
-    p->st.size = sizeof(p->st);
+    p->api.st.size = sizeof(p->api.st);
 
     if ((rc = ferry__bqueue_create((size_t)qd, sizeof(batch_rec_t *), &p->queue)) != 0 ||
         (rc = ferry__workers_create((unsigned)nworkers, "ferry-worker", &p->workers)) != 0)
@@ -2341,7 +2082,7 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
         rc = ferry__error(FERRY_ENOMEM, "pipeline: out of memory");
         goto out_fail;
     }
-    for (unsigned i = 0; i < p->depth; i++) {
+    for (unsigned i = 0; i < p->plan.depth; i++) {
         slot_t *s = &p->slots[i];
         void *hi_ = NULL, *ho_ = NULL;
         if ((rc = ferry_pool_alloc(p->pool, span, false, &hi_)) != 0 ||
@@ -2356,12 +2097,12 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
                 goto out_fail;
             ferry_log(FERRY_LOG_WARN, "pipeline",
                       "device memory for %u slots is not there (%s): running with depth %u",
-                      p->depth, ferry__last_error_text(), i);
+                      p->plan.depth, ferry__last_error_text(), i);
             if (s->d_in != NULL)
                 ferry__be_mem_free(dev, s->d_in);
             s->d_in = NULL;
-            p->depth = i;
-            p->slot_wake = p->depth / 4 ? p->depth / 4 : 1;
+            p->plan.depth = i;
+            p->api.slot_wake = p->plan.depth / 4 ? p->plan.depth / 4 : 1;
             rc = 0;
             break;
         }
@@ -2374,15 +2115,15 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
         /* A slot never used has nothing in flight: its (never recorded) events are done. */
         for (int e = 0; e < EV_N; e++)
             s->dep[e] = s->ev[e];
-        s->next_free = p->free_slots;
-        p->free_slots = s;
-        p->nfree_slots++;
+        s->next_free = p->api.free_slots;
+        p->api.free_slots = s;
+        p->api.nfree_slots++;
     }
     /* Streams in creation order H2D, compute, D2H: the order decides which hardware queue
      * each lands on (stream k -> queue k mod CUDA_DEVICE_MAX_CONNECTIONS). */
-    for (unsigned i = 0; i < p->nstreams; i++) {
-        bool copy = i < p->ncopy || i >= p->ncopy + p->ncomp;
-        p->stream_kind[i] = p->single ? 'a' : i < p->ncopy ? 'h' : (copy ? 'd' : 'c');
+    for (unsigned i = 0; i < p->plan.nstreams; i++) {
+        bool copy = i < p->plan.ncopy || i >= p->plan.ncopy + p->plan.ncomp;
+        p->stream_kind[i] = p->plan.single ? 'a' : i < p->plan.ncopy ? 'h' : (copy ? 'd' : 'c');
         if ((rc = ferry__be_stream_create(dev, copy ? cprio : kprio, &p->streams[i])) != 0)
             goto out_fail;
     }
@@ -2390,18 +2131,18 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
         .own_thread = !virt,
         .period_ns = (uint64_t)ferry__opt_i64(o, FERRY__OPT_watchdog_ms) * 1000000u,
         .heartbeat_ns = (uint64_t)ferry__opt_i64(o, FERRY__OPT_heartbeat_ms) * 1000000u,
-        .factor = p->deadline_factor,
-        .floor_ns = p->deadline_floor_ns,
+        .factor = p->plan.deadline_factor,
+        .floor_ns = p->plan.deadline_floor_ns,
         .heartbeat_priority = dev->props.priority_least,
         .name = p->stage_name,
         .on_deadline = wd_deadline,
         .on_hang = wd_hang,
         .ctx = p,
     };
-    if ((rc = ferry__watchdog_create(dev, &wc, &p->wd)) != 0)
+    if ((rc = ferry__watchdog_create(dev, &wc, &p->wdog.wd)) != 0)
         goto out_fail;
     uint64_t link_ns = (uint64_t)ferry__opt_i64(o, FERRY__OPT_link_sample_ms) * 1000000u;
-    if (p->bw_alert_ratio > 0 && link_ns > 0 && dev->props.link_gbps > 0) {
+    if (p->plan.bw_alert_ratio > 0 && link_ns > 0 && dev->props.link_gbps > 0) {
         ferry__linkmon_config_t lc = {
             .own_thread = !virt, .period_ns = link_ns, .own = &p->own_ring, .name = p->stage_name};
         if ((rc = ferry__linkmon_create(dev, &lc, &p->link)) != 0)
@@ -2411,18 +2152,19 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
         rc = ferry__error(FERRY_ENOMEM, "pipeline: cannot start the completion thread");
         goto out_fail;
     }
-    p->completer_started = true;
+    p->api.completer_started = true;
     pthread_setname_np(p->completer, "ferry-complete");
     if (pthread_create(&p->issuer, NULL, issuer_main, p) != 0) {
         rc = ferry__error(FERRY_ENOMEM, "pipeline: cannot start the issuer thread");
         goto out_fail;
     }
-    p->issuer_started = true;
+    p->api.issuer_started = true;
     pthread_setname_np(p->issuer, "ferry-issue");
     ferry_log(FERRY_LOG_INFO, "pipeline",
               "created: stage %s, chunk %zu, %u per copy, depth %u, streams %u H2D + %u compute "
               "+ %u D2H, queue %lld, workers %lld",
-              p->stage_name, chunk, group, p->depth, p->ncopy, p->ncomp, p->ncopy, qd, nworkers);
+              p->stage_name, chunk, group, p->plan.depth, p->plan.ncopy, p->plan.ncomp,
+              p->plan.ncopy, qd, nworkers);
     p->child.is_live = child_is_live;
     p->child.destroy = child_destroy;
     ferry__rt_child_add(dev->rt, &p->child);
@@ -2446,15 +2188,15 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
      * releasing what it is about to use. Without the lock (two atomics on the hot path): the
      * sequentially consistent pair (count in, then read shut) against close's (set shut, then
      * read the count) means at least one side sees the other. */
-    __atomic_add_fetch(&p->entering, 1, __ATOMIC_SEQ_CST);
+    atomic_fetch_add_explicit(&p->sh.entering, 1, memory_order_seq_cst);
     int rc;
-    if (__atomic_load_n(&p->shut, __ATOMIC_SEQ_CST))
+    if (atomic_load_explicit(&p->sh.shut, memory_order_seq_cst))
         rc = ferry__error(FERRY_ECLOSED, "ferry_pipeline_submit: pipeline '%s' #%u is closed",
                           p->stage_name, p->serial);
     else
         rc = submit(p, batch, cb, arg, id);
-    if (__atomic_sub_fetch(&p->entering, 1, __ATOMIC_SEQ_CST) == 0 &&
-        __atomic_load_n(&p->shut, __ATOMIC_SEQ_CST)) {
+    if (atomic_fetch_sub_explicit(&p->sh.entering, 1, memory_order_seq_cst) == 1 &&
+        atomic_load_explicit(&p->sh.shut, memory_order_seq_cst)) {
         pthread_mutex_lock(&p->lock); /* a destroy may wait for the last one out */
         pthread_cond_broadcast(&p->drain_cv);
         pthread_mutex_unlock(&p->lock);
@@ -2476,55 +2218,56 @@ static int submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn
                             "ferry_pipeline_submit: a batch of %zu bytes needs "
                             "exactly one of in and prepare",
                             batch->bytes);
-    uint64_t nchunks = batch->bytes / p->chunk + (batch->bytes % p->chunk != 0);
+    uint64_t nchunks = batch->bytes / p->plan.chunk + (batch->bytes % p->plan.chunk != 0);
     if (nchunks > UINT32_MAX)
         return ferry__error(FERRY_ERANGE,
                             "ferry_pipeline_submit: %zu bytes make more than 2^32 "
                             "chunks of %zu",
-                            batch->bytes, p->chunk);
+                            batch->bytes, p->plan.chunk);
     if (batch->out != NULL && batch->in != NULL && batch->out != batch->in) {
         uintptr_t a = (uintptr_t)batch->in, b = (uintptr_t)batch->out;
         if (a < b + batch->bytes && b < a + batch->bytes)
             return ferry__error(FERRY_EINVAL, "ferry_pipeline_submit: in and out overlap "
                                               "partially");
     }
-    uint64_t nslots = nchunks / p->group + (nchunks % p->group != 0);
+    uint64_t nslots = nchunks / p->plan.group + (nchunks % p->plan.group != 0);
     /* Cheap enough to issue on whichever thread holds the token, without waiting. */
-    bool light = batch->bytes == 0 ||
-                 (batch->prepare == NULL && batch->bytes <= LIGHT_MAX_BYTES && nslots <= p->depth);
+    bool light = batch->bytes == 0 || (batch->prepare == NULL && batch->bytes <= LIGHT_MAX_BYTES &&
+                                       nslots <= p->plan.depth);
     uint64_t now = submit_stamp(p);
     slot_t *sl[64];
     pthread_mutex_lock(&p->lock);
-    if (p->shut) {
+    if (atomic_load_explicit(&p->sh.shut, memory_order_relaxed)) {
         pthread_mutex_unlock(&p->lock);
         return ferry__error(FERRY_ECLOSED, "ferry_pipeline_submit: pipeline '%s' #%u is closed",
                             p->stage_name, p->serial);
     }
-    if (p->free_recs == NULL)
-        p->free_recs = __atomic_exchange_n(&p->returned_recs, NULL, __ATOMIC_ACQUIRE);
+    if (p->api.free_recs == NULL)
+        p->api.free_recs =
+            atomic_exchange_explicit(&p->sh.returned_recs, NULL, memory_order_acquire);
     pass_wait(p);
-    batch_rec_t *b = p->free_recs;
+    batch_rec_t *b = p->api.free_recs;
     if (b != NULL) {
-        p->free_recs = b->next;
+        p->api.free_recs = b->next;
     } else if ((b = malloc(sizeof(*b))) == NULL) {
         pthread_mutex_unlock(&p->lock);
         return ferry__error(FERRY_ENOMEM, "ferry_pipeline_submit: out of memory");
     }
-    uint64_t my_id = b->id = p->next_id++;
+    uint64_t my_id = b->id = p->api.next_id++;
     /* Nothing queued ahead of it and nobody issuing: issue it here, skipping the queue and
      * the hand-off to the issuer thread. */
-    bool direct =
-        p->caller_issues && light && !p->token && p->nqueued == 0 && p->nfree_slots >= nslots;
+    bool direct = p->plan.caller_issues && light && !p->api.token && p->api.nqueued == 0 &&
+                  p->api.nfree_slots >= nslots;
     if (direct) {
-        p->token = true;
-        __atomic_store_n(&p->busy, 1, __ATOMIC_SEQ_CST);
+        p->api.token = true;
+        atomic_store_explicit(&p->sh.busy, 1, memory_order_seq_cst);
         take_slots(p, (uint32_t)nslots, sl);
-        p->submitted++;
-        p->st.batches_submitted++;
+        p->api.submitted++;
+        p->api.st.batches_submitted++;
     } else {
-        p->submitting++;
+        p->api.submitting++;
     }
-    if (p->virtual_clock)
+    if (p->plan.virtual_clock)
         pthread_cond_signal(&p->work_cv); /* wait_for_caller: the caller is back */
     pthread_mutex_unlock(&p->lock);
     /* Size-stamped: a caller built against an older ferry_batch_t has fewer fields. */
@@ -2535,9 +2278,9 @@ static int submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn
     b->arg = arg;
     b->nchunks = (uint32_t)nchunks;
     b->nslots = (uint32_t)nslots;
-    b->chunks_left = (uint32_t)nchunks;
-    b->status = 0;
-    b->cpu_chunks = 0;
+    atomic_store_explicit(&b->chunks_left, (uint32_t)nchunks, memory_order_relaxed);
+    atomic_store_explicit(&b->status, 0, memory_order_relaxed);
+    atomic_store_explicit(&b->cpu_chunks, 0, memory_order_relaxed);
     b->light = light;
     b->submit_ns = now;
     b->next = NULL;
@@ -2555,37 +2298,37 @@ static int submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn
      * the callback. Such a submit never blocks; on a full queue it is refused. */
     bool own = on_own_thread(p);
     bool waited = false;
-    int rc = ferry__bqueue_push(p->queue, &b, !p->nonblocking && !own, &waited);
+    int rc = ferry__bqueue_push(p->queue, &b, !p->plan.nonblocking && !own, &waited);
     bool run = false;
     pthread_mutex_lock(&p->lock);
     pass_wait(p);
-    p->submitting--;
+    p->api.submitting--;
     if (rc != 0) {
         if (rc == FERRY_EAGAIN)
-            p->st.queue_full_eagain++;
-        b->next = p->free_recs; /* not queued, so still ours */
-        p->free_recs = b;
+            p->api.st.queue_full_eagain++;
+        b->next = p->api.free_recs; /* not queued, so still ours */
+        p->api.free_recs = b;
     } else {
-        p->submitted++;
-        p->st.batches_submitted++;
+        p->api.submitted++;
+        p->api.st.batches_submitted++;
         if (waited)
-            p->st.queue_full_waits++;
-        p->nqueued++;
+            p->api.st.queue_full_waits++;
+        p->api.nqueued++;
         /* Nobody holds the token, so nobody would issue it: take the token and run the
          * queue (handing it to the issuer thread if the batch at its head is not light). */
-        if (!p->token) {
-            p->token = true;
-            __atomic_store_n(&p->busy, 1, __ATOMIC_SEQ_CST);
+        if (!p->api.token) {
+            p->api.token = true;
+            atomic_store_explicit(&p->sh.busy, 1, memory_order_seq_cst);
             run = true;
         }
     }
     /* Refused, with nobody issuing: the device may move on (see run_queue). */
-    if (!run && !p->token && p->submitting == 0 && p->virtual_clock)
+    if (!run && !p->api.token && p->api.submitting == 0 && p->plan.virtual_clock)
         set_busy(p, false, true);
-    else if (p->virtual_clock)
+    else if (p->plan.virtual_clock)
         poke(p, true); /* submitter_runs() changed */
     pthread_mutex_unlock(&p->lock);
-    if (rc == FERRY_EAGAIN && !p->nonblocking)
+    if (rc == FERRY_EAGAIN && !p->plan.nonblocking)
         return ferry__error(FERRY_EBUSY,
                             "ferry_pipeline_submit: the queue of pipeline '%s' #%u is full and "
                             "this is one of its callbacks: waiting for room would deadlock (room "
@@ -2616,13 +2359,13 @@ int ferry_pipeline_drain(ferry_pipeline_t *p)
                             "it)",
                             p->stage_name, p->serial);
     pthread_mutex_lock(&p->lock);
-    uint64_t target = p->submitted;
-    __atomic_add_fetch(&p->drain_waiters, 1, __ATOMIC_SEQ_CST);
-    if (p->virtual_clock)
+    uint64_t target = p->api.submitted;
+    atomic_fetch_add_explicit(&p->sh.drain_waiters, 1, memory_order_seq_cst);
+    if (p->plan.virtual_clock)
         pthread_cond_signal(&p->work_cv); /* wait_for_caller: the caller waits now */
-    while (__atomic_load_n(&p->completed, __ATOMIC_SEQ_CST) < target)
+    while (atomic_load_explicit(&p->sh.completed, memory_order_seq_cst) < target)
         pthread_cond_wait(&p->drain_cv, &p->lock);
-    __atomic_sub_fetch(&p->drain_waiters, 1, __ATOMIC_SEQ_CST);
+    atomic_fetch_sub_explicit(&p->sh.drain_waiters, 1, memory_order_seq_cst);
     pthread_mutex_unlock(&p->lock);
     return 0;
 }
@@ -2631,9 +2374,9 @@ int ferry_pipeline_drain(ferry_pipeline_t *p)
  * FERRY_ECLOSED). Under lock. */
 static void shut(ferry_pipeline_t *p)
 {
-    if (p->shut)
+    if (atomic_load_explicit(&p->sh.shut, memory_order_relaxed))
         return;
-    __atomic_store_n(&p->shut, true, __ATOMIC_SEQ_CST);
+    atomic_store_explicit(&p->sh.shut, true, memory_order_seq_cst);
     if (p->queue != NULL)
         ferry__bqueue_close(p->queue); /* what is queued is still issued */
 }
@@ -2644,7 +2387,7 @@ int ferry_pipeline_close(ferry_pipeline_t *p)
         return 0;
     pthread_mutex_lock(&p->lock);
     shut(p);
-    if (__atomic_load_n(&p->released, __ATOMIC_ACQUIRE)) {
+    if (atomic_load_explicit(&p->sh.released, memory_order_acquire)) {
         pthread_mutex_unlock(&p->lock);
         return 0;
     }
@@ -2656,10 +2399,10 @@ int ferry_pipeline_close(ferry_pipeline_t *p)
                             "from another thread (close it again there)",
                             p->stage_name, p->serial);
     }
-    uint64_t completed = __atomic_load_n(&p->completed, __ATOMIC_SEQ_CST);
-    unsigned entering = __atomic_load_n(&p->entering, __ATOMIC_SEQ_CST);
-    if (completed != p->submitted || entering > 0) {
-        uint64_t n = p->submitted - completed;
+    uint64_t completed = atomic_load_explicit(&p->sh.completed, memory_order_seq_cst);
+    unsigned entering = atomic_load_explicit(&p->sh.entering, memory_order_seq_cst);
+    if (completed != p->api.submitted || entering > 0) {
+        uint64_t n = p->api.submitted - completed;
         pthread_mutex_unlock(&p->lock);
         return ferry__error(FERRY_EBUSY,
                             "ferry_pipeline_close: pipeline '%s' #%u is shut to new batches, but "
@@ -2668,10 +2411,10 @@ int ferry_pipeline_close(ferry_pipeline_t *p)
                             p->stage_name, p->serial, (unsigned long long)n, entering);
     }
     /* Another close is releasing: return once it has, so that either caller may destroy. */
-    while (p->releasing && !__atomic_load_n(&p->released, __ATOMIC_ACQUIRE))
+    while (p->api.releasing && !atomic_load_explicit(&p->sh.released, memory_order_acquire))
         pthread_cond_wait(&p->drain_cv, &p->lock);
-    bool mine = !p->releasing;
-    p->releasing = true;
+    bool mine = !p->api.releasing;
+    p->api.releasing = true;
     pthread_mutex_unlock(&p->lock);
     if (mine) {
         release(p);
@@ -2701,7 +2444,7 @@ int ferry_pipeline_destroy(ferry_pipeline_t *p)
         if (rc != FERRY_EBUSY)
             break;
         pthread_mutex_lock(&p->lock); /* submits still inside their call */
-        while (__atomic_load_n(&p->entering, __ATOMIC_SEQ_CST) > 0)
+        while (atomic_load_explicit(&p->sh.entering, memory_order_seq_cst) > 0)
             pthread_cond_wait(&p->drain_cv, &p->lock);
         pthread_mutex_unlock(&p->lock);
         ferry_pipeline_drain(p);
@@ -2717,8 +2460,8 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_stats: NULL argument or size not set "
                                           "(use FERRY_PIPELINE_STATS_INIT)");
     pthread_mutex_lock(&p->lock);
-    if (p->final_ready)
-        *out = p->final; /* closed: the figures as of its close */
+    if (p->api.final_ready)
+        *out = p->api.final; /* closed: the figures as of its close */
     else
         fill_stats(p, out);
     pthread_mutex_unlock(&p->lock);
@@ -2728,18 +2471,19 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
 /* The stats now. Under lock. */
 static void fill_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
 {
-    *out = p->st;
-    out->chunks = __atomic_load_n(&p->chunks_issued, __ATOMIC_RELAXED);
-    out->staged_bytes = __atomic_load_n(&p->staged_bytes, __ATOMIC_RELAXED);
-    out->batches_done_gpu = __atomic_load_n(&p->done_gpu, __ATOMIC_RELAXED);
-    out->batches_done_cpu = __atomic_load_n(&p->done_cpu, __ATOMIC_RELAXED);
-    out->chunks_cpu = p->chunks_cpu_seen + __atomic_load_n(&p->chunks_cpu_direct, __ATOMIC_RELAXED);
-    out->deadlines_passed = __atomic_load_n(&p->deadlines_passed, __ATOMIC_RELAXED);
-    ferry__watchdog_stats(p->wd, out);
-    out->ladder_level = (unsigned)__atomic_load_n(&p->level, __ATOMIC_RELAXED);
-    out->bw_alerts = p->bw_alerts_seen;
-    out->bw_ratio[0] = p->bw_ratio_seen[0];
-    out->bw_ratio[1] = p->bw_ratio_seen[1];
+    *out = p->api.st;
+    out->chunks = atomic_load_explicit(&p->sh.chunks_issued, memory_order_relaxed);
+    out->staged_bytes = atomic_load_explicit(&p->sh.staged_bytes, memory_order_relaxed);
+    out->batches_done_gpu = atomic_load_explicit(&p->sh.done_gpu, memory_order_relaxed);
+    out->batches_done_cpu = atomic_load_explicit(&p->sh.done_cpu, memory_order_relaxed);
+    out->chunks_cpu = p->api.chunks_cpu_seen +
+                      atomic_load_explicit(&p->sh.chunks_cpu_direct, memory_order_relaxed);
+    out->deadlines_passed = atomic_load_explicit(&p->wdog.deadlines_passed, memory_order_relaxed);
+    ferry__watchdog_stats(p->wdog.wd, out);
+    out->ladder_level = (unsigned)atomic_load_explicit(&p->sh.level, memory_order_relaxed);
+    out->bw_alerts = p->api.bw_alerts_seen;
+    out->bw_ratio[0] = p->api.bw_ratio_seen[0];
+    out->bw_ratio[1] = p->api.bw_ratio_seen[1];
     ferry__link_sample_t ls;
     ferry__linkmon_last(p->link, &ls);
     out->link_samples = ls.count;
@@ -2747,25 +2491,27 @@ static void fill_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
         out->link_bps[d] = ls.count ? ls.total[d] : -1;
         out->link_own_bps[d] = ls.count ? ls.own[d] : -1;
     }
-    out->ladder_steps_down = p->steps_down_seen;
-    out->ladder_steps_up = p->steps_up_seen;
-    out->gpu_hung = __atomic_load_n(&p->hang_lost, __ATOMIC_RELAXED) != 0;
-    out->failure_records = p->failure_records_seen;
+    out->ladder_steps_down = p->api.steps_down_seen;
+    out->ladder_steps_up = p->api.steps_up_seen;
+    out->gpu_hung = atomic_load_explicit(&p->sh.hang_lost, memory_order_relaxed) != 0;
+    out->failure_records = p->api.failure_records_seen;
     if (out->size > offsetof(ferry_pipeline_stats_t, chunks_retried))
-        out->chunks_retried = p->chunks_retried_seen;
-    out->failure_log_errors = __atomic_load_n(&p->failure_log_errors, __ATOMIC_RELAXED);
-    out->gpu_lost = __atomic_load_n(&p->gpu_lost, __ATOMIC_RELAXED) != 0;
-    out->batches_failed = __atomic_load_n(&p->failed, __ATOMIC_RELAXED);
-    out->elapsed_ns = p->last_end > p->first_start ? p->last_end - p->first_start : 0;
+        out->chunks_retried = p->api.chunks_retried_seen;
+    out->failure_log_errors = atomic_load_explicit(&p->sh.failure_log_errors, memory_order_relaxed);
+    out->gpu_lost = atomic_load_explicit(&p->sh.gpu_lost, memory_order_relaxed) != 0;
+    out->batches_failed = atomic_load_explicit(&p->sh.failed, memory_order_relaxed);
+    out->elapsed_ns =
+        p->comp.last_end > p->comp.first_start ? p->comp.last_end - p->comp.first_start : 0;
     /* Sampled timing: the busy figures of the timed ops, scaled to all of them. */
-    out->chunks_timed = p->chunks_timed;
+    out->chunks_timed = p->comp.chunks_timed;
     out->host_pinned = p->host_pinned;
     out->connections = p->dev->connections;
     out->context_streams = p->context_streams;
-    double scale = p->chunks_timed ? (double)p->chunks_retired / (double)p->chunks_timed : 0;
-    out->busy_h2d_ns = (uint64_t)((double)p->st.busy_h2d_ns * scale);
-    out->busy_compute_ns = (uint64_t)((double)p->st.busy_compute_ns * scale);
-    out->busy_d2h_ns = (uint64_t)((double)p->st.busy_d2h_ns * scale);
+    double scale =
+        p->comp.chunks_timed ? (double)p->comp.chunks_retired / (double)p->comp.chunks_timed : 0;
+    out->busy_h2d_ns = (uint64_t)((double)p->api.st.busy_h2d_ns * scale);
+    out->busy_compute_ns = (uint64_t)((double)p->api.st.busy_compute_ns * scale);
+    out->busy_d2h_ns = (uint64_t)((double)p->api.st.busy_d2h_ns * scale);
     /* Sampled, a union is of the sampled ops only, scaled up: an estimate, which cannot
      * exceed the time there was. */
     uint64_t *busy[3] = {&out->busy_h2d_ns, &out->busy_compute_ns, &out->busy_d2h_ns};
@@ -2779,21 +2525,22 @@ static void fill_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
                        ? (double)(out->busy_h2d_ns + out->busy_compute_ns + out->busy_d2h_ns) /
                              (double)out->elapsed_ns
                        : 0;
-    out->streams = p->nstreams;
-    out->chunk_bytes = p->chunk;
-    out->copy_group = p->group;
-    out->depth = p->depth;
-    out->copy_streams = p->ncopy;
-    out->compute_streams = p->ncomp;
-    out->queue_depth = (unsigned)p->queue_depth;
+    out->streams = p->plan.nstreams;
+    out->chunk_bytes = p->plan.chunk;
+    out->copy_group = p->plan.group;
+    out->depth = p->plan.depth;
+    out->copy_streams = p->plan.ncopy;
+    out->compute_streams = p->plan.ncomp;
+    out->queue_depth = (unsigned)p->plan.queue_depth;
     /* A slot abandoned to a hung kernel is bound to no chunk any more. */
-    out->slots_in_use = p->depth - p->nfree_slots - p->nabandoned;
-    for (unsigned i = 0; i < p->nstreams; i++) {
+    out->slots_in_use = p->plan.depth - p->api.nfree_slots - p->api.nabandoned;
+    for (unsigned i = 0; i < p->plan.nstreams; i++) {
         out->stream_kind[i] = p->stream_kind[i];
         out->stream_busy_ns[i] =
-            p->stream_timed[i] ? (uint64_t)((double)p->stream_busy[i] * (double)p->stream_ops[i] /
-                                            (double)p->stream_timed[i])
-                               : 0;
+            p->comp.stream_timed[i]
+                ? (uint64_t)((double)p->comp.stream_busy[i] * (double)p->comp.stream_ops[i] /
+                             (double)p->comp.stream_timed[i])
+                : 0;
     }
 }
 
@@ -2807,12 +2554,12 @@ static const char *kind_name(char k)
  * The first stream of class @k and how many there are. */
 static void engine_lanes(const ferry_pipeline_t *p, int k, unsigned *first, unsigned *n)
 {
-    if (p->single) {
+    if (p->plan.single) {
         *first = 0, *n = 1;
         return;
     }
-    *first = k == 0 ? 0 : k == 1 ? p->ncopy : p->ncopy + p->ncomp;
-    *n = k == 1 ? p->ncomp : p->ncopy;
+    *first = k == 0 ? 0 : k == 1 ? p->plan.ncopy : p->plan.ncopy + p->plan.ncomp;
+    *n = k == 1 ? p->plan.ncomp : p->plan.ncopy;
 }
 
 /* The engine track (pid 2) of an op of class @k on @stream. */
@@ -2829,7 +2576,7 @@ int ferry_pipeline_write_trace(ferry_pipeline_t *p, const char *path)
     if (p == NULL || path == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_write_trace: NULL argument");
     pthread_mutex_lock(&p->lock);
-    if (!p->tracing && p->ntrace == 0) {
+    if (!atomic_load_explicit(&p->sh.tracing, memory_order_relaxed) && p->api.ntrace == 0) {
         pthread_mutex_unlock(&p->lock);
         return ferry__error(FERRY_ESTATE, "ferry_pipeline_write_trace: tracing is off (set the "
                                           "trace option, FERRY_TRACE=1)");
@@ -2849,7 +2596,7 @@ int ferry_pipeline_write_trace(ferry_pipeline_t *p, const char *path)
         f, "{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"streams\"}},\n");
     fprintf(
         f, "{\"ph\":\"M\",\"pid\":2,\"name\":\"process_name\",\"args\":{\"name\":\"engines\"}},\n");
-    for (unsigned i = 0; i < p->nstreams; i++)
+    for (unsigned i = 0; i < p->plan.nstreams; i++)
         fprintf(f,
                 "{\"ph\":\"M\",\"pid\":1,\"tid\":%u,\"name\":\"thread_name\",\"args\":"
                 "{\"name\":\"stream %u (%s)\"}},\n",
@@ -2868,9 +2615,9 @@ int ferry_pipeline_write_trace(ferry_pipeline_t *p, const char *path)
                     engine_tid(p, k, first + l), kind_name(kinds[k]), lane);
         }
     }
-    uint64_t t0 = p->first_start;
-    for (size_t i = 0; i < p->ntrace; i++) {
-        const trace_rec_t *r = &p->trace[i];
+    uint64_t t0 = p->comp.first_start;
+    for (size_t i = 0; i < p->api.ntrace; i++) {
+        const trace_rec_t *r = &p->api.trace[i];
         double ts = (double)((r->start > t0 ? r->start : t0) - t0) / 1e3,
                dur = (double)(r->end - r->start) / 1e3;
         if (r->kind == 'a') {
@@ -2936,21 +2683,21 @@ int ferry_pipeline_ops(ferry_pipeline_t *p, ferry_op_fn fn, void *arg)
     if (p == NULL || fn == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_ops: NULL argument");
     pthread_mutex_lock(&p->lock);
-    if (!p->tracing && p->ntrace == 0) {
+    if (!atomic_load_explicit(&p->sh.tracing, memory_order_relaxed) && p->api.ntrace == 0) {
         pthread_mutex_unlock(&p->lock);
         return ferry__error(FERRY_ESTATE, "ferry_pipeline_ops: tracing is off (set the trace "
                                           "option, FERRY_TRACE=1)");
     }
     /* A snapshot, so that @fn runs without the lock the completion thread needs. */
-    size_t n = p->ntrace;
+    size_t n = p->api.ntrace;
     trace_rec_t *copy = malloc(n ? n * sizeof(*copy) : 1);
     if (copy == NULL) {
         pthread_mutex_unlock(&p->lock);
         return ferry__error(FERRY_ENOMEM, "ferry_pipeline_ops: out of memory for %zu records", n);
     }
     if (n)
-        memcpy(copy, p->trace, n * sizeof(*copy));
-    uint64_t t0 = p->first_start;
+        memcpy(copy, p->api.trace, n * sizeof(*copy));
+    uint64_t t0 = p->comp.first_start;
     pthread_mutex_unlock(&p->lock);
     for (size_t i = 0; i < n; i++) {
         if (copy[i].kind == 'a')
@@ -2974,17 +2721,17 @@ void ferry__latency_observe(ferry_pipeline_t *p, uint64_t ns)
     size_t i = 0;
     while (i < FERRY__LAT_BUCKETS && s > ferry__lat_bounds_s[i])
         i++;
-    __atomic_add_fetch(&p->lat_buckets[i], 1, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&p->lat_sum_ns, ns, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&p->lat_count, 1, __ATOMIC_RELAXED);
+    atomic_fetch_add_explicit(&p->sh.lat_buckets[i], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->sh.lat_sum_ns, ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->sh.lat_count, 1, memory_order_relaxed);
 }
 
 void ferry__latency_read(ferry_pipeline_t *p, uint64_t *buckets, uint64_t *sum_ns, uint64_t *count)
 {
     for (size_t i = 0; i <= FERRY__LAT_BUCKETS; i++)
-        buckets[i] = __atomic_load_n(&p->lat_buckets[i], __ATOMIC_RELAXED);
-    *sum_ns = __atomic_load_n(&p->lat_sum_ns, __ATOMIC_RELAXED);
-    *count = __atomic_load_n(&p->lat_count, __ATOMIC_RELAXED);
+        buckets[i] = atomic_load_explicit(&p->sh.lat_buckets[i], memory_order_relaxed);
+    *sum_ns = atomic_load_explicit(&p->sh.lat_sum_ns, memory_order_relaxed);
+    *count = atomic_load_explicit(&p->sh.lat_count, memory_order_relaxed);
 }
 
 const char *ferry__pipeline_stage_name(const ferry_pipeline_t *p)
