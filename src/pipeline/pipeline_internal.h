@@ -14,13 +14,13 @@
 
 #include "core/runtime.h"
 #include "ferry.h"
+#include "monitor/latency.h"
 #include "monitor/linkmon.h"
-#include "pipeline/watchdog.h"
+#include "monitor/trace.h"
+#include "pipeline/plan.h"
+#include "fault/ladder.h"
+#include "fault/watchdog.h"
 #include "sched/sched.h"
-
-#define FERRY__LAT_BUCKETS 16
-/* Upper bounds in seconds; a last bucket (+Inf) follows. */
-extern const double ferry__lat_bounds_s[FERRY__LAT_BUCKETS];
 
 /* Three events per chunk, one after each op, carry the dependencies. They are untimed: on the
  * H200 a timed event cost the round trip 2% at 16 MiB chunks and 21% at 256 KiB (a timestamp
@@ -51,14 +51,10 @@ enum {
     TEV_N
 };
 enum chunk_timing { TIME_NONE, TIME_ENDS, TIME_SAMPLE, TIME_ANCHOR };
-#define LADDER_MAX 3
 /* The bandwidth monitor's window: timed copies per direction. */
-#define BW_WINDOW      8u
-#define LADDER_HEALTHY 64u
+#define BW_WINDOW 8u
 /* Prime, so that the sampled chunks visit every stream of a round-robin plan (at most 16). */
 #define SAMPLE_EVERY 31u
-/* Chunks in a copy group, at most (option coalesce_bytes). */
-#define GROUP_MAX 16u
 /* Chunks timed ahead of a sampled chunk for its starts, at most. */
 #define ANCHORS_MAX 4u
 
@@ -120,17 +116,7 @@ typedef struct slot {
     struct slot *next_inflight;
 } slot_t;
 
-typedef struct trace_rec {
-    uint64_t batch;
-    uint32_t chunk;
-    uint16_t stream;
-    char kind; /* 'h', 'c', 'd'; 'a' an alert (instant): stream holds its trace_note */
-    uint64_t start, end, bytes;
-    uint32_t nsub; /* the chunks of its copy group (0 read as 1) */
-} trace_rec_t;
-
-/* Instant events in the trace. */
-enum trace_note { NOTE_BW_H2D, NOTE_BW_D2H, NOTE_DEADLINE, NOTE_GPU_LOST };
+typedef ferry__trace_rec_t trace_rec_t; /* monitor/trace.h */
 
 /* Instant events in the trace. */
 
@@ -142,30 +128,6 @@ enum issue_role { ROLE_CALLER, ROLE_COMPLETER, ROLE_ISSUER };
 /* Cache line: the shared atomics of one writer sit on lines of their own, so that a thread that
  * writes one does not take the line from threads reading another. */
 #define FERRY__CACHE_LINE 64
-
-/* The plan: set by create, read-only afterwards (depth and slot_wake may shrink at create when
- * device memory runs short), read by every thread without the lock. */
-struct ferry__pipe_plan {
-    size_t chunk;
-    unsigned group; /* chunks per copy at most (coalesce_bytes): a slot holds a group */
-    unsigned depth, ncopy, ncomp, nstreams;
-    bool single; /* one stream for everything */
-    int copy_prio, comp_prio;
-    bool nonblocking;
-    bool caller_issues; /* submitters may issue light batches on their own thread */
-    size_t queue_depth;
-    size_t stage_threshold;
-    uint64_t trace_chunks; /* tracing: chunks recorded (the first ones); 0: all */
-    bool time_all;         /* every chunk timed (TIME_ENDS): op_timing "all" */
-    bool time_none;        /* no chunk timed but traced ones: op_timing "off" */
-    unsigned anchors;      /* how many chunks back a sampled chunk's starts lie, at most */
-    bool virtual_clock;    /* simulator: the device clock is virtual */
-    double deadline_factor;
-    uint64_t deadline_floor_ns;
-    double bw_alert_ratio;
-    double bw_foreign_ratio;
-    unsigned gpu_retries; /* retries on the GPU after a non-sticky failure */
-};
 
 /* The API and the submitters' state: under lock. */
 struct ferry__pipe_api {
@@ -200,8 +162,7 @@ struct ferry__pipe_api {
     double bw_ratio_seen[2];
     uint64_t chunks_retried_seen, steps_down_seen, steps_up_seen;
     uint64_t chunks_cpu_seen, failure_records_seen;
-    trace_rec_t *trace;
-    size_t ntrace, trace_cap;
+    ferry__trace_buf_t trace;
 };
 
 /* The issue token's holder (whichever thread holds it). */
@@ -214,9 +175,6 @@ struct ferry__pipe_issue {
 
 /* The completion thread's own state. */
 struct ferry__pipe_comp {
-    /* The ladder's level 1 (sh.level is the level): after a non-sticky failure one step down,
-     * after LADDER_HEALTHY good chunks in a row one step back up. */
-    unsigned healthy;
     /* The bandwidth monitor (the _seen copies in api). */
     struct bw_win {
         uint64_t bytes[BW_WINDOW], ns[BW_WINDOW];
@@ -226,7 +184,6 @@ struct ferry__pipe_comp {
         double ratio;
     } bw[2];
     uint64_t bw_alerts;
-    uint64_t steps_down, steps_up;
     uint64_t lat_ewma_ns; /* running mean of issue-to-end latency */
     /* When the oldest chunk of each D2H stream became the oldest (the previous one retired): a
      * chunk's deadline runs from then or from its issue, whichever is later, so that chunks
@@ -241,8 +198,8 @@ struct ferry__pipe_comp {
     ferry_be_stream_t *retry_stream;
     ferry_be_event_t *retry_ev;
     uint64_t chunks_retried;
-    FILE *failure_log;
-    uint64_t chunks_cpu, failure_records;
+    ferry__failure_log_t flog;
+    uint64_t chunks_cpu;
     uint64_t first_start, last_end;
     bool any_retired;
     uint64_t stream_end[FERRY_STATS_MAX_STREAMS]; /* last end per stream */
@@ -284,9 +241,8 @@ struct ferry__pipe_shared {
     _Atomic(batch_rec_t *) returned_recs;
     _Atomic uint64_t completed; /* callbacks returned */
     _Atomic uint64_t done_gpu, failed, done_cpu;
-    _Atomic uint64_t failure_log_errors; /* records not written */
-    /* Batch latency, submit to callback on the device clock (pipeline_internal.h). */
-    _Atomic uint64_t lat_count, lat_sum_ns, lat_buckets[FERRY__LAT_BUCKETS + 1];
+    /* Batch latency, submit to callback on the device clock (read by the metrics registry). */
+    ferry__lat_hist_t lat;
     /* Submitters and the API. */
     alignas(FERRY__CACHE_LINE) _Atomic unsigned entering; /* submits inside the call */
     _Atomic unsigned drain_waiters;                       /* changed under lock */
@@ -294,11 +250,9 @@ struct ferry__pipe_shared {
     _Atomic bool shut;    /* submits return FERRY_ECLOSED (written under lock) */
     /* Faults, read on every chunk, rarely written. gpu_lost: a sticky error ended the GPU path;
      * every later chunk takes the CPU fallback. hang_lost: it ended because a kernel ignored the
-     * abort flag. level: the ladder's level 1, 0 the plan as configured; 1 one compute stream;
-     * 2 at most 2 chunks in flight; 3 synchronous: one stream, one chunk in flight. */
+     * abort flag. */
     alignas(FERRY__CACHE_LINE) _Atomic int gpu_lost;
     _Atomic int hang_lost;
-    _Atomic int level;
     _Atomic bool tracing;
 };
 
@@ -329,7 +283,6 @@ struct ferry_pipeline {
     struct ferry_sim_profile *link_prof;
     void (*on_alert)(const ferry_alert_t *, void *);
     void *alert_arg;
-    char failure_log_path[256];
     /* The link monitor (NULL: off, or no counter): the pipeline's own bytes by retirement time
      * (completion thread) against all the link's traffic; above bw_foreign_ratio of the link's
      * rate, the rest is another process's. */
@@ -343,6 +296,10 @@ struct ferry_pipeline {
     pthread_cond_t drain_cv; /* batches completed while a drain waits */
     pthread_cond_t pass_cv;  /* a completion pass ended (virtual clock) */
 
+    /* The ladder's level 1 (fault/ladder.h): after a non-sticky failure one step down, after
+     * LADDER_HEALTHY good chunks in a row one step back up; its level is read by the issuing
+     * threads, the rest is the completion thread's. */
+    ferry__ladder_t ladder;
     struct ferry__pipe_api api;
     struct ferry__pipe_issue iss;
     struct ferry__pipe_comp comp;
@@ -350,9 +307,152 @@ struct ferry_pipeline {
     struct ferry__pipe_shared sh;
 };
 
-void ferry__latency_observe(ferry_pipeline_t *p, uint64_t ns);
-/* Non-cumulative counts per bucket (FERRY__LAT_BUCKETS + 1 of them), the sum and the count. */
-void ferry__latency_read(ferry_pipeline_t *p, uint64_t *buckets, uint64_t *sum_ns, uint64_t *count);
-const char *ferry__pipeline_stage_name(const ferry_pipeline_t *p);
+/* What one completion pass adds to the stats, gathered without the lock. */
+typedef struct pass_acc {
+    uint64_t bytes, copied_out, busy_h2d, busy_comp, busy_d2h;
+    uint64_t first_start, last_end;
+    uint64_t chunks, timed, bytes_cpu;
+    uint64_t stream_busy[FERRY_STATS_MAX_STREAMS];
+    uint64_t stream_ops[FERRY_STATS_MAX_STREAMS];
+    uint64_t stream_timed[FERRY_STATS_MAX_STREAMS];
+    bool any;
+    size_t ntrace;
+    trace_rec_t trace[3 * MAX_PASS];
+} pass_acc_t;
+
+/* ---- helpers --------------------------------------------------------------------------- */
+
+/* The pipeline whose thread (completion or issuer) this is, NULL on any other thread: callbacks
+ * and prepare functions run there, and a call that would wait for that very thread (a drain, a
+ * blocking submit on a full queue, a close that releases) is refused instead. */
+extern _Thread_local const ferry_pipeline_t *ferry__pipe_own_thread;
+
+static inline bool on_own_thread(const ferry_pipeline_t *p)
+{
+    return ferry__pipe_own_thread == p;
+}
+
+static inline void trace_add(ferry_pipeline_t *p, const trace_rec_t *r)
+{
+    if (!ferry__trace_push(&p->api.trace, r)) {
+        ferry_log(FERRY_LOG_WARN, "pipeline", "trace: out of memory, stopped recording");
+        atomic_store_explicit(&p->sh.tracing, false,
+                              memory_order_relaxed); /* read by retire_chunk */
+    }
+}
+
+/* An instant event in the trace (alerts, deadlines, the GPU path's end). Takes the lock; not
+ * on a hot path. */
+static inline void trace_note(ferry_pipeline_t *p, enum trace_note n, uint64_t batch,
+                              uint32_t chunk, uint64_t now)
+{
+    if (!atomic_load_explicit(&p->sh.tracing, memory_order_relaxed))
+        return;
+    trace_rec_t r = {batch, chunk, (uint16_t)n, 'a', now, now, 0, 1};
+    pthread_mutex_lock(&p->lock);
+    trace_add(p, &r);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* Tell the completion thread that something changed. The sequentially consistent pair (bump
+ * work_seq, then read comp_sleeping) against its (set comp_sleeping, then read work_seq) means
+ * at least one side sees the other: either it has not gone to sleep yet and sees the new
+ * work_seq, or we see it asleep and signal under the lock it sleeps with. */
+static inline void poke(ferry_pipeline_t *p, bool locked)
+{
+    atomic_fetch_add_explicit(&p->sh.work_seq, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&p->sh.comp_sleeping, memory_order_seq_cst)) {
+        if (!locked)
+            pthread_mutex_lock(&p->lock);
+        pthread_cond_signal(&p->work_cv);
+        if (!locked)
+            pthread_mutex_unlock(&p->lock);
+    }
+}
+
+static inline void set_busy(ferry_pipeline_t *p, bool busy, bool locked)
+{
+    atomic_store_explicit(&p->sh.busy, busy ? 1 : 0, memory_order_seq_cst);
+    if (!busy)
+        poke(p, locked);
+}
+
+/* Wake the issuer thread waiting for slots (under the lock). On a virtual clock it is busy
+ * from here, not from when the host gets round to running it: otherwise the completion thread
+ * would run the device on meanwhile, by as much as the host's scheduling delay. */
+static inline void wake_issuer(ferry_pipeline_t *p, bool all)
+{
+    if (p->plan.virtual_clock)
+        atomic_store_explicit(&p->sh.busy, 1, memory_order_seq_cst);
+    if (all)
+        pthread_cond_broadcast(&p->slot_cv);
+    else
+        pthread_cond_signal(&p->slot_cv);
+}
+
+static inline void push_incoming(ferry_pipeline_t *p, slot_t *s)
+{
+    slot_t *old = atomic_load_explicit(&p->sh.incoming, memory_order_relaxed);
+    do
+        s->next_inflight = old;
+    while (!atomic_compare_exchange_weak_explicit(&p->sh.incoming, &old, s, memory_order_release,
+                                                  memory_order_relaxed));
+}
+
+static inline void push_ready(ferry_pipeline_t *p, batch_rec_t *b)
+{
+    batch_rec_t *old = atomic_load_explicit(&p->sh.ready, memory_order_relaxed);
+    do
+        b->next = old;
+    while (!atomic_compare_exchange_weak_explicit(&p->sh.ready, &old, b, memory_order_release,
+                                                  memory_order_relaxed));
+}
+
+/* The device clock, remembered for submit_stamp(). */
+static inline uint64_t read_clock(ferry_pipeline_t *p)
+{
+    uint64_t t = ferry_device_now_ns(p->dev);
+    uint64_t seen = atomic_load_explicit(&p->sh.clock_seen, memory_order_relaxed);
+    while (seen < t &&
+           !atomic_compare_exchange_weak_explicit(&p->sh.clock_seen, &seen, t, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+    }
+    return t;
+}
+
+/* A batch's submit time. A virtual clock is read under the simulated device's lock, which the
+ * issuing thread takes for each of a chunk's eleven calls: a submitter reading it meanwhile
+ * waited and was woken through the futex, ~0.9 syscalls a batch (measured, 64-byte batches).
+ * While a thread issues, a virtual clock reads what that thread read last, at most one chunk's
+ * host charges earlier: the value a read an instant before would have returned. */
+static inline uint64_t submit_stamp(ferry_pipeline_t *p)
+{
+    if (p->plan.virtual_clock && atomic_load_explicit(&p->sh.busy, memory_order_seq_cst))
+        return atomic_load_explicit(&p->sh.clock_seen, memory_order_relaxed);
+    return read_clock(p);
+}
+
+void ferry__pipe_fall_back(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, pass_acc_t *a);
+void ferry__pipe_write_failure_record(ferry_pipeline_t *p, const slot_t *s, int err,
+                                      const char *msg, const char *action, uint64_t now);
+void ferry__pipe_wd_hang(void *ctx, const ferry__wd_head_t *h, uint64_t now, uint64_t since_abort,
+                         bool heartbeat_stalled);
+size_t ferry__pipe_sub_bytes(const ferry_pipeline_t *p, const slot_t *s, uint32_t i, size_t *at);
+uint64_t ferry__pipe_union_add(uint64_t *upto, uint64_t start, uint64_t end);
+int ferry__pipe_cpu_chunk(ferry_pipeline_t *p, const batch_rec_t *b, const void *in, void *out,
+                          size_t n, size_t off, uint32_t chunk, uint32_t attempt, uint64_t seq);
+void ferry__pipe_batch_cpu_result(batch_rec_t *b, uint32_t ok, int rc);
+void ferry__pipe_issue_light(ferry_pipeline_t *p, batch_rec_t *b, slot_t *const *sl);
+void ferry__pipe_wd_deadline(void *ctx, const ferry__wd_head_t *h, uint64_t now, uint64_t deadline,
+                             int stopped);
+int ferry__pipe_aborted(ferry_pipeline_t *p, slot_t *s);
+void ferry__pipe_run_queue(ferry_pipeline_t *p, enum issue_role role);
+void ferry__pipe_take_slots(ferry_pipeline_t *p, uint32_t n, slot_t **sl);
+void *ferry__pipe_issuer_main(void *arg);
+int ferry__pipe_launch_group(ferry_pipeline_t *p, slot_t *s, ferry_be_stream_t *st);
+void *ferry__pipe_completion_main(void *arg);
+void ferry__pipe_bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, uint64_t now);
+void ferry__pipe_pass_wait(ferry_pipeline_t *p);
+int ferry__pipe_retry_on_gpu(ferry_pipeline_t *p, slot_t *s);
 
 #endif

@@ -5,7 +5,7 @@
  * watchdog that stopped stepping is reported by the completion thread's check. */
 #include <string.h>
 
-#include "pipeline/watchdog.h"
+#include "fault/watchdog.h"
 #include "testlib.h"
 
 #define MS 1000000ull
