@@ -637,15 +637,20 @@ int ferry_pipeline_destroy(ferry_pipeline_t *p)
 
 int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
 {
-    if (p == NULL || out == NULL || out->size < sizeof(*out))
+    /* An older caller's struct, smaller than this library's, gets the fields it has: at least
+     * its size and the first counter. */
+    if (p == NULL || out == NULL ||
+        out->size < offsetof(ferry_pipeline_stats_t, batches_submitted) + sizeof(uint64_t))
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_stats: NULL argument or size not set "
                                           "(use FERRY_PIPELINE_STATS_INIT)");
+    ferry_pipeline_stats_t full = FERRY_PIPELINE_STATS_INIT;
     pthread_mutex_lock(&p->lock);
     if (p->api.final_ready)
-        *out = p->api.final; /* closed: the figures as of its close */
+        full = p->api.final; /* closed: the figures as of its close */
     else
-        fill_stats(p, out);
+        fill_stats(p, &full);
     pthread_mutex_unlock(&p->lock);
+    ferry__sized_copy_out(out, &full, sizeof(full));
     return 0;
 }
 
