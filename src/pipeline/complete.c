@@ -373,6 +373,167 @@ static void publish_heads(ferry_pipeline_t *p, slot_t *head, uint64_t now)
     ferry__watchdog_publish(p->wdog.wd, heads, p->plan.nstreams, p->comp.lat_ewma_ns, now);
 }
 
+/* One pass's chunks: those done, with their results, and for each D2H stream still busy the
+ * event a wait needs. */
+typedef struct pass {
+    slot_t *done[MAX_PASS];
+    int errs[MAX_PASS];
+    ferry_be_event_t *waitev[FERRY_STATS_MAX_STREAMS];
+    size_t ndone, nwait;
+} pass_t;
+
+/* Poll: take what is done off the chunks in flight. Ops on one stream complete in order, so once a
+ * chunk's D2H is not done, the later chunks on the same D2H stream are not either: one query per
+ * stream suffices, and the same events are what a wait needs. */
+static void poll_chunks(ferry_pipeline_t *p, slot_t **head, slot_t **tail, pass_t *ps)
+{
+    size_t ndone = 0, nwait = 0;
+    uint32_t blocked = 0;
+    slot_t *prev = NULL, *s = *head;
+    while (s != NULL && ndone < MAX_PASS) {
+        slot_t *next = s->next_inflight;
+        int q;
+        if (s->err != 0) {
+            q = s->err;
+        } else if (atomic_load_explicit(&p->sh.hang_lost, memory_order_acquire)) {
+            q = FERRY_ETIMEDOUT; /* may never finish: redone on the CPU, slot abandoned */
+            s->abandoned = true;
+            snprintf(s->errmsg, sizeof(s->errmsg),
+                     "in flight when a kernel ignored the abort flag and the GPU path ended "
+                     "(a hang)");
+        } else if (blocked & (1u << s->d2h)) {
+            q = FERRY_EAGAIN;
+        } else {
+            q = ferry__be_event_query(p->dev, s->dep[EV_D2H_END]);
+            /* Read after the query: a kernel that saw the word ended before its event. */
+            if ((q == 0 || q == FERRY_ETIMEDOUT) && s->seq <= ferry__watchdog_raised(p->wdog.wd))
+                q = ferry__pipe_aborted(p, s);
+        }
+        if (q != FERRY_EAGAIN) {
+            if (prev != NULL)
+                prev->next_inflight = next;
+            else
+                *head = next;
+            if (*tail == s)
+                *tail = prev;
+            ps->errs[ndone] = q;
+            ps->done[ndone++] = s;
+        } else {
+            if (!(blocked & (1u << s->d2h))) {
+                blocked |= 1u << s->d2h;
+                ps->waitev[nwait++] = s->dep[EV_D2H_END];
+            }
+            prev = s;
+        }
+        s = next;
+    }
+
+    ps->ndone = ndone;
+    ps->nwait = nwait;
+}
+
+/* Retire what is done, without the lock: the pass's figures into @acc, and the batches it
+ * finished (then the empty ones, @ready) as a list. *@now: the device clock of the pass (0 when
+ * nothing was done). */
+static batch_rec_t *retire(ferry_pipeline_t *p, const pass_t *ps, batch_rec_t *ready,
+                           pass_acc_t *acc, uint64_t *now)
+{
+    memset(acc, 0, offsetof(pass_acc_t, trace));
+    batch_rec_t *fin = NULL, **fin_tail = &fin;
+    uint64_t pass_now = ps->ndone > 0 ? ferry_device_now_ns(p->dev) : 0;
+    for (size_t i = 0; i < ps->ndone; i++) {
+        slot_t *d = ps->done[i];
+        batch_rec_t *b = d->batch;
+        retire_chunk(p, d, ps->errs[i], pass_now, acc);
+        p->comp.head_since[d->d2h] = pass_now;
+        if (atomic_fetch_sub_explicit(&b->chunks_left, d->nsub, memory_order_acq_rel) == d->nsub) {
+            b->next = NULL;
+            *fin_tail = b;
+            fin_tail = &b->next;
+        }
+    }
+    if (p->link != NULL && acc->bytes > 0) /* the link monitor's count of our own bytes */
+        ferry__rate_ring_add(&p->own_ring, pass_now, acc->bytes);
+    /* Empty batches: oldest first, after the chunks (order among batches is not
+     * promised, but it reads better in logs). */
+    while (ready != NULL) {
+        batch_rec_t *next = ready->next;
+        ready->next = fin;
+        fin = ready;
+        ready = next;
+    }
+
+    *now = pass_now;
+    return fin;
+}
+
+/* Feed the watchdog: the oldest chunk of each D2H stream still in flight (after this pass's
+ * retirements, which start the clock of the chunks behind them); on a virtual clock, step it
+ * and the link monitor here. */
+static void feed_watchdog(ferry_pipeline_t *p, slot_t *head, uint64_t pass_now)
+{
+    if (head != NULL || p->comp.pub_any) {
+        uint64_t wd_now = pass_now ? pass_now : ferry_device_now_ns(p->dev);
+        publish_heads(p, head, wd_now);
+        if (p->plan.virtual_clock) {
+            ferry__watchdog_step(p->wdog.wd, wd_now);
+            ferry__linkmon_step(p->link, wd_now, false);
+        } else {
+            ferry__watchdog_check_alive(p->wdog.wd, wd_now);
+        }
+    }
+}
+
+/* Recycle the pass's slots under the lock, publish its figures, wake an issuer waiting for
+ * slots, and take the issue token when light batches are queued (returns whether it did). */
+static bool recycle(ferry_pipeline_t *p, const pass_t *ps, const pass_acc_t *acc)
+{
+    bool take_token = false;
+    if (ps->ndone > 0) {
+        pthread_mutex_lock(&p->lock);
+        add_pass(p, acc);
+        unsigned freed = 0;
+        for (size_t i = 0; i < ps->ndone; i++) {
+            slot_t *d = ps->done[i];
+            d->batch = NULL;
+            if (d->abandoned) {
+                /* Only a hang abandons a slot, and a hang ends the GPU path: nothing waits
+                 * for slots any more (acquire_slot, ferry__pipe_run_queue), or this one would
+                 * be waited for in vain. */
+                FERRY_ASSERT(atomic_load_explicit(&p->sh.gpu_lost, memory_order_acquire));
+                p->api.nabandoned++; /* its kernel may still run: never reused */
+                continue;
+            }
+            d->next_free = p->api.free_slots;
+            p->api.free_slots = d;
+            freed++;
+        }
+        p->api.nfree_slots += freed;
+        p->api.steps_down_seen = p->ladder.steps_down;
+        p->api.bw_alerts_seen = p->comp.bw_alerts;
+        p->api.bw_ratio_seen[0] = p->comp.bw[0].ratio;
+        p->api.bw_ratio_seen[1] = p->comp.bw[1].ratio;
+        p->api.steps_up_seen = p->ladder.steps_up;
+        /* The GPU path ended: an issuer waiting for slots goes to the CPU instead. */
+        if (p->api.slot_waiting && atomic_load_explicit(&p->sh.gpu_lost, memory_order_acquire))
+            wake_issuer(p, true);
+        /* The issuer thread waits for a quarter of the slots (at least one): it then issues
+         * several chunks per wake-up while the device still has the rest queued. */
+        if (p->api.slot_waiting &&
+            (p->api.nfree_slots >= p->api.slot_wake || ferry__ladder_level(&p->ladder) >= 2))
+            wake_issuer(p, false);
+        /* Queued light batches that were short of slots: issue them here and now rather
+         * than wake a thread for it. */
+        if (!p->api.token && p->api.nqueued > 0) {
+            p->api.token = true;
+            atomic_store_explicit(&p->sh.busy, 1, memory_order_seq_cst);
+            take_token = true;
+        }
+        pthread_mutex_unlock(&p->lock);
+    }
+    return take_token;
+}
+
 /* Adopt: append what the issuers handed over (a stack, newest first, so reversed) to the
  * chunks in flight, oldest first. */
 static void adopt(ferry_pipeline_t *p, slot_t **head, slot_t **tail)
@@ -477,136 +638,12 @@ void *ferry__pipe_completion_main(void *arg)
         adopt(p, &head, &tail);
         batch_rec_t *ready = atomic_exchange_explicit(&p->sh.ready, NULL, memory_order_acquire);
 
-        /* Poll. Ops on one stream complete in order, so once a chunk's D2H is not done, the
-         * later chunks on the same D2H stream are not either: one query per stream suffices,
-         * and the same events are what a wait needs. */
-        slot_t *done[MAX_PASS];
-        int errs[MAX_PASS];
-        ferry_be_event_t *waitev[FERRY_STATS_MAX_STREAMS];
-        size_t ndone = 0, nwait = 0;
-        uint32_t blocked = 0;
-        slot_t *prev = NULL, *s = head;
-        while (s != NULL && ndone < MAX_PASS) {
-            slot_t *next = s->next_inflight;
-            int q;
-            if (s->err != 0) {
-                q = s->err;
-            } else if (atomic_load_explicit(&p->sh.hang_lost, memory_order_acquire)) {
-                q = FERRY_ETIMEDOUT; /* may never finish: redone on the CPU, slot abandoned */
-                s->abandoned = true;
-                snprintf(s->errmsg, sizeof(s->errmsg),
-                         "in flight when a kernel ignored the abort flag and the GPU path ended "
-                         "(a hang)");
-            } else if (blocked & (1u << s->d2h)) {
-                q = FERRY_EAGAIN;
-            } else {
-                q = ferry__be_event_query(p->dev, s->dep[EV_D2H_END]);
-                /* Read after the query: a kernel that saw the word ended before its event. */
-                if ((q == 0 || q == FERRY_ETIMEDOUT) &&
-                    s->seq <= ferry__watchdog_raised(p->wdog.wd))
-                    q = ferry__pipe_aborted(p, s);
-            }
-            if (q != FERRY_EAGAIN) {
-                if (prev != NULL)
-                    prev->next_inflight = next;
-                else
-                    head = next;
-                if (tail == s)
-                    tail = prev;
-                errs[ndone] = q;
-                done[ndone++] = s;
-            } else {
-                if (!(blocked & (1u << s->d2h))) {
-                    blocked |= 1u << s->d2h;
-                    waitev[nwait++] = s->dep[EV_D2H_END];
-                }
-                prev = s;
-            }
-            s = next;
-        }
-
-        /* Retire what is done, without the lock. */
-        memset(acc, 0, offsetof(pass_acc_t, trace));
-        batch_rec_t *fin = NULL, **fin_tail = &fin;
-        uint64_t pass_now = ndone > 0 ? ferry_device_now_ns(p->dev) : 0;
-        for (size_t i = 0; i < ndone; i++) {
-            slot_t *d = done[i];
-            batch_rec_t *b = d->batch;
-            retire_chunk(p, d, errs[i], pass_now, acc);
-            p->comp.head_since[d->d2h] = pass_now;
-            if (atomic_fetch_sub_explicit(&b->chunks_left, d->nsub, memory_order_acq_rel) ==
-                d->nsub) {
-                b->next = NULL;
-                *fin_tail = b;
-                fin_tail = &b->next;
-            }
-        }
-        if (p->link != NULL && acc->bytes > 0) /* the link monitor's count of our own bytes */
-            ferry__rate_ring_add(&p->own_ring, pass_now, acc->bytes);
-        /* Empty batches: oldest first, after the chunks (order among batches is not
-         * promised, but it reads better in logs). */
-        while (ready != NULL) {
-            batch_rec_t *next = ready->next;
-            ready->next = fin;
-            fin = ready;
-            ready = next;
-        }
-
-        /* The watchdog: the oldest chunk of each D2H stream still in flight (after this
-         * pass's retirements, which start the clock of the chunks behind them). */
-        if (head != NULL || p->comp.pub_any) {
-            uint64_t wd_now = pass_now ? pass_now : ferry_device_now_ns(p->dev);
-            publish_heads(p, head, wd_now);
-            if (p->plan.virtual_clock) {
-                ferry__watchdog_step(p->wdog.wd, wd_now);
-                ferry__linkmon_step(p->link, wd_now, false);
-            } else {
-                ferry__watchdog_check_alive(p->wdog.wd, wd_now);
-            }
-        }
-
-        bool take_token = false;
-        if (ndone > 0) {
-            pthread_mutex_lock(&p->lock);
-            add_pass(p, acc);
-            unsigned freed = 0;
-            for (size_t i = 0; i < ndone; i++) {
-                done[i]->batch = NULL;
-                if (done[i]->abandoned) {
-                    /* Only a hang abandons a slot, and a hang ends the GPU path: nothing waits
-                     * for slots any more (acquire_slot, ferry__pipe_run_queue), or this one would
-                     * be waited for in vain. */
-                    FERRY_ASSERT(atomic_load_explicit(&p->sh.gpu_lost, memory_order_acquire));
-                    p->api.nabandoned++; /* its kernel may still run: never reused */
-                    continue;
-                }
-                done[i]->next_free = p->api.free_slots;
-                p->api.free_slots = done[i];
-                freed++;
-            }
-            p->api.nfree_slots += freed;
-            p->api.steps_down_seen = p->ladder.steps_down;
-            p->api.bw_alerts_seen = p->comp.bw_alerts;
-            p->api.bw_ratio_seen[0] = p->comp.bw[0].ratio;
-            p->api.bw_ratio_seen[1] = p->comp.bw[1].ratio;
-            p->api.steps_up_seen = p->ladder.steps_up;
-            /* The GPU path ended: an issuer waiting for slots goes to the CPU instead. */
-            if (p->api.slot_waiting && atomic_load_explicit(&p->sh.gpu_lost, memory_order_acquire))
-                wake_issuer(p, true);
-            /* The issuer thread waits for a quarter of the slots (at least one): it then issues
-             * several chunks per wake-up while the device still has the rest queued. */
-            if (p->api.slot_waiting &&
-                (p->api.nfree_slots >= p->api.slot_wake || ferry__ladder_level(&p->ladder) >= 2))
-                wake_issuer(p, false);
-            /* Queued light batches that were short of slots: issue them here and now rather
-             * than wake a thread for it. */
-            if (!p->api.token && p->api.nqueued > 0) {
-                p->api.token = true;
-                atomic_store_explicit(&p->sh.busy, 1, memory_order_seq_cst);
-                take_token = true;
-            }
-            pthread_mutex_unlock(&p->lock);
-        }
+        pass_t ps;
+        poll_chunks(p, &head, &tail, &ps);
+        uint64_t pass_now;
+        batch_rec_t *fin = retire(p, &ps, ready, acc, &pass_now);
+        feed_watchdog(p, head, pass_now);
+        bool take_token = recycle(p, &ps, acc);
         if (take_token)
             ferry__pipe_run_queue(p, ROLE_COMPLETER);
 
@@ -614,7 +651,7 @@ void *ferry__pipe_completion_main(void *arg)
             call_back(p, fin);
             continue;
         }
-        if (ndone > 0 || take_token)
+        if (ps.ndone > 0 || take_token)
             continue;
 
         if (head == NULL) {
@@ -646,7 +683,7 @@ void *ferry__pipe_completion_main(void *arg)
             /* Nothing more will be issued until something completes: wait on the device.
              * On the simulator this is what advances the virtual clock. */
             size_t which = 0;
-            int rc = ferry__be_event_wait_any(p->dev, waitev, nwait, 2000000, &which);
+            int rc = ferry__be_event_wait_any(p->dev, ps.waitev, ps.nwait, 2000000, &which);
             if (rc != 0 && rc != FERRY_ETIMEDOUT)
                 ferry_log(FERRY_LOG_DEBUG, "pipeline", "event wait: %s", ferry_err_name(rc));
         } else if (p->plan.virtual_clock) {
@@ -656,7 +693,7 @@ void *ferry__pipe_completion_main(void *arg)
             /* A real device finishes work whether or not anyone issues: keep polling it, in
              * short waits, so that slots come back as soon as their chunks are done. */
             size_t which = 0;
-            (void)ferry__be_event_wait_any(p->dev, waitev, nwait, 50000, &which);
+            (void)ferry__be_event_wait_any(p->dev, ps.waitev, ps.nwait, 50000, &which);
         }
     }
     free(acc);
