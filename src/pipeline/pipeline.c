@@ -156,6 +156,96 @@ static void child_destroy(ferry__rt_child_t *c)
     free_husk(of_child(c));
 }
 
+/* The slots: pinned buffers from the pool, device buffers and events, @span bytes each way.
+ * Short of device memory after the first, the depth shrinks to the slots made. */
+static int make_slots(ferry_pipeline_t *p, size_t span)
+{
+    int rc;
+    p->slots = calloc((size_t)p->plan.depth, sizeof(*p->slots));
+    if (p->slots == NULL)
+        return ferry__error(FERRY_ENOMEM, "pipeline: out of memory");
+    for (unsigned i = 0; i < p->plan.depth; i++) {
+        slot_t *s = &p->slots[i];
+        void *hi_ = NULL, *ho_ = NULL;
+        if ((rc = ferry_pool_alloc(p->pool, span, false, &hi_)) != 0 ||
+            (rc = ferry_pool_alloc(p->pool, span, false, &ho_)) != 0)
+            return rc;
+        s->h_in = hi_;
+        s->h_out = ho_;
+        if ((rc = ferry__be_mem_alloc(p->dev, span, &s->d_in)) != 0 ||
+            (rc = ferry__be_mem_alloc(p->dev, span, &s->d_out)) != 0) {
+            /* Memory pressure (the ladder's level 1): fewer chunks in flight, if one fits. */
+            if (rc != FERRY_EDEVMEM || i == 0)
+                return rc;
+            ferry_log(FERRY_LOG_WARN, "pipeline",
+                      "device memory for %u slots is not there (%s): running with depth %u",
+                      p->plan.depth, ferry__last_error_text(), i);
+            if (s->d_in != NULL)
+                ferry__be_mem_free(p->dev, s->d_in);
+            s->d_in = NULL;
+            p->plan.depth = i;
+            p->api.slot_wake = p->plan.depth / 4 ? p->plan.depth / 4 : 1;
+            return 0;
+        }
+        for (int e = 0; e < EV_N; e++)
+            if ((rc = ferry__be_event_create(p->dev, 0, &s->ev[e])) != 0)
+                return rc;
+        for (int e = 0; e < TEV_N; e++)
+            if ((rc = ferry__be_event_create(p->dev, FERRY_BE_EVENT_TIMING, &s->tev[e])) != 0)
+                return rc;
+        /* A slot never used has nothing in flight: its (never recorded) events are done. */
+        for (int e = 0; e < EV_N; e++)
+            s->dep[e] = s->ev[e];
+        s->next_free = p->api.free_slots;
+        p->api.free_slots = s;
+        p->api.nfree_slots++;
+    }
+    return 0;
+}
+
+static int make_streams(ferry_pipeline_t *p)
+{
+    int rc;
+    /* Streams in creation order H2D, compute, D2H: the order decides which hardware queue
+     * each lands on (stream k -> queue k mod CUDA_DEVICE_MAX_CONNECTIONS). */
+    for (unsigned i = 0; i < p->plan.nstreams; i++) {
+        bool copy = i < p->plan.ncopy || i >= p->plan.ncopy + p->plan.ncomp;
+        p->stream_kind[i] = p->plan.single ? 'a' : i < p->plan.ncopy ? 'h' : (copy ? 'd' : 'c');
+        if ((rc = ferry__be_stream_create(p->dev, copy ? p->plan.copy_prio : p->plan.comp_prio,
+                                          &p->streams[i])) != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* The watchdog, and the link monitor when the bandwidth monitor is on and the link known. */
+static int start_monitors(ferry_pipeline_t *p, bool virt)
+{
+    int rc;
+    ferry__wd_config_t wc = {
+        .own_thread = !virt,
+        .period_ns = p->plan.watchdog_ns,
+        .heartbeat_ns = p->plan.heartbeat_ns,
+        .factor = p->plan.deadline_factor,
+        .floor_ns = p->plan.deadline_floor_ns,
+        .heartbeat_priority = p->dev->props.priority_least,
+        .name = p->stage_name,
+        .on_deadline = ferry__pipe_wd_deadline,
+        .on_hang = ferry__pipe_wd_hang,
+        .ctx = p,
+    };
+    if ((rc = ferry__watchdog_create(p->dev, &wc, &p->wdog.wd)) != 0)
+        return rc;
+    uint64_t link_ns = p->plan.link_sample_ns;
+    if (p->plan.bw_alert_ratio > 0 && link_ns > 0 && p->dev->props.link_gbps > 0) {
+        ferry__linkmon_config_t lc = {
+            .own_thread = !virt, .period_ns = link_ns, .own = &p->own_ring, .name = p->stage_name};
+        if ((rc = ferry__linkmon_create(p->dev, &lc, &p->link)) != 0)
+            return rc;
+    }
+    return 0;
+}
+
 int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **out)
 {
     if (cfg == NULL || out == NULL)
@@ -256,78 +346,9 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     ferry_pool_stats_t ps = FERRY_POOL_STATS_INIT;
     ferry_pool_stats(p->pool, &ps);
     p->host_pinned = ps.pinned;
-    p->slots = calloc((size_t)p->plan.depth, sizeof(*p->slots));
-    if (p->slots == NULL) {
-        rc = ferry__error(FERRY_ENOMEM, "pipeline: out of memory");
+    if ((rc = make_slots(p, span)) != 0 || (rc = make_streams(p)) != 0 ||
+        (rc = start_monitors(p, virt)) != 0)
         goto out_fail;
-    }
-    for (unsigned i = 0; i < p->plan.depth; i++) {
-        slot_t *s = &p->slots[i];
-        void *hi_ = NULL, *ho_ = NULL;
-        if ((rc = ferry_pool_alloc(p->pool, span, false, &hi_)) != 0 ||
-            (rc = ferry_pool_alloc(p->pool, span, false, &ho_)) != 0)
-            goto out_fail;
-        s->h_in = hi_;
-        s->h_out = ho_;
-        if ((rc = ferry__be_mem_alloc(dev, span, &s->d_in)) != 0 ||
-            (rc = ferry__be_mem_alloc(dev, span, &s->d_out)) != 0) {
-            /* Memory pressure (the ladder's level 1): fewer chunks in flight, if one fits. */
-            if (rc != FERRY_EDEVMEM || i == 0)
-                goto out_fail;
-            ferry_log(FERRY_LOG_WARN, "pipeline",
-                      "device memory for %u slots is not there (%s): running with depth %u",
-                      p->plan.depth, ferry__last_error_text(), i);
-            if (s->d_in != NULL)
-                ferry__be_mem_free(dev, s->d_in);
-            s->d_in = NULL;
-            p->plan.depth = i;
-            p->api.slot_wake = p->plan.depth / 4 ? p->plan.depth / 4 : 1;
-            rc = 0;
-            break;
-        }
-        for (int e = 0; e < EV_N; e++)
-            if ((rc = ferry__be_event_create(dev, 0, &s->ev[e])) != 0)
-                goto out_fail;
-        for (int e = 0; e < TEV_N; e++)
-            if ((rc = ferry__be_event_create(dev, FERRY_BE_EVENT_TIMING, &s->tev[e])) != 0)
-                goto out_fail;
-        /* A slot never used has nothing in flight: its (never recorded) events are done. */
-        for (int e = 0; e < EV_N; e++)
-            s->dep[e] = s->ev[e];
-        s->next_free = p->api.free_slots;
-        p->api.free_slots = s;
-        p->api.nfree_slots++;
-    }
-    /* Streams in creation order H2D, compute, D2H: the order decides which hardware queue
-     * each lands on (stream k -> queue k mod CUDA_DEVICE_MAX_CONNECTIONS). */
-    for (unsigned i = 0; i < p->plan.nstreams; i++) {
-        bool copy = i < p->plan.ncopy || i >= p->plan.ncopy + p->plan.ncomp;
-        p->stream_kind[i] = p->plan.single ? 'a' : i < p->plan.ncopy ? 'h' : (copy ? 'd' : 'c');
-        if ((rc = ferry__be_stream_create(dev, copy ? p->plan.copy_prio : p->plan.comp_prio,
-                                          &p->streams[i])) != 0)
-            goto out_fail;
-    }
-    ferry__wd_config_t wc = {
-        .own_thread = !virt,
-        .period_ns = p->plan.watchdog_ns,
-        .heartbeat_ns = p->plan.heartbeat_ns,
-        .factor = p->plan.deadline_factor,
-        .floor_ns = p->plan.deadline_floor_ns,
-        .heartbeat_priority = dev->props.priority_least,
-        .name = p->stage_name,
-        .on_deadline = ferry__pipe_wd_deadline,
-        .on_hang = ferry__pipe_wd_hang,
-        .ctx = p,
-    };
-    if ((rc = ferry__watchdog_create(dev, &wc, &p->wdog.wd)) != 0)
-        goto out_fail;
-    uint64_t link_ns = p->plan.link_sample_ns;
-    if (p->plan.bw_alert_ratio > 0 && link_ns > 0 && dev->props.link_gbps > 0) {
-        ferry__linkmon_config_t lc = {
-            .own_thread = !virt, .period_ns = link_ns, .own = &p->own_ring, .name = p->stage_name};
-        if ((rc = ferry__linkmon_create(dev, &lc, &p->link)) != 0)
-            goto out_fail;
-    }
     if (pthread_create(&p->completer, NULL, ferry__pipe_completion_main, p) != 0) {
         rc = ferry__error(FERRY_ENOMEM, "pipeline: cannot start the completion thread");
         goto out_fail;
