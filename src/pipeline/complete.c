@@ -149,9 +149,11 @@ static void wait_briefly(ferry_pipeline_t *p, uint64_t seen)
     pthread_mutex_unlock(&p->lock);
 }
 
-static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, pass_acc_t *a)
+/* The ladder's retries on the GPU for a failed chunk, while it allows them: each steps down a
+ * level first. Returns the last attempt's result. */
+static int retry_while_allowed(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now)
 {
-    batch_rec_t *b = s->batch;
+    const batch_rec_t *b = s->batch;
     while (err != 0 && ferry__ladder_may_retry(
                            &p->ladder, err, s->attempt,
                            !s->gpu_skipped && !s->abandoned && s->host_in != NULL &&
@@ -174,6 +176,51 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
             ferry__strlcpy(s->errmsg, ferry__last_error_text(), sizeof(s->errmsg));
         }
     }
+    return err;
+}
+
+/* A TIME_ANCHOR chunk: only where its streams got to, for the next sample. */
+static void note_anchor(ferry_pipeline_t *p, const slot_t *s, const uint64_t *t)
+{
+    uint64_t *le = p->comp.stream_end;
+    for (int i = 0; i < 3; i++) {
+        unsigned st = i == 0 ? s->h2d : i == 1 ? s->comp : s->d2h;
+        uint64_t e = t[2 * i + 1];
+        if ((s->anchor_ends & (1u << i)) && e > le[st])
+            le[st] = e;
+    }
+    /* Its copies' ends join the union of each direction's copies (retire_chunk), so that the next
+     * sampled chunk adds only the part of its copies that no earlier copy covered. */
+    if (s->anchor_ends & 1u)
+        p->comp.eng_end[0] =
+            p->comp.eng_end[0] > t[TEV_H2D_END] ? p->comp.eng_end[0] : t[TEV_H2D_END];
+    if (s->anchor_ends & 4u)
+        p->comp.eng_end[1] =
+            p->comp.eng_end[1] > t[TEV_D2H_END] ? p->comp.eng_end[1] : t[TEV_D2H_END];
+    if ((s->anchor_ends & 5u) == 5u && s->seq > p->comp.eng_seq)
+        p->comp.eng_seq = s->seq;
+}
+
+/* A traced chunk's three ops into the pass's trace records (@start: H2D, compute, D2H). */
+static void trace_ops(const slot_t *s, const uint64_t *start, const uint64_t *t, pass_acc_t *a)
+{
+    const batch_rec_t *b = s->batch;
+    trace_rec_t r = {b->id,    s->chunk,       (uint16_t)s->h2d, 'h',
+                     start[0], t[TEV_H2D_END], s->bytes,         s->nsub};
+    a->trace[a->ntrace++] = r;
+    r.stream = (uint16_t)s->comp, r.kind = 'c', r.start = start[1];
+    r.end = t[TEV_COMP_END];
+    a->trace[a->ntrace++] = r;
+    r.stream = (uint16_t)s->d2h, r.kind = 'd', r.start = start[2];
+    r.end = t[TEV_D2H_END];
+    a->trace[a->ntrace++] = r;
+}
+
+static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, pass_acc_t *a)
+{
+    batch_rec_t *b = s->batch;
+    if (err != 0)
+        err = retry_while_allowed(p, s, err, now);
     if (err != 0) {
         ferry__pipe_fall_back(p, s, err, now, a);
         return;
@@ -215,23 +262,8 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     if (!timed)
         return;
     uint64_t *le = p->comp.stream_end;
-    if (s->timing == TIME_ANCHOR) { /* only where its streams got to, for the next sample */
-        for (int i = 0; i < 3; i++) {
-            unsigned st = i == 0 ? s->h2d : i == 1 ? s->comp : s->d2h;
-            uint64_t e = t[2 * i + 1];
-            if ((s->anchor_ends & (1u << i)) && e > le[st])
-                le[st] = e;
-        }
-        /* Its copies' ends join the union of each direction's copies (below), so that the next
-         * sampled chunk adds only the part of its copies that no earlier copy covered. */
-        if (s->anchor_ends & 1u)
-            p->comp.eng_end[0] =
-                p->comp.eng_end[0] > t[TEV_H2D_END] ? p->comp.eng_end[0] : t[TEV_H2D_END];
-        if (s->anchor_ends & 4u)
-            p->comp.eng_end[1] =
-                p->comp.eng_end[1] > t[TEV_D2H_END] ? p->comp.eng_end[1] : t[TEV_D2H_END];
-        if ((s->anchor_ends & 5u) == 5u && s->seq > p->comp.eng_seq)
-            p->comp.eng_seq = s->seq;
+    if (s->timing == TIME_ANCHOR) {
+        note_anchor(p, s, t);
         return;
     }
     uint64_t hs, cs, ds;
@@ -296,15 +328,8 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     a->stream_timed[s->comp]++;
     a->stream_timed[s->d2h]++;
     if (s->traced && atomic_load_explicit(&p->sh.tracing, memory_order_relaxed)) {
-        trace_rec_t r = {b->id, s->chunk,       (uint16_t)s->h2d, 'h',
-                         hs,    t[TEV_H2D_END], s->bytes,         s->nsub};
-        a->trace[a->ntrace++] = r;
-        r.stream = (uint16_t)s->comp, r.kind = 'c', r.start = cs;
-        r.end = t[TEV_COMP_END];
-        a->trace[a->ntrace++] = r;
-        r.stream = (uint16_t)s->d2h, r.kind = 'd', r.start = ds;
-        r.end = t[TEV_D2H_END];
-        a->trace[a->ntrace++] = r;
+        uint64_t start[3] = {hs, cs, ds};
+        trace_ops(s, start, t, a);
     }
 }
 
