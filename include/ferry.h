@@ -523,8 +523,9 @@ typedef struct ferry_pipeline_stats {
         .size = sizeof(ferry_pipeline_stats_t)                                                     \
     }
 
-/** Fill @p out (caller sets size). Consistent once drained; after a close that returned 0,
- *  the figures as of that close. Returns 0 or FERRY_EINVAL. Thread-safe. */
+/** Fill @p out (caller sets size). A struct from an older ferry.h, smaller than this one, gets
+ *  the fields it has and nothing is written past its size. Consistent once drained; after a
+ *  close that returned 0, the figures as of that close. Returns 0 or FERRY_EINVAL. Thread-safe. */
 FERRY_EXTERN int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out);
 
 /** Write a Chrome trace (JSON, opens in ui.perfetto.dev) of every op the pipeline ran so far,

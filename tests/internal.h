@@ -12,7 +12,7 @@
 #include "backend/sim/sim.h"
 #include "core/runtime.h"
 #include "backend/sim/fault_spec.h"
-#include "pipeline/watchdog.h"
+#include "fault/watchdog.h"
 #include "sched/sched.h"
 
 /* Device 0 of the simulator backend on @profile, seed 1, or NULL when it does not open. The

@@ -89,6 +89,11 @@ static inline void ferry__cpu_relax(void)
 uint64_t ferry__mono_ns(void);
 /* Bounded string copy that always terminates (dst_len > 0). */
 void ferry__strlcpy(char *dst, const char *src, size_t dst_len);
+/* Copy a filled size-stamped struct @full (@full_size bytes, its size first) into the caller's
+ * @dst, whose size field says how much it holds: an older, smaller struct gets the fields it has
+ * and nothing past them; a newer, larger one keeps what lies past @full_size. The size field is
+ * left as the caller set it, which must be at least sizeof(size_t). */
+void ferry__sized_copy_out(void *dst, const void *full, size_t full_size);
 /* @s as a JSON string, quotes and escapes included (NULL: null). */
 void ferry__json_str(FILE *f, const char *s);
 /* Size-stamped struct check: the caller's struct must be at least as large as the first

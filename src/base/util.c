@@ -171,3 +171,12 @@ void ferry__json_str(FILE *f, const char *s)
     }
     fputc('"', f);
 }
+
+void ferry__sized_copy_out(void *dst, const void *full, size_t full_size)
+{
+    size_t n;
+    memcpy(&n, dst, sizeof(n));
+    if (n > full_size)
+        n = full_size;
+    memcpy((char *)dst + sizeof(size_t), (const char *)full + sizeof(size_t), n - sizeof(size_t));
+}

@@ -17,7 +17,7 @@
 
 #include "core/runtime.h"
 #include "ferry/metrics.h"
-#include "pipeline/pipeline_internal.h"
+#include "monitor/latency.h"
 
 enum kind { K_COUNTER, K_GAUGE, K_HISTOGRAM };
 static const char *const kind_names[] = {"counter", "gauge", "histogram"};
@@ -444,7 +444,7 @@ static void write_family(ferry_metrics_t *m, FILE *f, const pl_family_t *fam,
         size_t k = 0;
         for (attached_t *a = m->pipelines; a != NULL; a = a->next, k++) {
             uint64_t counts[FERRY__LAT_BUCKETS + 1], sum_ns = 0, count = 0;
-            ferry__latency_read(a->p, counts, &sum_ns, &count);
+            (void)ferry__lat_hist_read_owner(a->p, counts, &sum_ns, &count);
             put_histogram(f, fam->name, lab[k], ferry__lat_bounds_s, FERRY__LAT_BUCKETS, counts,
                           (double)sum_ns / 1e9);
         }

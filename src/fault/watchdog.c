@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "pipeline/watchdog.h"
+#include "fault/watchdog.h"
 
 #define MAX_HEADS FERRY_STATS_MAX_STREAMS
 /* Raises remembered for the overrun figure (the newest ones). */

@@ -16,8 +16,8 @@
  * after each completion pass. The two threads watch each other: the watchdog reports a
  * completion thread that stopped polling while chunks are in flight, and the completion thread
  * reports a watchdog that stopped stepping. */
-#ifndef FERRY_WATCHDOG_H
-#define FERRY_WATCHDOG_H
+#ifndef FERRY_FAULT_WATCHDOG_H
+#define FERRY_FAULT_WATCHDOG_H
 
 #include <stdbool.h>
 #include <stdint.h>
