@@ -87,6 +87,8 @@ static inline void ferry__cpu_relax(void)
 
 /* Monotonic wall clock in ns. */
 uint64_t ferry__mono_ns(void);
+/* The calling thread's id as the OS knows it (Linux: gettid), 0 where there is none. */
+long ferry__thread_id(void);
 /* Bounded string copy that always terminates (dst_len > 0). */
 void ferry__strlcpy(char *dst, const char *src, size_t dst_len);
 /* Copy a filled size-stamped struct @full (@full_size bytes, its size first) into the caller's

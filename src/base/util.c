@@ -7,6 +7,10 @@
 #include <string.h>
 #include <pthread.h>
 #include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#endif
 
 #include "base/base.h"
 
@@ -179,4 +183,13 @@ void ferry__sized_copy_out(void *dst, const void *full, size_t full_size)
     if (n > full_size)
         n = full_size;
     memcpy((char *)dst + sizeof(size_t), (const char *)full + sizeof(size_t), n - sizeof(size_t));
+}
+
+long ferry__thread_id(void)
+{
+#ifdef __linux__
+    return (long)syscall(SYS_gettid);
+#else
+    return 0;
+#endif
 }

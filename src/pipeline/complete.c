@@ -97,9 +97,34 @@ static void wait_for_work(ferry_pipeline_t *p, uint64_t seen)
  * to schedule the caller (one bench configuration gave 46.35 and 45.79 GB/s in two runs). A caller
  * that waits for its callbacks costs this much host time per wait, no virtual time. */
 #define CALLER_GRACE_NS 2000000u
+/* How long a caller that is still running (runnable, on Linux) may keep the device waiting:
+ * a caller the host does not schedule for a while (a loaded machine) is still taken to be back
+ * at once, up to this much host time. Beyond it the device runs on, as for a caller that
+ * sleeps: a caller that spins on a flag for its callbacks costs this much per wait. */
+#define CALLER_RUNNABLE_NS 50000000u
+
+/* Whether thread @tid of this process is running or waiting for a CPU (not asleep). Linux
+ * only (/proc/self/task/<tid>/stat); false elsewhere and on any error. */
+static bool thread_runnable(long tid)
+{
+    if (tid <= 0)
+        return false;
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/self/task/%ld/stat", tid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *c = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+    return c != NULL && c[1] == ' ' && c[2] == 'R';
+}
+
 static void wait_for_caller(ferry_pipeline_t *p, uint64_t seen)
 {
     pass_end(p);
+    uint64_t t0 = ferry__mono_ns();
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t at = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + CALLER_GRACE_NS;
@@ -111,9 +136,18 @@ static void wait_for_caller(ferry_pipeline_t *p, uint64_t seen)
     while (atomic_load_explicit(&p->sh.work_seq, memory_order_seq_cst) == seen && !p->api.closing &&
            atomic_load_explicit(&p->sh.drain_waiters, memory_order_seq_cst) == 0 &&
            ferry__bqueue_pushers_blocked(p->queue) == 0 &&
-           ferry__bqueue_len(p->queue) < p->plan.queue_depth)
-        if (pthread_cond_timedwait(&p->work_cv, &p->lock, &ts) == ETIMEDOUT)
+           ferry__bqueue_len(p->queue) < p->plan.queue_depth) {
+        if (pthread_cond_timedwait(&p->work_cv, &p->lock, &ts) != ETIMEDOUT)
+            continue;
+        /* The grace is over. A caller that still runs (or waits for a CPU) is on its way
+         * back, however long the host takes to run it: wait on, a grace at a time. */
+        long tid = atomic_load_explicit(&p->sh.caller_tid, memory_order_relaxed);
+        if (ferry__mono_ns() - t0 >= CALLER_RUNNABLE_NS || !thread_runnable(tid))
             break;
+        at += CALLER_GRACE_NS;
+        ts.tv_sec = (time_t)(at / 1000000000u);
+        ts.tv_nsec = (long)(at % 1000000000u);
+    }
     atomic_store_explicit(&p->sh.comp_sleeping, 0, memory_order_seq_cst);
     pthread_mutex_unlock(&p->lock);
 }
@@ -549,7 +583,9 @@ static bool recycle(ferry_pipeline_t *p, const pass_t *ps, const pass_acc_t *acc
             wake_issuer(p, false);
         /* Queued light batches that were short of slots: issue them here and now rather
          * than wake a thread for it. */
-        if (!p->api.token && p->api.nqueued > 0) {
+        if (!p->api.token && p->api.nqueued > 0 && p->plan.virtual_clock) {
+            hand_to_issuer(p);
+        } else if (!p->api.token && p->api.nqueued > 0) {
             p->api.token = true;
             atomic_store_explicit(&p->sh.busy, 1, memory_order_seq_cst);
             take_token = true;
@@ -581,10 +617,14 @@ static void adopt(ferry_pipeline_t *p, slot_t **head, slot_t **tail)
 }
 
 /* Call back: each finished batch's callback, once, on this thread; then the counters, the
- * records back to the submitters and a drain woken. */
-static void call_back(ferry_pipeline_t *p, batch_rec_t *fin)
+ * records back to the submitters and a drain woken. The batches are done at @pass_now, when
+ * this pass found them done (0: read the clock): not after the queued batches this thread has
+ * just issued (recycle), whose host time a virtual clock charges. Which thread issues those
+ * (this one, or the issuer thread when it held the token) is the host's scheduling; it moved a
+ * light batch's done time by a pass (120 us). */
+static void call_back(ferry_pipeline_t *p, batch_rec_t *fin, uint64_t pass_now)
 {
-    uint64_t now = read_clock(p);
+    uint64_t now = pass_now ? pass_now : read_clock(p);
     uint64_t ok = 0, on_cpu = 0, failed = 0, n = 0;
     batch_rec_t *last = NULL;
     for (batch_rec_t *b = fin; b != NULL; b = b->next) {
@@ -652,6 +692,18 @@ void *ferry__pipe_completion_main(void *arg)
     uint64_t grace_seen = UINT64_MAX;
     for (;;) {
         uint64_t seen = atomic_load_explicit(&p->sh.work_seq, memory_order_seq_cst);
+        /* A virtual clock: the caller is taken to be back at once (wait_for_caller), so the
+         * submits it makes at this virtual instant come before this pass, not only before the
+         * device moves on. Otherwise a pass retired (and its callbacks read the clock, and it
+         * issued queued batches) after however many submits the caller had got through, which
+         * the host's scheduling decides: light batches, issued as they come, finished at times
+         * 30-220 us apart in two runs. */
+        if (p->plan.virtual_clock && grace_seen != seen &&
+            atomic_load_explicit(&p->sh.busy, memory_order_seq_cst) == 0) {
+            grace_seen = seen; /* once per change of the work */
+            wait_for_caller(p, seen);
+            continue;
+        }
         /* A virtual clock is one host clock that every call charges: a pass run while another
          * thread issues would read it (and retire, stamp, charge) at a point of that thread's
          * work that only the host's scheduling decides. Passes run while nobody issues. */
@@ -673,7 +725,7 @@ void *ferry__pipe_completion_main(void *arg)
             ferry__pipe_run_queue(p, ROLE_COMPLETER);
 
         if (fin != NULL) {
-            call_back(p, fin);
+            call_back(p, fin, pass_now);
             continue;
         }
         if (ps.ndone > 0 || take_token)

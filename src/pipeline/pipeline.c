@@ -391,6 +391,8 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
      * sequentially consistent pair (count in, then read shut) against close's (set shut, then
      * read the count) means at least one side sees the other. */
     atomic_fetch_add_explicit(&p->sh.entering, 1, memory_order_seq_cst);
+    if (p->plan.virtual_clock) /* the caller whose return wait_for_caller waits for */
+        atomic_store_explicit(&p->sh.caller_tid, ferry__thread_id(), memory_order_relaxed);
     int rc;
     if (atomic_load_explicit(&p->sh.shut, memory_order_seq_cst))
         rc = ferry__error(FERRY_ECLOSED, "ferry_pipeline_submit: pipeline '%s' #%u is closed",
@@ -517,8 +519,11 @@ static int submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn
             p->api.st.queue_full_waits++;
         p->api.nqueued++;
         /* Nobody holds the token, so nobody would issue it: take the token and run the
-         * queue (handing it to the issuer thread if the batch at its head is not light). */
-        if (!p->api.token) {
+         * queue (handing it to the issuer thread if the batch at its head is not light). On a
+         * virtual clock the issuer thread issues everything (hand_to_issuer). */
+        if (!p->api.token && p->plan.virtual_clock) {
+            hand_to_issuer(p);
+        } else if (!p->api.token) {
             p->api.token = true;
             atomic_store_explicit(&p->sh.busy, 1, memory_order_seq_cst);
             run = true;

@@ -246,8 +246,9 @@ struct ferry__pipe_shared {
     /* Submitters and the API. */
     alignas(FERRY__CACHE_LINE) _Atomic unsigned entering; /* submits inside the call */
     _Atomic unsigned drain_waiters;                       /* changed under lock */
-    _Atomic int released; /* close released the resources (read by the runtime) */
-    _Atomic bool shut;    /* submits return FERRY_ECLOSED (written under lock) */
+    _Atomic long caller_tid; /* virtual clock: the thread that entered submit last */
+    _Atomic int released;    /* close released the resources (read by the runtime) */
+    _Atomic bool shut;       /* submits return FERRY_ECLOSED (written under lock) */
     /* Faults, read on every chunk, rarely written. gpu_lost: a sticky error ended the GPU path;
      * every later chunk takes the CPU fallback. hang_lost: it ended because a kernel ignored the
      * abort flag. */
@@ -388,6 +389,20 @@ static inline void wake_issuer(ferry_pipeline_t *p, bool all)
         pthread_cond_broadcast(&p->slot_cv);
     else
         pthread_cond_signal(&p->slot_cv);
+}
+
+/* Virtual clock: give the token to the issuer thread, busy from here (as wake_issuer). Only
+ * that thread issues on a virtual clock: when a submitting thread or the completion thread
+ * issued what was queued, which one did, and how far it had got when the other came by, was
+ * the host's scheduling, and it moved light batches' virtual times (a borrowed thread issues at
+ * most CALLER_QUEUE_BUDGET, then hands over; a pass that issues stamps after its issuing).
+ * The hand-off costs host time (a wake-up a batch at worst), not virtual time. Under lock. */
+static inline void hand_to_issuer(ferry_pipeline_t *p)
+{
+    p->api.token = true;
+    atomic_store_explicit(&p->sh.busy, 1, memory_order_seq_cst);
+    p->api.issuer_turn = true;
+    pthread_cond_signal(&p->issue_cv);
 }
 
 static inline void push_incoming(ferry_pipeline_t *p, slot_t *s)

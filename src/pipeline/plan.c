@@ -175,9 +175,10 @@ int ferry__pipe_plan_make(const ferry_pipeline_config_t *cfg, const ferry__pipe_
     if ((rc = plan_shape(cfg, env, out)) != 0)
         return rc;
     /* CUDA binds a device to the calling thread (cudaSetDevice): ferry must not change the
-     * caller's current device behind its back, so on such backends only ferry's threads issue. */
-    out->caller_issues = !env->native_stream;
+     * caller's current device behind its back, so on such backends only ferry's threads issue.
+     * On a virtual clock the issuer thread alone issues (hand_to_issuer). */
     out->virtual_clock = env->simulated;
+    out->caller_issues = !env->native_stream && !out->virtual_clock;
     plan_knobs(env, cfg->stage->ns_per_byte, out);
     return 0;
 }

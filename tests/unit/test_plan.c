@@ -73,7 +73,7 @@ static void test_defaults(void **state)
     assert_int_equal(pl.nworkers, 4); /* ncpu, at most 8 */
     assert_int_equal(pl.stage_threshold, 256 * 1024);
     assert_false(pl.single);
-    assert_true(pl.caller_issues);
+    assert_false(pl.caller_issues); /* a virtual clock: the issuer thread alone issues */
     assert_true(pl.virtual_clock);
     assert_false(pl.time_all);
     assert_false(pl.time_none);
@@ -113,8 +113,12 @@ static void test_config_wins(void **state)
     assert_int_equal(pl.queue_depth, 5);
     assert_int_equal(pl.nworkers, 3);
     assert_true(pl.nonblocking);
-    assert_false(pl.caller_issues);
+    assert_false(pl.caller_issues); /* CUDA: only ferry's threads issue */
     assert_false(pl.virtual_clock);
+    /* A real clock on a backend without native streams: callers issue light batches. */
+    f.env.native_stream = false;
+    assert_int_equal(ferry__pipe_plan_make(&f.cfg, &f.env, &pl), 0);
+    assert_true(pl.caller_issues);
     teardown(&f);
 }
 
