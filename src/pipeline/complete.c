@@ -275,7 +275,7 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     uint64_t t[TEV_N];
     bool timed = s->timing != TIME_NONE;
     for (int i = 0; timed && i < TEV_N; i++) {
-        bool used = s->timing == TIME_SAMPLE ||
+        bool used = s->timing == TIME_SAMPLE || (i == TEV_H2D_START && s->h2d_start_timed) ||
                     ((i & 1) && (s->timing != TIME_ANCHOR || (s->anchor_ends & (1u << (i >> 1)))));
         t[i] = 0;
         if (used && ferry__be_event_time_ns(p->dev, s->tev[i], &t[i]) != 0)
@@ -308,7 +308,9 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
          * after what it waits for (the issue, or the previous stage of the chunk). Exact for
          * in-order streams retired in issue order; with several D2H streams, chunks may retire
          * slightly out of order and a start is then clamped into [dependency, end]. */
-        hs = s->issue_ns > le[s->h2d] ? s->issue_ns : le[s->h2d];
+        hs = s->h2d_start_timed         ? t[TEV_H2D_START]
+             : s->issue_ns > le[s->h2d] ? s->issue_ns
+                                        : le[s->h2d];
         cs = t[TEV_H2D_END] > le[s->comp] ? t[TEV_H2D_END] : le[s->comp];
         ds = t[TEV_COMP_END] > le[s->d2h] ? t[TEV_COMP_END] : le[s->d2h];
     }

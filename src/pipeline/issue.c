@@ -151,7 +151,8 @@ static int issue_chunk(ferry_pipeline_t *p, slot_t *s)
     bool sample = s->timing == TIME_SAMPLE;
     ferry_be_event_t **dep = s->dep;
     s->issue_ns = ferry_device_now_ns(d);
-    if ((sample && (rc = ferry__be_event_record(d, s->tev[TEV_H2D_START], sh)) != 0) ||
+    if (((sample || s->h2d_start_timed) &&
+         (rc = ferry__be_event_record(d, s->tev[TEV_H2D_START], sh)) != 0) ||
         (rc = ferry__be_memcpy_h2d(d, sh, s->d_in, src, s->bytes)) != 0 ||
         (rc = ferry__be_event_record(d, dep[EV_H2D_END], sh)) != 0)
         return rc;
@@ -203,10 +204,18 @@ static uint32_t issue_one(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c, slot_
     unsigned ahead = p->iss.sample_in;
     p->iss.sample_in = ahead ? ahead - 1 : SAMPLE_EVERY - 1;
     s->timing = TIME_NONE;
+    s->h2d_start_timed = false;
     if (p->plan.time_all || s->traced) {
         s->timing = TIME_ENDS;
     } else if (!p->plan.time_none && ahead == 0) {
         s->timing = p->plan.anchors <= ANCHORS_MAX ? TIME_ENDS : TIME_SAMPLE;
+        /* With several copy streams the H2D's start is not where its stream's anchor ended:
+         * the other stream's copies run between, and the engine may idle before this one
+         * starts. Derived from the anchor it read 100% busy and raised a false H2D alert on
+         * the H200 (4 GiB, --copy-streams 2), so the sampled chunk times its H2D's start:
+         * one more event record per SAMPLE_EVERY chunks. */
+        s->h2d_start_timed =
+            s->timing == TIME_ENDS && !p->plan.single && level < 3 && p->plan.ncopy > 1;
     } else if (!p->plan.time_none && ahead <= p->plan.anchors && p->plan.anchors <= ANCHORS_MAX) {
         bool one = p->plan.single || level >= 3; /* everything on stream 0 */
         unsigned copies = one ? 1u : p->plan.ncopy,

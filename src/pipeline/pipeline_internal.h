@@ -35,7 +35,9 @@
  *                that ran last on its streams (ANCHORS_MAX at most: the copy streams' and the
  *                compute streams' count) are TIME_ANCHOR: their ends are timed (the timed
  *                events stand in for their untimed ones, so sampling adds no event record)
- *                and give the sampled chunk's starts, but they are not counted. A plan with
+ *                and give the sampled chunk's starts, but they are not counted (with two
+ *                or more copy streams the sampled chunk's H2D start is timed too:
+ *                h2d_start_timed, one record per sample). A plan with
  *                more streams than that takes TIME_SAMPLE: timed events before and after
  *                each op of the sampled chunk.
  * The traced chunks come first, so a traced chunk never derives its start from an untimed
@@ -97,6 +99,7 @@ typedef struct slot {
     unsigned char anchor_ends;    /* TIME_ANCHOR: the ends the next sample needs (1 H2D, 2
                                      kernel, 4 D2H) */
     bool traced;                  /* its ops go into the trace */
+    bool h2d_start_timed;         /* a sampled chunk's H2D start has a timed event of its own */
     struct slot *next_free;
     /* The chunk bound to the slot while it is in flight. */
     batch_rec_t *batch;
