@@ -24,7 +24,7 @@ wait $!
 rc_base=$?
 [ $rc_new = 0 ] || { tail -30 $OUT/build.log; exit 1; }
 [ $rc_base = 0 ] || { tail -30 $OUT/build-base.log; exit 1; }
-FERRY_TEST_BROWSER=none timeout 420 ctest --test-dir build-gpu -j 4 --output-on-failure \
+FERRY_TEST_BROWSER=none timeout 240 ctest --test-dir build-gpu -j 6 --output-on-failure \
   >$OUT/ctest.log 2>&1
 echo "ctest rc=$?"
 grep -E "tests passed|Failed|\*\*\*" $OUT/ctest.log | tail -8
