@@ -53,6 +53,16 @@ enum {
     TEV_N
 };
 enum chunk_timing { TIME_NONE, TIME_ENDS, TIME_SAMPLE, TIME_ANCHOR };
+
+/* The union of busy intervals of one engine class, exact for intervals that arrive in any
+ * order within its last FERRY__SPAN_KEEP disjoint pieces (a D2H of one copy stream retires
+ * before the other stream's earlier one): everything below floor counts as covered. */
+#define FERRY__SPAN_KEEP 8u
+typedef struct ferry__span_union {
+    uint64_t floor;
+    unsigned n;
+    uint64_t lo[FERRY__SPAN_KEEP], hi[FERRY__SPAN_KEEP]; /* sorted, disjoint, above floor */
+} ferry__span_union_t;
 /* The bandwidth monitor's window: timed copies per direction. */
 #define BW_WINDOW 8u
 /* Prime, so that the sampled chunks visit every stream of a round-robin plan (at most 16). */
@@ -205,15 +215,16 @@ struct ferry__pipe_comp {
     uint64_t chunks_cpu;
     uint64_t first_start, last_end;
     bool any_retired;
-    uint64_t stream_end[FERRY_STATS_MAX_STREAMS]; /* last end per stream */
-    uint64_t comp_end;                            /* end of the union of the timed kernels so far */
+    uint64_t stream_end[FERRY_STATS_MAX_STREAMS];   /* last end per stream */
+    ferry__span_union_t comp_busy;                  /* the union of the timed kernels so far */
     uint64_t stream_busy[FERRY_STATS_MAX_STREAMS];  /* of the timed ops */
     uint64_t stream_ops[FERRY_STATS_MAX_STREAMS];   /* ops retired, timed or not */
     uint64_t stream_timed[FERRY_STATS_MAX_STREAMS]; /* ops timed */
     uint64_t chunks_retired, chunks_timed;
     /* Where each copy direction's union of busy intervals has got to, and the sequence number
      * of the last timed chunk (the union is exact over consecutive timed chunks). */
-    uint64_t eng_end[2], eng_seq;
+    ferry__span_union_t eng[2];
+    uint64_t eng_seq;
 };
 
 /* The watchdog's side: its handle (made and destroyed by the API) and what its thread counts. */
@@ -456,7 +467,10 @@ void ferry__pipe_write_failure_record(ferry_pipeline_t *p, const slot_t *s, int 
 void ferry__pipe_wd_hang(void *ctx, const ferry__wd_head_t *h, uint64_t now, uint64_t since_abort,
                          bool heartbeat_stalled);
 size_t ferry__pipe_sub_bytes(const ferry_pipeline_t *p, const slot_t *s, uint32_t i, size_t *at);
-uint64_t ferry__pipe_union_add(uint64_t *upto, uint64_t start, uint64_t end);
+/* Add [@start, @end): returns the time it covers that the union did not. */
+uint64_t ferry__span_union_add(ferry__span_union_t *u, uint64_t start, uint64_t end);
+/* Count everything before @end as covered (adds nothing). */
+void ferry__span_union_cover(ferry__span_union_t *u, uint64_t end);
 int ferry__pipe_cpu_chunk(ferry_pipeline_t *p, const batch_rec_t *b, const void *in, void *out,
                           size_t n, size_t off, uint32_t chunk, uint32_t attempt, uint64_t seq);
 void ferry__pipe_batch_cpu_result(batch_rec_t *b, uint32_t ok, int rc);
