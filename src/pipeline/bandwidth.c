@@ -113,6 +113,73 @@ void ferry__span_union_cover(ferry__span_union_t *u, uint64_t end)
         u->floor = end;
 }
 
+/* The text of a window's change of state (@low: raised, else cleared) and, raised, its likely
+ * cause: small transfers, pageable memory, another process on the link (its rates into
+ * @foreign), both directions low, or the link itself. */
+static ferry_alert_cause_t alert_text(ferry_pipeline_t *p, int d, bool low, bool small, double gbps,
+                                      double judge, double expect, uint64_t now, char *text,
+                                      size_t len, double foreign[2])
+{
+    const struct bw_win *w = &p->comp.bw[d];
+    double link = p->dev->props.link_gbps;
+    uint64_t sizes[BW_WINDOW];
+    memcpy(sizes, w->bytes, sizeof(sizes));
+    qsort(sizes, BW_WINDOW, sizeof(sizes[0]), cmp_u64);
+    uint64_t median = sizes[BW_WINDOW / 2];
+    ferry_alert_cause_t cause = FERRY_CAUSE_UNKNOWN;
+    const char *dir = d == 0 ? "H2D" : "D2H";
+    char ref[112] = "";
+    if (expect > 0)
+        snprintf(ref, sizeof(ref), " (%.0f%% of the %.1f GB/s it delivers for these copies)",
+                 judge * 100, expect);
+    if (!low) {
+        snprintf(text, len, "%s copies back at %.1f GB/s, %.0f%% of the link's %.0f GB/s%s", dir,
+                 gbps, w->ratio * 100, link, ref);
+    } else if (small || (p->link_prof == NULL && median < (1u << 20))) {
+        cause = FERRY_CAUSE_SMALL_TRANSFERS;
+        if (p->plan.group > 1) /* copies merge already: what limits them is the batches */
+            snprintf(text, len,
+                     "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s%s: small transfers "
+                     "(median %llu KiB); each copy pays a fixed cost and copies merge only a "
+                     "batch's chunks: submit batches of 4 MiB or more",
+                     dir, gbps, w->ratio * 100, link, ref, (unsigned long long)(median >> 10));
+        else
+            snprintf(text, len,
+                     "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s%s: small transfers "
+                     "(median %llu KiB); each copy pays a fixed cost: use chunks of 4 MiB or "
+                     "more, or coalesce_bytes=8M to merge the copies of a batch's chunks",
+                     dir, gbps, w->ratio * 100, link, ref, (unsigned long long)(median >> 10));
+    } else if (!p->host_pinned) {
+        cause = FERRY_CAUSE_PAGEABLE;
+        snprintf(text, len,
+                 "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s%s: pageable host memory "
+                 "(pinning was refused): raise the locked-memory limit",
+                 dir, gbps, w->ratio * 100, link, ref);
+    } else if (foreign_traffic(p, now, link, foreign)) {
+        cause = FERRY_CAUSE_FOREIGN;
+        snprintf(text, len,
+                 "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s%s: another process moves "
+                 "data on the link (the link counts %.1f GB/s H2D and %.1f GB/s D2H that this "
+                 "pipeline did not move)",
+                 dir, gbps, w->ratio * 100, link, ref, foreign[0] / 1e9, foreign[1] / 1e9);
+    } else if (p->comp.bw[!d].n == BW_WINDOW && p->comp.bw[!d].alerting) {
+        cause = FERRY_CAUSE_CONTENTION;
+        snprintf(
+            text, len,
+            "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s%s, and the other direction "
+            "is low too: both directions contend for the host's side of the link",
+            dir, gbps, w->ratio * 100, link, ref);
+    } else {
+        snprintf(text, len,
+                 "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s%s: not small transfers, "
+                 "pageable memory or another process%s: the link may run below its rated "
+                 "generation or width (`ferry probe`)",
+                 dir, gbps, w->ratio * 100, link, ref,
+                 p->link == NULL ? " (not told: no link counter, or link_sample_ms 0)" : "");
+    }
+    return cause;
+}
+
 void ferry__pipe_bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, uint64_t now)
 {
     double link = p->dev->props.link_gbps;
@@ -167,64 +234,10 @@ void ferry__pipe_bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t 
     if ((low && w->alerting) || (!low && !high) || (high && !w->alerting))
         return;
     w->alerting = low;
-    uint64_t sizes[BW_WINDOW];
-    memcpy(sizes, w->bytes, sizeof(sizes));
-    qsort(sizes, BW_WINDOW, sizeof(sizes[0]), cmp_u64);
-    uint64_t median = sizes[BW_WINDOW / 2];
-    ferry_alert_cause_t cause = FERRY_CAUSE_UNKNOWN;
     char text[512];
     double foreign[2] = {0, 0};
-    const char *dir = d == 0 ? "H2D" : "D2H";
-    char ref[112] = "";
-    if (expect > 0)
-        snprintf(ref, sizeof(ref), " (%.0f%% of the %.1f GB/s it delivers for these copies)",
-                 judge * 100, expect);
-    if (!low) {
-        snprintf(text, sizeof(text),
-                 "%s copies back at %.1f GB/s, %.0f%% of the link's %.0f GB/s%s", dir, gbps,
-                 w->ratio * 100, link, ref);
-    } else if (small || (p->link_prof == NULL && median < (1u << 20))) {
-        cause = FERRY_CAUSE_SMALL_TRANSFERS;
-        if (p->plan.group > 1) /* copies merge already: what limits them is the batches */
-            snprintf(text, sizeof(text),
-                     "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s%s: small transfers "
-                     "(median %llu KiB); each copy pays a fixed cost and copies merge only a "
-                     "batch's chunks: submit batches of 4 MiB or more",
-                     dir, gbps, w->ratio * 100, link, ref, (unsigned long long)(median >> 10));
-        else
-            snprintf(text, sizeof(text),
-                     "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s%s: small transfers "
-                     "(median %llu KiB); each copy pays a fixed cost: use chunks of 4 MiB or "
-                     "more, or coalesce_bytes=8M to merge the copies of a batch's chunks",
-                     dir, gbps, w->ratio * 100, link, ref, (unsigned long long)(median >> 10));
-    } else if (!p->host_pinned) {
-        cause = FERRY_CAUSE_PAGEABLE;
-        snprintf(text, sizeof(text),
-                 "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s%s: pageable host memory "
-                 "(pinning was refused): raise the locked-memory limit",
-                 dir, gbps, w->ratio * 100, link, ref);
-    } else if (foreign_traffic(p, now, link, foreign)) {
-        cause = FERRY_CAUSE_FOREIGN;
-        snprintf(text, sizeof(text),
-                 "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s%s: another process moves "
-                 "data on the link (the link counts %.1f GB/s H2D and %.1f GB/s D2H that this "
-                 "pipeline did not move)",
-                 dir, gbps, w->ratio * 100, link, ref, foreign[0] / 1e9, foreign[1] / 1e9);
-    } else if (p->comp.bw[!d].n == BW_WINDOW && p->comp.bw[!d].alerting) {
-        cause = FERRY_CAUSE_CONTENTION;
-        snprintf(
-            text, sizeof(text),
-            "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s%s, and the other direction "
-            "is low too: both directions contend for the host's side of the link",
-            dir, gbps, w->ratio * 100, link, ref);
-    } else {
-        snprintf(text, sizeof(text),
-                 "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s%s: not small transfers, "
-                 "pageable memory or another process%s: the link may run below its rated "
-                 "generation or width (`ferry probe`)",
-                 dir, gbps, w->ratio * 100, link, ref,
-                 p->link == NULL ? " (not told: no link counter, or link_sample_ms 0)" : "");
-    }
+    ferry_alert_cause_t cause =
+        alert_text(p, d, low, small, gbps, judge, expect, now, text, sizeof(text), foreign);
     if (low) {
         p->comp.bw_alerts++;
         trace_note(p, d == 0 ? NOTE_BW_H2D : NOTE_BW_D2H, 0, 0, now);

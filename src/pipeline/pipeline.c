@@ -246,6 +246,69 @@ static int start_monitors(ferry_pipeline_t *p, bool virt)
     return 0;
 }
 
+/* The pipeline's state beyond its plan: the streams counted against the device's queues, the
+ * link's copy curve for the bandwidth monitor, the alert callback, the ladder, the locks.
+ * Returns 0 or the failure log's error. */
+static int init_state(ferry_pipeline_t *p, const ferry_pipeline_config_t *cfg)
+{
+    ferry_device_t *dev = p->dev;
+    /* The stream plan against the hardware queues: CUDA spreads a context's streams over
+     * CUDA_DEVICE_MAX_CONNECTIONS queues; more active streams than queues share them, and a
+     * stream can then wait behind another's blocked work. Round-robin issue (what ferry does)
+     * keeps them concurrent at any value (FACTS.md), so this is said, not refused. */
+    p->context_streams =
+        __atomic_add_fetch(&dev->active_streams, p->plan.nstreams, __ATOMIC_RELAXED);
+    p->counted_streams = true;
+    if (p->context_streams > dev->connections)
+        ferry_log(FERRY_LOG_WARN, "pipeline",
+                  "%u streams are active on device %d (this pipeline's %u included) and "
+                  "CUDA_DEVICE_MAX_CONNECTIONS gives %u queues: streams share queues; ferry "
+                  "issues round-robin, which keeps them concurrent (`ferry connections "
+                  "--recommend --streams %u`)",
+                  p->context_streams, dev->index, p->plan.nstreams, dev->connections,
+                  p->context_streams);
+    if (p->plan.bw_alert_ratio > 0 && (p->link_prof = malloc(sizeof(*p->link_prof))) != NULL &&
+        ferry__device_link_profile(dev, p->link_prof) != 0) {
+        free(p->link_prof); /* no curve for this link: the theoretical rate alone */
+        p->link_prof = NULL;
+    }
+    if (cfg->size > offsetof(ferry_pipeline_config_t, alert_arg)) {
+        p->on_alert = cfg->on_alert;
+        p->alert_arg = cfg->alert_arg;
+    }
+    p->comp.lat_ewma_ns = p->plan.lat_init_ns;
+    int rc = ferry__failure_log_open(&p->comp.flog, p->plan.failure_log);
+    p->ladder.gpu_retries = p->plan.gpu_retries;
+    atomic_store_explicit(&p->sh.tracing, p->plan.trace, memory_order_relaxed);
+    ferry__mutex_init_adaptive(&p->lock);
+    pthread_cond_init(&p->issue_cv, NULL);
+    pthread_cond_init(&p->slot_cv, NULL);
+    pthread_cond_init(&p->work_cv, NULL);
+    pthread_cond_init(&p->pass_cv, NULL);
+    pthread_cond_init(&p->drain_cv, NULL);
+    p->api.st.size = sizeof(p->api.st);
+    return rc;
+}
+
+/* Start the completion and issuer threads. Returns 0 or FERRY_ENOMEM (message set). */
+static int start_threads(ferry_pipeline_t *p)
+{
+    int rc;
+    if (pthread_create(&p->completer, NULL, ferry__pipe_completion_main, p) != 0) {
+        rc = ferry__error(FERRY_ENOMEM, "pipeline: cannot start the completion thread");
+        return rc;
+    }
+    p->api.completer_started = true;
+    pthread_setname_np(p->completer, "ferry-complete");
+    if (pthread_create(&p->issuer, NULL, ferry__pipe_issuer_main, p) != 0) {
+        rc = ferry__error(FERRY_ENOMEM, "pipeline: cannot start the issuer thread");
+        return rc;
+    }
+    p->api.issuer_started = true;
+    pthread_setname_np(p->issuer, "ferry-issue");
+    return 0;
+}
+
 int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **out)
 {
     if (cfg == NULL || out == NULL)
@@ -293,42 +356,8 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     p->stage.name = p->stage_name;
     p->plan = plan;
     p->api.slot_wake = p->plan.depth / 4 ? p->plan.depth / 4 : 1;
-    /* The stream plan against the hardware queues: CUDA spreads a context's streams over
-     * CUDA_DEVICE_MAX_CONNECTIONS queues; more active streams than queues share them, and a
-     * stream can then wait behind another's blocked work. Round-robin issue (what ferry does)
-     * keeps them concurrent at any value (FACTS.md), so this is said, not refused. */
-    p->context_streams =
-        __atomic_add_fetch(&dev->active_streams, p->plan.nstreams, __ATOMIC_RELAXED);
-    p->counted_streams = true;
-    if (p->context_streams > dev->connections)
-        ferry_log(FERRY_LOG_WARN, "pipeline",
-                  "%u streams are active on device %d (this pipeline's %u included) and "
-                  "CUDA_DEVICE_MAX_CONNECTIONS gives %u queues: streams share queues; ferry "
-                  "issues round-robin, which keeps them concurrent (`ferry connections "
-                  "--recommend --streams %u`)",
-                  p->context_streams, dev->index, p->plan.nstreams, dev->connections,
-                  p->context_streams);
-    if (p->plan.bw_alert_ratio > 0 && (p->link_prof = malloc(sizeof(*p->link_prof))) != NULL &&
-        ferry__device_link_profile(dev, p->link_prof) != 0) {
-        free(p->link_prof); /* no curve for this link: the theoretical rate alone */
-        p->link_prof = NULL;
-    }
-    if (cfg->size > offsetof(ferry_pipeline_config_t, alert_arg)) {
-        p->on_alert = cfg->on_alert;
-        p->alert_arg = cfg->alert_arg;
-    }
-    p->comp.lat_ewma_ns = p->plan.lat_init_ns;
-    if ((rc = ferry__failure_log_open(&p->comp.flog, p->plan.failure_log)) != 0)
+    if ((rc = init_state(p, cfg)) != 0)
         goto out_fail;
-    p->ladder.gpu_retries = p->plan.gpu_retries;
-    atomic_store_explicit(&p->sh.tracing, p->plan.trace, memory_order_relaxed);
-    ferry__mutex_init_adaptive(&p->lock);
-    pthread_cond_init(&p->issue_cv, NULL);
-    pthread_cond_init(&p->slot_cv, NULL);
-    pthread_cond_init(&p->work_cv, NULL);
-    pthread_cond_init(&p->pass_cv, NULL);
-    pthread_cond_init(&p->drain_cv, NULL);
-    p->api.st.size = sizeof(p->api.st);
 
     if ((rc = ferry__bqueue_create(p->plan.queue_depth, sizeof(batch_rec_t *), &p->queue)) != 0 ||
         (rc = ferry__workers_create(p->plan.nworkers, "ferry-worker", &p->workers)) != 0)
@@ -349,18 +378,8 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     if ((rc = make_slots(p, span)) != 0 || (rc = make_streams(p)) != 0 ||
         (rc = start_monitors(p, virt)) != 0)
         goto out_fail;
-    if (pthread_create(&p->completer, NULL, ferry__pipe_completion_main, p) != 0) {
-        rc = ferry__error(FERRY_ENOMEM, "pipeline: cannot start the completion thread");
+    if ((rc = start_threads(p)) != 0)
         goto out_fail;
-    }
-    p->api.completer_started = true;
-    pthread_setname_np(p->completer, "ferry-complete");
-    if (pthread_create(&p->issuer, NULL, ferry__pipe_issuer_main, p) != 0) {
-        rc = ferry__error(FERRY_ENOMEM, "pipeline: cannot start the issuer thread");
-        goto out_fail;
-    }
-    p->api.issuer_started = true;
-    pthread_setname_np(p->issuer, "ferry-issue");
     ferry_log(FERRY_LOG_INFO, "pipeline",
               "created: stage %s, chunk %zu, %u per copy, depth %u, streams %u H2D + %u compute "
               "+ %u D2H, queue %lld, workers %lld",
@@ -408,8 +427,10 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
     return rc;
 }
 
-static int submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn cb, void *arg,
-                  uint64_t *id)
+/* A batch as the header promises it (size set, exactly one input, no partial overlap, fewer
+ * than 2^32 chunks): 0 with its chunks in *@nchunks, or FERRY_EINVAL / FERRY_ERANGE. */
+static int check_batch(const ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn cb,
+                       uint64_t *nchunks)
 {
     if (batch == NULL || cb == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_submit: NULL pipeline, batch or "
@@ -422,8 +443,8 @@ static int submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn
                             "ferry_pipeline_submit: a batch of %zu bytes needs "
                             "exactly one of in and prepare",
                             batch->bytes);
-    uint64_t nchunks = batch->bytes / p->plan.chunk + (batch->bytes % p->plan.chunk != 0);
-    if (nchunks > UINT32_MAX)
+    uint64_t n = batch->bytes / p->plan.chunk + (batch->bytes % p->plan.chunk != 0);
+    if (n > UINT32_MAX)
         return ferry__error(FERRY_ERANGE,
                             "ferry_pipeline_submit: %zu bytes make more than 2^32 "
                             "chunks of %zu",
@@ -434,6 +455,80 @@ static int submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn
             return ferry__error(FERRY_EINVAL, "ferry_pipeline_submit: in and out overlap "
                                               "partially");
     }
+    *nchunks = n;
+    return 0;
+}
+
+/* Queue @b (not issued directly) with @nchunks counted in submitting; hand the issue token
+ * on when nobody holds it. Returns what ferry_pipeline_submit returns; on an error @b goes back
+ * to the free records and the callback is never called. */
+static int submit_queued(ferry_pipeline_t *p, batch_rec_t *b, uint64_t my_id, uint64_t *id)
+{
+    /* A callback (or prepare function) of this pipeline must not wait for room in its queue:
+     * the queue empties as slots come back, and slots come back through the thread that runs
+     * the callback. Such a submit never blocks; on a full queue it is refused. */
+    bool own = on_own_thread(p);
+    bool waited = false;
+    int rc = ferry__bqueue_push(p->queue, &b, !p->plan.nonblocking && !own, &waited);
+    bool run = false;
+    pthread_mutex_lock(&p->lock);
+    ferry__pipe_pass_wait(p);
+    p->api.submitting--;
+    if (rc != 0) {
+        if (rc == FERRY_EAGAIN)
+            p->api.st.queue_full_eagain++;
+        b->next = p->api.free_recs; /* not queued, so still ours */
+        p->api.free_recs = b;
+    } else {
+        p->api.submitted++;
+        p->api.st.batches_submitted++;
+        if (waited)
+            p->api.st.queue_full_waits++;
+        p->api.nqueued++;
+        /* Nobody holds the token, so nobody would issue it: take the token and run the
+         * queue (handing it to the issuer thread if the batch at its head is not light). On a
+         * virtual clock the issuer thread issues everything (hand_to_issuer). */
+        if (!p->api.token && p->plan.virtual_clock) {
+            hand_to_issuer(p);
+        } else if (!p->api.token) {
+            p->api.token = true;
+            atomic_store_explicit(&p->sh.busy, 1, memory_order_seq_cst);
+            run = true;
+        }
+    }
+    /* Refused, with nobody issuing: the device may move on (see ferry__pipe_run_queue). */
+    if (!run && !p->api.token && p->api.submitting == 0 && p->plan.virtual_clock)
+        set_busy(p, false, true);
+    else if (p->plan.virtual_clock)
+        poke(p, true); /* submitter_runs() changed */
+    pthread_mutex_unlock(&p->lock);
+    if (rc == FERRY_EAGAIN && !p->plan.nonblocking)
+        return ferry__error(FERRY_EBUSY,
+                            "ferry_pipeline_submit: the queue of pipeline '%s' #%u is full and "
+                            "this is one of its callbacks: waiting for room would deadlock (room "
+                            "is made by the thread running the callback)",
+                            p->stage_name, p->serial);
+    if (rc == FERRY_ECLOSED)
+        return ferry__error(FERRY_ECLOSED, "ferry_pipeline_submit: pipeline '%s' #%u is closed",
+                            p->stage_name, p->serial);
+    if (rc != 0)
+        return rc == FERRY_EAGAIN
+                   ? FERRY_EAGAIN
+                   : ferry__error(rc, "ferry_pipeline_submit: %s", ferry_strerror(rc));
+    if (run)
+        ferry__pipe_run_queue(p, ROLE_CALLER);
+    if (id != NULL)
+        *id = my_id;
+    return 0;
+}
+
+static int submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn cb, void *arg,
+                  uint64_t *id)
+{
+    uint64_t nchunks = 0;
+    int vrc = check_batch(p, batch, cb, &nchunks);
+    if (vrc != 0)
+        return vrc;
     uint64_t nslots = nchunks / p->plan.group + (nchunks % p->plan.group != 0);
     /* Cheap enough to issue on whichever thread holds the token, without waiting. */
     bool light = batch->bytes == 0 || (batch->prepare == NULL && batch->bytes <= LIGHT_MAX_BYTES &&
@@ -497,62 +592,7 @@ static int submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn
         return 0;
     }
 
-    /* A callback (or prepare function) of this pipeline must not wait for room in its queue:
-     * the queue empties as slots come back, and slots come back through the thread that runs
-     * the callback. Such a submit never blocks; on a full queue it is refused. */
-    bool own = on_own_thread(p);
-    bool waited = false;
-    int rc = ferry__bqueue_push(p->queue, &b, !p->plan.nonblocking && !own, &waited);
-    bool run = false;
-    pthread_mutex_lock(&p->lock);
-    ferry__pipe_pass_wait(p);
-    p->api.submitting--;
-    if (rc != 0) {
-        if (rc == FERRY_EAGAIN)
-            p->api.st.queue_full_eagain++;
-        b->next = p->api.free_recs; /* not queued, so still ours */
-        p->api.free_recs = b;
-    } else {
-        p->api.submitted++;
-        p->api.st.batches_submitted++;
-        if (waited)
-            p->api.st.queue_full_waits++;
-        p->api.nqueued++;
-        /* Nobody holds the token, so nobody would issue it: take the token and run the
-         * queue (handing it to the issuer thread if the batch at its head is not light). On a
-         * virtual clock the issuer thread issues everything (hand_to_issuer). */
-        if (!p->api.token && p->plan.virtual_clock) {
-            hand_to_issuer(p);
-        } else if (!p->api.token) {
-            p->api.token = true;
-            atomic_store_explicit(&p->sh.busy, 1, memory_order_seq_cst);
-            run = true;
-        }
-    }
-    /* Refused, with nobody issuing: the device may move on (see ferry__pipe_run_queue). */
-    if (!run && !p->api.token && p->api.submitting == 0 && p->plan.virtual_clock)
-        set_busy(p, false, true);
-    else if (p->plan.virtual_clock)
-        poke(p, true); /* submitter_runs() changed */
-    pthread_mutex_unlock(&p->lock);
-    if (rc == FERRY_EAGAIN && !p->plan.nonblocking)
-        return ferry__error(FERRY_EBUSY,
-                            "ferry_pipeline_submit: the queue of pipeline '%s' #%u is full and "
-                            "this is one of its callbacks: waiting for room would deadlock (room "
-                            "is made by the thread running the callback)",
-                            p->stage_name, p->serial);
-    if (rc == FERRY_ECLOSED)
-        return ferry__error(FERRY_ECLOSED, "ferry_pipeline_submit: pipeline '%s' #%u is closed",
-                            p->stage_name, p->serial);
-    if (rc != 0)
-        return rc == FERRY_EAGAIN
-                   ? FERRY_EAGAIN
-                   : ferry__error(rc, "ferry_pipeline_submit: %s", ferry_strerror(rc));
-    if (run)
-        ferry__pipe_run_queue(p, ROLE_CALLER);
-    if (id != NULL)
-        *id = my_id;
-    return 0;
+    return submit_queued(p, b, my_id, id);
 }
 
 int ferry_pipeline_drain(ferry_pipeline_t *p)
