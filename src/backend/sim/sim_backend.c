@@ -77,6 +77,26 @@ static struct sim_op *op_new(ferry_be_stream_t *s, enum sim_op_kind kind, const 
     return op;
 }
 
+/* op_new() for a call that makes one op and nothing else under the lock: takes the device lock,
+ * which stays held on success until op_submit(); on failure it is released again. */
+static int op_begin(ferry_be_stream_t *s, enum sim_op_kind kind, const char *what,
+                    struct sim_op **out)
+{
+    int rc = 0;
+    lock(s->dev);
+    *out = op_new(s, kind, what, &rc);
+    if (*out == NULL)
+        unlock(s->dev);
+    return rc;
+}
+
+/* Ends an op_begin(): hands @op to the model and releases the device lock. */
+static void op_submit(struct ferry_be_device *dev, struct sim_op *op)
+{
+    ferry__sim_submit(dev, op);
+    unlock(dev);
+}
+
 /* ---- address ranges ---------------------------------------------------------------------- */
 
 /* Index of the last range starting at or below @p, or -1. */
@@ -509,51 +529,47 @@ static void sim_event_destroy(ferry_be_event_t *e)
     free(e);
 }
 
-static int sim_event_record(ferry_be_event_t *e, ferry_be_stream_t *s)
+/* The two calls that put an event on a stream: a record (@kind SIM_OP_RECORD) and a wait
+ * (SIM_OP_WAIT). Both want the event and the stream on one device, else @mismatch_rc with the
+ * text @mismatch. */
+static int event_op(ferry_be_event_t *e, ferry_be_stream_t *s, enum sim_op_kind kind,
+                    const char *what, int mismatch_rc, const char *mismatch)
 {
     if (e == NULL || s == NULL)
-        return ferry__error(FERRY_EINVAL, "sim: event_record: NULL event or stream");
+        return ferry__error(FERRY_EINVAL, "sim: %s: NULL event or stream", what);
     if (e->dev != s->dev)
-        return ferry__error(FERRY_EINVAL, "sim: event_record: event and stream belong to "
-                                          "different devices");
+        return ferry__error(mismatch_rc, "sim: %s: %s", what, mismatch);
     struct ferry_be_device *dev = s->dev;
-    int rc = 0;
-    lock(dev);
-    struct sim_op *op = op_new(s, SIM_OP_RECORD, "event_record", &rc);
-    if (op == NULL)
-        goto out_unlock;
-    charge(dev, dev->prof.event_record_ns);
-    op->refs++; /* the event's */
-    ferry__sim_op_unref(dev, e->last);
-    e->last = op;
-    ferry__sim_submit(dev, op);
-out_unlock:
-    unlock(dev);
-    return rc;
+    struct sim_op *op;
+    int rc = op_begin(s, kind, what, &op);
+    if (rc != 0)
+        return rc;
+    if (kind == SIM_OP_RECORD) {
+        charge(dev, dev->prof.event_record_ns);
+        op->refs++; /* the event's */
+        ferry__sim_op_unref(dev, e->last);
+        e->last = op;
+    } else {
+        /* The record in force now, as cudaStreamWaitEvent: later records of @e do not matter. */
+        op->u.wait.target = e->last;
+        if (e->last != NULL)
+            e->last->refs++;
+        charge(dev, dev->prof.stream_wait_ns);
+    }
+    op_submit(dev, op);
+    return 0;
+}
+
+static int sim_event_record(ferry_be_event_t *e, ferry_be_stream_t *s)
+{
+    return event_op(e, s, SIM_OP_RECORD, "event_record", FERRY_EINVAL,
+                    "event and stream belong to different devices");
 }
 
 static int sim_stream_wait_event(ferry_be_stream_t *s, ferry_be_event_t *e)
 {
-    if (e == NULL || s == NULL)
-        return ferry__error(FERRY_EINVAL, "sim: stream_wait_event: NULL event or stream");
-    if (e->dev != s->dev)
-        return ferry__error(FERRY_ENOTSUP, "sim: stream_wait_event: waiting on another "
-                                           "device's event is not modelled");
-    struct ferry_be_device *dev = s->dev;
-    int rc = 0;
-    lock(dev);
-    struct sim_op *op = op_new(s, SIM_OP_WAIT, "stream_wait_event", &rc);
-    if (op == NULL)
-        goto out_unlock;
-    /* The record in force now, as cudaStreamWaitEvent: later records of @e do not matter. */
-    op->u.wait.target = e->last;
-    if (e->last != NULL)
-        e->last->refs++;
-    charge(dev, dev->prof.stream_wait_ns);
-    ferry__sim_submit(dev, op);
-out_unlock:
-    unlock(dev);
-    return rc;
+    return event_op(e, s, SIM_OP_WAIT, "stream_wait_event", FERRY_ENOTSUP,
+                    "waiting on another device's event is not modelled");
 }
 
 static int sim_event_query(ferry_be_event_t *e)
@@ -720,11 +736,10 @@ static int sim_launch(ferry_be_stream_t *s, const ferry_be_launch_t *l)
                                            "simulator runs a kernel by calling it (set "
                                            "ferry_stage_t.cpu)");
     struct ferry_be_device *dev = s->dev;
-    int rc = 0;
-    lock(dev);
-    struct sim_op *op = op_new(s, SIM_OP_KERNEL, "launch", &rc);
-    if (op == NULL)
-        goto out_unlock;
+    struct sim_op *op;
+    int rc = op_begin(s, SIM_OP_KERNEL, "launch", &op);
+    if (rc != 0)
+        return rc;
     op->u.kern.l = *l;
     op->u.kern.blocks = l->blocks > 0 ? l->blocks : 1; /* a grid has at least one block */
     /* No kernel that reads and writes args.bytes beats one pass at the device-to-device rate
@@ -740,10 +755,8 @@ static int sim_launch(ferry_be_stream_t *s, const ferry_be_launch_t *l)
     }
     op->u.kern.priority = s->priority;
     charge(dev, dev->prof.launch_ns);
-    ferry__sim_submit(dev, op);
-out_unlock:
-    unlock(dev);
-    return rc;
+    op_submit(dev, op);
+    return 0;
 }
 
 /* ---- hooks for tests and tools ---------------------------------------------------------- */
@@ -837,12 +850,10 @@ static int sim_heartbeat(ferry_be_stream_t *s, volatile uint64_t *word, uint64_t
 {
     if (s == NULL || word == NULL)
         return ferry__error(FERRY_EINVAL, "sim: heartbeat: NULL stream or word");
-    struct ferry_be_device *dev = s->dev;
-    int rc = 0;
-    lock(dev);
-    struct sim_op *op = op_new(s, SIM_OP_KERNEL, "heartbeat", &rc);
-    if (op == NULL)
-        goto out_unlock;
+    struct sim_op *op;
+    int rc = op_begin(s, SIM_OP_KERNEL, "heartbeat", &op);
+    if (rc != 0)
+        return rc;
     op->u.kern.l = (ferry_be_launch_t){
         .cpu = heartbeat_store,
         .args = {.size = sizeof(ferry_kernel_args_t), .out = (void *)word, .batch_id = value},
@@ -852,11 +863,9 @@ static int sim_heartbeat(ferry_be_stream_t *s, volatile uint64_t *word, uint64_t
     op->u.kern.blocks = 1;
     op->u.kern.heartbeat = true;
     op->u.kern.priority = s->priority;
-    charge(dev, dev->prof.launch_ns);
-    ferry__sim_submit(dev, op);
-out_unlock:
-    unlock(dev);
-    return rc;
+    charge(s->dev, s->dev->prof.launch_ns);
+    op_submit(s->dev, op);
+    return 0;
 }
 
 const ferry_backend_ops_t ferry__sim_backend = {
