@@ -25,18 +25,16 @@ struct pctx {
 
 static const char *type_name(const cJSON *it)
 {
-    if (cJSON_IsNumber(it))
-        return "a number";
-    if (cJSON_IsString(it))
-        return "a string";
-    if (cJSON_IsBool(it))
-        return "a boolean";
-    if (cJSON_IsNull(it))
-        return "null";
-    if (cJSON_IsArray(it))
-        return "an array";
-    if (cJSON_IsObject(it))
-        return "an object";
+    static const struct {
+        cJSON_bool (*is)(const cJSON *const item);
+        const char *name;
+    } types[] = {
+        {cJSON_IsNumber, "a number"}, {cJSON_IsString, "a string"}, {cJSON_IsBool, "a boolean"},
+        {cJSON_IsNull, "null"},       {cJSON_IsArray, "an array"},  {cJSON_IsObject, "an object"},
+    };
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+        if (types[i].is(it))
+            return types[i].name;
     return "an invalid value";
 }
 
@@ -126,16 +124,6 @@ static int get_int_opt(const struct pctx *c, const cJSON *obj, const char *where
     return 0;
 }
 
-static int get_int(const struct pctx *c, const cJSON *obj, const char *where, const char *key,
-                   int64_t min, int64_t max, int *out)
-{
-    int64_t v;
-    int rc = get_int_opt(c, obj, where, key, true, 0, min, max, &v);
-    if (rc == 0)
-        *out = (int)v;
-    return rc;
-}
-
 static int get_u64(const struct pctx *c, const cJSON *obj, const char *where, const char *key,
                    int64_t min, int64_t max, uint64_t *out)
 {
@@ -218,67 +206,6 @@ static int parse_source(const struct pctx *c, const cJSON *root)
     return rc;
 }
 
-static int parse_device(const struct pctx *c, const cJSON *root, struct ferry_sim_profile *p)
-{
-    static const char *const keys[] = {"sms",
-                                       "cc",
-                                       "memory_bytes",
-                                       "l2_bytes",
-                                       "copy_engines",
-                                       "max_resident_grids",
-                                       "priority_least",
-                                       "priority_greatest",
-                                       "d2d_gbps",
-                                       "connections_default",
-                                       NULL};
-    const cJSON *d;
-    int rc = get_object(c, root, "", "device", &d);
-    if (rc == 0)
-        rc = check_keys(c, d, "device", keys);
-    if (rc == 0)
-        rc = get_int(c, d, "device", "sms", 1, 100000, &p->sms);
-    if (rc == 0)
-        rc = get_cc(c, d, p);
-    if (rc == 0)
-        rc = get_u64(c, d, "device", "memory_bytes", 1, INT64_MAX, &p->memory_bytes);
-    if (rc == 0)
-        rc = get_u64(c, d, "device", "l2_bytes", 0, INT64_MAX, &p->l2_bytes);
-    if (rc == 0)
-        rc = get_int(c, d, "device", "copy_engines", 1, 64, &p->copy_engines);
-    if (rc == 0)
-        rc = get_int(c, d, "device", "max_resident_grids", 1, 4096, &p->max_resident_grids);
-    if (rc == 0)
-        rc = get_int(c, d, "device", "priority_least", -64, 64, &p->priority_least);
-    if (rc == 0)
-        rc = get_int(c, d, "device", "priority_greatest", -64, 64, &p->priority_greatest);
-    if (rc == 0 && p->priority_greatest > p->priority_least)
-        rc = ferry__error(FERRY_EPARSE,
-                          "%s: key \"device.priority_greatest\" (%d) must be <= "
-                          "\"device.priority_least\" (%d): numerically lower is higher priority",
-                          c->file, p->priority_greatest, p->priority_least);
-    if (rc == 0)
-        rc = get_positive(c, d, "device", "d2d_gbps", 1e6, &p->d2d_gbps);
-    if (rc == 0)
-        rc = get_int(c, d, "device", "connections_default", 1, 32, &p->connections_default);
-    return rc;
-}
-
-static int parse_pcie(const struct pctx *c, const cJSON *root, struct ferry_sim_profile *p)
-{
-    static const char *const keys[] = {"gen", "width", "theoretical_gbps", NULL};
-    const cJSON *o;
-    int rc = get_object(c, root, "", "pcie", &o);
-    if (rc == 0)
-        rc = check_keys(c, o, "pcie", keys);
-    if (rc == 0)
-        rc = get_int(c, o, "pcie", "gen", 1, 16, &p->pcie_gen);
-    if (rc == 0)
-        rc = get_int(c, o, "pcie", "width", 1, 64, &p->pcie_width);
-    if (rc == 0)
-        rc = get_positive(c, o, "pcie", "theoretical_gbps", 1e5, &p->pcie_gbps);
-    return rc;
-}
-
 static int parse_curve(const struct pctx *c, const cJSON *copy, const char *key,
                        struct ferry_sim_curve *out)
 {
@@ -328,72 +255,146 @@ static int parse_curve(const struct pctx *c, const cJSON *copy, const char *key,
     return 0;
 }
 
-static int parse_copy(const struct pctx *c, const cJSON *root, struct ferry_sim_profile *p)
+/* The device's priorities, read just before: CUDA's range runs from least to greatest. */
+static int check_priorities(const struct pctx *c, const cJSON *o, struct ferry_sim_profile *p)
 {
-    static const char *const keys[] = {
-        "h2d_engines",       "d2h_engines",       "h2d", "d2h", "bidirectional_factor",
-        "pageable_h2d_gbps", "pageable_d2h_gbps", NULL};
-    const cJSON *o;
-    int rc = get_object(c, root, "", "copy", &o);
-    if (rc == 0)
-        rc = check_keys(c, o, "copy", keys);
-    if (rc == 0)
-        rc = get_int(c, o, "copy", "h2d_engines", 1, 64, &p->engines[FERRY_SIM_H2D]);
-    if (rc == 0)
-        rc = get_int(c, o, "copy", "d2h_engines", 1, 64, &p->engines[FERRY_SIM_D2H]);
-    if (rc == 0)
-        rc = parse_curve(c, o, "h2d", &p->curve[FERRY_SIM_H2D]);
-    if (rc == 0)
-        rc = parse_curve(c, o, "d2h", &p->curve[FERRY_SIM_D2H]);
-    if (rc == 0)
-        rc = get_positive(c, o, "copy", "bidirectional_factor", 1.0, &p->bidir_factor);
-    if (rc == 0)
-        rc = get_positive(c, o, "copy", "pageable_h2d_gbps", 1e5, &p->pageable_gbps[FERRY_SIM_H2D]);
-    if (rc == 0)
-        rc = get_positive(c, o, "copy", "pageable_d2h_gbps", 1e5, &p->pageable_gbps[FERRY_SIM_D2H]);
-    return rc;
+    (void)o;
+    if (p->priority_greatest > p->priority_least)
+        return ferry__error(FERRY_EPARSE,
+                            "%s: key \"device.priority_greatest\" (%d) must be <= "
+                            "\"device.priority_least\" (%d): numerically lower is higher priority",
+                            c->file, p->priority_greatest, p->priority_least);
+    return 0;
 }
 
-static int parse_host(const struct pctx *c, const cJSON *root, struct ferry_sim_profile *p)
+/* One key of a section: how it is read and where in the profile it goes. The rows of a section
+ * stand in the order the keys are read and listed in messages. */
+enum field_kind {
+    F_INT,      /* an int in [min, max] */
+    F_U64,      /* a uint64_t in [min, max] */
+    F_U64_OPT,  /* the same, optional, 0 when absent */
+    F_POSITIVE, /* a double in (0, top] */
+    F_CURVE,    /* a copy curve (parse_curve) */
+    F_CALL,     /* call(); a row without a key is a check of the keys read before it */
+};
+struct field {
+    const char *key;
+    enum field_kind kind;
+    size_t off;
+    int64_t min, max;
+    double top;
+    int (*call)(const struct pctx *c, const cJSON *o, struct ferry_sim_profile *p);
+};
+#define FIELD_AT(member) .off = offsetof(struct ferry_sim_profile, member)
+#define FIELD_INT(k, member, lo, hi)                                                               \
+    {                                                                                              \
+        k, F_INT, FIELD_AT(member), .min = lo, .max = hi                                           \
+    }
+#define FIELD_U64(k, member, lo, hi)                                                               \
+    {                                                                                              \
+        k, F_U64, FIELD_AT(member), .min = lo, .max = hi                                           \
+    }
+#define FIELD_POSITIVE(k, member, hi)                                                              \
+    {                                                                                              \
+        k, F_POSITIVE, FIELD_AT(member), .top = hi                                                 \
+    }
+
+#define MAX_CALL_NS 1000000000LL   /* 1 s per call is already absurd */
+#define MAX_GIB_NS  100000000000LL /* 100 s per GiB */
+
+static const struct field device_fields[] = {
+    FIELD_INT("sms", sms, 1, 100000),
+    {"cc", F_CALL, .call = get_cc},
+    FIELD_U64("memory_bytes", memory_bytes, 1, INT64_MAX),
+    FIELD_U64("l2_bytes", l2_bytes, 0, INT64_MAX),
+    FIELD_INT("copy_engines", copy_engines, 1, 64),
+    FIELD_INT("max_resident_grids", max_resident_grids, 1, 4096),
+    FIELD_INT("priority_least", priority_least, -64, 64),
+    FIELD_INT("priority_greatest", priority_greatest, -64, 64),
+    {NULL, F_CALL, .call = check_priorities},
+    FIELD_POSITIVE("d2d_gbps", d2d_gbps, 1e6),
+    FIELD_INT("connections_default", connections_default, 1, 32),
+};
+static const struct field pcie_fields[] = {
+    FIELD_INT("gen", pcie_gen, 1, 16),
+    FIELD_INT("width", pcie_width, 1, 64),
+    FIELD_POSITIVE("theoretical_gbps", pcie_gbps, 1e5),
+};
+static const struct field copy_fields[] = {
+    FIELD_INT("h2d_engines", engines[FERRY_SIM_H2D], 1, 64),
+    FIELD_INT("d2h_engines", engines[FERRY_SIM_D2H], 1, 64),
+    {"h2d", F_CURVE, FIELD_AT(curve[FERRY_SIM_H2D])},
+    {"d2h", F_CURVE, FIELD_AT(curve[FERRY_SIM_D2H])},
+    FIELD_POSITIVE("bidirectional_factor", bidir_factor, 1.0),
+    FIELD_POSITIVE("pageable_h2d_gbps", pageable_gbps[FERRY_SIM_H2D], 1e5),
+    FIELD_POSITIVE("pageable_d2h_gbps", pageable_gbps[FERRY_SIM_D2H], 1e5),
+};
+static const struct field host_fields[] = {
+    FIELD_U64("copy_submit_ns", copy_submit_ns, 0, MAX_CALL_NS),
+    FIELD_U64("launch_ns", launch_ns, 0, MAX_CALL_NS),
+    FIELD_U64("event_record_ns", event_record_ns, 0, MAX_CALL_NS),
+    FIELD_U64("stream_wait_ns", stream_wait_ns, 0, MAX_CALL_NS),
+    FIELD_U64("register_ns_per_gib", register_ns_per_gib, 0, MAX_GIB_NS),
+    FIELD_U64("unregister_ns_per_gib", unregister_ns_per_gib, 0, MAX_GIB_NS),
+    {"pin_limit_bytes", F_U64_OPT, FIELD_AT(pin_limit_bytes), .min = 0, .max = 1LL << 50},
+};
+static const struct field defaults_fields[] = {
+    FIELD_U64("chunk_bytes", default_chunk_bytes, 1, 1073741824),
+};
+
+/* The sections below the root that hold numbers, in the order they are read. */
+static const struct section {
+    const char *name;
+    const struct field *fields;
+    size_t n;
+} sections[] = {
+#define SECTION(name)                                                                              \
+    {                                                                                              \
+#name, name##_fields, sizeof(name##_fields) / sizeof(name##_fields[0])                     \
+    }
+    SECTION(device), SECTION(pcie), SECTION(copy), SECTION(host), SECTION(defaults),
+#undef SECTION
+};
+
+static int read_field(const struct pctx *c, const cJSON *o, const char *where,
+                      const struct field *f, struct ferry_sim_profile *p)
 {
-    static const char *const keys[] = {"copy_submit_ns",      "launch_ns",
-                                       "event_record_ns",     "stream_wait_ns",
-                                       "register_ns_per_gib", "unregister_ns_per_gib",
-                                       "pin_limit_bytes",     NULL};
-    const int64_t max_call = 1000000000;    /* 1 s per call is already absurd */
-    const int64_t max_gib = 100000000000LL; /* 100 s per GiB */
-    const cJSON *o;
-    int rc = get_object(c, root, "", "host", &o);
-    if (rc == 0)
-        rc = check_keys(c, o, "host", keys);
-    if (rc == 0)
-        rc = get_u64(c, o, "host", "copy_submit_ns", 0, max_call, &p->copy_submit_ns);
-    if (rc == 0)
-        rc = get_u64(c, o, "host", "launch_ns", 0, max_call, &p->launch_ns);
-    if (rc == 0)
-        rc = get_u64(c, o, "host", "event_record_ns", 0, max_call, &p->event_record_ns);
-    if (rc == 0)
-        rc = get_u64(c, o, "host", "stream_wait_ns", 0, max_call, &p->stream_wait_ns);
-    if (rc == 0)
-        rc = get_u64(c, o, "host", "register_ns_per_gib", 0, max_gib, &p->register_ns_per_gib);
-    if (rc == 0)
-        rc = get_u64(c, o, "host", "unregister_ns_per_gib", 0, max_gib, &p->unregister_ns_per_gib);
-    int64_t lim = 0;
-    if (rc == 0)
-        rc = get_int_opt(c, o, "host", "pin_limit_bytes", false, 0, 0, 1LL << 50, &lim);
-    p->pin_limit_bytes = (uint64_t)lim;
-    return rc;
+    void *dst = (char *)p + f->off;
+    int64_t v = 0;
+    int rc;
+    switch (f->kind) {
+    case F_INT:
+    case F_U64:
+    case F_U64_OPT:
+        rc = get_int_opt(c, o, where, f->key, f->kind != F_U64_OPT, 0, f->min, f->max, &v);
+        if (rc == 0 && f->kind == F_INT)
+            *(int *)dst = (int)v;
+        else if (rc == 0)
+            *(uint64_t *)dst = (uint64_t)v;
+        return rc;
+    case F_POSITIVE: return get_positive(c, o, where, f->key, f->top, dst);
+    case F_CURVE: return parse_curve(c, o, f->key, dst);
+    case F_CALL: return f->call(c, o, p);
+    }
+    return ferry__error(FERRY_EINVAL, "sim profile: bad field kind %d", (int)f->kind);
 }
 
-static int parse_defaults(const struct pctx *c, const cJSON *root, struct ferry_sim_profile *p)
+/* The object @sec->name of @root: only its keys, each read into @p. */
+static int parse_section(const struct pctx *c, const cJSON *root, const struct section *sec,
+                         struct ferry_sim_profile *p)
 {
-    static const char *const keys[] = {"chunk_bytes", NULL};
+    const char *keys[16];
+    size_t nkeys = 0;
+    for (size_t i = 0; i < sec->n; i++)
+        if (sec->fields[i].key != NULL)
+            keys[nkeys++] = sec->fields[i].key;
+    keys[nkeys] = NULL;
     const cJSON *o;
-    int rc = get_object(c, root, "", "defaults", &o);
+    int rc = get_object(c, root, "", sec->name, &o);
     if (rc == 0)
-        rc = check_keys(c, o, "defaults", keys);
-    if (rc == 0)
-        rc = get_u64(c, o, "defaults", "chunk_bytes", 1, 1073741824, &p->default_chunk_bytes);
+        rc = check_keys(c, o, sec->name, keys);
+    for (size_t i = 0; rc == 0 && i < sec->n; i++)
+        rc = read_field(c, o, sec->name, &sec->fields[i], p);
     return rc;
 }
 
@@ -418,16 +419,8 @@ static int parse_root(const struct pctx *c, const cJSON *root, struct ferry_sim_
     if (rc == 0)
         rc = get_int_opt(c, root, "", "devices", false, 1, 1, 64, &devices);
     p->devices = (int)devices;
-    if (rc == 0)
-        rc = parse_device(c, root, p);
-    if (rc == 0)
-        rc = parse_pcie(c, root, p);
-    if (rc == 0)
-        rc = parse_copy(c, root, p);
-    if (rc == 0)
-        rc = parse_host(c, root, p);
-    if (rc == 0)
-        rc = parse_defaults(c, root, p);
+    for (size_t i = 0; rc == 0 && i < sizeof(sections) / sizeof(sections[0]); i++)
+        rc = parse_section(c, root, &sections[i], p);
     return rc;
 }
 
