@@ -96,65 +96,71 @@ static int choice_index(const char *choices, const char *v)
     return -1;
 }
 
+/* A number for option @inf (size, uint, int or double) into @out; @as_double is its value
+ * for the range check. */
+static int parse_number(const ferry_option_info_t *inf, const char *text, opt_value_t *out,
+                        double *as_double)
+{
+    int rc;
+    switch (inf->type) {
+    case FERRY_OPT_SIZE:
+    case FERRY_OPT_UINT:
+        rc = inf->type == FERRY_OPT_SIZE ? ferry_parse_size(text, &out->u)
+                                         : ferry__parse_u64(text, &out->u);
+        *as_double = (double)out->u;
+        return rc;
+    case FERRY_OPT_INT:
+        rc = ferry__parse_i64(text, &out->i);
+        *as_double = (double)out->i;
+        return rc;
+    default:
+        rc = ferry__parse_double(text, &out->d);
+        *as_double = out->d;
+        return rc;
+    }
+}
+
+/* Why a number for @inf was refused (@rc): the kind of number and its range. */
+static int number_error(int rc, const ferry_option_info_t *inf, const char *src, const char *text,
+                        bool no_max)
+{
+    char want[128];
+    if (inf->type == FERRY_OPT_SIZE)
+        snprintf(want, sizeof(want),
+                 "a byte count from %.0f to %.0f, with an optional K, M or G suffix (e.g. 8M)",
+                 inf->min, inf->max);
+    else if (inf->type == FERRY_OPT_DOUBLE)
+        snprintf(want, sizeof(want), "a decimal number from %g to %g (e.g. 0.5 or 1e-2)", inf->min,
+                 inf->max);
+    else if (no_max) /* the double 2^64-1 rounds up to 2^64: print the largest uint64_t itself */
+        snprintf(want, sizeof(want), "an integer from %.0f to %llu", inf->min,
+                 (unsigned long long)UINT64_MAX);
+    else
+        snprintf(want, sizeof(want), "an integer from %.0f to %.0f", inf->min, inf->max);
+    return ferry__error(rc, "%s: '%s' is not accepted: %s", src, text, want);
+}
+
 /* Parse @text for option @i into @val / @str. @src names the source for messages ("option
  * chunk_bytes" or "environment variable FERRY_CHUNK_BYTES"). */
 static int parse_value(size_t i, const char *text, const char *src, opt_value_t *val, char **str)
 {
     const ferry_option_info_t *inf = &option_table[i];
-    int rc = 0;
     *str = NULL;
     switch (inf->type) {
-    case FERRY_OPT_SIZE: {
-        uint64_t u = 0;
-        rc = ferry_parse_size(text, &u);
-        if (rc == 0 && ((double)u < inf->min || (double)u > inf->max))
-            rc = FERRY_ERANGE;
-        if (rc != 0)
-            return ferry__error(rc,
-                                "%s: '%s' is not accepted: a byte count from %.0f to %.0f, "
-                                "with an optional K, M or G suffix (e.g. 8M)",
-                                src, text, inf->min, inf->max);
-        val->u = u;
-        return 0;
-    }
-    case FERRY_OPT_UINT: {
-        uint64_t u = 0;
-        rc = ferry__parse_u64(text, &u);
-        if (rc == 0 && ((double)u < inf->min || (inf->max < 1.8e19 && (double)u > inf->max)))
-            rc = FERRY_ERANGE;
-        if (rc != 0) {
-            /* The double 2^64-1 rounds up to 2^64: print the largest uint64_t itself. */
-            if (inf->max >= 1.8e19)
-                return ferry__error(rc, "%s: '%s' is not accepted: an integer from %.0f to %llu",
-                                    src, text, inf->min, (unsigned long long)UINT64_MAX);
-            return ferry__error(rc, "%s: '%s' is not accepted: an integer from %.0f to %.0f", src,
-                                text, inf->min, inf->max);
-        }
-        val->u = u;
-        return 0;
-    }
-    case FERRY_OPT_INT: {
-        int64_t v = 0;
-        rc = ferry__parse_i64(text, &v);
-        if (rc == 0 && ((double)v < inf->min || (double)v > inf->max))
-            rc = FERRY_ERANGE;
-        if (rc != 0)
-            return ferry__error(rc, "%s: '%s' is not accepted: an integer from %.0f to %.0f", src,
-                                text, inf->min, inf->max);
-        val->i = v;
-        return 0;
-    }
+    case FERRY_OPT_SIZE:
+    case FERRY_OPT_UINT:
+    case FERRY_OPT_INT:
     case FERRY_OPT_DOUBLE: {
+        opt_value_t v = {0};
         double d = 0;
-        rc = ferry__parse_double(text, &d);
-        if (rc == 0 && (d < inf->min || d > inf->max))
+        /* A uint option up to UINT64_MAX has no upper bound a double can test. */
+        bool no_max = inf->type == FERRY_OPT_UINT && inf->max >= 1.8e19;
+        int rc = parse_number(inf, text, &v, &d);
+        if (rc == 0 && (d < inf->min || (!no_max && d > inf->max)))
             rc = FERRY_ERANGE;
         if (rc != 0)
-            return ferry__error(rc,
-                                "%s: '%s' is not accepted: a decimal number from %g to %g "
-                                "(e.g. 0.5 or 1e-2)",
-                                src, text, inf->min, inf->max);
-        val->d = d;
+            return number_error(rc, inf, src, text, no_max);
+        *val = v;
         return 0;
     }
     case FERRY_OPT_BOOL: {
