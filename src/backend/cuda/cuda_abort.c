@@ -20,6 +20,19 @@ void ferry__cuda_abort_open(struct ferry_be_device *dev)
     pthread_mutex_init(&dev->abort.mu, NULL);
 }
 
+/* Frees what build() made, the stream first; what was not made is NULL. */
+static void free_slab(struct ferry_cuda_abort *a)
+{
+    if (a->stream != NULL)
+        cudaStreamDestroy(a->stream);
+    if (a->slab != NULL)
+        cudaFree(a->slab);
+    cudaFreeHost(a->mirror);
+    a->stream = NULL;
+    a->slab = NULL;
+    a->mirror = NULL;
+}
+
 void ferry__cuda_abort_close(struct ferry_be_device *dev)
 {
     struct ferry_cuda_abort *a = &dev->abort;
@@ -30,9 +43,7 @@ void ferry__cuda_abort_close(struct ferry_be_device *dev)
                   "the process ends",
                   dev->index, SLAB);
     } else if (a->ready) {
-        cudaStreamDestroy(a->stream);
-        cudaFree(a->slab);
-        cudaFreeHost(a->mirror);
+        free_slab(a);
     }
     pthread_mutex_destroy(&a->mu);
 }
@@ -97,12 +108,12 @@ static int build(struct ferry_be_device *dev)
     e = cudaMalloc((void **)&a->slab, SLAB);
     if (e != cudaSuccess) {
         rc = ferry__cuda_fail(e, "cudaMalloc(%zu bytes) for the abort words", SLAB);
-        goto out_mirror;
+        goto out_free;
     }
     e = cudaStreamCreateWithPriority(&a->stream, cudaStreamNonBlocking, dev->prio_greatest);
     if (e != cudaSuccess) {
         rc = ferry__cuda_fail(e, "cudaStreamCreateWithPriority for the abort words");
-        goto out_slab;
+        goto out_free;
     }
     /* Zeroed with a copy, not a memset (which may be a kernel), and waited for once. */
     e = cudaMemcpyAsync(a->slab, a->mirror, SLAB, cudaMemcpyHostToDevice, a->stream);
@@ -110,19 +121,13 @@ static int build(struct ferry_be_device *dev)
         e = cudaStreamSynchronize(a->stream);
     if (e != cudaSuccess) {
         rc = ferry__cuda_fail(e, "zeroing the abort words");
-        goto out_stream;
+        goto out_free;
     }
     find_write_value(dev);
     a->ready = true;
     return 0;
-out_stream:
-    cudaStreamDestroy(a->stream);
-out_slab:
-    cudaFree(a->slab);
-out_mirror:
-    cudaFreeHost(a->mirror);
-    a->mirror = NULL;
-    a->slab = NULL;
+out_free:
+    free_slab(a);
     return rc;
 }
 

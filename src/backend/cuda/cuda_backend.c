@@ -280,16 +280,58 @@ out_warn:
 
 /* ---- streams ----------------------------------------------------------------------------- */
 
+/* A release whose caller cannot fail (a destroy): @e, what @call returned, is translated and
+ * logged as a warning of @op. */
+static void warn_release(cudaError_t e, const char *op, const char *call)
+{
+    if (e == cudaSuccess)
+        return;
+    ferry__cuda_fail(e, "%s", call);
+    ferry_log(FERRY_LOG_WARN, "cuda", "%s: %s", op, ferry__last_error_text());
+}
+
+/* The start of a call @op on a @what (a stream, an event) of @dev, NULL when the call was given
+ * none: that is an error, else @dev is made current. */
+static int enter(const ferry_be_device_t *dev, const char *op, const char *what)
+{
+    if (dev == NULL)
+        return ferry__error(FERRY_EINVAL, "cuda: %s: NULL %s", op, what);
+    return ferry__cuda_use_device(dev->index);
+}
+
+/* The zeroed record of a new stream or event of @dev, made current, for the call @op. */
+static int new_record(ferry_be_device_t *dev, size_t size, const char *op, void **out)
+{
+    int rc = ferry__cuda_use_device(dev->index);
+    if (rc != 0)
+        return rc;
+    *out = calloc(1, size);
+    if (*out == NULL)
+        return ferry__error(FERRY_ENOMEM, "cuda: %s: out of memory", op);
+    return 0;
+}
+
+/* Ends a stream or event of @dev (one of @st, @ev is set) and frees its record @obj. A
+ * destroy cannot fail: a failed release is logged. */
+static void destroy_record(ferry_be_device_t *dev, cudaStream_t st, cudaEvent_t ev, void *obj)
+{
+    if (ferry__cuda_use_device(dev->index) == 0) {
+        if (st != NULL)
+            warn_release(cudaStreamDestroy(st), "stream_destroy", "cudaStreamDestroy");
+        else
+            warn_release(cudaEventDestroy(ev), "event_destroy", "cudaEventDestroy");
+    }
+    free(obj);
+}
+
 static int cuda_stream_create(ferry_be_device_t *dev, int priority, ferry_be_stream_t **out)
 {
     if (dev == NULL || out == NULL)
         return ferry__error(FERRY_EINVAL, "cuda: stream_create: NULL device or out");
-    int rc = ferry__cuda_use_device(dev->index);
+    struct ferry_be_stream *s;
+    int rc = new_record(dev, sizeof(*s), "stream_create", (void **)&s);
     if (rc != 0)
         return rc;
-    struct ferry_be_stream *s = calloc(1, sizeof(*s));
-    if (s == NULL)
-        return ferry__error(FERRY_ENOMEM, "cuda: stream_create: out of memory");
     /* Non-blocking: no implicit synchronisation with the legacy default stream, which ferry
      * never uses. CUDA clamps the priority into [greatest, least]; so does the record here. */
     cudaError_t e = cudaStreamCreateWithPriority(&s->st, cudaStreamNonBlocking, priority);
@@ -306,24 +348,12 @@ static int cuda_stream_create(ferry_be_device_t *dev, int priority, ferry_be_str
     return 0;
 }
 
-/* A release whose caller cannot fail (a destroy): @e, what @call returned, is translated and
- * logged as a warning of @op. */
-static void warn_release(cudaError_t e, const char *op, const char *call)
-{
-    if (e == cudaSuccess)
-        return;
-    ferry__cuda_fail(e, "%s", call);
-    ferry_log(FERRY_LOG_WARN, "cuda", "%s: %s", op, ferry__last_error_text());
-}
-
 static void cuda_stream_destroy(ferry_be_stream_t *s)
 {
     if (s == NULL)
         return;
     /* Returns at once; work already queued on the stream still completes. */
-    if (ferry__cuda_use_device(s->dev->index) == 0)
-        warn_release(cudaStreamDestroy(s->st), "stream_destroy", "cudaStreamDestroy");
-    free(s);
+    destroy_record(s->dev, s->st, NULL, s);
 }
 
 static void *cuda_stream_native(ferry_be_stream_t *s)
@@ -333,9 +363,7 @@ static void *cuda_stream_native(ferry_be_stream_t *s)
 
 static int cuda_stream_sync(ferry_be_stream_t *s)
 {
-    if (s == NULL)
-        return ferry__error(FERRY_EINVAL, "cuda: stream_sync: NULL stream");
-    int rc = ferry__cuda_use_device(s->dev->index);
+    int rc = enter(s != NULL ? s->dev : NULL, "stream_sync", "stream");
     if (rc != 0)
         return rc;
     cudaError_t e = cudaStreamSynchronize(s->st);
@@ -357,12 +385,10 @@ static int cuda_event_create(ferry_be_device_t *dev, unsigned flags, ferry_be_ev
         return ferry__error(FERRY_EINVAL, "cuda: event_create: NULL device or out");
     if (flags & ~FERRY_BE_EVENT_TIMING)
         return ferry__error(FERRY_EINVAL, "cuda: event_create: unknown flags 0x%x", flags);
-    int rc = ferry__cuda_use_device(dev->index);
+    struct ferry_be_event *ev;
+    int rc = new_record(dev, sizeof(*ev), "event_create", (void **)&ev);
     if (rc != 0)
         return rc;
-    struct ferry_be_event *ev = calloc(1, sizeof(*ev));
-    if (ev == NULL)
-        return ferry__error(FERRY_ENOMEM, "cuda: event_create: out of memory");
     /* Timing only when asked for: a timed event costs its stream a few microseconds of device
      * time (docs/cuda.md). No blocking sync: ferry polls, never waits. */
     ev->timing = (flags & FERRY_BE_EVENT_TIMING) != 0;
@@ -382,9 +408,7 @@ static void cuda_event_destroy(ferry_be_event_t *e)
 {
     if (e == NULL)
         return;
-    if (ferry__cuda_use_device(e->dev->index) == 0)
-        warn_release(cudaEventDestroy(e->ev), "event_destroy", "cudaEventDestroy");
-    free(e);
+    destroy_record(e->dev, NULL, e->ev, e);
 }
 
 static int cuda_event_record(ferry_be_event_t *e, ferry_be_stream_t *s)
@@ -434,9 +458,7 @@ static int query(struct ferry_be_event *e, size_t index, size_t n)
 
 static int cuda_event_query(ferry_be_event_t *e)
 {
-    if (e == NULL)
-        return ferry__error(FERRY_EINVAL, "cuda: event_query: NULL event");
-    int rc = ferry__cuda_use_device(e->dev->index);
+    int rc = enter(e != NULL ? e->dev : NULL, "event_query", "event");
     if (rc != 0)
         return rc;
     return query(e, 0, 1);
@@ -509,34 +531,37 @@ static int cuda_event_time_ns(ferry_be_event_t *e, uint64_t *out)
 
 /* ---- work -------------------------------------------------------------------------------- */
 
-static int cuda_memcpy_h2d(ferry_be_stream_t *s, void *dst_dev, const void *src_host, size_t bytes)
+/* One copy on @s, host to device (@dir 0) or device to host (1). */
+static int cuda_memcpy(ferry_be_stream_t *s, int dir, void *dst, const void *src, size_t bytes)
 {
-    if (s == NULL || dst_dev == NULL || src_host == NULL)
-        return ferry__error(FERRY_EINVAL, "cuda: memcpy_h2d: NULL stream or pointer");
+    static const struct {
+        const char *op, *range, *call;
+        enum cudaMemcpyKind kind;
+    } dirs[2] = {
+        {"memcpy_h2d", "ferry H2D", "H2D", cudaMemcpyHostToDevice},
+        {"memcpy_d2h", "ferry D2H", "D2H", cudaMemcpyDeviceToHost},
+    };
+    if (s == NULL || dst == NULL || src == NULL)
+        return ferry__error(FERRY_EINVAL, "cuda: %s: NULL stream or pointer", dirs[dir].op);
     int rc = ferry__cuda_use_device(s->dev->index);
     if (rc != 0)
         return rc;
-    range_push("ferry H2D");
-    cudaError_t e = cudaMemcpyAsync(dst_dev, src_host, bytes, cudaMemcpyHostToDevice, s->st);
+    range_push(dirs[dir].range);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, dirs[dir].kind, s->st);
     range_pop();
     if (e != cudaSuccess)
-        return ferry__cuda_fail(e, "cudaMemcpyAsync(H2D, %zu bytes)", bytes);
+        return ferry__cuda_fail(e, "cudaMemcpyAsync(%s, %zu bytes)", dirs[dir].call, bytes);
     return 0;
+}
+
+static int cuda_memcpy_h2d(ferry_be_stream_t *s, void *dst_dev, const void *src_host, size_t bytes)
+{
+    return cuda_memcpy(s, 0, dst_dev, src_host, bytes);
 }
 
 static int cuda_memcpy_d2h(ferry_be_stream_t *s, void *dst_host, const void *src_dev, size_t bytes)
 {
-    if (s == NULL || dst_host == NULL || src_dev == NULL)
-        return ferry__error(FERRY_EINVAL, "cuda: memcpy_d2h: NULL stream or pointer");
-    int rc = ferry__cuda_use_device(s->dev->index);
-    if (rc != 0)
-        return rc;
-    range_push("ferry D2H");
-    cudaError_t e = cudaMemcpyAsync(dst_host, src_dev, bytes, cudaMemcpyDeviceToHost, s->st);
-    range_pop();
-    if (e != cudaSuccess)
-        return ferry__cuda_fail(e, "cudaMemcpyAsync(D2H, %zu bytes)", bytes);
-    return 0;
+    return cuda_memcpy(s, 1, dst_host, src_dev, bytes);
 }
 
 static int cuda_launch(ferry_be_stream_t *s, const ferry_be_launch_t *l)

@@ -61,6 +61,18 @@ static int sample(struct ferry_cuda_clock *c, cudaEvent_t ev, uint64_t limit_ns,
     }
 }
 
+/* Ends what ferry__cuda_clock_open() made, in reverse; a handle not made is NULL. */
+static void release(struct ferry_cuda_clock *c)
+{
+    if (c->spare != NULL)
+        cudaEventDestroy(c->spare);
+    if (c->ref != NULL)
+        cudaEventDestroy(c->ref);
+    if (c->stream != NULL)
+        cudaStreamDestroy(c->stream);
+    pthread_mutex_destroy(&c->mu);
+}
+
 int ferry__cuda_clock_open(struct ferry_be_device *dev)
 {
     struct ferry_cuda_clock *c = &dev->clock;
@@ -69,20 +81,22 @@ int ferry__cuda_clock_open(struct ferry_be_device *dev)
     if (pthread_mutex_init(&c->mu, NULL) != 0)
         return ferry__error(FERRY_ENOMEM, "cuda: device %d: cannot create the clock mutex",
                             dev->index);
+    c->stream = NULL;
+    c->ref = c->spare = NULL;
     e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         rc = ferry__cuda_fail(e, "cudaStreamCreateWithFlags(clock stream)");
-        goto out_mutex;
+        goto out_release;
     }
     e = cudaEventCreateWithFlags(&c->ref, cudaEventDefault);
     if (e != cudaSuccess) {
         rc = ferry__cuda_fail(e, "cudaEventCreateWithFlags(clock reference)");
-        goto out_stream;
+        goto out_release;
     }
     e = cudaEventCreateWithFlags(&c->spare, cudaEventDefault);
     if (e != cudaSuccess) {
         rc = ferry__cuda_fail(e, "cudaEventCreateWithFlags(clock reference)");
-        goto out_ref;
+        goto out_release;
     }
     /* The reference's host time is the middle of [t0, t1], off by at most half the window:
      * keep the tightest of a few samples (the first one also pays for lazy start-up). */
@@ -96,7 +110,7 @@ int ferry__cuda_clock_open(struct ferry_be_device *dev)
                               "within %llu ms",
                               dev->index, (unsigned long long)(OPEN_SPIN_NS / 1000000));
         if (rc != 0)
-            goto out_spare;
+            goto out_release;
         if (t1 - t0 < best) {
             best = t1 - t0;
             swap_events(c);
@@ -110,24 +124,15 @@ int ferry__cuda_clock_open(struct ferry_be_device *dev)
               "CLOCK_MONOTONIC",
               dev->index, (unsigned long long)(best / 2));
     return 0;
-out_spare:
-    cudaEventDestroy(c->spare);
-out_ref:
-    cudaEventDestroy(c->ref);
-out_stream:
-    cudaStreamDestroy(c->stream);
-out_mutex:
-    pthread_mutex_destroy(&c->mu);
+out_release:
+    release(c);
     return rc;
 }
 
 void ferry__cuda_clock_close(struct ferry_be_device *dev)
 {
     struct ferry_cuda_clock *c = &dev->clock;
-    cudaEventDestroy(c->spare);
-    cudaEventDestroy(c->ref);
-    cudaStreamDestroy(c->stream);
-    pthread_mutex_destroy(&c->mu);
+    release(c);
     ferry_log(FERRY_LOG_DEBUG, "cuda", "device %d: clock re-based %llu times (%llu misses)",
               dev->index, (unsigned long long)c->rebases, (unsigned long long)c->rebase_misses);
 }

@@ -11,54 +11,76 @@
 static _Thread_local int tls_device = -1;
 static int sticky_logged;
 
-/* CUDA errors that are not FERRY_EBACKEND. Numbers where older toolkits lack the name. */
+/* CUDA errors that are not FERRY_EBACKEND, one list per FERRY code. Numbers where older
+ * toolkits lack the name. */
+static const int devmem_errors[] = {cudaErrorMemoryAllocation};
+
+/* The CUDA headers (driver_types.h) say of each of the first ones: "This leaves the process in
+ * an inconsistent state and any further CUDA work will return the same error. To continue
+ * using CUDA, the process must be terminated and relaunched" (710: "The device cannot be used
+ * again"). FACTS.md measured 700 and 719 on the H200: every later call fails, and
+ * cudaDeviceReset does not bring the device back. 719 is also __trap(). Then uncorrectable ECC
+ * / NVLink errors during execution (214, 220): the context's memory can no longer be trusted,
+ * so they end the context too. Last 46: FACTS.md: after a sticky error and cudaDeviceReset
+ * every call returns it on the H200; only a new process gets the GPU back (device_open reports
+ * it as FERRY_ENODEV). */
+static const int sticky_errors[] = {
+    226 /* cudaErrorContained */,
+    cudaErrorIllegalAddress /* 700 */,
+    cudaErrorLaunchTimeout /* 702 */,
+    cudaErrorAssert /* 710 */,
+    cudaErrorHardwareStackError /* 714 */,
+    cudaErrorIllegalInstruction /* 715 */,
+    cudaErrorMisalignedAddress /* 716 */,
+    cudaErrorInvalidAddressSpace /* 717 */,
+    cudaErrorInvalidPc /* 718 */,
+    cudaErrorLaunchFailure /* 719 */,
+    721 /* cudaErrorTensorMemoryLeak (CUDA 12.8) */,
+    cudaErrorMpsClientTerminated /* 810 */,
+    911 /* cudaErrorExternalDevice */,
+    cudaErrorECCUncorrectable /* 214 */,
+    cudaErrorNvlinkUncorrectable /* 220 */,
+    cudaErrorDevicesUnavailable /* 46 */,
+};
+
+/* No usable device: no driver or one too old (35), no GPU (100, 101), linked against the stub
+ * (34), the fabric manager not running (802), built for other GPUs (209). */
+static const int nodev_errors[] = {
+    cudaErrorNoDevice /* 100 */,
+    cudaErrorInsufficientDriver /* 35 */,
+    cudaErrorInvalidDevice /* 101 */,
+    cudaErrorStubLibrary /* 34 */,
+    cudaErrorInitializationError /* 3 */,
+    cudaErrorDeviceNotLicensed /* 102 */,
+    cudaErrorSystemNotReady /* 802 */,
+    cudaErrorSystemDriverMismatch /* 803 */,
+    cudaErrorCompatNotSupportedOnDevice /* 804 */,
+    cudaErrorNoKernelImageForDevice /* 209 */,
+};
+
+/* Registering twice, unregistering what is not registered: the caller's mistake, as the public
+ * API documents (and the simulator reports). */
+static const int inval_errors[] = {
+    cudaErrorHostMemoryAlreadyRegistered /* 712 */,
+    cudaErrorHostMemoryNotRegistered /* 713 */,
+};
+
+/* cudaErrorNotReady (600) is FERRY_EAGAIN only where a query expects it: those paths handle it
+ * before translating. Anywhere else it is a backend error. */
 static const struct {
-    int cuda;
     int ferry;
+    const int *cuda;
+    size_t n;
 } table[] = {
-    {cudaErrorMemoryAllocation, FERRY_EDEVMEM},
-    /* The CUDA headers (driver_types.h) say of each of these: "This leaves the process in an
-     * inconsistent state and any further CUDA work will return the same error. To continue
-     * using CUDA, the process must be terminated and relaunched" (710: "The device cannot be
-     * used again"). FACTS.md measured 700 and 719 on the H200: every later call fails, and
-     * cudaDeviceReset does not bring the device back. */
-    {226, FERRY_ESTICKY},                          /* cudaErrorContained */
-    {cudaErrorIllegalAddress, FERRY_ESTICKY},      /* 700 */
-    {cudaErrorLaunchTimeout, FERRY_ESTICKY},       /* 702 */
-    {cudaErrorAssert, FERRY_ESTICKY},              /* 710 */
-    {cudaErrorHardwareStackError, FERRY_ESTICKY},  /* 714 */
-    {cudaErrorIllegalInstruction, FERRY_ESTICKY},  /* 715 */
-    {cudaErrorMisalignedAddress, FERRY_ESTICKY},   /* 716 */
-    {cudaErrorInvalidAddressSpace, FERRY_ESTICKY}, /* 717 */
-    {cudaErrorInvalidPc, FERRY_ESTICKY},           /* 718 */
-    {cudaErrorLaunchFailure, FERRY_ESTICKY},       /* 719, also __trap() */
-    {721, FERRY_ESTICKY},                          /* cudaErrorTensorMemoryLeak (CUDA 12.8) */
-    {cudaErrorMpsClientTerminated, FERRY_ESTICKY}, /* 810 */
-    {911, FERRY_ESTICKY},                          /* cudaErrorExternalDevice */
-    /* Uncorrectable ECC / NVLink errors during execution: the context's memory can no longer
-     * be trusted, so they end the context too. */
-    {cudaErrorECCUncorrectable, FERRY_ESTICKY},    /* 214 */
-    {cudaErrorNvlinkUncorrectable, FERRY_ESTICKY}, /* 220 */
-    /* FACTS.md: after a sticky error and cudaDeviceReset every call returns 46 on the H200; only
-     * a new process gets the GPU back. (device_open reports it as FERRY_ENODEV.) */
-    {cudaErrorDevicesUnavailable, FERRY_ESTICKY}, /* 46 */
-    /* No usable device. */
-    {cudaErrorNoDevice, FERRY_ENODEV},                   /* 100 */
-    {cudaErrorInsufficientDriver, FERRY_ENODEV},         /* 35 */
-    {cudaErrorInvalidDevice, FERRY_ENODEV},              /* 101 */
-    {cudaErrorStubLibrary, FERRY_ENODEV},                /* 34: linked against the stub */
-    {cudaErrorInitializationError, FERRY_ENODEV},        /* 3 */
-    {cudaErrorDeviceNotLicensed, FERRY_ENODEV},          /* 102 */
-    {cudaErrorSystemNotReady, FERRY_ENODEV},             /* 802: fabric manager not running */
-    {cudaErrorSystemDriverMismatch, FERRY_ENODEV},       /* 803 */
-    {cudaErrorCompatNotSupportedOnDevice, FERRY_ENODEV}, /* 804 */
-    {cudaErrorNoKernelImageForDevice, FERRY_ENODEV},     /* 209: built for other GPUs */
-    /* Registering twice, unregistering what is not registered: the caller's mistake, as the
-     * public API documents (and the simulator reports). */
-    {cudaErrorHostMemoryAlreadyRegistered, FERRY_EINVAL}, /* 712 */
-    {cudaErrorHostMemoryNotRegistered, FERRY_EINVAL},     /* 713 */
-    /* cudaErrorNotReady (600) is FERRY_EAGAIN only where a query expects it: those paths
-     * handle it before translating. Anywhere else it is a backend error. */
+#define CODE(ferry, list)                                                                          \
+    {                                                                                              \
+        ferry, list, sizeof(list) / sizeof(list[0])                                                \
+    }
+    CODE(FERRY_EDEVMEM, devmem_errors),
+    CODE(FERRY_ESTICKY, sticky_errors),
+    CODE(FERRY_ENODEV, nodev_errors),
+    CODE(FERRY_EINVAL, inval_errors),
+#undef CODE
 };
 
 int ferry__cuda_error_code(int e)
@@ -66,8 +88,9 @@ int ferry__cuda_error_code(int e)
     if (e == cudaSuccess)
         return 0;
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
-        if (table[i].cuda == e)
-            return table[i].ferry;
+        for (size_t k = 0; k < table[i].n; k++)
+            if (table[i].cuda[k] == e)
+                return table[i].ferry;
     return FERRY_EBACKEND;
 }
 
