@@ -29,20 +29,23 @@ static int notsup(const ferry_device_t *d, const char *op)
     return ferry__error(FERRY_ENOTSUP, "backend %s does not support %s", d->ops->name, op);
 }
 
+/* The value of the optional operation @op of @d's backend called with the rest, or
+ * FERRY_ENOTSUP where the backend leaves it NULL. An expression: the wrapper returns it. */
+#define BE_CALL(d, op, ...) ((d)->ops->op ? (d)->ops->op(__VA_ARGS__) : notsup((d), #op))
+
 int ferry__be_host_register(ferry_device_t *d, void *p, size_t n)
 {
-    return d->ops->host_register ? d->ops->host_register(d->be, p, n) : notsup(d, "host_register");
+    return BE_CALL(d, host_register, d->be, p, n);
 }
 
 int ferry__be_host_unregister(ferry_device_t *d, void *p)
 {
-    return d->ops->host_unregister ? d->ops->host_unregister(d->be, p)
-                                   : notsup(d, "host_unregister");
+    return BE_CALL(d, host_unregister, d->be, p);
 }
 
 int ferry__be_mem_alloc(ferry_device_t *d, size_t n, void **out)
 {
-    return d->ops->mem_alloc ? d->ops->mem_alloc(d->be, n, out) : notsup(d, "mem_alloc");
+    return BE_CALL(d, mem_alloc, d->be, n, out);
 }
 
 void ferry__be_mem_free(ferry_device_t *d, void *p)
@@ -53,8 +56,7 @@ void ferry__be_mem_free(ferry_device_t *d, void *p)
 
 int ferry__be_stream_create(ferry_device_t *d, int priority, ferry_be_stream_t **out)
 {
-    return d->ops->stream_create ? d->ops->stream_create(d->be, priority, out)
-                                 : notsup(d, "stream_create");
+    return BE_CALL(d, stream_create, d->be, priority, out);
 }
 
 void ferry__be_stream_destroy(ferry_device_t *d, ferry_be_stream_t *s)
@@ -70,13 +72,12 @@ void *ferry__be_stream_native(ferry_device_t *d, ferry_be_stream_t *s)
 
 int ferry__be_stream_sync(ferry_device_t *d, ferry_be_stream_t *s)
 {
-    return d->ops->stream_sync ? d->ops->stream_sync(s) : notsup(d, "stream_sync");
+    return BE_CALL(d, stream_sync, s);
 }
 
 int ferry__be_event_create(ferry_device_t *d, unsigned flags, ferry_be_event_t **out)
 {
-    return d->ops->event_create ? d->ops->event_create(d->be, flags, out)
-                                : notsup(d, "event_create");
+    return BE_CALL(d, event_create, d->be, flags, out);
 }
 
 void ferry__be_event_destroy(ferry_device_t *d, ferry_be_event_t *e)
@@ -87,47 +88,45 @@ void ferry__be_event_destroy(ferry_device_t *d, ferry_be_event_t *e)
 
 int ferry__be_event_record(ferry_device_t *d, ferry_be_event_t *e, ferry_be_stream_t *s)
 {
-    return d->ops->event_record ? d->ops->event_record(e, s) : notsup(d, "event_record");
+    return BE_CALL(d, event_record, e, s);
 }
 
 int ferry__be_stream_wait_event(ferry_device_t *d, ferry_be_stream_t *s, ferry_be_event_t *e)
 {
-    return d->ops->stream_wait_event ? d->ops->stream_wait_event(s, e)
-                                     : notsup(d, "stream_wait_event");
+    return BE_CALL(d, stream_wait_event, s, e);
 }
 
 int ferry__be_event_query(ferry_device_t *d, ferry_be_event_t *e)
 {
-    return d->ops->event_query ? d->ops->event_query(e) : notsup(d, "event_query");
+    return BE_CALL(d, event_query, e);
 }
 
 int ferry__be_event_wait_any(ferry_device_t *d, ferry_be_event_t *const *evs, size_t n,
                              uint64_t timeout_ns, size_t *which)
 {
-    return d->ops->event_wait_any ? d->ops->event_wait_any(evs, n, timeout_ns, which)
-                                  : notsup(d, "event_wait_any");
+    return BE_CALL(d, event_wait_any, evs, n, timeout_ns, which);
 }
 
 int ferry__be_event_time_ns(ferry_device_t *d, ferry_be_event_t *e, uint64_t *out)
 {
-    return d->ops->event_time_ns ? d->ops->event_time_ns(e, out) : notsup(d, "event_time_ns");
+    return BE_CALL(d, event_time_ns, e, out);
 }
 
 int ferry__be_memcpy_h2d(ferry_device_t *d, ferry_be_stream_t *s, void *dst, const void *src,
                          size_t n)
 {
-    return d->ops->memcpy_h2d ? d->ops->memcpy_h2d(s, dst, src, n) : notsup(d, "memcpy_h2d");
+    return BE_CALL(d, memcpy_h2d, s, dst, src, n);
 }
 
 int ferry__be_memcpy_d2h(ferry_device_t *d, ferry_be_stream_t *s, void *dst, const void *src,
                          size_t n)
 {
-    return d->ops->memcpy_d2h ? d->ops->memcpy_d2h(s, dst, src, n) : notsup(d, "memcpy_d2h");
+    return BE_CALL(d, memcpy_d2h, s, dst, src, n);
 }
 
 int ferry__be_launch(ferry_device_t *d, ferry_be_stream_t *s, const ferry_be_launch_t *l)
 {
-    return d->ops->launch ? d->ops->launch(s, l) : notsup(d, "launch");
+    return BE_CALL(d, launch, s, l);
 }
 
 ferry_gpu_fn ferry__be_gpu_launcher(const ferry_backend_ops_t *ops, const char *name)
@@ -181,20 +180,17 @@ int ferry_backend_probe(const char *name, char *why, size_t why_len)
 
 int ferry__be_mem_info(ferry_device_t *d, uint64_t *free_bytes, uint64_t *total_bytes)
 {
-    return d->ops->mem_info ? d->ops->mem_info(d->be, free_bytes, total_bytes)
-                            : notsup(d, "mem_info");
+    return BE_CALL(d, mem_info, d->be, free_bytes, total_bytes);
 }
 
 int ferry__be_abort_kernels(ferry_device_t *d, const volatile uint64_t *word, uint64_t upto)
 {
-    return d->ops->abort_kernels ? d->ops->abort_kernels(d->be, word, upto)
-                                 : notsup(d, "abort_kernels");
+    return BE_CALL(d, abort_kernels, d->be, word, upto);
 }
 
 int ferry__be_abort_word_create(ferry_device_t *d, volatile uint64_t **out)
 {
-    return d->ops->abort_word_create ? d->ops->abort_word_create(d->be, out)
-                                     : notsup(d, "abort_word_create");
+    return BE_CALL(d, abort_word_create, d->be, out);
 }
 
 void ferry__be_abort_word_destroy(ferry_device_t *d, volatile uint64_t *word)
@@ -205,18 +201,16 @@ void ferry__be_abort_word_destroy(ferry_device_t *d, volatile uint64_t *word)
 
 int ferry__be_host_device_ptr(ferry_device_t *d, void *host, void **out)
 {
-    return d->ops->host_device_ptr ? d->ops->host_device_ptr(d->be, host, out)
-                                   : notsup(d, "host_device_ptr");
+    return BE_CALL(d, host_device_ptr, d->be, host, out);
 }
 
 int ferry__be_heartbeat(ferry_device_t *d, ferry_be_stream_t *s, volatile uint64_t *word,
                         uint64_t value)
 {
-    return d->ops->heartbeat ? d->ops->heartbeat(s, word, value) : notsup(d, "heartbeat");
+    return BE_CALL(d, heartbeat, s, word, value);
 }
 
 int ferry__be_link_rate(ferry_device_t *d, int dir, double *bytes_per_s, uint64_t *window_ns)
 {
-    return d->ops->link_rate ? d->ops->link_rate(d->be, dir, bytes_per_s, window_ns)
-                             : notsup(d, "link_rate");
+    return BE_CALL(d, link_rate, d->be, dir, bytes_per_s, window_ns);
 }
