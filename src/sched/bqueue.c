@@ -52,6 +52,28 @@ static void spin_for(ferry_bqueue_t *q, bool want_room)
     }
 }
 
+/* The lock and the two conditions of @q; on failure none of them is left. */
+static int init_sync(ferry_bqueue_t *q)
+{
+    if (ferry__mutex_init_adaptive(&q->lock) != 0)
+        return -1;
+    /* pop_timed measures its deadline on CLOCK_MONOTONIC so wall-clock steps cannot stretch it. */
+    pthread_condattr_t attr;
+    bool ok = pthread_condattr_init(&attr) == 0;
+    if (ok) {
+        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+        ok = pthread_cond_init(&q->not_empty, &attr) == 0;
+        pthread_condattr_destroy(&attr);
+    }
+    if (ok && pthread_cond_init(&q->not_full, NULL) != 0) {
+        pthread_cond_destroy(&q->not_empty);
+        ok = false;
+    }
+    if (!ok)
+        pthread_mutex_destroy(&q->lock);
+    return ok ? 0 : -1;
+}
+
 int ferry__bqueue_create(size_t capacity, size_t item_size, ferry_bqueue_t **out)
 {
     if (out == NULL)
@@ -68,35 +90,16 @@ int ferry__bqueue_create(size_t capacity, size_t item_size, ferry_bqueue_t **out
     if (q == NULL)
         goto out_err;
     q->items = malloc(capacity * item_size);
-    if (q->items == NULL)
-        goto out_free_q;
-    if (ferry__mutex_init_adaptive(&q->lock) != 0)
-        goto out_free_items;
-    /* pop_timed measures its deadline on CLOCK_MONOTONIC so wall-clock steps cannot stretch it. */
-    pthread_condattr_t attr;
-    if (pthread_condattr_init(&attr) != 0)
-        goto out_mutex;
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    if (pthread_cond_init(&q->not_empty, &attr) != 0)
-        goto out_attr;
-    if (pthread_cond_init(&q->not_full, NULL) != 0)
-        goto out_not_empty;
-    pthread_condattr_destroy(&attr);
+    if (q->items == NULL || init_sync(q) != 0)
+        goto out_free;
     q->capacity = capacity;
     q->item_size = item_size;
     atomic_init(&q->count, 0);
     *out = q;
     return 0;
 
-out_not_empty:
-    pthread_cond_destroy(&q->not_empty);
-out_attr:
-    pthread_condattr_destroy(&attr);
-out_mutex:
-    pthread_mutex_destroy(&q->lock);
-out_free_items:
+out_free:
     free(q->items);
-out_free_q:
     free(q);
 out_err:
     return ferry__error(FERRY_ENOMEM, "bqueue_create: out of memory for %zu items of %zu bytes",
@@ -163,7 +166,7 @@ int ferry__bqueue_push(ferry_bqueue_t *q, const void *item, bool wait, bool *wai
     while (!q->closed && count_of(q) == q->capacity) {
         if (!wait) {
             rc = FERRY_EAGAIN;
-            goto out_unlock;
+            break;
         }
         if (waited != NULL)
             *waited = true;
@@ -175,12 +178,10 @@ int ferry__bqueue_push(ferry_bqueue_t *q, const void *item, bool wait, bool *wai
         if (gen == q->wake_gen && q->push_sleeping > 0)
             q->push_sleeping--; /* not released by a pop (spurious, or the close) */
     }
-    if (q->closed) {
+    if (rc == 0 && q->closed)
         rc = FERRY_ECLOSED;
-        goto out_unlock;
-    }
-    put_locked(q, item);
-out_unlock:
+    if (rc == 0)
+        put_locked(q, item);
     pthread_mutex_unlock(&q->lock);
     return rc;
 }
@@ -195,28 +196,25 @@ static int pop_until(ferry_bqueue_t *q, void *item, bool wait, const struct time
         spin_for(q, false);
         pthread_mutex_lock(&q->lock);
     }
-    while (count_of(q) == 0) {
+    while (rc == 0 && count_of(q) == 0) {
         if (q->closed) {
             rc = FERRY_ECLOSED;
-            goto out_unlock;
-        }
-        if (!wait) {
+        } else if (!wait) {
             rc = FERRY_EAGAIN;
-            goto out_unlock;
-        }
-        q->pop_waiters++;
-        int wr = deadline == NULL ? pthread_cond_wait(&q->not_empty, &q->lock)
-                                  : pthread_cond_timedwait(&q->not_empty, &q->lock, deadline);
-        q->pop_waiters--;
-        /* A timed-out wait may have consumed a signal meant for another popper (POSIX allows
-         * it), so an item that is there now is taken rather than left for a sleeper. */
-        if (wr == ETIMEDOUT && count_of(q) == 0 && !q->closed) {
-            rc = FERRY_ETIMEDOUT;
-            goto out_unlock;
+        } else {
+            q->pop_waiters++;
+            int wr = deadline == NULL ? pthread_cond_wait(&q->not_empty, &q->lock)
+                                      : pthread_cond_timedwait(&q->not_empty, &q->lock, deadline);
+            q->pop_waiters--;
+            /* A timed-out wait may have consumed a signal meant for another popper (POSIX
+             * allows it), so an item that is there now is taken rather than left for a
+             * sleeper. */
+            if (wr == ETIMEDOUT && count_of(q) == 0 && !q->closed)
+                rc = FERRY_ETIMEDOUT;
         }
     }
-    take_locked(q, item);
-out_unlock:
+    if (rc == 0)
+        take_locked(q, item);
     pthread_mutex_unlock(&q->lock);
     return rc;
 }

@@ -414,6 +414,20 @@ static void free_pool(ferry_workers_t *w)
     free(w);
 }
 
+/* The pool's injection lock, sleep lock and wake condition; on failure none is left. */
+static int init_locks(ferry_workers_t *w)
+{
+    if (ferry__mutex_init_adaptive(&w->inject_lock) != 0)
+        return -1;
+    if (pthread_mutex_init(&w->sleep_lock, NULL) == 0) {
+        if (pthread_cond_init(&w->wake, NULL) == 0)
+            return 0;
+        pthread_mutex_destroy(&w->sleep_lock);
+    }
+    pthread_mutex_destroy(&w->inject_lock);
+    return -1;
+}
+
 int ferry__workers_create(unsigned nthreads, const char *name, ferry_workers_t **out)
 {
     if (out == NULL)
@@ -431,19 +445,15 @@ int ferry__workers_create(unsigned nthreads, const char *name, ferry_workers_t *
     w->n = nthreads;
     w->workers = aligned_alloc(64, nthreads * sizeof(struct worker));
     if (w->workers == NULL)
-        goto out_free_w;
+        goto out_free;
     memset(w->workers, 0, nthreads * sizeof(struct worker));
     atomic_init(&w->inject_len, 0);
     atomic_init(&w->spinning, 0);
     atomic_init(&w->sleepers, 0);
     atomic_init(&w->helpers_sleeping, 0);
     atomic_init(&w->closed, false);
-    if (ferry__mutex_init_adaptive(&w->inject_lock) != 0)
-        goto out_free_workers;
-    if (pthread_mutex_init(&w->sleep_lock, NULL) != 0)
-        goto out_inject_lock;
-    if (pthread_cond_init(&w->wake, NULL) != 0)
-        goto out_sleep_lock;
+    if (init_locks(w) != 0)
+        goto out_free;
     for (unsigned i = 0; i < nthreads; i++) {
         struct worker *wk = &w->workers[i];
         wk->pool = w;
@@ -480,13 +490,8 @@ int ferry__workers_create(unsigned nthreads, const char *name, ferry_workers_t *
 out_pool:
     free_pool(w); /* destroys the deques made so far and the locks */
     goto out_nomem;
-out_sleep_lock:
-    pthread_mutex_destroy(&w->sleep_lock);
-out_inject_lock:
-    pthread_mutex_destroy(&w->inject_lock);
-out_free_workers:
-    free(w->workers);
-out_free_w:
+out_free:
+    free(w->workers); /* NULL if its allocation failed */
     free(w);
 out_nomem:
     return ferry__error(FERRY_ENOMEM, "workers_create: out of memory for %u workers", nthreads);
