@@ -14,37 +14,42 @@
 
 #include "base/base.h"
 
-int ferry__parse_u64(const char *s, uint64_t *out)
-{
-    if (s == NULL || *s == '\0' || !isdigit((unsigned char)*s))
-        return FERRY_EPARSE;
-    errno = 0;
-    char *end = NULL;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end != '\0')
-        return FERRY_EPARSE;
-    if (errno == ERANGE)
-        return FERRY_ERANGE;
-    *out = (uint64_t)v;
-    return 0;
-}
-
-int ferry__parse_i64(const char *s, int64_t *out)
+/* A decimal integer that is all of @s: digits, after a '-' or '+' when @is_signed; into
+ * *(int64_t *)@out when @is_signed, else *(uint64_t *)@out, and only on success. */
+static int parse_integer(const char *s, bool is_signed, void *out)
 {
     if (s == NULL || *s == '\0')
         return FERRY_EPARSE;
-    const char *d = (*s == '-' || *s == '+') ? s + 1 : s;
+    const char *d = is_signed && (*s == '-' || *s == '+') ? s + 1 : s;
     if (!isdigit((unsigned char)*d))
         return FERRY_EPARSE;
     errno = 0;
     char *end = NULL;
-    long long v = strtoll(s, &end, 10);
+    long long sv = 0;
+    unsigned long long uv = 0;
+    if (is_signed)
+        sv = strtoll(s, &end, 10);
+    else
+        uv = strtoull(s, &end, 10);
     if (*end != '\0')
         return FERRY_EPARSE;
     if (errno == ERANGE)
         return FERRY_ERANGE;
-    *out = (int64_t)v;
+    if (is_signed)
+        *(int64_t *)out = (int64_t)sv;
+    else
+        *(uint64_t *)out = (uint64_t)uv;
     return 0;
+}
+
+int ferry__parse_u64(const char *s, uint64_t *out)
+{
+    return parse_integer(s, false, out);
+}
+
+int ferry__parse_i64(const char *s, int64_t *out)
+{
+    return parse_integer(s, true, out);
 }
 
 int ferry__parse_double(const char *s, double *out)

@@ -12,17 +12,8 @@
 /* A plain decimal integer: optional '-', digits only, no spaces. */
 static bool plain_int(const char *s, long long *out)
 {
-    const char *p = s;
-    if (*p == '-')
-        p++;
-    if (*p == '\0')
-        return false;
-    for (const char *q = p; *q; q++)
-        if (*q < '0' || *q > '9')
-            return false;
-    errno = 0;
-    long long v = strtoll(s, NULL, 10);
-    if (errno != 0)
+    int64_t v;
+    if (*s == '+' || ferry__parse_i64(s, &v) != 0)
         return false;
     *out = v;
     return true;

@@ -27,22 +27,6 @@ static int fail(int code, const char *item, const char *why)
     return ferry__error(code, "fault spec item '%s': %s (accepted: " ACCEPTED ")", item, why);
 }
 
-/* A decimal integer, digits only. */
-static bool parse_u64(const char *s, uint64_t *out)
-{
-    if (*s == '\0')
-        return false;
-    for (const char *p = s; *p; p++)
-        if (*p < '0' || *p > '9')
-            return false;
-    errno = 0;
-    unsigned long long v = strtoull(s, NULL, 10);
-    if (errno != 0)
-        return false;
-    *out = v;
-    return true;
-}
-
 /* A number (digits, one optional '.') followed by ns, us, ms or s. */
 static bool parse_dur(const char *s, uint64_t *out)
 {
@@ -117,14 +101,14 @@ static int parse_item(char *item, struct ferry_fault *f)
     const char *tv = eq + 1;
     if (strcmp(trig, "batch") == 0) {
         f->trigger = FERRY_TRIG_BATCH;
-        if (!parse_u64(tv, &f->value))
+        if (ferry__parse_u64(tv, &f->value) != 0)
             return fail(FERRY_EPARSE, shown, "batch= takes a batch id (a decimal integer)");
         if (f->kind == FERRY_FAULT_ALLOC || f->kind == FERRY_FAULT_SLOW ||
             f->kind == FERRY_FAULT_SHARE)
             return fail(FERRY_EPARSE, shown, "batch= applies to kernel, sticky and hang faults");
     } else if (strcmp(trig, "n") == 0) {
         f->trigger = FERRY_TRIG_N;
-        if (!parse_u64(tv, &f->value) || f->value == 0)
+        if (ferry__parse_u64(tv, &f->value) != 0 || f->value == 0)
             return fail(FERRY_EPARSE, shown, "n= takes a count from 1");
     } else if (strcmp(trig, "time") == 0) {
         f->trigger = FERRY_TRIG_TIME;
