@@ -60,10 +60,7 @@ typedef struct ferry_runtime_config {
     const char *profile; /* simulator device profile (JSON path); NULL: the `profile` option */
     const ferry_options_t *options; /* NULL: defaults plus FERRY_* environment; copied */
 } ferry_runtime_config_t;
-#define FERRY_RUNTIME_CONFIG_INIT                                                                  \
-    {                                                                                              \
-        .size = sizeof(ferry_runtime_config_t)                                                     \
-    }
+#define FERRY_RUNTIME_CONFIG_INIT FERRY_SIZED_INIT(ferry_runtime_config_t)
 
 /** Create a runtime on one backend. "auto" picks cuda when a GPU answers, else sim (the reason
  *  cuda was not taken is logged at info level and kept in ferry_runtime_fallback_reason()).
@@ -126,10 +123,7 @@ typedef struct ferry_device_props {
     char pci_bus_id[32];          /* "0000:17:00.0", empty when unknown */
     uint64_t default_chunk_bytes; /* chunk size the pipeline uses when none is set */
 } ferry_device_props_t;
-#define FERRY_DEVICE_PROPS_INIT                                                                    \
-    {                                                                                              \
-        .size = sizeof(ferry_device_props_t)                                                       \
-    }
+#define FERRY_DEVICE_PROPS_INIT FERRY_SIZED_INIT(ferry_device_props_t)
 
 /** Fill @p out (whose size field the caller sets). Returns 0 or FERRY_EINVAL. Thread-safe. */
 FERRY_EXTERN int ferry_device_props(ferry_device_t *dev, ferry_device_props_t *out);
@@ -156,10 +150,7 @@ typedef struct ferry_pool_config {
      * still work, at pageable rates (FACTS.md: 6-13 GB/s). Pipelines set it. */
     bool pageable_fallback;
 } ferry_pool_config_t;
-#define FERRY_POOL_CONFIG_INIT                                                                     \
-    {                                                                                              \
-        .size = sizeof(ferry_pool_config_t)                                                        \
-    }
+#define FERRY_POOL_CONFIG_INIT FERRY_SIZED_INIT(ferry_pool_config_t)
 
 typedef struct ferry_pool_stats {
     size_t size;        /* sizeof(ferry_pool_stats_t), set by the caller */
@@ -173,10 +164,7 @@ typedef struct ferry_pool_stats {
     uint64_t eagain;    /* non-blocking allocations refused because the pool was empty */
     bool pinned;        /* false: pinning was refused and the pool fell back to pageable */
 } ferry_pool_stats_t;
-#define FERRY_POOL_STATS_INIT                                                                      \
-    {                                                                                              \
-        .size = sizeof(ferry_pool_stats_t)                                                         \
-    }
+#define FERRY_POOL_STATS_INIT FERRY_SIZED_INIT(ferry_pool_stats_t)
 
 /** Pool bytes for the sizing rule: stages x largest chunk x 2 (double buffering). Returns 0,
  *  FERRY_EINVAL (zero argument, NULL) or FERRY_ERANGE (overflow). */
@@ -273,10 +261,7 @@ typedef struct ferry_stage {
     size_t granularity; /* chunks are cut at multiples of this many bytes from the batch's
                            start (the element size of the stage's data); 0 or 1: anywhere */
 } ferry_stage_t;
-#define FERRY_STAGE_INIT                                                                           \
-    {                                                                                              \
-        .size = sizeof(ferry_stage_t)                                                              \
-    }
+#define FERRY_STAGE_INIT FERRY_SIZED_INIT(ferry_stage_t)
 
 /* ---------------------------------------------------------------------------------------------
  * Pipelines
@@ -363,10 +348,7 @@ typedef struct ferry_batch {
     void *user; /* appended: handed to the stage as ferry_kernel_args_t.batch_user, for
                    per-batch parameters; borrowed until the callback */
 } ferry_batch_t;
-#define FERRY_BATCH_INIT                                                                           \
-    {                                                                                              \
-        .size = sizeof(ferry_batch_t)                                                              \
-    }
+#define FERRY_BATCH_INIT FERRY_SIZED_INIT(ferry_batch_t)
 
 typedef enum ferry_batch_where {
     FERRY_DONE_GPU = 0,   /* the stage ran on the device (or the simulated device) */
@@ -518,10 +500,7 @@ typedef struct ferry_pipeline_stats {
      * failed: a full disk, /dev/full); a warning names the file once. */
     uint64_t failure_log_errors;
 } ferry_pipeline_stats_t;
-#define FERRY_PIPELINE_STATS_INIT                                                                  \
-    {                                                                                              \
-        .size = sizeof(ferry_pipeline_stats_t)                                                     \
-    }
+#define FERRY_PIPELINE_STATS_INIT FERRY_SIZED_INIT(ferry_pipeline_stats_t)
 
 /** Fill @p out (caller sets size). A struct from an older ferry.h, smaller than this one, gets
  *  the fields it has and nothing is written past its size. Consistent once drained; after a

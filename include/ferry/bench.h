@@ -24,10 +24,7 @@ typedef struct ferry_copy_bench_config {
     unsigned warmup; /* untimed repetitions first; 0: 2 */
     unsigned reps;   /* timed repetitions, 1 .. 10000; 0: 10 */
 } ferry_copy_bench_config_t;
-#define FERRY_COPY_BENCH_CONFIG_INIT                                                               \
-    {                                                                                              \
-        .size = sizeof(ferry_copy_bench_config_t)                                                  \
-    }
+#define FERRY_COPY_BENCH_CONFIG_INIT FERRY_SIZED_INIT(ferry_copy_bench_config_t)
 
 typedef struct ferry_copy_bench_result {
     size_t size;        /* sizeof(ferry_copy_bench_result_t), set by the caller */
@@ -36,10 +33,7 @@ typedef struct ferry_copy_bench_result {
     double best_us, median_us;
     unsigned reps;
 } ferry_copy_bench_result_t;
-#define FERRY_COPY_BENCH_RESULT_INIT                                                               \
-    {                                                                                              \
-        .size = sizeof(ferry_copy_bench_result_t)                                                  \
-    }
+#define FERRY_COPY_BENCH_RESULT_INIT FERRY_SIZED_INIT(ferry_copy_bench_result_t)
 
 /** Time copies of @p cfg->bytes on @p dev: host and device buffers are allocated (and host
  *  memory registered unless pageable) for the call and released before it returns; the host
@@ -63,10 +57,7 @@ typedef struct ferry_calibration {
     double stream_wait_ns;                       /* host time of one stream wait on an event */
     double d2d_gbps; /* the scale workload over 256 MiB: bytes / kernel time */
 } ferry_calibration_t;
-#define FERRY_CALIBRATION_INIT                                                                     \
-    {                                                                                              \
-        .size = sizeof(ferry_calibration_t)                                                        \
-    }
+#define FERRY_CALIBRATION_INIT FERRY_SIZED_INIT(ferry_calibration_t)
 
 /** Measure the simulator's parameters on @p dev (times from device events; host call costs
  *  from the device clock, which on the simulator is its virtual host clock, so calibrating

@@ -67,10 +67,7 @@ typedef struct ferry_conn_measure {
     uint64_t device_used_bytes; /* device memory in use with the streams created (total - free) */
     uint64_t device_total_bytes;
 } ferry_conn_measure_t;
-#define FERRY_CONN_MEASURE_INIT                                                                    \
-    {                                                                                              \
-        .size = sizeof(ferry_conn_measure_t)                                                       \
-    }
+#define FERRY_CONN_MEASURE_INIT FERRY_SIZED_INIT(ferry_conn_measure_t)
 
 /** Run the pattern on @p dev (cuda: a spin kernel on the GPU's global timer; sim: the model)
  *  @p reps times after a warm-up. @p streams 1..64, @p a_ns and @p b_ns 1 us..1 s, @p reps

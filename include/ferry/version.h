@@ -1,4 +1,5 @@
-/* ferry version macros and the visibility macro used on every public symbol. */
+/* ferry version macros, the visibility macro used on every public symbol and the initialiser
+ * of the size-stamped structs. */
 #ifndef FERRY_VERSION_H
 #define FERRY_VERSION_H
 
@@ -17,6 +18,13 @@
 #else
 #define FERRY_EXTERN
 #endif
+
+/* The initialiser of a size-stamped struct @type: size set, every other field zero. The
+ * FERRY_*_INIT macros of the public structs are this. */
+#define FERRY_SIZED_INIT(type)                                                                     \
+    {                                                                                              \
+        .size = sizeof(type)                                                                       \
+    }
 
 #ifdef __cplusplus
 extern "C" {

@@ -20,10 +20,7 @@ typedef struct ferry_workload_params {
     unsigned intensity; /* fma: fused multiply-adds per element, 1..100000; 0: 64 */
     float factor;       /* scale and fma: the multiplier; 0: 1.0009765625 (exact in binary) */
 } ferry_workload_params_t;
-#define FERRY_WORKLOAD_PARAMS_INIT                                                                 \
-    {                                                                                              \
-        .size = sizeof(ferry_workload_params_t)                                                    \
-    }
+#define FERRY_WORKLOAD_PARAMS_INIT FERRY_SIZED_INIT(ferry_workload_params_t)
 
 /** Names of the built-in workloads, NULL-terminated: "copy" (out = in), "scale" (out = in x
  *  factor), "fma" (intensity rounds of x = x * factor + 0.5, fused). Static storage. */
