@@ -73,7 +73,17 @@ int ferry__parse_double(const char *s, double *out);
 
 /* A mutex that spins briefly before sleeping (glibc's adaptive type), for short hot locks. */
 #include <pthread.h>
+#include <time.h>
 int ferry__mutex_init_adaptive(pthread_mutex_t *m);
+/* A condition whose timed waits run on CLOCK_MONOTONIC, so that wall-clock steps cannot
+ * stretch them. Returns pthread_cond_init's result. */
+int ferry__cond_init_monotonic(pthread_cond_t *cv);
+/* The CLOCK_MONOTONIC time @ns from now, for a timed wait on such a condition. A far-future
+ * time saturates (about 68 years ahead) instead of overflowing tv_sec. */
+void ferry__deadline_after(uint64_t ns, struct timespec *out);
+/* With @mu held: wait on @cv (made by ferry__cond_init_monotonic) until *@stop is set or @ns
+ * have passed, whichever is first. */
+void ferry__cond_sleep(pthread_cond_t *cv, pthread_mutex_t *mu, const bool *stop, uint64_t ns);
 
 /* One step of a spin-wait: tells the core (and a hyperthread sibling) that this is a spin. */
 static inline void ferry__cpu_relax(void)

@@ -145,6 +145,40 @@ void ferry__strlcpy(char *dst, const char *src, size_t dst_len)
     dst[n] = '\0';
 }
 
+int ferry__cond_init_monotonic(pthread_cond_t *cv)
+{
+    pthread_condattr_t attr;
+    if (pthread_condattr_init(&attr) != 0)
+        return -1;
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(cv, &attr);
+    pthread_condattr_destroy(&attr);
+    return rc;
+}
+
+void ferry__deadline_after(uint64_t ns, struct timespec *out)
+{
+    clock_gettime(CLOCK_MONOTONIC, out);
+    uint64_t secs = ns / 1000000000u;
+    if (secs > (uint64_t)INT32_MAX)
+        secs = INT32_MAX;
+    out->tv_sec += (time_t)secs;
+    out->tv_nsec += (long)(ns % 1000000000u);
+    if (out->tv_nsec >= 1000000000L) {
+        out->tv_sec++;
+        out->tv_nsec -= 1000000000L;
+    }
+}
+
+void ferry__cond_sleep(pthread_cond_t *cv, pthread_mutex_t *mu, const bool *stop, uint64_t ns)
+{
+    struct timespec dl;
+    ferry__deadline_after(ns, &dl);
+    int rc = 0;
+    while (!*stop && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(cv, mu, &dl);
+}
+
 int ferry__mutex_init_adaptive(pthread_mutex_t *m)
 {
     /* glibc's adaptive mutex spins briefly before sleeping: locks held for a few hundred ns and

@@ -1,7 +1,6 @@
 /* The link monitor (linkmon.h). */
 #include "monitor/linkmon.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
@@ -72,14 +71,7 @@ static void *linkmon_main(void *arg)
         pthread_mutex_lock(&m->mu);
         if (!on)
             break;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t at = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + m->cfg.period_ns;
-        ts.tv_sec = (time_t)(at / 1000000000u);
-        ts.tv_nsec = (long)(at % 1000000000u);
-        int rc = 0;
-        while (!m->stop && rc != ETIMEDOUT)
-            rc = pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+        ferry__cond_sleep(&m->cv, &m->mu, &m->stop, m->cfg.period_ns);
     }
     pthread_mutex_unlock(&m->mu);
     return NULL;
@@ -96,11 +88,7 @@ int ferry__linkmon_create(ferry_device_t *dev, const ferry__linkmon_config_t *cf
     m->cfg = *cfg;
     ferry__strlcpy(m->name, cfg->name ? cfg->name : "pipeline", sizeof(m->name));
     pthread_mutex_init(&m->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&m->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    ferry__cond_init_monotonic(&m->cv);
     if (!cfg->own_thread) {
         /* Inline: find out now whether the backend can count (a simulator call is free). */
         if (!take_sample(m)) {

@@ -57,21 +57,14 @@ static int init_sync(ferry_bqueue_t *q)
 {
     if (ferry__mutex_init_adaptive(&q->lock) != 0)
         return -1;
-    /* pop_timed measures its deadline on CLOCK_MONOTONIC so wall-clock steps cannot stretch it. */
-    pthread_condattr_t attr;
-    bool ok = pthread_condattr_init(&attr) == 0;
-    if (ok) {
-        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-        ok = pthread_cond_init(&q->not_empty, &attr) == 0;
-        pthread_condattr_destroy(&attr);
-    }
-    if (ok && pthread_cond_init(&q->not_full, NULL) != 0) {
+    /* pop_timed's deadline is on CLOCK_MONOTONIC (ferry__deadline_after). */
+    if (ferry__cond_init_monotonic(&q->not_empty) == 0) {
+        if (pthread_cond_init(&q->not_full, NULL) == 0)
+            return 0;
         pthread_cond_destroy(&q->not_empty);
-        ok = false;
     }
-    if (!ok)
-        pthread_mutex_destroy(&q->lock);
-    return ok ? 0 : -1;
+    pthread_mutex_destroy(&q->lock);
+    return -1;
 }
 
 int ferry__bqueue_create(size_t capacity, size_t item_size, ferry_bqueue_t **out)
@@ -236,17 +229,7 @@ int ferry__bqueue_pop_timed(ferry_bqueue_t *q, void *item, uint64_t timeout_ns)
         return rc == FERRY_EAGAIN ? FERRY_ETIMEDOUT : rc;
     }
     struct timespec dl;
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    /* Saturate far-future deadlines instead of overflowing tv_sec. */
-    uint64_t secs = timeout_ns / 1000000000u;
-    if (secs > (uint64_t)INT32_MAX)
-        secs = INT32_MAX;
-    dl.tv_sec += (time_t)secs;
-    dl.tv_nsec += (long)(timeout_ns % 1000000000u);
-    if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-    }
+    ferry__deadline_after(timeout_ns, &dl);
     return pop_until(q, item, true, &dl);
 }
 
