@@ -57,21 +57,16 @@ int ferry__deque_create(size_t initial_capacity_pow2, ferry_deque_t **out)
         size <<= 1;
 
     ferry_deque_t *d = aligned_alloc(64, sizeof(*d));
-    if (d == NULL)
-        goto out_nomem;
-    struct deque_array *a = array_new(size);
-    if (a == NULL)
-        goto out_free_d;
+    struct deque_array *a = d != NULL ? array_new(size) : NULL;
+    if (a == NULL) {
+        free(d);
+        return ferry__error(FERRY_ENOMEM, "deque_create: out of memory for %zu slots", size);
+    }
     atomic_init(&d->top, 0);
     atomic_init(&d->bottom, 0);
     atomic_init(&d->array, a);
     *out = d;
     return 0;
-
-out_free_d:
-    free(d);
-out_nomem:
-    return ferry__error(FERRY_ENOMEM, "deque_create: out of memory for %zu slots", size);
 }
 
 void ferry__deque_destroy(ferry_deque_t *d)
