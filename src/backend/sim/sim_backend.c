@@ -77,8 +77,7 @@ static struct sim_op *op_new(ferry_be_stream_t *s, enum sim_op_kind kind, const 
     return op;
 }
 
-/* op_new() for a call that makes one op and nothing else under the lock: takes the device lock,
- * which stays held on success until op_submit(); on failure it is released again. */
+/* Locks the device and makes an op (op_new); held until op_submit(), released on failure. */
 static int op_begin(ferry_be_stream_t *s, enum sim_op_kind kind, const char *what,
                     struct sim_op **out)
 {
@@ -90,9 +89,10 @@ static int op_begin(ferry_be_stream_t *s, enum sim_op_kind kind, const char *wha
     return rc;
 }
 
-/* Ends an op_begin(): hands @op to the model and releases the device lock. */
-static void op_submit(struct ferry_be_device *dev, struct sim_op *op)
+/* Ends an op_begin(): charges the call's host cost @ns, submits @op, releases the lock. */
+static void op_submit(struct ferry_be_device *dev, struct sim_op *op, uint64_t ns)
 {
+    charge(dev, ns);
     ferry__sim_submit(dev, op);
     unlock(dev);
 }
@@ -545,7 +545,6 @@ static int event_op(ferry_be_event_t *e, ferry_be_stream_t *s, enum sim_op_kind 
     if (rc != 0)
         return rc;
     if (kind == SIM_OP_RECORD) {
-        charge(dev, dev->prof.event_record_ns);
         op->refs++; /* the event's */
         ferry__sim_op_unref(dev, e->last);
         e->last = op;
@@ -554,9 +553,9 @@ static int event_op(ferry_be_event_t *e, ferry_be_stream_t *s, enum sim_op_kind 
         op->u.wait.target = e->last;
         if (e->last != NULL)
             e->last->refs++;
-        charge(dev, dev->prof.stream_wait_ns);
     }
-    op_submit(dev, op);
+    op_submit(dev, op,
+              kind == SIM_OP_RECORD ? dev->prof.event_record_ns : dev->prof.stream_wait_ns);
     return 0;
 }
 
@@ -754,8 +753,7 @@ static int sim_launch(ferry_be_stream_t *s, const ferry_be_launch_t *l)
             op->u.kern.l.block_ns = floor_ns;
     }
     op->u.kern.priority = s->priority;
-    charge(dev, dev->prof.launch_ns);
-    op_submit(dev, op);
+    op_submit(dev, op, dev->prof.launch_ns);
     return 0;
 }
 
@@ -863,8 +861,7 @@ static int sim_heartbeat(ferry_be_stream_t *s, volatile uint64_t *word, uint64_t
     op->u.kern.blocks = 1;
     op->u.kern.heartbeat = true;
     op->u.kern.priority = s->priority;
-    charge(s->dev, s->dev->prof.launch_ns);
-    op_submit(s->dev, op);
+    op_submit(s->dev, op, s->dev->prof.launch_ns);
     return 0;
 }
 
