@@ -383,7 +383,7 @@ static int read_field(const struct pctx *c, const cJSON *o, const char *where,
 static int parse_section(const struct pctx *c, const cJSON *root, const struct section *sec,
                          struct ferry_sim_profile *p)
 {
-    const char *keys[16];
+    const char *keys[16]; /* a section has at most 15 keys (device, the largest, has 10) */
     size_t nkeys = 0;
     for (size_t i = 0; i < sec->n; i++)
         if (sec->fields[i].key != NULL)
