@@ -49,6 +49,13 @@ static ferry__bwmon_config_t config(void)
     return c;
 }
 
+/* @m started afresh with @c. */
+static ferry__bwmon_t *fresh(ferry__bwmon_t *m, const ferry__bwmon_config_t *c)
+{
+    ferry__bwmon_init(m, c);
+    return m;
+}
+
 static void test_raise_hold_clear(void **state)
 {
     (void)state;
@@ -92,28 +99,24 @@ static void test_causes(void **state)
     ferry__bwmon_config_t c = config();
     ferry__bwmon_t m;
     /* Both directions low: the second names the contention. */
-    ferry__bwmon_init(&m, &c);
-    assert_int_equal(feed(&m, 0, 8 * MIB, 20, 8).raised, 1);
+    assert_int_equal(feed(fresh(&m, &c), 0, 8 * MIB, 20, 8).raised, 1);
     fed_t f = feed(&m, 1, 8 * MIB, 20, 8);
     assert_int_equal(f.raised, 1);
     assert_int_equal(f.last.cause, FERRY_CAUSE_CONTENTION);
     assert_int_equal(m.alerts, 2);
     /* Small copies (no curve: a median under 1 MiB), and the advice with copies merged. */
-    ferry__bwmon_init(&m, &c);
-    f = feed(&m, 0, 64 << 10, 10, 8);
+    f = feed(fresh(&m, &c), 0, 64 << 10, 10, 8);
     assert_int_equal(f.last.cause, FERRY_CAUSE_SMALL_TRANSFERS);
     assert_non_null(strstr(f.text, "median 64 KiB"));
     assert_non_null(strstr(f.text, "coalesce_bytes"));
     c.copies_merge = true;
-    ferry__bwmon_init(&m, &c);
-    f = feed(&m, 0, 64 << 10, 10, 8);
+    f = feed(fresh(&m, &c), 0, 64 << 10, 10, 8);
     assert_int_equal(f.last.cause, FERRY_CAUSE_SMALL_TRANSFERS);
     assert_non_null(strstr(f.text, "submit batches"));
     /* Pageable host memory. */
     c = config();
     c.host_pinned = false;
-    ferry__bwmon_init(&m, &c);
-    f = feed(&m, 1, 8 * MIB, 20, 8);
+    f = feed(fresh(&m, &c), 1, 8 * MIB, 20, 8);
     assert_int_equal(f.raised, 1);
     assert_int_equal(f.last.cause, FERRY_CAUSE_PAGEABLE);
 }
@@ -124,13 +127,11 @@ static void test_off(void **state)
     ferry__bwmon_config_t c = config();
     ferry__bwmon_t m;
     c.alert_ratio = 0;
-    ferry__bwmon_init(&m, &c);
-    assert_int_equal(feed(&m, 0, 8 * MIB, 1, 16).changes, 0);
+    assert_int_equal(feed(fresh(&m, &c), 0, 8 * MIB, 1, 16).changes, 0);
     assert_true(m.win[0].ratio == 0 && m.alerts == 0);
     c = config();
     c.link_gbps = 0; /* the link's rate unknown */
-    ferry__bwmon_init(&m, &c);
-    assert_int_equal(feed(&m, 0, 8 * MIB, 1, 16).changes, 0);
+    assert_int_equal(feed(fresh(&m, &c), 0, 8 * MIB, 1, 16).changes, 0);
     assert_true(m.win[0].ratio == 0 && m.alerts == 0);
 }
 
@@ -160,8 +161,7 @@ static void test_curve(void **state)
     ferry__bwmon_t m;
     /* 512 KiB copies at 80% of what the link delivers for them while the other way copies too:
      * under 60% of the theoretical rate, and quiet. */
-    ferry__bwmon_init(&m, &c);
-    assert_int_equal(feed_curve(&m, 0, 512 << 10, 0.8, 16).changes, 0);
+    assert_int_equal(feed_curve(fresh(&m, &c), 0, 512 << 10, 0.8, 16).changes, 0);
     assert_int_equal(feed_curve(&m, 1, 512 << 10, 0.8, 16).changes, 0);
     printf("# 512 KiB copies: %.1f%% and %.1f%% of the link's %.1f GB/s\n", m.win[0].ratio * 100,
            m.win[1].ratio * 100, c.link_gbps);
@@ -172,8 +172,7 @@ static void test_curve(void **state)
     assert_int_equal(f.last.cause, FERRY_CAUSE_UNKNOWN);
     assert_non_null(strstr(f.text, "it delivers for these copies"));
     /* 64 KiB copies at full speed: the link itself delivers them under 60% of its peak. */
-    ferry__bwmon_init(&m, &c);
-    f = feed_curve(&m, 0, 64 << 10, 1.0, 8);
+    f = feed_curve(fresh(&m, &c), 0, 64 << 10, 1.0, 8);
     assert_int_equal(f.raised, 1);
     assert_int_equal(f.last.cause, FERRY_CAUSE_SMALL_TRANSFERS);
     ferry__link_curve_destroy(curve);
