@@ -1,7 +1,7 @@
 /* The library's private headers that tests reach into (the simulator backend's operations,
- * the scheduler's queues, the watchdog, the fault-spec parser, the runtime's internals), named
- * in this one place so that a move inside src/ changes one file of the tests (the cuda
- * backend's, in gpu/cudatest.h and gpu/faultchild.h). Included by the
+ * the scheduler's queues, the watchdog, the bandwidth monitor, the fault-spec parser, the
+ * runtime's internals), named in this one place so that a move inside src/ changes one file of
+ * the tests (the cuda backend's, in gpu/cudatest.h and gpu/faultchild.h). Included by the
  * tests that exercise internals; the rest use the public API through testlib.h only. */
 #ifndef FERRY_TEST_INTERNAL_H
 #define FERRY_TEST_INTERNAL_H
@@ -12,7 +12,9 @@
 #include "backend/sim/sim.h"
 #include "core/runtime.h"
 #include "backend/sim/fault_spec.h"
+#include "base/span_union.h"
 #include "fault/watchdog.h"
+#include "monitor/bandwidth.h"
 #include "sched/sched.h"
 
 /* Device 0 of the simulator backend on @profile, seed 1, or NULL when it does not open. The

@@ -475,26 +475,55 @@ out_unlock:
     return rc ? ferry__rt_fail(rt, rc) : 0;
 }
 
-int ferry__device_link_profile(ferry_device_t *d, struct ferry_sim_profile *out)
+struct ferry__link_curve {
+    struct ferry_sim_profile prof;
+};
+
+int ferry__device_link_curve(ferry_device_t *d, ferry__link_curve_t **out)
 {
     if (d == NULL || out == NULL)
         return FERRY_EINVAL;
+    ferry__link_curve_t *c = malloc(sizeof(*c));
+    if (c == NULL)
+        return FERRY_ENOMEM;
+    int rc = 0;
     if (strcmp(d->ops->name, "sim") == 0) {
         const struct ferry_sim_profile *p = ferry__sim_device_profile(d->be);
         if (p == NULL)
-            return FERRY_ENOTSUP;
-        *out = *p;
-        return 0;
+            rc = FERRY_ENOTSUP;
+        else
+            c->prof = *p;
+    } else {
+        rc = d->rt->profile[0] != '\0' ? ferry__sim_profile_load(d->rt->profile, &c->prof)
+                                       : ferry__sim_profile_load_default(&c->prof);
+        if (rc == 0 &&
+            (c->prof.pcie_gen != d->props.pcie_gen || c->prof.pcie_width != d->props.pcie_width))
+            rc = FERRY_ENOTSUP; /* another link: its curve says nothing of this one */
     }
-    struct ferry_sim_profile *p = malloc(sizeof(*p));
-    if (p == NULL)
-        return FERRY_ENOMEM;
-    int rc = d->rt->profile[0] != '\0' ? ferry__sim_profile_load(d->rt->profile, p)
-                                       : ferry__sim_profile_load_default(p);
-    if (rc == 0 && (p->pcie_gen != d->props.pcie_gen || p->pcie_width != d->props.pcie_width))
-        rc = FERRY_ENOTSUP; /* another link: its curve says nothing of this one */
-    if (rc == 0)
-        *out = *p;
-    free(p);
-    return rc != 0 ? FERRY_ENOTSUP : 0;
+    if (rc != 0) {
+        free(c);
+        return FERRY_ENOTSUP;
+    }
+    *out = c;
+    return 0;
+}
+
+void ferry__link_curve_destroy(ferry__link_curve_t *c)
+{
+    free(c);
+}
+
+double ferry__link_curve_peak_gbps(const ferry__link_curve_t *c, int dir)
+{
+    const struct ferry_sim_curve *cv = &c->prof.curve[dir != 0];
+    return cv->gbps[cv->n - 1];
+}
+
+void ferry__link_curve_copy_ns(const ferry__link_curve_t *c, int dir, uint64_t bytes,
+                               double *one_way, double *both_ways)
+{
+    double peak = ferry__link_curve_peak_gbps(c, dir);
+    double lat = (double)ferry__sim_copy_latency_ns(&c->prof, dir, bytes);
+    *both_ways = lat + (double)bytes / (peak * c->prof.bidir_factor);
+    *one_way = lat + (double)bytes / peak;
 }

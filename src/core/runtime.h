@@ -44,12 +44,22 @@ struct ferry_runtime {
 void ferry__rt_child_add(ferry_runtime_t *rt, ferry__rt_child_t *c);
 void ferry__rt_child_remove(ferry_runtime_t *rt, ferry__rt_child_t *c);
 
-struct ferry_sim_profile;
-/* The measured copy curves that describe @dev's link, for the bandwidth monitor: the simulated
- * device's own profile; for a GPU, the profile the runtime was given (a calibration, `ferry
- * probe --calibrate`) or else the built-in one, when its PCIe generation and width are the
- * device's. Copied into @out. FERRY_ENOTSUP when none describes the link. */
-int ferry__device_link_profile(ferry_device_t *d, struct ferry_sim_profile *out);
+/* What @dev's link delivers for one copy at a given size, for the bandwidth monitor: the measured
+ * copy curves of the simulated device's own profile; for a GPU, of the profile the runtime was
+ * given (a calibration, `ferry probe --calibrate`) or else the built-in one, when its PCIe
+ * generation and width are the device's. Immutable once made: any thread may read it. */
+typedef struct ferry__link_curve ferry__link_curve_t;
+/* Make @d's link curve into *@out (owned by the caller). FERRY_ENOTSUP when no profile describes
+ * the link, FERRY_ENOMEM; on error *@out is untouched. */
+int ferry__device_link_curve(ferry_device_t *d, ferry__link_curve_t **out);
+void ferry__link_curve_destroy(ferry__link_curve_t *c); /* NULL is a no-op */
+/* The rate of large copies in direction @dir (0 H2D, 1 D2H), GB/s: the curve's last point. */
+double ferry__link_curve_peak_gbps(const ferry__link_curve_t *c, int dir);
+/* The device-side time of one copy of @bytes in direction @dir, ns: its latency plus the bytes
+ * at the large-copy rate alone (*@one_way), and at that rate's share while the other direction
+ * transfers too (*@both_ways: the profile's bidirectional factor). */
+void ferry__link_curve_copy_ns(const ferry__link_curve_t *c, int dir, uint64_t bytes,
+                               double *one_way, double *both_ways);
 
 /* A ferry_pool's pinned slab [p, p + n) on @dev: counted as registered, so that pipelines copy
  * from and to the user's pool buffers directly instead of staging them as pageable. Returns 0

@@ -248,6 +248,23 @@ static void trace_ops(const slot_t *s, const uint64_t *start, const uint64_t *t,
     a->trace[a->ntrace++] = r;
 }
 
+/* One timed copy into the bandwidth monitor; a change of state goes into the trace (raised) and
+ * to the caller's alert callback. */
+static void feed_bw(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t busy_ns, uint64_t now)
+{
+    ferry_alert_t al;
+    if (!ferry__bwmon_sample(&p->comp.bw, d, bytes, busy_ns, now, &al))
+        return;
+    if (al.raised)
+        trace_note(p, d == 0 ? NOTE_BW_H2D : NOTE_BW_D2H, 0, 0, now);
+    if (p->on_alert != NULL)
+        p->on_alert(&al, p->alert_arg);
+}
+
+/* Retire one chunk whose events are complete (or which failed): copy its output out, read its
+ * event times if it was timed. @now: the device clock at this pass, the end of an untimed
+ * chunk as far as the stats know (late by the polling latency, a few microseconds).
+ * Completion thread, no lock held. */
 static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, pass_acc_t *a)
 {
     batch_rec_t *b = s->batch;
@@ -345,8 +362,8 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     }
     if (s->seq > p->comp.eng_seq)
         p->comp.eng_seq = s->seq;
-    ferry__pipe_bw_sample(p, 0, s->bytes, uh, now);
-    ferry__pipe_bw_sample(p, 1, s->bytes, ud, now);
+    feed_bw(p, 0, s->bytes, uh, now);
+    feed_bw(p, 1, s->bytes, ud, now);
     a->timed += s->nsub; /* as chunks_retired counts: the busy figures scale by their ratio */
     /* Compute is busy while any compute stream is: with two compute streams their kernels
      * overlap, and the sum of their times exceeded the elapsed time (a compute-bound run's
@@ -568,9 +585,9 @@ static bool recycle(ferry_pipeline_t *p, const pass_t *ps, const pass_acc_t *acc
         }
         p->api.nfree_slots += freed;
         p->api.steps_down_seen = p->ladder.steps_down;
-        p->api.bw_alerts_seen = p->comp.bw_alerts;
-        p->api.bw_ratio_seen[0] = p->comp.bw[0].ratio;
-        p->api.bw_ratio_seen[1] = p->comp.bw[1].ratio;
+        p->api.bw_alerts_seen = p->comp.bw.alerts;
+        p->api.bw_ratio_seen[0] = p->comp.bw.win[0].ratio;
+        p->api.bw_ratio_seen[1] = p->comp.bw.win[1].ratio;
         p->api.steps_up_seen = p->ladder.steps_up;
         /* The GPU path ended: an issuer waiting for slots goes to the CPU instead. */
         if (p->api.slot_waiting && atomic_load_explicit(&p->sh.gpu_lost, memory_order_acquire))

@@ -121,7 +121,7 @@ static void free_husk(ferry_pipeline_t *p)
 {
     ferry__lat_hist_unregister(&p->sh.lat);
     ferry__trace_free(&p->api.trace);
-    free(p->link_prof);
+    ferry__link_curve_destroy(p->link_curve);
     pthread_cond_destroy(&p->issue_cv);
     pthread_cond_destroy(&p->slot_cv);
     pthread_cond_destroy(&p->work_cv);
@@ -218,7 +218,8 @@ static int make_streams(ferry_pipeline_t *p)
     return 0;
 }
 
-/* The watchdog, and the link monitor when the bandwidth monitor is on and the link known. */
+/* The watchdog, the link monitor when the bandwidth monitor is on and the link known, and the
+ * bandwidth monitor. */
 static int start_monitors(ferry_pipeline_t *p, bool virt)
 {
     int rc;
@@ -243,6 +244,14 @@ static int start_monitors(ferry_pipeline_t *p, bool virt)
         if ((rc = ferry__linkmon_create(p->dev, &lc, &p->link)) != 0)
             return rc;
     }
+    ferry__bwmon_config_t bc = {.link_gbps = p->dev->props.link_gbps,
+                                .alert_ratio = p->plan.bw_alert_ratio,
+                                .foreign_ratio = p->plan.bw_foreign_ratio,
+                                .curve = p->link_curve,
+                                .link = p->link,
+                                .host_pinned = p->host_pinned,
+                                .copies_merge = p->plan.group > 1};
+    ferry__bwmon_init(&p->comp.bw, &bc);
     return 0;
 }
 
@@ -267,11 +276,8 @@ static int init_state(ferry_pipeline_t *p, const ferry_pipeline_config_t *cfg)
                   "--recommend --streams %u`)",
                   p->context_streams, dev->index, p->plan.nstreams, dev->connections,
                   p->context_streams);
-    if (p->plan.bw_alert_ratio > 0 && (p->link_prof = malloc(sizeof(*p->link_prof))) != NULL &&
-        ferry__device_link_profile(dev, p->link_prof) != 0) {
-        free(p->link_prof); /* no curve for this link: the theoretical rate alone */
-        p->link_prof = NULL;
-    }
+    if (p->plan.bw_alert_ratio > 0 && ferry__device_link_curve(dev, &p->link_curve) != 0)
+        p->link_curve = NULL; /* no curve for this link: the theoretical rate alone */
     if (cfg->size > offsetof(ferry_pipeline_config_t, alert_arg)) {
         p->on_alert = cfg->on_alert;
         p->alert_arg = cfg->alert_arg;

@@ -12,8 +12,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/span_union.h"
 #include "core/runtime.h"
 #include "ferry.h"
+#include "monitor/bandwidth.h"
 #include "monitor/latency.h"
 #include "monitor/linkmon.h"
 #include "monitor/trace.h"
@@ -54,17 +56,6 @@ enum {
 };
 enum chunk_timing { TIME_NONE, TIME_ENDS, TIME_SAMPLE, TIME_ANCHOR };
 
-/* The union of busy intervals of one engine class, exact for intervals that arrive in any
- * order within its last FERRY__SPAN_KEEP disjoint pieces (a D2H of one copy stream retires
- * before the other stream's earlier one): everything below floor counts as covered. */
-#define FERRY__SPAN_KEEP 8u
-typedef struct ferry__span_union {
-    uint64_t floor;
-    unsigned n;
-    uint64_t lo[FERRY__SPAN_KEEP], hi[FERRY__SPAN_KEEP]; /* sorted, disjoint, above floor */
-} ferry__span_union_t;
-/* The bandwidth monitor's window: timed copies per direction. */
-#define BW_WINDOW 8u
 /* Prime, so that the sampled chunks visit every stream of a round-robin plan (at most 16). */
 #define SAMPLE_EVERY 31u
 /* Chunks timed ahead of a sampled chunk for its starts, at most. */
@@ -188,15 +179,7 @@ struct ferry__pipe_issue {
 
 /* The completion thread's own state. */
 struct ferry__pipe_comp {
-    /* The bandwidth monitor (the _seen copies in api). */
-    struct bw_win {
-        uint64_t bytes[BW_WINDOW], ns[BW_WINDOW];
-        uint64_t sum_bytes, sum_ns; /* of the window, kept as samples come and go */
-        unsigned n, at;
-        bool alerting;
-        double ratio;
-    } bw[2];
-    uint64_t bw_alerts;
+    ferry__bwmon_t bw;    /* the bandwidth monitor (the _seen copies in api) */
     uint64_t lat_ewma_ns; /* running mean of issue-to-end latency */
     /* When the oldest chunk of each D2H stream became the oldest (the previous one retired): a
      * chunk's deadline runs from then or from its issue, whichever is later, so that chunks
@@ -293,9 +276,9 @@ struct ferry_pipeline {
     ferry_bqueue_t *queue;
     ferry_workers_t *workers;
     pthread_t issuer, completer;
-    /* The link's measured copy curves (core/runtime.h); NULL: judged against the theoretical
-     * rate alone. */
-    struct ferry_sim_profile *link_prof;
+    /* The link's measured copy curves (core/runtime.h), the bandwidth monitor's; NULL: judged
+     * against the theoretical rate alone. */
+    ferry__link_curve_t *link_curve;
     void (*on_alert)(const ferry_alert_t *, void *);
     void *alert_arg;
     /* The link monitor (NULL: off, or no counter): the pipeline's own bytes by retirement time
@@ -467,10 +450,6 @@ void ferry__pipe_write_failure_record(ferry_pipeline_t *p, const slot_t *s, int 
 void ferry__pipe_wd_hang(void *ctx, const ferry__wd_head_t *h, uint64_t now, uint64_t since_abort,
                          bool heartbeat_stalled);
 size_t ferry__pipe_sub_bytes(const ferry_pipeline_t *p, const slot_t *s, uint32_t i, size_t *at);
-/* Add [@start, @end): returns the time it covers that the union did not. */
-uint64_t ferry__span_union_add(ferry__span_union_t *u, uint64_t start, uint64_t end);
-/* Count everything before @end as covered (adds nothing). */
-void ferry__span_union_cover(ferry__span_union_t *u, uint64_t end);
 int ferry__pipe_cpu_chunk(ferry_pipeline_t *p, const batch_rec_t *b, const void *in, void *out,
                           size_t n, size_t off, uint32_t chunk, uint32_t attempt, uint64_t seq);
 void ferry__pipe_batch_cpu_result(batch_rec_t *b, uint32_t ok, int rc);
@@ -483,7 +462,6 @@ void ferry__pipe_take_slots(ferry_pipeline_t *p, uint32_t n, slot_t **sl);
 void *ferry__pipe_issuer_main(void *arg);
 int ferry__pipe_launch_group(ferry_pipeline_t *p, slot_t *s, ferry_be_stream_t *st);
 void *ferry__pipe_completion_main(void *arg);
-void ferry__pipe_bw_sample(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t ns, uint64_t now);
 void ferry__pipe_pass_wait(ferry_pipeline_t *p);
 int ferry__pipe_retry_on_gpu(ferry_pipeline_t *p, slot_t *s);
 
