@@ -88,6 +88,16 @@ for r in "${runs[@]}"; do
   done
 done
 
+step "two copy streams: engine busy sampled against every chunk timed"
+# The union of a direction's copies: sampled (one chunk in 31 and its anchor) must read what
+# every chunk timed reads, and a healthy run raises no alert either way.
+for round in 1 2; do
+  for t in sample all; do
+    "$ferry" run --backend cuda --workload copy --bytes 4G --copy-streams 2 --op-timing $t --json \
+      2>>"$out/copy2.err" | python3 -c "import json,sys; j=json.load(sys.stdin); j['kind']='copy2'; j['op_timing']='$t'; print(json.dumps(j))" >>"$res" 2>>"$log"
+  done
+done
+
 step "link monitor: NVML's counter against ferry's own bytes, alone and beside another process"
 # Alone, the link's traffic should be ferry's; with a hog process copying both ways on the
 # same GPU, ferry's copies fall under the alert share and the alert should name the other
@@ -233,6 +243,10 @@ for r in rows:
         for l in r["alert_lines"]:
             print("  " + l[:160])
 for r in rows:
+    if r.get("kind") == "copy2":
+        print(f"two copy streams, op_timing {r['op_timing']:6s}: {r.get('gbps_h2d', 0):5.1f}/{r.get('gbps_d2h', 0):5.1f} GB/s, "
+              f"engines busy H2D {r.get('util_h2d', 0) * 100:5.1f}% D2H {r.get('util_d2h', 0) * 100:5.1f}%, "
+              f"overlap {r.get('overlap', 0):.2f}, alerts {r.get('bw_alerts', '?')}")
     if r.get("kind") == "calibration":
         print(f"calibration: host copy {r['copy_submit_ns']:.0f} ns, launch {r['launch_ns']:.0f} ns, "
               f"record {r['event_record_ns']:.0f} ns, wait {r['stream_wait_ns']:.0f} ns, "

@@ -261,6 +261,40 @@ static void feed_bw(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t busy_ns
         p->on_alert(&al, p->alert_arg);
 }
 
+/* A timed chunk's engine time (each direction's, from the union) into the pass's busy figures
+ * and the bandwidth monitor. */
+static void count_engines(ferry_pipeline_t *p, uint64_t bytes, uint64_t uh, uint64_t ud,
+                          uint64_t now, pass_acc_t *a)
+{
+    feed_bw(p, 0, bytes, uh, now);
+    feed_bw(p, 1, bytes, ud, now);
+    a->busy_h2d += uh;
+    a->busy_d2h += ud;
+}
+
+/* The sampled chunk waiting for its anchor, once anchor @seq retired: its copies join each
+ * direction's union past the anchor's ends, as if it had retired after it. @seq 0 (or not its
+ * anchor's): the anchor will not come; its copies count 1/copy streams of their time. */
+static void count_waiting(ferry_pipeline_t *p, uint64_t seq, uint64_t now, pass_acc_t *a)
+{
+    struct ferry__pipe_comp *c = &p->comp;
+    if (!c->eng_wait.set || (seq != 0 && seq + 1 != c->eng_wait.seq))
+        return;
+    const uint64_t *h = c->eng_wait.h2d, *d = c->eng_wait.d2h;
+    if (seq != 0) {
+        count_engines(p, c->eng_wait.bytes, ferry__span_union_add(&c->eng[0], h[0], h[1]),
+                      ferry__span_union_add(&c->eng[1], d[0], d[1]), now, a);
+    } else {
+        unsigned lanes = p->plan.ncopy > 0 ? p->plan.ncopy : 1u;
+        count_engines(p, c->eng_wait.bytes, (h[1] - h[0]) / lanes, (d[1] - d[0]) / lanes, now, a);
+        ferry__span_union_cover(&c->eng[0], h[1]);
+        ferry__span_union_cover(&c->eng[1], d[1]);
+    }
+    if (c->eng_wait.seq > c->eng_seq)
+        c->eng_seq = c->eng_wait.seq;
+    c->eng_wait.set = false;
+}
+
 /* Retire one chunk whose events are complete (or which failed): copy its output out, read its
  * event times if it was timed. @now: the device clock at this pass, the end of an untimed
  * chunk as far as the stats know (late by the polling latency, a few microseconds).
@@ -313,6 +347,7 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     uint64_t *le = p->comp.stream_end;
     if (s->timing == TIME_ANCHOR) {
         note_anchor(p, s, t);
+        count_waiting(p, s->seq, now, a);
         return;
     }
     uint64_t hs, cs, ds;
@@ -344,33 +379,41 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
      * (engines H2D 196%, overlap 3.65, and the bandwidth monitor took one copy's share of the
      * link for the direction's rate). The union is exact over consecutive timed chunks (every
      * chunk with op_timing all or a trace); a sampled chunk has the chunk before it timed as an
-     * anchor, and adds what its copies cover past that one's. Where that anchor retired after
-     * it (another D2H stream), its copies count 1/copy streams of their time: the copy streams
-     * taken to run together, which the H200 does not always do (D2H read 52% busy, an alert
-     * on a run at 46 GB/s each way, before the anchor). */
+     * anchor, and adds what its copies cover past that one's. Where that anchor retires after
+     * it (another D2H stream), the sampled chunk waits for it (count_waiting): counted at 1/copy
+     * streams of its time instead, the copy streams taken to run together, which the H200 does
+     * not always do, H2D read 68% busy and D2H 72% on a run the union timed at 97% and 95%. */
     int lv = ferry__ladder_level(&p->ladder);
     unsigned lanes = p->plan.single || lv >= 3 ? 1u : p->plan.ncopy;
     /* Every chunk timed (op_timing all, a trace): the union takes the copies in any order, so
      * it is exact even when the copy streams' chunks retire out of order (with that counted
      * at 1/2, D2H read 48% busy at 40 GB/s each way on the H200). */
     bool fresh = lanes == 1 || s->seq == p->comp.eng_seq + 1 || p->plan.time_all || s->traced;
-    uint64_t uh = fresh ? ferry__span_union_add(&p->comp.eng[0], hs, t[TEV_H2D_END]) : dh / lanes;
-    uint64_t ud = fresh ? ferry__span_union_add(&p->comp.eng[1], ds, t[TEV_D2H_END]) : dd / lanes;
-    if (!fresh) {
+    if (fresh) {
+        count_engines(p, s->bytes, ferry__span_union_add(&p->comp.eng[0], hs, t[TEV_H2D_END]),
+                      ferry__span_union_add(&p->comp.eng[1], ds, t[TEV_D2H_END]), now, a);
+        if (s->seq > p->comp.eng_seq)
+            p->comp.eng_seq = s->seq;
+    } else if (s->seq > p->comp.eng_seq + 1) {
+        /* Its anchor has not retired: wait for its ends (count_waiting). One that waits still
+         * (its anchor failed) is counted as below. */
+        if (p->comp.eng_wait.set)
+            count_waiting(p, 0, now, a);
+        p->comp.eng_wait.set = true;
+        p->comp.eng_wait.seq = s->seq;
+        p->comp.eng_wait.bytes = s->bytes;
+        p->comp.eng_wait.h2d[0] = hs, p->comp.eng_wait.h2d[1] = t[TEV_H2D_END];
+        p->comp.eng_wait.d2h[0] = ds, p->comp.eng_wait.d2h[1] = t[TEV_D2H_END];
+    } else { /* a later chunk's copies already joined the union: its share */
+        count_engines(p, s->bytes, dh / lanes, dd / lanes, now, a);
         ferry__span_union_cover(&p->comp.eng[0], t[TEV_H2D_END]);
         ferry__span_union_cover(&p->comp.eng[1], t[TEV_D2H_END]);
     }
-    if (s->seq > p->comp.eng_seq)
-        p->comp.eng_seq = s->seq;
-    feed_bw(p, 0, s->bytes, uh, now);
-    feed_bw(p, 1, s->bytes, ud, now);
     a->timed += s->nsub; /* as chunks_retired counts: the busy figures scale by their ratio */
     /* Compute is busy while any compute stream is: with two compute streams their kernels
      * overlap, and the sum of their times exceeded the elapsed time (a compute-bound run's
      * overlap read 1.76). */
-    a->busy_h2d += uh;
     a->busy_comp += ferry__span_union_add(&p->comp.comp_busy, cs, t[TEV_COMP_END]);
-    a->busy_d2h += ud;
     a->stream_busy[s->h2d] += dh;
     a->stream_busy[s->comp] += dc;
     a->stream_busy[s->d2h] += dd;

@@ -208,6 +208,12 @@ struct ferry__pipe_comp {
      * of the last timed chunk (the union is exact over consecutive timed chunks). */
     ferry__span_union_t eng[2];
     uint64_t eng_seq;
+    /* A sampled chunk that retired before its anchor (the chunk just before it, on the other
+     * copy stream): its copies' spans wait for the anchor's ends (retire_chunk). */
+    struct {
+        bool set;
+        uint64_t seq, bytes, h2d[2], d2h[2];
+    } eng_wait;
 };
 
 /* The watchdog's side: its handle (made and destroyed by the API) and what its thread counts. */
