@@ -295,6 +295,48 @@ static void count_waiting(ferry_pipeline_t *p, uint64_t seq, uint64_t now, pass_
     c->eng_wait.set = false;
 }
 
+/* A timed chunk's copies into each direction's engine time. */
+static void join_engines(ferry_pipeline_t *p, const slot_t *s, uint64_t hs, uint64_t ds,
+                         const uint64_t *t, uint64_t now, pass_acc_t *a)
+{
+    uint64_t dh = t[TEV_H2D_END] - hs, dd = t[TEV_D2H_END] - ds;
+    /* A direction's engine time is the union of its copies' intervals: with several copy
+     * streams the copies of one direction run at once, and their sum counted that time twice
+     * (engines H2D 196%, overlap 3.65, and the bandwidth monitor took one copy's share of the
+     * link for the direction's rate). The union is exact over consecutive timed chunks (every
+     * chunk with op_timing all or a trace); a sampled chunk has the chunk before it timed as an
+     * anchor, and adds what its copies cover past that one's. Where that anchor retires after
+     * it (another D2H stream), the sampled chunk waits for it (count_waiting): counted at 1/copy
+     * streams of its time instead, the copy streams taken to run together, which the H200 does
+     * not always do, H2D read 68% busy and D2H 72% on a run the union timed at 97% and 95%. */
+    int lv = ferry__ladder_level(&p->ladder);
+    unsigned lanes = p->plan.single || lv >= 3 ? 1u : p->plan.ncopy;
+    /* Every chunk timed (op_timing all, a trace): the union takes the copies in any order, so
+     * it is exact even when the copy streams' chunks retire out of order (with that counted
+     * at 1/2, D2H read 48% busy at 40 GB/s each way on the H200). */
+    bool fresh = lanes == 1 || s->seq == p->comp.eng_seq + 1 || p->plan.time_all || s->traced;
+    if (fresh) {
+        count_engines(p, s->bytes, ferry__span_union_add(&p->comp.eng[0], hs, t[TEV_H2D_END]),
+                      ferry__span_union_add(&p->comp.eng[1], ds, t[TEV_D2H_END]), now, a);
+        if (s->seq > p->comp.eng_seq)
+            p->comp.eng_seq = s->seq;
+    } else if (s->seq > p->comp.eng_seq + 1) {
+        /* Its anchor has not retired: wait for its ends (count_waiting). One that waits still
+         * (its anchor failed) is counted as below. */
+        if (p->comp.eng_wait.set)
+            count_waiting(p, 0, now, a);
+        p->comp.eng_wait.set = true;
+        p->comp.eng_wait.seq = s->seq;
+        p->comp.eng_wait.bytes = s->bytes;
+        p->comp.eng_wait.h2d[0] = hs, p->comp.eng_wait.h2d[1] = t[TEV_H2D_END];
+        p->comp.eng_wait.d2h[0] = ds, p->comp.eng_wait.d2h[1] = t[TEV_D2H_END];
+    } else { /* a later chunk's copies already joined the union: its share */
+        count_engines(p, s->bytes, dh / lanes, dd / lanes, now, a);
+        ferry__span_union_cover(&p->comp.eng[0], t[TEV_H2D_END]);
+        ferry__span_union_cover(&p->comp.eng[1], t[TEV_D2H_END]);
+    }
+}
+
 /* Retire one chunk whose events are complete (or which failed): copy its output out, read its
  * event times if it was timed. @now: the device clock at this pass, the end of an untimed
  * chunk as far as the stats know (late by the polling latency, a few microseconds).
@@ -374,41 +416,7 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     if (t[TEV_D2H_END] > le[s->d2h])
         le[s->d2h] = t[TEV_D2H_END];
     uint64_t dh = t[TEV_H2D_END] - hs, dc = t[TEV_COMP_END] - cs, dd = t[TEV_D2H_END] - ds;
-    /* A direction's engine time is the union of its copies' intervals: with several copy
-     * streams the copies of one direction run at once, and their sum counted that time twice
-     * (engines H2D 196%, overlap 3.65, and the bandwidth monitor took one copy's share of the
-     * link for the direction's rate). The union is exact over consecutive timed chunks (every
-     * chunk with op_timing all or a trace); a sampled chunk has the chunk before it timed as an
-     * anchor, and adds what its copies cover past that one's. Where that anchor retires after
-     * it (another D2H stream), the sampled chunk waits for it (count_waiting): counted at 1/copy
-     * streams of its time instead, the copy streams taken to run together, which the H200 does
-     * not always do, H2D read 68% busy and D2H 72% on a run the union timed at 97% and 95%. */
-    int lv = ferry__ladder_level(&p->ladder);
-    unsigned lanes = p->plan.single || lv >= 3 ? 1u : p->plan.ncopy;
-    /* Every chunk timed (op_timing all, a trace): the union takes the copies in any order, so
-     * it is exact even when the copy streams' chunks retire out of order (with that counted
-     * at 1/2, D2H read 48% busy at 40 GB/s each way on the H200). */
-    bool fresh = lanes == 1 || s->seq == p->comp.eng_seq + 1 || p->plan.time_all || s->traced;
-    if (fresh) {
-        count_engines(p, s->bytes, ferry__span_union_add(&p->comp.eng[0], hs, t[TEV_H2D_END]),
-                      ferry__span_union_add(&p->comp.eng[1], ds, t[TEV_D2H_END]), now, a);
-        if (s->seq > p->comp.eng_seq)
-            p->comp.eng_seq = s->seq;
-    } else if (s->seq > p->comp.eng_seq + 1) {
-        /* Its anchor has not retired: wait for its ends (count_waiting). One that waits still
-         * (its anchor failed) is counted as below. */
-        if (p->comp.eng_wait.set)
-            count_waiting(p, 0, now, a);
-        p->comp.eng_wait.set = true;
-        p->comp.eng_wait.seq = s->seq;
-        p->comp.eng_wait.bytes = s->bytes;
-        p->comp.eng_wait.h2d[0] = hs, p->comp.eng_wait.h2d[1] = t[TEV_H2D_END];
-        p->comp.eng_wait.d2h[0] = ds, p->comp.eng_wait.d2h[1] = t[TEV_D2H_END];
-    } else { /* a later chunk's copies already joined the union: its share */
-        count_engines(p, s->bytes, dh / lanes, dd / lanes, now, a);
-        ferry__span_union_cover(&p->comp.eng[0], t[TEV_H2D_END]);
-        ferry__span_union_cover(&p->comp.eng[1], t[TEV_D2H_END]);
-    }
+    join_engines(p, s, hs, ds, t, now, a);
     a->timed += s->nsub; /* as chunks_retired counts: the busy figures scale by their ratio */
     /* Compute is busy while any compute stream is: with two compute streams their kernels
      * overlap, and the sum of their times exceeded the elapsed time (a compute-bound run's
