@@ -89,10 +89,7 @@ static void release(ferry_pipeline_t *p)
             ferry__be_event_destroy(p->dev, s->tev[e]);
         ferry__be_mem_free(p->dev, s->d_in);
         ferry__be_mem_free(p->dev, s->d_out);
-        if (s->h_in)
-            ferry_pool_free(p->pool, s->h_in);
-        if (s->h_out)
-            ferry_pool_free(p->pool, s->h_out);
+        /* s->h_in and s->h_out are slots of p->pool: they go with it, below. */
     }
     free(p->slots);
     ferry_pool_destroy(p->pool);
