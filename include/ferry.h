@@ -216,9 +216,9 @@ typedef struct ferry_kernel_args {
     /* Long kernels poll these through ferry_should_abort() (include/ferry/device.h): ferry
      * raises the word to the sequence number of the newest chunk it gives up on (a stage past
      * its deadline); a kernel whose @seq is at or below it should return early. On a GPU the
-     * word is in device memory (a poll is an L2 read: once per block costs nothing
-     * measurable), written by ferry with a copy on a stream of its own; on the simulator it
-     * is host memory. NULL when the backend has no abort word (then nothing ever aborts). */
+     * word is in device memory (a poll past @abort_after is an L2 read; before it, a read of
+     * the GPU's clock alone), written by ferry on a stream of its own; on the simulator it is
+     * host memory. NULL when the backend has no abort word (then nothing ever aborts). */
     const volatile uint64_t *abort_word; /* a device pointer for gpu functions; the first of
                                             FERRY_ABORT_REPLICAS copies */
     uint64_t seq;                        /* this chunk's sequence number in its pipeline, >= 1 */
@@ -226,6 +226,14 @@ typedef struct ferry_kernel_args {
      * older header): the submitted batch's ferry_batch_t.user, per-batch parameters for the
      * kernel (batch_id is only known once submit returns). NULL when the batch set none. */
     void *batch_user;
+    /* Appended: when ferry_should_abort() may skip reading the word. ferry raises no word for
+     * this chunk before the GPU's clock (%globaltimer, ns) reaches @abort_after (half the
+     * deadline floor after the launch, less the clocks' error), so a poll earlier than that
+     * reads the clock alone (a register, no memory traffic). A clock outside
+     * [abort_after - abort_span, abort_after) reads the word (a clock that jumped). Both 0:
+     * every poll reads the word (the simulator, a device whose clock ferry could not map). */
+    uint64_t abort_after;
+    uint64_t abort_span;
 } ferry_kernel_args_t;
 
 /* The abort word is kept in FERRY_ABORT_REPLICAS copies, FERRY_ABORT_STRIDE bytes apart, all

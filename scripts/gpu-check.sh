@@ -324,11 +324,14 @@ for r in rows:
                   f"round-robin {c['roundrobin_ms']:.2f} ms  memory {x['memory_vs_base_bytes'] / 1024:+.0f} KiB")
 for r in rows:
     if r.get("bench") == "abort_poll" and r["case"] == "kernel_us":
+        p = lambda m: r.get(m + "_paired", r[m + "_over_none"])
         print(f"abort poll, {r['bytes'] >> 20} MiB byte-wise kernel, {r['blocks']} blocks, {r.get('bytes_per_thread', 16)} B a thread: none {r['none_us']:.2f} us; "
-              f"device word: block's first thread, before the work {r['block_first_over_none']:.3f}x "
-              f"(one copy of the word: {r['one_copy_over_none']:.3f}x), "
-              f"after it {r['block_late_over_none']:.3f}x; every thread, after {r['threads_late_over_none']:.3f}x; "
-              f"mapped host word {r['host_block_over_none']:.1f}x; no poll again {r['none_again_over_none']:.3f}x")
+              f"every thread before the work {p('threads_first'):.3f}x (reading the word at every poll {p('threads_ungated'):.3f}x); "
+              f"block's first thread + barrier {p('block_first'):.3f}x; read before, used after {p('block_late'):.3f}x; "
+              f"mapped host word {r['host_block_over_none']:.1f}x; no poll again {p('none_again'):.3f}x")
+    elif r.get("bench") == "abort_poll" and r["case"] == "gate":
+        print(f"abort poll gate: {'on' if r['gated'] else 'OFF'}, abort_after {r['gate_ahead_ms_median']:.2f} ms ahead "
+              f"of a kernel's start (min {r['gate_ahead_ms_min']:.2f}), span {r['abort_span_ms']:.1f} ms")
     elif r.get("bench") == "abort_poll":
         print(f"abort poll, a grid of {r['grid_blocks']} blocks holding every SM: retired {r['overrun_ms']:.3f} ms "
               f"past its deadline, gpu_lost {r['gpu_lost']}, output {'OK' if r['output_ok'] else 'WRONG'}")

@@ -23,7 +23,16 @@
  * memory and a barrier, before the pass's work (the block waits for the read) or after it (the
  * read was issued before the work, whose time hides its latency); every thread, the read issued
  * before the work and its answer used after it (one read a warp, from L2, no barrier). */
-enum { POLL_NONE = 0, POLL_BLOCK_FIRST, POLL_BLOCK_LATE, POLL_THREADS_LATE, POLL_ONE_COPY };
+enum {
+    POLL_NONE = 0,
+    POLL_BLOCK_FIRST,
+    POLL_BLOCK_LATE,
+    POLL_THREADS_LATE,
+    POLL_ONE_COPY,
+    POLL_THREADS_FIRST
+};
+/* POLL_THREADS_FIRST: every thread polls before the pass's work and returns at once when told
+ * (no shared memory, no barrier): what include/ferry/device.h advises. */
 /* POLL_ONE_COPY: as POLL_BLOCK_FIRST, but every block reads the word's first copy, as if the
  * word had one copy only (what its FERRY_ABORT_REPLICAS copies are worth). */
 
@@ -52,6 +61,8 @@ __global__ void xor_kernel(ferry_kernel_args_t a, unsigned long long spin_ns, in
             said = ferry_should_abort(&a);
         } else if (poll == POLL_THREADS_LATE) {
             said = ferry_should_abort(&a);
+        } else if (poll == POLL_THREADS_FIRST && ferry_should_abort(&a)) {
+            return;
         }
         for (int k = 0; k < vecs; k++) {
             size_t i = base + ((size_t)k * blockDim.x + threadIdx.x) * 16;
@@ -85,6 +96,14 @@ __global__ void xor_kernel(ferry_kernel_args_t a, unsigned long long spin_ns, in
     }
 }
 
+/* The GPU's clock when a kernel starts, for how far ahead of it abort_after lies. */
+__global__ void clock_probe(unsigned long long *out)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    *out = t;
+}
+
 static unsigned blocks_for(size_t bytes, int vecs = 1)
 {
     size_t per = (size_t)256 * 16 * vecs;
@@ -102,6 +121,9 @@ static void launch_xor(int poll, const ferry_kernel_args_t &a, int vecs, cudaStr
     case POLL_THREADS_LATE:
         xor_kernel<POLL_THREADS_LATE, false><<<g, 256, 0, s>>>(a, 0, vecs);
         break;
+    case POLL_THREADS_FIRST:
+        xor_kernel<POLL_THREADS_FIRST, false><<<g, 256, 0, s>>>(a, 0, vecs);
+        break;
     default: xor_kernel<POLL_ONE_COPY, false><<<g, 256, 0, s>>>(a, 0, vecs); break;
     }
 }
@@ -117,7 +139,7 @@ static void launch_xor(int poll, const ferry_kernel_args_t &a, int vecs, cudaStr
 
 /* The stage: the kernel, polling; the chunk chosen to hang repeats its pass until the abort. */
 typedef struct stage_ctx {
-    ferry_kernel_args_t seen; /* a chunk's arguments, for the timing below */
+    ferry_kernel_args_t seen; /* the last chunk's arguments, for the timing below */
     int have;
     int hang_armed;     /* the next first chunk launched hangs (atomic) */
     unsigned grid_fill; /* blocks that fill the GPU */
@@ -126,10 +148,8 @@ typedef struct stage_ctx {
 static int gpu_fn(const ferry_kernel_args_t *a, void *stream, void *user)
 {
     stage_ctx_t *c = (stage_ctx_t *)user;
-    if (!c->have) {
-        c->seen = *a;
-        c->have = 1;
-    }
+    c->seen = *a; /* one chunk at a time when it is read (after a drain) */
+    c->have = 1;
     bool hang = a->chunk == 0 && a->attempt == 0 &&
                 __atomic_exchange_n(&c->hang_armed, 0, __ATOMIC_ACQ_REL) != 0;
     unsigned blocks = blocks_for(a->bytes);
@@ -166,6 +186,23 @@ static void fill(unsigned char *p, size_t n, uint64_t *s)
         *s = *s * 6364136223846793005ull + 1442695040888963407ull;
         p[i] = (unsigned char)(*s >> 56);
     }
+}
+
+/* A chunk's arguments as ferry makes them now: one small batch through the pipeline (its
+ * kernel polls too), drained. */
+static ferry_kernel_args_t fresh_args(ferry_pipeline_t *p, stage_ctx_t *c, unsigned char *in,
+                                      unsigned char *out, int *bad)
+{
+    ferry_batch_t b = FERRY_BATCH_INIT;
+    b.in = in;
+    b.out = out;
+    b.bytes = 4096;
+    if (ferry_pipeline_submit(p, &b, on_done, bad, NULL) != 0 || ferry_pipeline_drain(p) != 0 ||
+        *bad) {
+        fprintf(stderr, "bench_abort_poll: a small batch failed: %s\n", ferry_last_error());
+        exit(1);
+    }
+    return c->seen;
 }
 
 static bool check(const unsigned char *in, const unsigned char *out, size_t n)
@@ -249,29 +286,59 @@ int main(void)
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    /* The modes: no poll; ferry's word polled by each block's first thread, by every thread;
-     * a mapped host word polled by each block's first thread (where the word was before). */
-    /* none_again: the same kernel as none, for the spread between two series of one kernel. */
-    enum { M = 7 };
-    const char *names[M] = {"none",       "block_first", "block_late", "threads_late",
-                            "host_block", "none_again",  "one_copy"};
-    const int polls[M] = {POLL_NONE,        POLL_BLOCK_FIRST, POLL_BLOCK_LATE, POLL_THREADS_LATE,
-                          POLL_BLOCK_FIRST, POLL_NONE,        POLL_ONE_COPY};
+    /* How far ahead of a kernel's start its abort_after lies: half the deadline floor, less
+     * the clocks' error (0 where ferry could not map the GPU's clock: every poll reads). */
+    unsigned long long *d_t;
+    CK(cudaMalloc((void **)&d_t, sizeof(*d_t)));
+    std::vector<double> ahead;
+    double span_ms = 0;
+    for (int k = 0; k < 21; k++) {
+        ferry_kernel_args_t f = fresh_args(p, &ctx, in, out, &bad);
+        clock_probe<<<1, 1, 0, s>>>(d_t);
+        unsigned long long t = 0;
+        CK(cudaMemcpyAsync(&t, d_t, sizeof(t), cudaMemcpyDeviceToHost, s));
+        CK(cudaStreamSynchronize(s));
+        ahead.push_back(f.abort_after == 0 ? 0.0 : ((double)f.abort_after - (double)t) / 1e6);
+        span_ms = (double)f.abort_span / 1e6;
+    }
+    std::sort(ahead.begin(), ahead.end());
+    printf("{\"bench\":\"abort_poll\",\"case\":\"gate\",\"gated\":%s,\"abort_span_ms\":%.3f,"
+           "\"gate_ahead_ms_min\":%.3f,\"gate_ahead_ms_median\":%.3f}\n",
+           ahead[0] > 0 ? "true" : "false", span_ms, ahead[0], ahead[ahead.size() / 2]);
+    CK(cudaFree(d_t));
+    /* The modes: no poll; ferry's word polled by each block's first thread (before the work,
+     * after it), by every thread (after, before); a mapped host word polled by each block's
+     * first thread (where the word was before); every block reading the word's first copy.
+     * none_again: the same kernel as none, for the spread between two series of one kernel.
+     * threads_ungated: threads_first with abort_after 0, so that every poll reads the word (as
+     * before ferry mapped the GPU's clock); host_block reads at every poll too.
+     * Each round takes fresh arguments from ferry (a small batch), as a stage's kernel gets
+     * them at its launch: abort_after then lies ahead, as it does for a chunk on time. */
+    enum { M = 10 };
+    const char *names[M] = {
+        "none",       "block_first", "block_late",    "threads_late",    "host_block",
+        "none_again", "one_copy",    "threads_first", "threads_ungated", "block_ungated"};
+    const int polls[M] = {POLL_NONE,          POLL_BLOCK_FIRST, POLL_BLOCK_LATE, POLL_THREADS_LATE,
+                          POLL_BLOCK_FIRST,   POLL_NONE,        POLL_ONE_COPY,   POLL_THREADS_FIRST,
+                          POLL_THREADS_FIRST, POLL_BLOCK_FIRST};
+    static_assert(sizeof(polls) / sizeof(polls[0]) == M && sizeof(names) / sizeof(names[0]) == M,
+                  "a name and a poll for every mode");
     /* 16 bytes a thread (4 KiB a block) at 1 and 8 MiB; 64 bytes a thread (16 KiB a block). */
     const size_t sizes[3] = {1u << 20, 8u << 20, 8u << 20};
     const int vecs_of[3] = {1, 1, 4};
-    const int warm = 50, reps = 500;
+    const int warm = 50, reps = 1000;
     for (int si = 0; si < 3; si++) {
         size_t n = sizes[si];
         int vecs = vecs_of[si];
         ferry_kernel_args_t a[M];
+        ferry_kernel_args_t f = fresh_args(p, &ctx, in, out, &bad);
         for (int m = 0; m < M; m++) {
-            a[m] = ctx.seen;
-            a[m].in = d_in;
-            a[m].out = d_out;
+            a[m] = f;
             a[m].bytes = n;
         }
         a[4].abort_word = (const volatile uint64_t *)d_word;
+        for (int m : {4, 8, 9})
+            a[m].abort_after = a[m].abort_span = 0;
         /* Correctness first, each mode (on the last set, whose input is in hin). */
         for (int m = 0; m < M; m++) {
             a[m].in = d_in + (size_t)(SETS - 1) * big;
@@ -285,11 +352,23 @@ int main(void)
                 return 1;
             }
         }
-        std::vector<double> t[M];
-        for (int r = 0; r < warm + reps; r++)
-            for (int m = 0; m < M; m++) {
+        std::vector<double> t[M], pr[M];
+        float round[M] = {0};
+        for (int r = 0; r < warm + reps; r++) {
+            f = fresh_args(p, &ctx, in, out, &bad);
+            /* An untimed kernel first (the first after the pipeline's work runs slower), and
+             * the modes in an order that turns each round, so that no mode keeps one place. */
+            launch_xor(POLL_NONE, a[0], vecs, s);
+            for (int k = 0; k < M; k++) {
+                int m = (k + r) % M;
                 if (m == 4 && r % 10 != 0)
                     continue; /* 2 ms a run: every tenth is enough */
+                const volatile uint64_t *word = a[m].abort_word;
+                a[m] = f;
+                a[m].abort_word = word;
+                a[m].bytes = n;
+                if (m == 4 || m >= 8)
+                    a[m].abort_after = a[m].abort_span = 0;
                 size_t set = (size_t)(r * M + m) % SETS;
                 a[m].in = d_in + set * big;
                 a[m].out = d_out + set * big;
@@ -301,18 +380,30 @@ int main(void)
                 CK(cudaEventElapsedTime(&ms, e0, e1));
                 if (r >= warm)
                     t[m].push_back(ms * 1000.0);
+                round[m] = ms;
             }
+            if (r >= warm) /* each mode against none in the same round */
+                for (int m = 1; m < M; m++)
+                    if (m != 4)
+                        pr[m].push_back((double)round[m] / round[0]);
+        }
         double med[M];
         for (int m = 0; m < M; m++) {
             std::sort(t[m].begin(), t[m].end());
             med[m] = t[m][t[m].size() / 2];
         }
         printf("{\"bench\":\"abort_poll\",\"case\":\"kernel_us\",\"bytes\":%zu,\"blocks\":%u,"
-               "\"bytes_per_thread\":%d,\"reps\":%d,\"sets\":%d",
-               n, blocks_for(n, vecs), 16 * vecs, reps, (int)SETS);
+               "\"bytes_per_thread\":%d,\"reps\":%d,\"sets\":%d,\"gated\":%s",
+               n, blocks_for(n, vecs), 16 * vecs, reps, (int)SETS,
+               f.abort_after != 0 ? "true" : "false");
         for (int m = 0; m < M; m++)
             printf(",\"%s_us\":%.2f,\"%s_over_none\":%.4f", names[m], med[m], names[m],
                    med[m] / med[0]);
+        for (int m = 1; m < M; m++) /* the median of the per-round ratios to none */
+            if (m != 4) {
+                std::sort(pr[m].begin(), pr[m].end());
+                printf(",\"%s_paired\":%.4f", names[m], pr[m][pr[m].size() / 2]);
+            }
         printf("}\n");
     }
 

@@ -231,3 +231,9 @@ int ferry__be_link_rate(ferry_device_t *d, int dir, double *bytes_per_s, uint64_
 {
     return BE_CALL(d, link_rate, d->be, dir, bytes_per_s, window_ns);
 }
+
+/* Quiet, unlike BE_CALL: asked at every launch, where "not supported" is no error. */
+int ferry__be_gpu_clock_at(ferry_device_t *d, uint64_t host_ns, uint64_t *out)
+{
+    return d->ops->gpu_clock_at ? d->ops->gpu_clock_at(d->be, host_ns, out) : FERRY_ENOTSUP;
+}

@@ -12,7 +12,7 @@
 
 #include "ferry.h"
 
-#define FERRY_BACKEND_ABI 7
+#define FERRY_BACKEND_ABI 8
 
 /* event_create flags. */
 #define FERRY_BE_EVENT_TIMING 1u
@@ -159,6 +159,14 @@ typedef struct ferry_backend_ops {
      * kernels of the connections measurement). NULL on the simulator, which runs a stage's CPU
      * function as the kernel. */
     ferry_gpu_fn (*gpu_launcher)(const char *name);
+
+    /* Optional (ABI 8): in *@out, a time the device clock that kernels read (%globaltimer, ns)
+     * had not passed yet at host time @host_ns (now_ns's clock): a lower bound, which kernels
+     * may compare with their own reading of it (ferry_kernel_args_t.abort_after).
+     * FERRY_ENOTSUP while the backend cannot map the two clocks. Called at each launch: it
+     * blocks only on the first call, for one stamp of the clock (tens of microseconds). NULL
+     * on the simulator, whose kernels are CPU functions. */
+    int (*gpu_clock_at)(ferry_be_device_t *dev, uint64_t host_ns, uint64_t *out);
 } ferry_backend_ops_t;
 
 /* For a backend's event_wait_any: checks @evs (@n of them, none NULL, all of one device, as
@@ -213,6 +221,7 @@ int ferry__be_host_device_ptr(ferry_device_t *d, void *host, void **out);
 int ferry__be_heartbeat(ferry_device_t *d, ferry_be_stream_t *s, volatile uint64_t *word,
                         uint64_t value);
 int ferry__be_link_rate(ferry_device_t *d, int dir, double *bytes_per_s, uint64_t *window_ns);
+int ferry__be_gpu_clock_at(ferry_device_t *d, uint64_t host_ns, uint64_t *out);
 void ferry__be_event_destroy(ferry_device_t *d, ferry_be_event_t *e);
 int ferry__be_event_record(ferry_device_t *d, ferry_be_event_t *e, ferry_be_stream_t *s);
 int ferry__be_stream_wait_event(ferry_device_t *d, ferry_be_stream_t *s, ferry_be_event_t *e);

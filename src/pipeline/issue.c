@@ -23,7 +23,8 @@ size_t ferry__pipe_sub_bytes(const ferry_pipeline_t *p, const slot_t *s, uint32_
 
 /* The kernel launch of chunk @i of the group bound to @s, for its attempt: device buffers,
  * the abort word and the group's sequence number, and the simulator's timing hints. */
-static ferry_be_launch_t chunk_launch(const ferry_pipeline_t *p, const slot_t *s, uint32_t i)
+static ferry_be_launch_t chunk_launch(const ferry_pipeline_t *p, const slot_t *s, uint32_t i,
+                                      uint64_t abort_after, uint64_t abort_span)
 {
     size_t at, n = ferry__pipe_sub_bytes(p, s, i, &at);
     return (ferry_be_launch_t){
@@ -40,18 +41,31 @@ static ferry_be_launch_t chunk_launch(const ferry_pipeline_t *p, const slot_t *s
                  .attempt = s->attempt,
                  .abort_word = ferry__watchdog_abort_word(p->wdog.wd),
                  .seq = s->seq,
-                 .batch_user = s->batch->b.user},
+                 .batch_user = s->batch->b.user,
+                 .abort_after = abort_after,
+                 .abort_span = abort_span},
         .blocks = (uint32_t)(p->dev->props.sms > 0 ? p->dev->props.sms : 1),
         .block_ns = (uint64_t)(p->stage.ns_per_byte * (double)n),
     };
 }
 
-/* The kernels of the group bound to @s, in chunk order, on @st. */
+/* The kernels of the group bound to @s, in chunk order, on @st. A poll of the abort word
+ * before abort_after reads the GPU's clock alone (include/ferry/device.h): no word goes up for
+ * the group before half a deadline floor after its issue (a deadline is at least a floor after
+ * it, and a raise for a later chunk comes later still; a retry's own deadline starts after its
+ * launch, past this). Polls read the word again outside [after - floor, after): a clock that
+ * jumped by more than half a floor. */
 int ferry__pipe_launch_group(ferry_pipeline_t *p, slot_t *s, ferry_be_stream_t *st)
 {
     int rc = 0;
+    uint64_t floor = p->plan.deadline_floor_ns, after = 0, span = 0;
+    if (ferry__watchdog_abort_word(p->wdog.wd) != NULL &&
+        ferry__be_gpu_clock_at(p->dev, s->issue_ns + floor / 2, &after) == 0)
+        span = floor;
+    else
+        after = 0;
     for (uint32_t i = 0; rc == 0 && i < s->nsub; i++) {
-        ferry_be_launch_t l = chunk_launch(p, s, i);
+        ferry_be_launch_t l = chunk_launch(p, s, i, after, span);
         rc = ferry__be_launch(p->dev, st, &l);
     }
     return rc;

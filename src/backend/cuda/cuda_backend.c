@@ -94,6 +94,7 @@ static int cuda_device_open(int index, const ferry_be_open_params_t *params,
         return ferry__error(FERRY_ENOMEM, "cuda: out of memory opening device %d", index);
     dev->index = index;
     ferry__cuda_abort_open(dev);
+    ferry__cuda_gtimer_open(dev);
     /* cudaSetDevice creates the primary context (CUDA >= 12): the first call that can find
      * the device busy (46: exclusive-process mode, or lost after a reset, FACTS.md). */
     e = cudaSetDevice(index);
@@ -144,6 +145,7 @@ static int cuda_device_open(int index, const ferry_be_open_params_t *params,
     return 0;
 out_free:
     ferry__cuda_abort_close(dev);
+    ferry__cuda_gtimer_close(dev);
     free(dev);
     return rc;
 }
@@ -157,6 +159,7 @@ static void cuda_device_close(ferry_be_device_t *dev)
         ferry_log(FERRY_LOG_WARN, "cuda", "device %d close: %s", dev->index,
                   ferry__last_error_text());
     ferry__cuda_abort_close(dev);
+    ferry__cuda_gtimer_close(dev);
     ferry__cuda_clock_close(dev);
     ferry__cuda_nvml_close(dev);
     free(dev);
@@ -700,4 +703,5 @@ const ferry_backend_ops_t ferry__cuda_backend = {
     .heartbeat = cuda_heartbeat,
     .link_rate = cuda_link_rate,
     .gpu_launcher = ferry__cuda_gpu_launcher,
+    .gpu_clock_at = ferry__cuda_gpu_clock_at,
 };

@@ -70,6 +70,20 @@ struct ferry_cuda_abort {
     bool ever_raised;
 };
 
+/* The GPU's clock against the host's (cuda_gtimer.c), under mu. */
+struct ferry_cuda_gtimer {
+    pthread_mutex_t mu;
+    bool built, off;          /* off: could not be built, or a stamp failed */
+    cudaStream_t stream;      /* greatest priority */
+    volatile uint64_t *stamp; /* mapped host memory the stamp kernel writes the clock into */
+    volatile uint64_t *stamp_dev;
+    bool have;      /* a bound exists: */
+    int64_t offset; /* (GPU clock - host clock) is at least this at host time at_ns */
+    uint64_t at_ns;
+    bool pending; /* a stamp queued, not seen yet */
+    uint64_t sent_ns;
+};
+
 struct ferry_be_device {
     int index;
     struct cudaDeviceProp prop;
@@ -80,6 +94,7 @@ struct ferry_be_device {
     struct ferry_cuda_clock clock;
     struct ferry_cuda_nvml nvml;
     struct ferry_cuda_abort abort;
+    struct ferry_cuda_gtimer gtimer;
 };
 
 struct ferry_be_stream {
@@ -135,6 +150,13 @@ int ferry__cuda_abort_word_create(struct ferry_be_device *dev, volatile uint64_t
 void ferry__cuda_abort_word_destroy(struct ferry_be_device *dev, volatile uint64_t *word);
 int ferry__cuda_abort_raise(struct ferry_be_device *dev, const volatile uint64_t *word,
                             uint64_t upto);
+
+/* The GPU's clock (cuda_gtimer.c): open prepares the lock (the stream and the stamp's page
+ * come with the first question); close frees them unless a stamp is still queued. The op is
+ * backend.h's gpu_clock_at. */
+void ferry__cuda_gtimer_open(struct ferry_be_device *dev);
+void ferry__cuda_gtimer_close(struct ferry_be_device *dev);
+int ferry__cuda_gpu_clock_at(struct ferry_be_device *dev, uint64_t host_ns, uint64_t *out);
 
 /* The gpu_launcher op (cuda_workloads.c): the built-in workloads' launchers and the spin
  * kernel's, by name; NULL for any other name. */

@@ -1,4 +1,4 @@
-/* The C launcher of ferry_k_watchdog.cu. */
+/* The C launchers of ferry_k_watchdog.cu. */
 #ifndef FERRY_K_WATCHDOG_H
 #define FERRY_K_WATCHDOG_H
 
@@ -12,8 +12,12 @@ extern "C" {
  * address of mapped host memory). Returns a cudaError_t as int. */
 int ferry_k_heartbeat_launch(volatile uint64_t *word, uint64_t value, void *stream);
 
-/* Load the heartbeat kernel now (lazy loading would at its first launch, which may wait for a
- * busy device). Returns a cudaError_t as int. */
+/* Queue a kernel on @stream that stores the GPU's clock (%globaltimer, ns) at @word (a device
+ * address of mapped host memory). Returns a cudaError_t as int. */
+int ferry_k_clock_stamp_launch(volatile uint64_t *word, void *stream);
+
+/* Load the heartbeat and clock-stamp kernels now (lazy loading would at its first launch, which may
+ * wait for a busy device). Returns a cudaError_t as int. */
 int ferry_k_heartbeat_preload(void);
 
 #ifdef __cplusplus
