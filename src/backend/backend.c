@@ -24,6 +24,21 @@ const ferry_backend_ops_t *ferry__backend_find(const char *name)
     return NULL;
 }
 
+int ferry__be_wait_any_check(const char *be, ferry_be_event_t *const *evs, size_t n,
+                             const size_t *which,
+                             ferry_be_device_t *(*dev_of)(const ferry_be_event_t *e))
+{
+    if (evs == NULL || n == 0 || which == NULL)
+        return ferry__error(FERRY_EINVAL, "%s: event_wait_any: no events or NULL which", be);
+    for (size_t i = 0; i < n; i++)
+        if (evs[i] == NULL || dev_of(evs[i]) != dev_of(evs[0]))
+            return ferry__error(FERRY_EINVAL,
+                                "%s: event_wait_any: event %zu is NULL or belongs to another "
+                                "device",
+                                be, i);
+    return 0;
+}
+
 static int notsup(const ferry_device_t *d, const char *op)
 {
     return ferry__error(FERRY_ENOTSUP, "backend %s does not support %s", d->ops->name, op);
@@ -126,6 +141,8 @@ int ferry__be_memcpy_d2h(ferry_device_t *d, ferry_be_stream_t *s, void *dst, con
 
 int ferry__be_launch(ferry_device_t *d, ferry_be_stream_t *s, const ferry_be_launch_t *l)
 {
+    if (s == NULL || l == NULL)
+        return ferry__error(FERRY_EINVAL, "%s: launch: NULL stream or launch", d->ops->name);
     return BE_CALL(d, launch, s, l);
 }
 
@@ -146,13 +163,13 @@ ferry_gpu_fn ferry__backend_gpu_launcher(const char *name)
 const char *const *ferry_backend_names(void)
 {
     static const char *names[8];
-    static int ready;
-    if (!__atomic_load_n(&ready, __ATOMIC_ACQUIRE)) {
+    static atomic_bool ready;
+    if (!atomic_load_explicit(&ready, memory_order_acquire)) {
         size_t i = 0;
         for (; ferry__backends[i] != NULL && i < 7; i++)
             names[i] = ferry__backends[i]->name;
         names[i] = NULL;
-        __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
+        atomic_store_explicit(&ready, true, memory_order_release);
     }
     return names;
 }

@@ -5,6 +5,7 @@
 #ifndef FERRY_BACKEND_H
 #define FERRY_BACKEND_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -113,6 +114,7 @@ typedef struct ferry_backend_ops {
     int (*memcpy_h2d)(ferry_be_stream_t *s, void *dst_dev, const void *src_host, size_t bytes);
     int (*memcpy_d2h)(ferry_be_stream_t *s, void *dst_host, const void *src_dev, size_t bytes);
 
+    /* @s and @l are not NULL: ferry__be_launch checks them. */
     int (*launch)(ferry_be_stream_t *s, const ferry_be_launch_t *l);
 
     /* Device memory free and in all, as the device reports it (cudaMemGetInfo: other
@@ -167,6 +169,12 @@ typedef struct ferry_backend_ops {
     int (*gpu_clock_at)(ferry_be_device_t *dev, uint64_t host_ns, uint64_t *out);
 } ferry_backend_ops_t;
 
+/* For a backend's event_wait_any: checks @evs (@n of them, none NULL, all of one device, as
+ * @dev_of tells) and @which, naming backend @be in the error. Returns 0 or FERRY_EINVAL. */
+int ferry__be_wait_any_check(const char *be, ferry_be_event_t *const *evs, size_t n,
+                             const size_t *which,
+                             ferry_be_device_t *(*dev_of)(const ferry_be_event_t *e));
+
 /* The window the simulator's link_rate averages over, as NVML's counter does (20 ms). */
 #define FERRY_LINK_WINDOW_NS 20000000ull
 
@@ -189,10 +197,10 @@ struct ferry_device {
     int index;
     ferry_device_props_t props;
     /* CUDA_DEVICE_MAX_CONNECTIONS as CUDA read it when this process started CUDA (or as the
-     * simulator read it at open), and the streams that live pipelines keep on the device
-     * (atomic): the stream plan counts them against the queues. */
+     * simulator read it at open), and the streams that live pipelines keep on the device:
+     * the stream plan counts them against the queues. */
     unsigned connections;
-    unsigned active_streams;
+    atomic_uint active_streams;
 };
 
 /* Backend wrappers: FERRY_ENOTSUP in one place when an operation is NULL. */

@@ -5,6 +5,7 @@
 #define FERRY_BASE_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,7 +28,7 @@ void ferry__clear_error(void);
 
 /* Logging: the level is checked before the arguments are evaluated. Atomic: any thread may
  * log while another sets the level. */
-extern int ferry__log_level_now;
+extern atomic_int ferry__log_level_now;
 /* A runtime's options give @level: it applies unless the application chose a level itself
  * (ferry_set_log_level), which no runtime's creation overrides. */
 void ferry__log_level_default(ferry_log_level_t level);
@@ -35,7 +36,7 @@ void ferry__log_emit(ferry_log_level_t level, const char *subsystem, const char 
     FERRY_PRINTF(3, 4);
 #define ferry_log(level, subsystem, ...)                                                           \
     do {                                                                                           \
-        if ((int)(level) <= __atomic_load_n(&ferry__log_level_now, __ATOMIC_RELAXED))              \
+        if ((int)(level) <= atomic_load_explicit(&ferry__log_level_now, memory_order_relaxed))     \
             ferry__log_emit((level), (subsystem), __VA_ARGS__);                                    \
     } while (0)
 
@@ -84,6 +85,9 @@ void ferry__deadline_after(uint64_t ns, struct timespec *out);
 /* With @mu held: wait on @cv (made by ferry__cond_init_monotonic) until *@stop is set or @ns
  * have passed, whichever is first. */
 void ferry__cond_sleep(pthread_cond_t *cv, pthread_mutex_t *mu, const bool *stop, uint64_t ns);
+/* Under @mu: set *@flag (a stop or close flag its sleepers re-check) and wake every waiter on
+ * @a and on @b (NULL: none). */
+void ferry__flag_set_wake(pthread_mutex_t *mu, bool *flag, pthread_cond_t *a, pthread_cond_t *b);
 
 /* One step of a spin-wait: tells the core (and a hyperthread sibling) that this is a spin. */
 static inline void ferry__cpu_relax(void)

@@ -7,7 +7,7 @@
 
 #include "base/base.h"
 
-int ferry__log_level_now = FERRY_LOG_WARN;
+atomic_int ferry__log_level_now = FERRY_LOG_WARN;
 
 static pthread_mutex_t sink_lock = PTHREAD_MUTEX_INITIALIZER;
 static ferry_log_fn sink_fn;
@@ -23,7 +23,7 @@ static void level_from_env(void)
         return;
     for (int i = 0; i < 4; i++)
         if (strcmp(v, level_names[i]) == 0)
-            __atomic_store_n(&ferry__log_level_now, i, __ATOMIC_RELAXED);
+            atomic_store_explicit(&ferry__log_level_now, i, memory_order_relaxed);
     /* A bad value is reported when options are parsed (ferry_options_apply_env). */
 }
 
@@ -41,7 +41,7 @@ void ferry_set_log_handler(ferry_log_fn fn, void *arg)
 }
 
 /* Set by ferry_set_log_level: the application's choice, which runtimes leave alone. */
-static int level_chosen;
+static atomic_bool level_chosen;
 
 static int clamp_level(ferry_log_level_t level)
 {
@@ -54,19 +54,19 @@ static int clamp_level(ferry_log_level_t level)
 
 void ferry_set_log_level(ferry_log_level_t level)
 {
-    __atomic_store_n(&level_chosen, 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&ferry__log_level_now, clamp_level(level), __ATOMIC_RELAXED);
+    atomic_store_explicit(&level_chosen, true, memory_order_relaxed);
+    atomic_store_explicit(&ferry__log_level_now, clamp_level(level), memory_order_relaxed);
 }
 
 void ferry__log_level_default(ferry_log_level_t level)
 {
-    if (!__atomic_load_n(&level_chosen, __ATOMIC_RELAXED))
-        __atomic_store_n(&ferry__log_level_now, clamp_level(level), __ATOMIC_RELAXED);
+    if (!atomic_load_explicit(&level_chosen, memory_order_relaxed))
+        atomic_store_explicit(&ferry__log_level_now, clamp_level(level), memory_order_relaxed);
 }
 
 ferry_log_level_t ferry_get_log_level(void)
 {
-    return (ferry_log_level_t)__atomic_load_n(&ferry__log_level_now, __ATOMIC_RELAXED);
+    return (ferry_log_level_t)atomic_load_explicit(&ferry__log_level_now, memory_order_relaxed);
 }
 
 void ferry__log_emit(ferry_log_level_t level, const char *subsystem, const char *fmt, ...)

@@ -21,7 +21,7 @@ static const ferry_option_info_t option_table[FERRY__OPT_COUNT] = {
 /* Upper-cased environment names, built once. */
 static char env_names[FERRY__OPT_COUNT][48];
 static ferry_option_info_t infos[FERRY__OPT_COUNT];
-static int infos_ready;
+static atomic_bool infos_ready;
 
 typedef union opt_value {
     int64_t i;
@@ -37,7 +37,7 @@ struct ferry_options {
 
 static void build_infos(void)
 {
-    if (__atomic_load_n(&infos_ready, __ATOMIC_ACQUIRE))
+    if (atomic_load_explicit(&infos_ready, memory_order_acquire))
         return;
     for (size_t i = 0; i < FERRY__OPT_COUNT; i++) {
         infos[i] = option_table[i];
@@ -48,7 +48,7 @@ static void build_infos(void)
         env_names[i][k] = '\0';
         infos[i].env = env_names[i];
     }
-    __atomic_store_n(&infos_ready, 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(&infos_ready, true, memory_order_release);
 }
 
 size_t ferry_option_count(void)

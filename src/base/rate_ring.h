@@ -6,14 +6,16 @@
 #ifndef FERRY_RATE_RING_H
 #define FERRY_RATE_RING_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #define FERRY_RATE_BUCKETS   64u        /* 64 ms of history */
 #define FERRY_RATE_BUCKET_NS 1000000ull /* 1 ms */
 
 typedef struct ferry__rate_ring {
-    uint64_t epoch[FERRY_RATE_BUCKETS]; /* the millisecond a bucket holds, plus one (0: empty) */
-    uint64_t bytes[FERRY_RATE_BUCKETS];
+    _Atomic uint64_t
+        epoch[FERRY_RATE_BUCKETS]; /* the millisecond a bucket holds, plus one (0: empty) */
+    _Atomic uint64_t bytes[FERRY_RATE_BUCKETS];
 } ferry__rate_ring_t;
 
 /* @bytes moved at time @t_ns (a clock that only moves forward). */
@@ -21,12 +23,14 @@ static inline void ferry__rate_ring_add(ferry__rate_ring_t *r, uint64_t t_ns, ui
 {
     uint64_t ms = t_ns / FERRY_RATE_BUCKET_NS;
     unsigned i = (unsigned)(ms % FERRY_RATE_BUCKETS);
-    if (__atomic_load_n(&r->epoch[i], __ATOMIC_RELAXED) != ms + 1) {
-        __atomic_store_n(&r->bytes[i], 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&r->epoch[i], ms + 1, __ATOMIC_RELAXED);
+    if (atomic_load_explicit(&r->epoch[i], memory_order_relaxed) != ms + 1) {
+        atomic_store_explicit(&r->bytes[i], 0, memory_order_relaxed);
+        atomic_store_explicit(&r->epoch[i], ms + 1, memory_order_relaxed);
     }
-    __atomic_store_n(&r->bytes[i], __atomic_load_n(&r->bytes[i], __ATOMIC_RELAXED) + bytes,
-                     __ATOMIC_RELAXED);
+    /* One thread adds: a load and a store, not a read-modify-write. */
+    atomic_store_explicit(&r->bytes[i],
+                          atomic_load_explicit(&r->bytes[i], memory_order_relaxed) + bytes,
+                          memory_order_relaxed);
 }
 
 /* The bytes moved from @t0 to now, @t1 (t1 - t0 under the ring's 64 ms): the first bucket
@@ -39,11 +43,11 @@ static inline double ferry__rate_ring_sum(const ferry__rate_ring_t *r, uint64_t 
     double sum = 0;
     for (uint64_t ms = t0 / FERRY_RATE_BUCKET_NS; ms * FERRY_RATE_BUCKET_NS < t1; ms++) {
         unsigned i = (unsigned)(ms % FERRY_RATE_BUCKETS);
-        if (__atomic_load_n(&r->epoch[i], __ATOMIC_RELAXED) != ms + 1)
+        if (atomic_load_explicit(&r->epoch[i], memory_order_relaxed) != ms + 1)
             continue;
         uint64_t b0 = ms * FERRY_RATE_BUCKET_NS, b1 = b0 + FERRY_RATE_BUCKET_NS;
         double share = t0 > b0 && t1 >= b1 ? (double)(b1 - t0) / (double)FERRY_RATE_BUCKET_NS : 1;
-        sum += (double)__atomic_load_n(&r->bytes[i], __ATOMIC_RELAXED) * share;
+        sum += (double)atomic_load_explicit(&r->bytes[i], memory_order_relaxed) * share;
     }
     return sum;
 }

@@ -179,6 +179,16 @@ void ferry__cond_sleep(pthread_cond_t *cv, pthread_mutex_t *mu, const bool *stop
         rc = pthread_cond_timedwait(cv, mu, &dl);
 }
 
+void ferry__flag_set_wake(pthread_mutex_t *mu, bool *flag, pthread_cond_t *a, pthread_cond_t *b)
+{
+    pthread_mutex_lock(mu);
+    *flag = true;
+    pthread_cond_broadcast(a);
+    if (b != NULL)
+        pthread_cond_broadcast(b);
+    pthread_mutex_unlock(mu);
+}
+
 int ferry__mutex_init_adaptive(pthread_mutex_t *m)
 {
     /* glibc's adaptive mutex spins briefly before sleeping: locks held for a few hundred ns and
@@ -204,13 +214,21 @@ void ferry__json_str(FILE *f, const char *s)
         return;
     }
     fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
+    /* Runs that need no escape go out in one write: names and paths are mostly such a run. */
+    const unsigned char *p = (const unsigned char *)s;
+    for (;;) {
+        size_t run = 0;
+        while (p[run] >= 0x20 && p[run] != '"' && p[run] != '\\')
+            run++;
+        fwrite(p, 1, run, f);
+        p += run;
+        if (*p == '\0')
+            break;
+        if (*p < 0x20)
             fprintf(f, "\\u%04x", *p);
         else
-            fputc(*p, f);
+            fprintf(f, "\\%c", *p);
+        p++;
     }
     fputc('"', f);
 }

@@ -1,9 +1,9 @@
 /* The watchdog (watchdog.h): deadlines, the abort word, the heartbeat, and the two threads
  * watching each other. */
-#include <errno.h>
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +32,8 @@ struct ferry__watchdog {
      * poll it at no cost, and only abort_kernels writes it. */
     unsigned char *page;
     bool registered;
+    /* Words of the mapped page, shared with kernels: plain uint64_t, not _Atomic (the device
+     * reads and writes them too), so the host uses the __atomic builtins on them. */
     volatile uint64_t *abort_host, *hb_host;
     const volatile uint64_t *abort_dev;
     volatile uint64_t *abort_own;
@@ -42,8 +44,8 @@ struct ferry__watchdog {
     ferry__wd_head_t heads[MAX_HEADS];
     unsigned nheads;
     uint64_t lat_ewma_ns;
-    uint64_t comp_tick, wd_tick; /* atomic: device clock of the last publish, the last step */
-    uint64_t raised;             /* atomic: the abort word's value */
+    _Atomic uint64_t comp_tick, wd_tick; /* device clock of the last publish, the last step */
+    _Atomic uint64_t raised;             /* the abort word's value */
     struct {
         uint64_t seq, deadline_at;
     } raises[RAISES];
@@ -51,12 +53,14 @@ struct ferry__watchdog {
     struct {
         uint64_t seq, ns;
     } aborted[MAX_HEADS]; /* per head: since when it has been at or below the abort word */
-    bool hung, comp_stalled, wd_stalled;
-    uint64_t hb_sent, hb_sent_ns, hb_launch_ns;
+    bool hung, comp_stalled;
+    atomic_bool wd_stalled;
+    _Atomic uint64_t hb_sent; /* written under mu, read by the stats without it */
+    uint64_t hb_sent_ns, hb_launch_ns;
     bool hb_stalled, hb_off, hb_launching;
 
-    /* Stats (atomics). */
-    uint64_t overrun_max, hb_seen, hb_stalls, comp_stalls, wd_stalls;
+    /* Stats. */
+    _Atomic uint64_t overrun_max, hb_seen, hb_stalls, comp_stalls, wd_stalls;
 
     pthread_t thread, hb_thread;
     bool started, hb_started, stop; /* stop under mu */
@@ -161,10 +165,10 @@ static bool completion_stalled(ferry__watchdog_t *w, uint64_t now)
     bool inflight = false;
     for (unsigned i = 0; i < w->nheads; i++)
         inflight |= w->heads[i].seq != 0;
-    uint64_t tick = __atomic_load_n(&w->comp_tick, __ATOMIC_ACQUIRE);
+    uint64_t tick = atomic_load_explicit(&w->comp_tick, memory_order_acquire);
     bool stalled = inflight && now > tick && now - tick > stall_ns(w, w->cfg.floor_ns);
     if (stalled && !w->comp_stalled) {
-        __atomic_add_fetch(&w->comp_stalls, 1, __ATOMIC_RELAXED);
+        atomic_fetch_add_explicit(&w->comp_stalls, 1, memory_order_relaxed);
         ferry_log(FERRY_LOG_WARN, "watchdog",
                   "%s: the completion thread has not polled for %.0f ms with chunks in flight "
                   "(a batch callback that blocks?); deadlines wait until it does",
@@ -180,7 +184,8 @@ static bool completion_stalled(ferry__watchdog_t *w, uint64_t now)
  * page (a word in device memory is written by abort_kernels). Under mu. */
 static void raise_word(ferry__watchdog_t *w, uint64_t seq)
 {
-    __atomic_store_n(&w->raised, seq, __ATOMIC_SEQ_CST);
+    atomic_store_explicit(&w->raised, seq, memory_order_seq_cst);
+    /* The mapped copies are read by kernels: a builtin store, they cannot be _Atomic. */
     for (unsigned r = 0; w->abort_host != NULL && r < FERRY_ABORT_REPLICAS; r++)
         __atomic_store_n(
             (volatile uint64_t *)((volatile unsigned char *)w->abort_host + r * FERRY_ABORT_STRIDE),
@@ -197,7 +202,7 @@ static unsigned check_heads(ferry__watchdog_t *w, uint64_t now, action_t *acts)
         const ferry__wd_head_t *h = &w->heads[i];
         if (h->seq == 0)
             continue;
-        uint64_t raised = __atomic_load_n(&w->raised, __ATOMIC_RELAXED);
+        uint64_t raised = atomic_load_explicit(&w->raised, memory_order_relaxed);
         if (h->seq > raised) {
             if (now <= h->since_ns || now - h->since_ns <= deadline)
                 continue;
@@ -225,12 +230,12 @@ static bool heartbeat_check(ferry__watchdog_t *w, uint64_t now)
     if (w->hb_host == NULL || w->cfg.heartbeat_ns == 0 || w->hb_off)
         return false;
     uint64_t seen = __atomic_load_n(w->hb_host, __ATOMIC_ACQUIRE);
-    __atomic_store_n(&w->hb_seen, seen, __ATOMIC_RELAXED);
+    atomic_store_explicit(&w->hb_seen, seen, memory_order_relaxed);
     uint64_t since = w->hb_launching ? w->hb_launch_ns : w->hb_sent_ns;
     if (w->hb_launching || seen < w->hb_sent) {
         if (!w->hb_stalled && now > since && now - since > w->cfg.floor_ns) {
             w->hb_stalled = true;
-            __atomic_add_fetch(&w->hb_stalls, 1, __ATOMIC_RELAXED);
+            atomic_fetch_add_explicit(&w->hb_stalls, 1, memory_order_relaxed);
             ferry_log(FERRY_LOG_WARN, "watchdog",
                       w->hb_launching ? "%s: launching the heartbeat kernel has not returned for "
                                         "%.0f ms: the driver waits for the GPU"
@@ -265,7 +270,7 @@ static void heartbeat_send(ferry__watchdog_t *w, uint64_t now)
     pthread_mutex_lock(&w->mu);
     w->hb_launching = false;
     if (rc == 0) {
-        __atomic_store_n(&w->hb_sent, value, __ATOMIC_RELAXED);
+        atomic_store_explicit(&w->hb_sent, value, memory_order_relaxed);
         w->hb_sent_ns = now;
     } else {
         w->hb_off = true;
@@ -280,7 +285,7 @@ void ferry__watchdog_step(ferry__watchdog_t *w, uint64_t now)
     action_t acts[2 * MAX_HEADS];
     unsigned n = 0;
     pthread_mutex_lock(&w->mu);
-    __atomic_store_n(&w->wd_tick, now, __ATOMIC_RELEASE);
+    atomic_store_explicit(&w->wd_tick, now, memory_order_release);
     if (!completion_stalled(w, now))
         n = check_heads(w, now, acts);
     bool beat = heartbeat_check(w, now);
@@ -308,14 +313,7 @@ static void *watchdog_main(void *arg)
 #endif
     pthread_mutex_lock(&w->mu);
     while (!w->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t at = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + w->cfg.period_ns;
-        ts.tv_sec = (time_t)(at / 1000000000u);
-        ts.tv_nsec = (long)(at % 1000000000u);
-        int rc = 0;
-        while (!w->stop && rc != ETIMEDOUT)
-            rc = pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+        ferry__cond_sleep(&w->cv, &w->mu, &w->stop, w->cfg.period_ns);
         if (w->stop)
             break;
         pthread_mutex_unlock(&w->mu);
@@ -332,15 +330,9 @@ static void *heartbeat_main(void *arg)
     ferry__watchdog_t *w = arg;
     pthread_mutex_lock(&w->mu);
     while (!w->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t at = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-        at += w->cfg.period_ns < w->cfg.heartbeat_ns ? w->cfg.period_ns : w->cfg.heartbeat_ns;
-        ts.tv_sec = (time_t)(at / 1000000000u);
-        ts.tv_nsec = (long)(at % 1000000000u);
-        int rc = 0;
-        while (!w->stop && rc != ETIMEDOUT)
-            rc = pthread_cond_timedwait(&w->hb_cv, &w->mu, &ts);
+        uint64_t nap =
+            w->cfg.period_ns < w->cfg.heartbeat_ns ? w->cfg.period_ns : w->cfg.heartbeat_ns;
+        ferry__cond_sleep(&w->hb_cv, &w->mu, &w->stop, nap);
         if (w->stop)
             break;
         uint64_t now = ferry_device_now_ns(w->dev);
@@ -367,12 +359,8 @@ int ferry__watchdog_create(ferry_device_t *dev, const ferry__wd_config_t *cfg,
     ferry__strlcpy(w->name, cfg->name ? cfg->name : "pipeline", sizeof(w->name));
     w->cfg.name = w->name;
     pthread_mutex_init(&w->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&w->cv, &ca);
-    pthread_cond_init(&w->hb_cv, &ca);
-    pthread_condattr_destroy(&ca);
+    ferry__cond_init_monotonic(&w->cv);
+    ferry__cond_init_monotonic(&w->hb_cv);
     map_page(w);
     own_word(w);
     uint64_t now = ferry_device_now_ns(dev);
@@ -405,11 +393,7 @@ void ferry__watchdog_destroy(ferry__watchdog_t *w, bool hung)
 {
     if (w == NULL)
         return;
-    pthread_mutex_lock(&w->mu);
-    w->stop = true;
-    pthread_cond_signal(&w->cv);
-    pthread_cond_signal(&w->hb_cv);
-    pthread_mutex_unlock(&w->mu);
+    ferry__flag_set_wake(&w->mu, &w->stop, &w->cv, &w->hb_cv);
     if (w->started)
         pthread_join(w->thread, NULL);
     if (w->hb_started)
@@ -432,7 +416,7 @@ const volatile uint64_t *ferry__watchdog_abort_word(const ferry__watchdog_t *w)
 
 uint64_t ferry__watchdog_raised(const ferry__watchdog_t *w)
 {
-    return w != NULL ? __atomic_load_n(&w->raised, __ATOMIC_SEQ_CST) : 0;
+    return w != NULL ? atomic_load_explicit(&w->raised, memory_order_seq_cst) : 0;
 }
 
 void ferry__watchdog_publish(ferry__watchdog_t *w, const ferry__wd_head_t *heads, unsigned n,
@@ -444,24 +428,24 @@ void ferry__watchdog_publish(ferry__watchdog_t *w, const ferry__wd_head_t *heads
     memcpy(w->heads, heads, n * sizeof(*heads));
     w->nheads = n;
     w->lat_ewma_ns = lat_ewma_ns;
-    __atomic_store_n(&w->comp_tick, now, __ATOMIC_RELEASE);
+    atomic_store_explicit(&w->comp_tick, now, memory_order_release);
     pthread_mutex_unlock(&w->mu);
 }
 
 void ferry__watchdog_alive(ferry__watchdog_t *w, uint64_t now)
 {
-    __atomic_store_n(&w->comp_tick, now, __ATOMIC_RELEASE);
+    atomic_store_explicit(&w->comp_tick, now, memory_order_release);
 }
 
 void ferry__watchdog_check_alive(ferry__watchdog_t *w, uint64_t now)
 {
-    uint64_t tick = __atomic_load_n(&w->wd_tick, __ATOMIC_ACQUIRE);
+    uint64_t tick = atomic_load_explicit(&w->wd_tick, memory_order_acquire);
     bool stalled = now > tick && now - tick > stall_ns(w, 0);
-    if (stalled == __atomic_load_n(&w->wd_stalled, __ATOMIC_RELAXED))
+    if (stalled == atomic_load_explicit(&w->wd_stalled, memory_order_relaxed))
         return;
-    __atomic_store_n(&w->wd_stalled, stalled, __ATOMIC_RELAXED);
+    atomic_store_explicit(&w->wd_stalled, stalled, memory_order_relaxed);
     if (stalled) {
-        __atomic_add_fetch(&w->wd_stalls, 1, __ATOMIC_RELAXED);
+        atomic_fetch_add_explicit(&w->wd_stalls, 1, memory_order_relaxed);
         ferry_log(FERRY_LOG_ERROR, "watchdog",
                   "%s: the watchdog thread has not run for %.0f ms: deadlines and the heartbeat "
                   "go unchecked meanwhile (an overloaded host?)",
@@ -476,7 +460,7 @@ int ferry__watchdog_abort(ferry__watchdog_t *w, uint64_t seq)
     if (w == NULL)
         return FERRY_ENOTSUP;
     pthread_mutex_lock(&w->mu);
-    if (seq > __atomic_load_n(&w->raised, __ATOMIC_RELAXED))
+    if (seq > atomic_load_explicit(&w->raised, memory_order_relaxed))
         raise_word(w, seq);
     pthread_mutex_unlock(&w->mu);
     if (w->abort_dev == NULL)
@@ -492,7 +476,7 @@ void ferry__watchdog_retired_aborted(ferry__watchdog_t *w, uint64_t seq, uint64_
             continue;
         uint64_t over = now > w->raises[i].deadline_at ? now - w->raises[i].deadline_at : 0;
         if (over > w->overrun_max)
-            __atomic_store_n(&w->overrun_max, over, __ATOMIC_RELAXED);
+            atomic_store_explicit(&w->overrun_max, over, memory_order_relaxed);
     }
     pthread_mutex_unlock(&w->mu);
 }
@@ -501,10 +485,10 @@ void ferry__watchdog_stats(const ferry__watchdog_t *w, ferry_pipeline_stats_t *o
 {
     if (w == NULL || out->size < offsetof(ferry_pipeline_stats_t, watchdog_stalls) + 8)
         return;
-    out->deadline_overrun_ns = __atomic_load_n(&w->overrun_max, __ATOMIC_RELAXED);
-    out->heartbeats_sent = __atomic_load_n(&w->hb_sent, __ATOMIC_RELAXED);
-    out->heartbeats_seen = __atomic_load_n(&w->hb_seen, __ATOMIC_RELAXED);
-    out->heartbeat_stalls = __atomic_load_n(&w->hb_stalls, __ATOMIC_RELAXED);
-    out->completion_stalls = __atomic_load_n(&w->comp_stalls, __ATOMIC_RELAXED);
-    out->watchdog_stalls = __atomic_load_n(&w->wd_stalls, __ATOMIC_RELAXED);
+    out->deadline_overrun_ns = atomic_load_explicit(&w->overrun_max, memory_order_relaxed);
+    out->heartbeats_sent = atomic_load_explicit(&w->hb_sent, memory_order_relaxed);
+    out->heartbeats_seen = atomic_load_explicit(&w->hb_seen, memory_order_relaxed);
+    out->heartbeat_stalls = atomic_load_explicit(&w->hb_stalls, memory_order_relaxed);
+    out->completion_stalls = atomic_load_explicit(&w->comp_stalls, memory_order_relaxed);
+    out->watchdog_stalls = atomic_load_explicit(&w->wd_stalls, memory_order_relaxed);
 }

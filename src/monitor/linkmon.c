@@ -112,10 +112,7 @@ void ferry__linkmon_destroy(ferry__linkmon_t *m)
 {
     if (m == NULL)
         return;
-    pthread_mutex_lock(&m->mu);
-    m->stop = true;
-    pthread_cond_signal(&m->cv);
-    pthread_mutex_unlock(&m->mu);
+    ferry__flag_set_wake(&m->mu, &m->stop, &m->cv, NULL);
     if (m->started)
         pthread_join(m->thread, NULL);
     pthread_cond_destroy(&m->cv);

@@ -9,6 +9,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,12 +27,12 @@ static const char *const kind_names[] = {"counter", "gauge", "histogram"};
 
 struct ferry_metric {
     enum kind kind;
-    char *labels;  /* 'k="v",k2="v2"' (escaped), or "" */
-    uint64_t bits; /* counter and gauge value: a double's bits (atomic) */
+    char *labels;          /* 'k="v",k2="v2"' (escaped), or "" */
+    _Atomic uint64_t bits; /* counter and gauge value: a double's bits */
     size_t nbounds;
     double bounds[MAX_BOUNDS];
-    uint64_t counts[MAX_BOUNDS + 1]; /* non-cumulative (atomic) */
-    uint64_t sum_bits;               /* atomic double */
+    _Atomic uint64_t counts[MAX_BOUNDS + 1]; /* non-cumulative */
+    _Atomic uint64_t sum_bits;               /* a double's bits */
     struct ferry_metric *next;
 };
 
@@ -57,24 +58,24 @@ struct ferry_metrics {
 
 /* ---- values ------------------------------------------------------------------------------ */
 
-static double load_d(const uint64_t *bits)
+static double load_d(const _Atomic uint64_t *bits)
 {
-    uint64_t b = __atomic_load_n(bits, __ATOMIC_RELAXED);
+    uint64_t b = atomic_load_explicit(bits, memory_order_relaxed);
     double d;
     memcpy(&d, &b, sizeof(d));
     return d;
 }
 
-static void add_d(uint64_t *bits, double v)
+static void add_d(_Atomic uint64_t *bits, double v)
 {
-    uint64_t old = __atomic_load_n(bits, __ATOMIC_RELAXED), nw;
+    uint64_t old = atomic_load_explicit(bits, memory_order_relaxed), nw;
     do {
         double d;
         memcpy(&d, &old, sizeof(d));
         d += v;
         memcpy(&nw, &d, sizeof(nw));
-    } while (
-        !__atomic_compare_exchange_n(bits, &old, nw, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    } while (!atomic_compare_exchange_weak_explicit(bits, &old, nw, memory_order_relaxed,
+                                                    memory_order_relaxed));
 }
 
 void ferry_metric_add(ferry_metric_t *c, double v)
@@ -94,7 +95,7 @@ void ferry_metric_set(ferry_metric_t *g, double v)
         return;
     uint64_t b;
     memcpy(&b, &v, sizeof(b));
-    __atomic_store_n(&g->bits, b, __ATOMIC_RELAXED);
+    atomic_store_explicit(&g->bits, b, memory_order_relaxed);
 }
 
 void ferry_metric_observe(ferry_metric_t *h, double v)
@@ -104,7 +105,7 @@ void ferry_metric_observe(ferry_metric_t *h, double v)
     size_t i = 0;
     while (i < h->nbounds && v > h->bounds[i])
         i++;
-    __atomic_add_fetch(&h->counts[i], 1, __ATOMIC_RELAXED);
+    atomic_fetch_add_explicit(&h->counts[i], 1, memory_order_relaxed);
     add_d(&h->sum_bits, v);
 }
 
@@ -514,7 +515,7 @@ int ferry_metrics_write(ferry_metrics_t *m, FILE *f)
             if (s->kind == K_HISTOGRAM) {
                 uint64_t counts[MAX_BOUNDS + 1];
                 for (size_t i = 0; i <= s->nbounds; i++)
-                    counts[i] = __atomic_load_n(&s->counts[i], __ATOMIC_RELAXED);
+                    counts[i] = atomic_load_explicit(&s->counts[i], memory_order_relaxed);
                 put_histogram(f, fa->name, s->labels, s->bounds, s->nbounds, counts,
                               load_d(&s->sum_bits));
             } else {

@@ -32,7 +32,7 @@ static void fill_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out);
 static void release(ferry_pipeline_t *p)
 {
     if (p->counted_streams)
-        __atomic_sub_fetch(&p->dev->active_streams, p->plan.nstreams, __ATOMIC_RELAXED);
+        atomic_fetch_sub_explicit(&p->dev->active_streams, p->plan.nstreams, memory_order_relaxed);
     ferry__failure_log_close(&p->comp.flog);
     free(p->iss.cpu_tmp);
     if (p->queue)
@@ -89,10 +89,7 @@ static void release(ferry_pipeline_t *p)
             ferry__be_event_destroy(p->dev, s->tev[e]);
         ferry__be_mem_free(p->dev, s->d_in);
         ferry__be_mem_free(p->dev, s->d_out);
-        if (s->h_in)
-            ferry_pool_free(p->pool, s->h_in);
-        if (s->h_out)
-            ferry_pool_free(p->pool, s->h_out);
+        /* s->h_in and s->h_out are slots of p->pool: they go with it, below. */
     }
     free(p->slots);
     ferry_pool_destroy(p->pool);
@@ -266,7 +263,8 @@ static int init_state(ferry_pipeline_t *p, const ferry_pipeline_config_t *cfg)
      * stream can then wait behind another's blocked work. Round-robin issue (what ferry does)
      * keeps them concurrent at any value (FACTS.md), so this is said, not refused. */
     p->context_streams =
-        __atomic_add_fetch(&dev->active_streams, p->plan.nstreams, __ATOMIC_RELAXED);
+        atomic_fetch_add_explicit(&dev->active_streams, p->plan.nstreams, memory_order_relaxed) +
+        p->plan.nstreams;
     p->counted_streams = true;
     if (p->context_streams > dev->connections)
         ferry_log(FERRY_LOG_WARN, "pipeline",
@@ -805,16 +803,25 @@ static void fill_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
 
 /* ---- trace export (monitor/trace.c writes it) ------------------------------------------------ */
 
+/* Take @p's lock when it has a trace to give (tracing on, or records kept); else an error that
+ * names @who, without the lock. */
+static int lock_traced(ferry_pipeline_t *p, const char *who)
+{
+    pthread_mutex_lock(&p->lock);
+    if (atomic_load_explicit(&p->sh.tracing, memory_order_relaxed) || p->api.trace.n != 0)
+        return 0;
+    pthread_mutex_unlock(&p->lock);
+    return ferry__error(FERRY_ESTATE, "%s: tracing is off (set the trace option, FERRY_TRACE=1)",
+                        who);
+}
+
 int ferry_pipeline_write_trace(ferry_pipeline_t *p, const char *path)
 {
     if (p == NULL || path == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_write_trace: NULL argument");
-    pthread_mutex_lock(&p->lock);
-    if (!atomic_load_explicit(&p->sh.tracing, memory_order_relaxed) && p->api.trace.n == 0) {
-        pthread_mutex_unlock(&p->lock);
-        return ferry__error(FERRY_ESTATE, "ferry_pipeline_write_trace: tracing is off (set the "
-                                          "trace option, FERRY_TRACE=1)");
-    }
+    int rc = lock_traced(p, "ferry_pipeline_write_trace");
+    if (rc != 0)
+        return rc;
     ferry__trace_layout_t lay = {
         .backend = p->dev->ops->name,
         .device = p->dev->props.name,
@@ -825,7 +832,7 @@ int ferry_pipeline_write_trace(ferry_pipeline_t *p, const char *path)
         .nstreams = p->plan.nstreams,
         .stream_kind = p->stream_kind,
     };
-    int rc =
+    rc =
         ferry__trace_write_json(path, &lay, p->api.trace.recs, p->api.trace.n, p->comp.first_start);
     pthread_mutex_unlock(&p->lock);
     return rc;
@@ -835,12 +842,9 @@ int ferry_pipeline_ops(ferry_pipeline_t *p, ferry_op_fn fn, void *arg)
 {
     if (p == NULL || fn == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_ops: NULL argument");
-    pthread_mutex_lock(&p->lock);
-    if (!atomic_load_explicit(&p->sh.tracing, memory_order_relaxed) && p->api.trace.n == 0) {
-        pthread_mutex_unlock(&p->lock);
-        return ferry__error(FERRY_ESTATE, "ferry_pipeline_ops: tracing is off (set the trace "
-                                          "option, FERRY_TRACE=1)");
-    }
+    int rc = lock_traced(p, "ferry_pipeline_ops");
+    if (rc != 0)
+        return rc;
     /* A snapshot, so that @fn runs without the lock the completion thread needs. */
     size_t n = p->api.trace.n;
     trace_rec_t *copy = malloc(n ? n * sizeof(*copy) : 1);

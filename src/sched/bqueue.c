@@ -237,11 +237,7 @@ void ferry__bqueue_close(ferry_bqueue_t *q)
 {
     if (q == NULL)
         return;
-    pthread_mutex_lock(&q->lock);
-    q->closed = true;
-    pthread_cond_broadcast(&q->not_empty);
-    pthread_cond_broadcast(&q->not_full);
-    pthread_mutex_unlock(&q->lock);
+    ferry__flag_set_wake(&q->lock, &q->closed, &q->not_empty, &q->not_full);
 }
 
 unsigned ferry__bqueue_pushers_blocked(ferry_bqueue_t *q)

@@ -358,6 +358,16 @@ static void test_ladder(void **state)
     walk_key = walk_val = NULL;
 }
 
+/* The work of the stages below: each float times 1.0009765625. */
+static int scale_exact(const ferry_kernel_args_t *a)
+{
+    const float *in = a->in;
+    float *out = a->out;
+    for (size_t i = 0; i < a->bytes / 4; i++)
+        out[i] = in[i] * 1.0009765625f;
+    return 0;
+}
+
 /* A chunk whose GPU attempts both fail (the first and the retry) is done by the CPU: two
  * records (actions "retry" then "cpu"), two ladder steps. On the simulator the kernel is the CPU
  * function, so one function stands for both: it fails attempts 0 and 1 of batch 2 chunk 0. */
@@ -366,11 +376,7 @@ static int fails_twice(const ferry_kernel_args_t *a, void *user)
     (void)user;
     if (a->batch_id == 2 && a->chunk == 0 && a->attempt < 2)
         return FERRY_EKERNEL;
-    const float *in = a->in;
-    float *out = a->out;
-    for (size_t i = 0; i < a->bytes / 4; i++)
-        out[i] = in[i] * 1.0009765625f;
-    return 0;
+    return scale_exact(a);
 }
 
 static void test_retry_fails_too(void **state)
@@ -434,11 +440,7 @@ static int gpu_only_cpu(const ferry_kernel_args_t *a, void *user)
     (void)user;
     if (a->attempt > 0)
         return FERRY_ENOTSUP; /* stands in for "no CPU function" on the simulator */
-    const float *in = a->in;
-    float *out = a->out;
-    for (size_t i = 0; i < a->bytes / 4; i++)
-        out[i] = in[i] * 1.0009765625f;
-    return 0;
+    return scale_exact(a);
 }
 
 static void test_no_fallback_fails_once(void **state)

@@ -72,18 +72,42 @@ static void check_streams(const ops_t *o, const ferry_pipeline_stats_t *st)
     }
 }
 
+/* A traced run: its runtime, pipeline, stats and op records. */
+typedef struct traced {
+    ferry_runtime_t *rt;
+    ferry_pipeline_t *p;
+    ferry_pipeline_stats_t st;
+    ops_t *o;
+} traced_t;
+
+/* run() on a runtime with the options @kv, its stats and ops read back. */
+static traced_t traced_run(const char *const *kv, size_t chunk, size_t total)
+{
+    traced_t t = {.rt = test_sim_runtime_with(kv), .st = FERRY_PIPELINE_STATS_INIT};
+    t.p = run(t.rt, chunk, total);
+    assert_int_equal(ferry_pipeline_stats(t.p, &t.st), 0);
+    t.o = ops_of(t.p);
+    return t;
+}
+
+/* What holds for every traced run (check_streams), then all of it freed. */
+static void traced_end(traced_t *t)
+{
+    check_streams(t->o, &t->st);
+    free(t->o);
+    assert_int_equal(ferry_pipeline_close(t->p), 0);
+    ferry_runtime_destroy(t->rt);
+}
+
 static void test_every_chunk(void **state)
 {
     (void)state;
     const char *const kv[] = {"trace", "1", NULL};
-    ferry_runtime_t *rt = test_sim_runtime_with(kv);
     const size_t chunk = 1u << 20, total = 40u << 20; /* 40 chunks in 10 batches */
-    ferry_pipeline_t *p = run(rt, chunk, total);
-    ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
-    assert_int_equal(ferry_pipeline_stats(p, &st), 0);
-    ops_t *o = ops_of(p);
+    traced_t t = traced_run(kv, chunk, total);
+    const ops_t *o = t.o;
     assert_int_equal(o->n, 3 * 40);
-    assert_int_equal(st.chunks_timed, 40);
+    assert_int_equal(t.st.chunks_timed, 40);
     uint64_t bytes[3] = {0, 0, 0};
     for (size_t i = 0; i < o->n; i++)
         bytes[o->op[i].kind] += o->op[i].bytes;
@@ -100,31 +124,22 @@ static void test_every_chunk(void **state)
             assert_true(h->end_ns <= k->start_ns);
             assert_true(k->end_ns <= d->start_ns);
         }
-    check_streams(o, &st);
-    free(o);
-    assert_int_equal(ferry_pipeline_close(p), 0);
-    ferry_runtime_destroy(rt);
+    traced_end(&t);
 }
 
 static void test_first_chunks_only(void **state)
 {
     (void)state;
     const char *const kv[] = {"trace", "1", "trace_chunks", "6", NULL};
-    ferry_runtime_t *rt = test_sim_runtime_with(kv);
-    ferry_pipeline_t *p = run(rt, 1u << 20, 128u << 20); /* 128 chunks */
-    ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
-    assert_int_equal(ferry_pipeline_stats(p, &st), 0);
-    ops_t *o = ops_of(p);
+    traced_t t = traced_run(kv, 1u << 20, 128u << 20); /* 128 chunks */
+    const ops_t *o = t.o;
     assert_int_equal(o->n, 3 * 6);
     /* the first six chunks issued: batch 0's four, batch 1's first two */
     for (uint32_t c = 0; c < 6; c++)
         assert_non_null(find(o, c / 4, c % 4, FERRY_OP_D2H));
     /* after them, one chunk in 31 is timed, as without a trace */
-    assert_true(st.chunks_timed > 6 && st.chunks_timed < 6 + 128 / 31 + 2);
-    check_streams(o, &st);
-    free(o);
-    assert_int_equal(ferry_pipeline_close(p), 0);
-    ferry_runtime_destroy(rt);
+    assert_true(t.st.chunks_timed > 6 && t.st.chunks_timed < 6 + 128 / 31 + 2);
+    traced_end(&t);
 }
 
 static void test_off_and_bad_arguments(void **state)

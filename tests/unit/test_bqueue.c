@@ -58,6 +58,14 @@ static uint64_t pop_id(ferry_bqueue_t *q, bool wait, int *rc)
     return it.id;
 }
 
+/* A queue of @capacity items; fails the test when it cannot be made. */
+static ferry_bqueue_t *new_queue(size_t capacity)
+{
+    ferry_bqueue_t *q = NULL;
+    assert_int_equal(ferry__bqueue_create(capacity, sizeof(struct item), &q), 0);
+    return q;
+}
+
 static void test_arguments(void **state)
 {
     (void)state;
@@ -81,9 +89,8 @@ static void test_arguments(void **state)
 static void test_fifo_order(void **state)
 {
     (void)state;
-    ferry_bqueue_t *q = NULL;
+    ferry_bqueue_t *q = new_queue(8);
     int rc;
-    assert_int_equal(ferry__bqueue_create(8, sizeof(struct item), &q), 0);
     for (uint64_t i = 0; i < 8; i++)
         assert_int_equal(push_id(q, i, false, NULL), 0);
     assert_int_equal(ferry__bqueue_len(q), 8);
@@ -112,10 +119,9 @@ static void test_fifo_order(void **state)
 static void test_capacity_and_eagain(void **state)
 {
     (void)state;
-    ferry_bqueue_t *q = NULL;
+    ferry_bqueue_t *q = new_queue(4);
     int rc;
     bool waited = false;
-    assert_int_equal(ferry__bqueue_create(4, sizeof(struct item), &q), 0);
     for (uint64_t i = 1; i <= 4; i++)
         assert_int_equal(push_id(q, i, false, &waited), 0);
     assert_false(waited);
@@ -134,8 +140,7 @@ static void test_capacity_and_eagain(void **state)
     assert_int_equal(rc, FERRY_EAGAIN);
 
     /* A capacity of one. */
-    ferry_bqueue_t *one = NULL;
-    assert_int_equal(ferry__bqueue_create(1, sizeof(struct item), &one), 0);
+    ferry_bqueue_t *one = new_queue(1);
     assert_int_equal(push_id(one, 7, false, NULL), 0);
     assert_int_equal(push_id(one, 8, false, NULL), FERRY_EAGAIN);
     assert_int_equal(pop_id(one, true, &rc), 7);
@@ -194,12 +199,29 @@ static void blocker_init(struct blocker *b, ferry_bqueue_t *q, uint64_t id)
     atomic_init(&b->returned, false);
 }
 
+/* @n blockers (made by blocker_init) each run @fn on its own thread until all are blocked in
+ * @q; closing @q must return every one of them with FERRY_ECLOSED. */
+static void close_releases(ferry_bqueue_t *q, struct blocker *b, int n, void *(*fn)(void *))
+{
+    pthread_t th[4];
+    assert_true(n <= 4);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, fn, &b[i]), 0);
+    settle(b, n);
+    for (int i = 0; i < n; i++)
+        assert_false(atomic_load(&b[i].returned));
+    ferry__bqueue_close(q);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(b[i].rc, FERRY_ECLOSED);
+    }
+}
+
 static void test_blocking_push_waits(void **state)
 {
     (void)state;
-    ferry_bqueue_t *q = NULL;
+    ferry_bqueue_t *q = new_queue(2);
     int rc;
-    assert_int_equal(ferry__bqueue_create(2, sizeof(struct item), &q), 0);
     assert_int_equal(push_id(q, 1, false, NULL), 0);
     assert_int_equal(push_id(q, 2, false, NULL), 0);
     struct blocker b;
@@ -228,9 +250,8 @@ static void test_blocking_push_waits(void **state)
 static void test_blocking_pop_and_timeout(void **state)
 {
     (void)state;
-    ferry_bqueue_t *q = NULL;
+    ferry_bqueue_t *q = new_queue(4);
     struct item it;
-    assert_int_equal(ferry__bqueue_create(4, sizeof(struct item), &q), 0);
 
     uint64_t t0 = now_ns();
     assert_int_equal(ferry__bqueue_pop_timed(q, &it, 30000000u), FERRY_ETIMEDOUT);
@@ -265,22 +286,11 @@ static void test_blocking_pop_and_timeout(void **state)
 static void test_close_wakes_poppers(void **state)
 {
     (void)state;
-    ferry_bqueue_t *q = NULL;
-    assert_int_equal(ferry__bqueue_create(4, sizeof(struct item), &q), 0);
+    ferry_bqueue_t *q = new_queue(4);
     struct blocker b[3];
-    pthread_t th[3];
-    for (int i = 0; i < 3; i++) {
-        blocker_init(&b[i], q, 0);
-        assert_int_equal(pthread_create(&th[i], NULL, pop_blocking, &b[i]), 0);
-    }
-    settle(b, 3);
     for (int i = 0; i < 3; i++)
-        assert_false(atomic_load(&b[i].returned));
-    ferry__bqueue_close(q);
-    for (int i = 0; i < 3; i++) {
-        assert_int_equal(pthread_join(th[i], NULL), 0);
-        assert_int_equal(b[i].rc, FERRY_ECLOSED);
-    }
+        blocker_init(&b[i], q, 0);
+    close_releases(q, b, 3, pop_blocking);
     struct item it;
     assert_int_equal(ferry__bqueue_pop(q, &it, false), FERRY_ECLOSED);
     assert_int_equal(ferry__bqueue_pop_timed(q, &it, 1000000u), FERRY_ECLOSED);
@@ -293,26 +303,16 @@ static void test_close_wakes_poppers(void **state)
 static void test_close_wakes_pushers_and_keeps_items(void **state)
 {
     (void)state;
-    ferry_bqueue_t *q = NULL;
+    ferry_bqueue_t *q = new_queue(3);
     int rc;
-    assert_int_equal(ferry__bqueue_create(3, sizeof(struct item), &q), 0);
     for (uint64_t i = 1; i <= 3; i++)
         assert_int_equal(push_id(q, i, false, NULL), 0);
     struct blocker b[2];
-    pthread_t th[2];
-    for (int i = 0; i < 2; i++) {
-        blocker_init(&b[i], q, 100 + (uint64_t)i);
-        assert_int_equal(pthread_create(&th[i], NULL, push_blocking, &b[i]), 0);
-    }
-    settle(b, 2);
     for (int i = 0; i < 2; i++)
-        assert_false(atomic_load(&b[i].returned));
-    ferry__bqueue_close(q);
-    for (int i = 0; i < 2; i++) {
-        assert_int_equal(pthread_join(th[i], NULL), 0);
-        assert_int_equal(b[i].rc, FERRY_ECLOSED);
+        blocker_init(&b[i], q, 100 + (uint64_t)i);
+    close_releases(q, b, 2, push_blocking);
+    for (int i = 0; i < 2; i++)
         assert_true(b[i].waited);
-    }
     /* Accepted before the close: still delivered, in order, even to blocking and timed pops. */
     assert_int_equal(ferry__bqueue_len(q), 3);
     assert_int_equal(pop_id(q, true, &rc), 1);

@@ -56,10 +56,8 @@ static ferry__watchdog_t *make(ferry_device_t *dev, seen_t *s)
 static void test_deadline_then_hang(void **state)
 {
     (void)state;
-    ferry_runtime_t *rt = test_sim_runtime();
-    ferry_device_t *dev = test_device(rt);
     seen_t s = {0};
-    ferry__watchdog_t *w = make(dev, &s);
+    ferry__watchdog_t *w = make(test_dev, &s);
     const volatile uint64_t *word = ferry__watchdog_abort_word(w);
     assert_non_null(word); /* the simulator maps the page at its own address */
     /* Two D2H streams; the head of stream 1 started at 1 ms; mean latency 0.5 ms: deadline
@@ -103,16 +101,13 @@ static void test_deadline_then_hang(void **state)
     assert_int_equal(s.deadlines, 2);
     assert_int_equal(*word, 9);
     ferry__watchdog_destroy(w, false);
-    ferry_runtime_destroy(rt);
 }
 
 static void test_stalls(void **state)
 {
     (void)state;
-    ferry_runtime_t *rt = test_sim_runtime();
-    ferry_device_t *dev = test_device(rt);
     seen_t s = {0};
-    ferry__watchdog_t *w = make(dev, &s);
+    ferry__watchdog_t *w = make(test_dev, &s);
     ferry__wd_head_t h = {.seq = 1, .since_ns = 0};
     ferry__watchdog_publish(w, &h, 1, 0, 0);
     /* No publish for 150 ms with a chunk in flight: the completion thread stalled; its head is
@@ -143,7 +138,7 @@ static void test_stalls(void **state)
     ferry__watchdog_stats(w, &st);
     assert_int_equal(st.watchdog_stalls, 2);
     ferry__watchdog_destroy(w, false);
-    ferry_runtime_destroy(rt);
 }
 
-TEST_MAIN(NULL, NULL, cmocka_unit_test(test_deadline_then_hang), cmocka_unit_test(test_stalls))
+TEST_MAIN(test_sim_setup, test_sim_teardown, cmocka_unit_test(test_deadline_then_hang),
+          cmocka_unit_test(test_stalls))

@@ -65,6 +65,7 @@ static int write_word(struct ferry_cuda_abort *a, unsigned char *word, uint64_t 
     unsigned char *src = a->mirror + (size_t)(word - a->slab);
     for (unsigned r = 0; r < FERRY_ABORT_REPLICAS; r++) {
         uint64_t *c = (uint64_t *)(void *)(src + r * FERRY_ABORT_STRIDE);
+        /* Pinned memory a copy engine reads: not _Atomic, so the builtins. */
         if (value == 0 || __atomic_load_n(c, __ATOMIC_RELAXED) < value)
             __atomic_store_n(c, value, __ATOMIC_RELEASE);
     }

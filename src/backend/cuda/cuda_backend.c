@@ -379,7 +379,7 @@ static int cuda_stream_sync(ferry_be_stream_t *s)
 
 static bool recorded(const struct ferry_be_event *e)
 {
-    return __atomic_load_n(&e->recorded, __ATOMIC_ACQUIRE) != 0;
+    return atomic_load_explicit(&e->recorded, memory_order_acquire);
 }
 
 static int cuda_event_create(ferry_be_device_t *dev, unsigned flags, ferry_be_event_t **out)
@@ -427,7 +427,7 @@ static int cuda_event_record(ferry_be_event_t *e, ferry_be_stream_t *s)
     cudaError_t r = cudaEventRecord(e->ev, s->st);
     if (r != cudaSuccess)
         return ferry__cuda_fail(r, "cudaEventRecord");
-    __atomic_store_n(&e->recorded, 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(&e->recorded, true, memory_order_release);
     return 0;
 }
 
@@ -474,18 +474,17 @@ static void sleep_ns(uint64_t ns)
     nanosleep(&ts, NULL);
 }
 
+static ferry_be_device_t *event_dev(const ferry_be_event_t *e)
+{
+    return e->dev;
+}
+
 static int cuda_event_wait_any(ferry_be_event_t *const *evs, size_t n, uint64_t timeout_ns,
                                size_t *which)
 {
-    if (evs == NULL || n == 0 || which == NULL)
-        return ferry__error(FERRY_EINVAL, "cuda: event_wait_any: no events or NULL which");
-    for (size_t i = 0; i < n; i++)
-        if (evs[i] == NULL || evs[i]->dev != evs[0]->dev)
-            return ferry__error(FERRY_EINVAL,
-                                "cuda: event_wait_any: event %zu is NULL or belongs to another "
-                                "device",
-                                i);
-    int rc = ferry__cuda_use_device(evs[0]->dev->index);
+    int rc = ferry__be_wait_any_check("cuda", evs, n, which, event_dev);
+    if (rc == 0)
+        rc = ferry__cuda_use_device(evs[0]->dev->index);
     if (rc != 0)
         return rc;
     /* Poll, never cudaEventSynchronize: it has no timeout, and a hung kernel reports no error
@@ -569,8 +568,6 @@ static int cuda_memcpy_d2h(ferry_be_stream_t *s, void *dst_host, const void *src
 
 static int cuda_launch(ferry_be_stream_t *s, const ferry_be_launch_t *l)
 {
-    if (s == NULL || l == NULL)
-        return ferry__error(FERRY_EINVAL, "cuda: launch: NULL stream or launch");
     if (l->gpu == NULL)
         return ferry__error(FERRY_ENOTSUP, "cuda: launch: the stage has no GPU function; the "
                                            "cuda backend runs a stage only through its launcher "

@@ -9,7 +9,7 @@
 
 /* The device this thread last made current through ferry; -1: unknown. */
 static _Thread_local int tls_device = -1;
-static int sticky_logged;
+static atomic_bool sticky_logged;
 
 /* CUDA errors that are not FERRY_EBACKEND, one list per FERRY code. Numbers where older
  * toolkits lack the name. */
@@ -120,7 +120,7 @@ int ferry__cuda_fail(cudaError_t err, const char *fmt, ...)
         code = FERRY_EBACKEND; /* called with cudaSuccess: a bug, but never report success */
     if (code != FERRY_ESTICKY)
         (void)cudaGetLastError();
-    else if (!__atomic_exchange_n(&sticky_logged, 1, __ATOMIC_RELAXED))
+    else if (!atomic_exchange_explicit(&sticky_logged, true, memory_order_relaxed))
         /* Once per process: after a sticky error every call fails the same way. */
         ferry_log(FERRY_LOG_ERROR, "cuda",
                   "%s: %s (%d): the CUDA context is lost; a new process is needed to use the "

@@ -6,6 +6,7 @@
 #define FERRY_BACKEND_CUDA_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -105,8 +106,8 @@ struct ferry_be_stream {
 struct ferry_be_event {
     struct ferry_be_device *dev;
     cudaEvent_t ev;
-    int recorded; /* set (atomically) by the first record: never-recorded events are complete */
-    bool timing;  /* created with FERRY_BE_EVENT_TIMING */
+    atomic_bool recorded; /* set by the first record: never-recorded events are complete */
+    bool timing;          /* created with FERRY_BE_EVENT_TIMING */
 };
 
 /* The one translation of a CUDA runtime error: sets the calling thread's last-error text to

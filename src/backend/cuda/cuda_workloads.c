@@ -10,7 +10,7 @@
 #define SM_CACHE 64
 
 /* Multiprocessors of each device by ordinal, 0 until asked: the grid is sized from it. */
-static int sm_cache[SM_CACHE];
+static atomic_int sm_cache[SM_CACHE];
 
 static int current_sms(void)
 {
@@ -19,14 +19,15 @@ static int current_sms(void)
         (void)cudaGetLastError();
         return 0; /* the kernel launcher's default */
     }
-    if (dev >= 0 && dev < SM_CACHE && (sms = __atomic_load_n(&sm_cache[dev], __ATOMIC_RELAXED)))
+    if (dev >= 0 && dev < SM_CACHE &&
+        (sms = atomic_load_explicit(&sm_cache[dev], memory_order_relaxed)))
         return sms;
     if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
     }
     if (dev >= 0 && dev < SM_CACHE)
-        __atomic_store_n(&sm_cache[dev], sms, __ATOMIC_RELAXED);
+        atomic_store_explicit(&sm_cache[dev], sms, memory_order_relaxed);
     return sms;
 }
 

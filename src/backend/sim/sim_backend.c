@@ -589,19 +589,19 @@ static int sim_event_query(ferry_be_event_t *e)
     return rc;
 }
 
+static ferry_be_device_t *event_dev(const ferry_be_event_t *e)
+{
+    return e->dev;
+}
+
 static int sim_event_wait_any(ferry_be_event_t *const *evs, size_t n, uint64_t timeout_ns,
                               size_t *which)
 {
-    if (evs == NULL || n == 0 || which == NULL)
-        return ferry__error(FERRY_EINVAL, "sim: event_wait_any: no events or NULL which");
-    for (size_t i = 0; i < n; i++)
-        if (evs[i] == NULL || evs[i]->dev != evs[0]->dev)
-            return ferry__error(FERRY_EINVAL,
-                                "sim: event_wait_any: event %zu is NULL or "
-                                "belongs to another device",
-                                i);
+    int rc = ferry__be_wait_any_check("sim", evs, n, which, event_dev);
+    if (rc != 0)
+        return rc;
     struct ferry_be_device *dev = evs[0]->dev;
-    int rc = FERRY_ETIMEDOUT;
+    rc = FERRY_ETIMEDOUT;
     lock(dev);
     uint64_t deadline = timeout_ns > SIM_NEVER - dev->now ? SIM_NEVER : dev->now + timeout_ns;
     for (;;) {
@@ -728,8 +728,6 @@ static int sim_memcpy_d2h(ferry_be_stream_t *s, void *dst_host, const void *src_
 
 static int sim_launch(ferry_be_stream_t *s, const ferry_be_launch_t *l)
 {
-    if (s == NULL || l == NULL)
-        return ferry__error(FERRY_EINVAL, "sim: launch: NULL stream or launch");
     if (l->cpu == NULL)
         return ferry__error(FERRY_ENOTSUP, "sim: launch: the stage has no CPU function; the "
                                            "simulator runs a kernel by calling it (set "
@@ -827,6 +825,7 @@ static int sim_host_device_ptr(ferry_be_device_t *dev, void *host, void **out)
 static int heartbeat_store(const ferry_kernel_args_t *a, void *user)
 {
     (void)user;
+    /* The watchdog's mapped heartbeat word, shared with kernels: not _Atomic, so a builtin. */
     __atomic_store_n((uint64_t *)a->out, a->batch_id, __ATOMIC_RELEASE);
     return 0;
 }
