@@ -39,6 +39,18 @@ int ferry__be_wait_any_check(const char *be, ferry_be_event_t *const *evs, size_
     return 0;
 }
 
+void ferry__be_props_begin(ferry_device_props_t *out, const char *name, const char *backend,
+                           int index, bool simulated)
+{
+    size_t size = out->size;
+    memset(out, 0, sizeof(*out));
+    out->size = size;
+    ferry__strlcpy(out->name, name, sizeof(out->name));
+    ferry__strlcpy(out->backend, backend, sizeof(out->backend));
+    out->index = index;
+    out->simulated = simulated;
+}
+
 static int notsup(const ferry_device_t *d, const char *op)
 {
     return ferry__error(FERRY_ENOTSUP, "backend %s does not support %s", d->ops->name, op);

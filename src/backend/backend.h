@@ -203,6 +203,12 @@ struct ferry_device {
     atomic_uint active_streams;
 };
 
+/* The start of a backend's device_props: @out zeroed but for its size (at least
+ * sizeof(ferry_device_props_t), checked by the caller), and the fields every backend fills
+ * alike. */
+void ferry__be_props_begin(ferry_device_props_t *out, const char *name, const char *backend,
+                           int index, bool simulated);
+
 /* Backend wrappers: FERRY_ENOTSUP in one place when an operation is NULL. */
 int ferry__be_host_register(ferry_device_t *d, void *p, size_t n);
 int ferry__be_host_unregister(ferry_device_t *d, void *p);

@@ -599,16 +599,22 @@ static int submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn
     return submit_queued(p, b, my_id, id);
 }
 
+/* FERRY_EBUSY for @fn called on one of @p's own threads (a batch callback, a prepare
+ * function), where it would wait for that very thread; @why says what happened instead. */
+static int refuse_own_thread(const ferry_pipeline_t *p, const char *fn, const char *why)
+{
+    return ferry__error(FERRY_EBUSY, "%s: called from a callback of pipeline '%s' #%u: %s", fn,
+                        p->stage_name, p->serial, why);
+}
+
 int ferry_pipeline_drain(ferry_pipeline_t *p)
 {
     if (p == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_drain: NULL pipeline");
     if (on_own_thread(p))
-        return ferry__error(FERRY_EBUSY,
-                            "ferry_pipeline_drain: called from a callback of pipeline '%s' #%u: "
-                            "it would wait for itself (batches complete on the thread running "
-                            "it)",
-                            p->stage_name, p->serial);
+        return refuse_own_thread(p, "ferry_pipeline_drain",
+                                 "it would wait for itself (batches complete on the thread "
+                                 "running it)");
     pthread_mutex_lock(&p->lock);
     uint64_t target = p->api.submitted;
     atomic_fetch_add_explicit(&p->sh.drain_waiters, 1, memory_order_seq_cst);
@@ -644,11 +650,9 @@ int ferry_pipeline_close(ferry_pipeline_t *p)
     }
     if (on_own_thread(p)) {
         pthread_mutex_unlock(&p->lock);
-        return ferry__error(FERRY_EBUSY,
-                            "ferry_pipeline_close: called from a callback of pipeline '%s' #%u: "
-                            "it is shut to new batches, but its threads can be stopped only "
-                            "from another thread (close it again there)",
-                            p->stage_name, p->serial);
+        return refuse_own_thread(p, "ferry_pipeline_close",
+                                 "it is shut to new batches, but its threads can be stopped "
+                                 "only from another thread (close it again there)");
     }
     uint64_t completed = atomic_load_explicit(&p->sh.completed, memory_order_seq_cst);
     unsigned entering = atomic_load_explicit(&p->sh.entering, memory_order_seq_cst);
@@ -684,11 +688,9 @@ int ferry_pipeline_destroy(ferry_pipeline_t *p)
         pthread_mutex_lock(&p->lock);
         shut(p);
         pthread_mutex_unlock(&p->lock);
-        return ferry__error(FERRY_EBUSY,
-                            "ferry_pipeline_destroy: called from a callback of pipeline '%s' "
-                            "#%u: it is shut to new batches, but it can be freed only from "
-                            "another thread",
-                            p->stage_name, p->serial);
+        return refuse_own_thread(p, "ferry_pipeline_destroy",
+                                 "it is shut to new batches, but it can be freed only from "
+                                 "another thread");
     }
     for (;;) {
         int rc = ferry_pipeline_close(p); /* shuts it first: the batches in flight are all */

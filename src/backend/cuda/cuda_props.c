@@ -74,13 +74,7 @@ static void version_text(int v, char *out, size_t len)
 int ferry__cuda_props(struct ferry_be_device *dev, ferry_device_props_t *out)
 {
     const struct cudaDeviceProp *p = &dev->prop;
-    size_t size = out->size;
-    memset(out, 0, sizeof(*out));
-    out->size = size;
-    ferry__strlcpy(out->name, p->name, sizeof(out->name));
-    snprintf(out->backend, sizeof(out->backend), "cuda");
-    out->index = dev->index;
-    out->simulated = false;
+    ferry__be_props_begin(out, p->name, "cuda", dev->index, false);
     out->cc_major = p->major;
     out->cc_minor = p->minor;
     out->sms = p->multiProcessorCount;

@@ -255,13 +255,7 @@ static int sim_device_props(ferry_be_device_t *dev, ferry_device_props_t *out)
         return ferry__error(FERRY_EINVAL, "sim: device_props: NULL device or props, or props "
                                           "size not set (use FERRY_DEVICE_PROPS_INIT)");
     const struct ferry_sim_profile *p = &dev->prof;
-    size_t size = out->size;
-    memset(out, 0, sizeof(*out));
-    out->size = size;
-    snprintf(out->name, sizeof(out->name), "%s", p->name);
-    snprintf(out->backend, sizeof(out->backend), "sim");
-    out->index = dev->index;
-    out->simulated = true;
+    ferry__be_props_begin(out, p->name, "sim", dev->index, true);
     out->cc_major = p->cc_major;
     out->cc_minor = p->cc_minor;
     out->sms = p->sms;
