@@ -18,6 +18,26 @@ extern "C" {
 #endif
 
 /* ---------------------------------------------------------------------------------------------
+ * Config structs. Every struct a call reads (ferry_runtime_config_t, ferry_pool_config_t,
+ * ferry_stage_t, ferry_pipeline_config_t, ferry_batch_t, ferry_copy_bench_config_t,
+ * ferry_workload_params_t) starts with its size, set by its FERRY_*_INIT macro, and only grows
+ * at its end. A call refuses (FERRY_EINVAL, the struct named in the last-error text) a size of
+ * 0, one below the struct's first version, or one above 64 KiB; it reads the fields a smaller,
+ * older struct has and takes the fields it lacks as unset; it ignores what a larger, newer
+ * struct holds past the fields it knows.
+ *
+ * Unset: a field left as the INIT macro sets it is unset, and takes the option of the same
+ * name (ferry/options.h: the FERRY_<NAME> environment, ferry_options_set) where there is one,
+ * else the default its comment gives. Unsigned, size, double and pointer fields are unset at 0
+ * (so a zeroed struct is all unset); signed fields, where 0 is a value, at FERRY_UNSET. A set
+ * value out of its range is refused with the field, the value and the range in the last-error
+ * text.
+ * ------------------------------------------------------------------------------------------- */
+
+/* The unset value of a signed config field (priorities, nonblocking). */
+#define FERRY_UNSET (-1000)
+
+/* ---------------------------------------------------------------------------------------------
  * Errors and logging
  * ------------------------------------------------------------------------------------------- */
 
@@ -316,11 +336,14 @@ typedef struct ferry_pipeline_config {
     unsigned depth;             /* chunks in flight (pinned and device slots); 0: option */
     unsigned copy_streams;      /* streams per copy direction (H2D and D2H each); 0: option */
     unsigned compute_streams;   /* 0: option */
-    int copy_priority;    /* stream priority of copy streams; FERRY_PRIORITY_DEFAULT: option */
-    int compute_priority; /* likewise for compute streams */
-    unsigned queue_depth; /* bounded submission queue; 0: (2 x copy + compute) x 2 */
+    int copy_priority;    /* stream priority of copy streams, in the device's range (-5 to 0
+                             on the H200); FERRY_UNSET: the copy_priority option */
+    int compute_priority; /* likewise for compute streams (compute_priority option) */
+    unsigned queue_depth; /* bounded submission queue; 0: the queue_depth option, and when
+                             that is 0 too, (2 x copy + compute) x 2 */
     int nonblocking;      /* 1: submit returns FERRY_EAGAIN when full; 0: it blocks;
-                             -1: the nonblocking option */
+                             FERRY_UNSET, or -1 (what the INIT macro writes, understood by
+                             every ferry version): the nonblocking option */
     unsigned workers;     /* host worker threads; 0: option */
     bool single_stream;   /* every op of every chunk on one stream: no overlap (the
                              baseline, and the last step before giving up on the GPU) */
@@ -332,11 +355,12 @@ typedef struct ferry_pipeline_config {
      * per chunk); 0: the coalesce_bytes option. SIZE_MAX: none (a copy per chunk). */
     size_t coalesce_bytes;
 } ferry_pipeline_config_t;
-#define FERRY_PRIORITY_DEFAULT (-1000)
+/* The older spelling of FERRY_UNSET for the priorities, kept for existing code. */
+#define FERRY_PRIORITY_DEFAULT FERRY_UNSET
 #define FERRY_PIPELINE_CONFIG_INIT                                                                 \
     {                                                                                              \
-        .size = sizeof(ferry_pipeline_config_t), .copy_priority = FERRY_PRIORITY_DEFAULT,          \
-        .compute_priority = FERRY_PRIORITY_DEFAULT, .nonblocking = -1                              \
+        .size = sizeof(ferry_pipeline_config_t), .copy_priority = FERRY_UNSET,                     \
+        .compute_priority = FERRY_UNSET, .nonblocking = -1                                         \
     }
 
 /** Fill one chunk's pinned input directly (decode, generate) instead of copying from

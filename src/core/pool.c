@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "base/config.h"
 #include "core/runtime.h"
 
 struct ferry_pool {
@@ -43,19 +44,18 @@ int ferry_pool_create(ferry_device_t *dev, const ferry_pool_config_t *cfg, ferry
 {
     if (dev == NULL || out == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pool_create: NULL device or out");
-    if (cfg != NULL && cfg->size < offsetof(ferry_pool_config_t, align))
-        return ferry__error(FERRY_EINVAL,
-                            "ferry_pool_create: cfg->size not set (use FERRY_POOL_CONFIG_INIT)");
     const ferry_options_t *o = dev->rt->opts;
-    size_t align =
-        (cfg && cfg->size > offsetof(ferry_pool_config_t, align) && cfg->align) ? cfg->align : 4096;
-    if ((align & (align - 1)) != 0 || align > (1u << 30))
+    ferry_pool_config_t c; /* slot_bytes from the chunk_bytes option, align 4096 when unset */
+    int rc = ferry__config_import(&c, sizeof(c), cfg, &ferry__cfg_pool, o);
+    if (rc != 0)
+        return ferry__rt_fail(dev->rt, rc);
+    size_t align = c.align;
+    if ((align & (align - 1)) != 0)
         return ferry__rt_fail(dev->rt, ferry__error(FERRY_EINVAL,
                                                     "pool align %zu is not a power of two "
                                                     "up to 1G",
                                                     align));
-    size_t slot = (cfg && cfg->slot_bytes) ? cfg->slot_bytes
-                                           : (size_t)ferry__opt_i64(o, FERRY__OPT_chunk_bytes);
+    size_t slot = c.slot_bytes;
     if (slot == 0)
         slot = (size_t)dev->props.default_chunk_bytes; /* the device profile's default */
     if (slot == 0)
@@ -65,21 +65,20 @@ int ferry_pool_create(ferry_device_t *dev, const ferry_pool_config_t *cfg, ferry
             dev->rt, ferry__error(FERRY_ERANGE, "pool slot_bytes %zu is larger than 1T", slot));
     slot = (slot + align - 1) & ~(align - 1);
     size_t nslots;
-    if (cfg && cfg->bytes) {
-        nslots = cfg->bytes / slot;
+    if (c.bytes) {
+        nslots = c.bytes / slot;
         if (nslots == 0)
             return ferry__rt_fail(dev->rt, ferry__error(FERRY_EINVAL,
                                                         "pool bytes %zu hold no slot of %zu bytes",
-                                                        cfg->bytes, slot));
+                                                        c.bytes, slot));
     } else {
-        nslots = (cfg && cfg->slots) ? cfg->slots : 2 * (size_t)ferry__opt_i64(o, FERRY__OPT_depth);
+        nslots = c.slots ? c.slots : 2 * (size_t)ferry__opt_i64(o, FERRY__OPT_depth);
     }
     size_t total;
     if (__builtin_mul_overflow(nslots, slot, &total) || total > ((size_t)1 << 44))
         return ferry__rt_fail(
             dev->rt,
             ferry__error(FERRY_ERANGE, "pool of %zu slots x %zu bytes is too large", nslots, slot));
-    int rc = 0;
     ferry_pool_t *p = calloc(1, sizeof(*p));
     if (p == NULL)
         return ferry__rt_fail(dev->rt, ferry__error(FERRY_ENOMEM, "pool: out of memory"));
@@ -112,9 +111,7 @@ int ferry_pool_create(ferry_device_t *dev, const ferry_pool_config_t *cfg, ferry
     /* First touch before registering, so the pages exist on this (the caller's) NUMA node. */
     memset(p->base, 0, total);
     rc = ferry__be_host_register(dev, p->base, total);
-    bool fallback = cfg && cfg->size > offsetof(ferry_pool_config_t, pageable_fallback) &&
-                    cfg->pageable_fallback;
-    if (rc == FERRY_EBACKEND && fallback) {
+    if (rc == FERRY_EBACKEND && c.pageable_fallback) {
         ferry_log(FERRY_LOG_WARN, "pool",
                   "%s; continuing with %zu bytes of pageable memory: copies run at pageable "
                   "rates",

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend/sim/sim.h"
+#include "base/config.h"
 #include "core/runtime.h"
 #include "ferry/connections.h"
 
@@ -109,18 +110,17 @@ int ferry_runtime_create(const ferry_runtime_config_t *cfg, ferry_runtime_t **ou
 {
     if (out == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_runtime_create: out is NULL");
-    if (cfg != NULL && cfg->size < sizeof(size_t) * 2)
-        return ferry__error(FERRY_EINVAL,
-                            "ferry_runtime_create: cfg->size is %zu; use FERRY_RUNTIME_CONFIG_INIT",
-                            cfg->size);
+    ferry_runtime_config_t c;
+    int rc = ferry__config_import(&c, sizeof(c), cfg, &ferry__cfg_runtime, NULL);
+    if (rc != 0)
+        return rc;
     ferry_runtime_t *rt = calloc(1, sizeof(*rt));
     if (rt == NULL)
         return ferry__error(FERRY_ENOMEM, "ferry_runtime_create: out of memory");
     pthread_mutex_init(&rt->lock, NULL);
     pthread_rwlock_init(&rt->reg_lock, NULL);
-    int rc;
-    if (cfg != NULL && cfg->options != NULL) {
-        rc = ferry_options_clone(cfg->options, &rt->opts);
+    if (c.options != NULL) {
+        rc = ferry_options_clone(c.options, &rt->opts);
     } else {
         rc = ferry_options_create(&rt->opts);
         if (rc == 0)
@@ -133,12 +133,11 @@ int ferry_runtime_create(const ferry_runtime_config_t *cfg, ferry_runtime_t **ou
     if ((rc = apply_connections(rt->opts)) != 0)
         goto out_free;
 
-    const char *backend =
-        (cfg && cfg->backend) ? cfg->backend : ferry__opt_str(rt->opts, FERRY__OPT_backend);
-    const char *profile =
-        (cfg && cfg->profile) ? cfg->profile : ferry__opt_str(rt->opts, FERRY__OPT_profile);
-    ferry__strlcpy(rt->profile, profile, sizeof(rt->profile));
-    rc = pick_backend(rt, backend);
+    /* The options come from the config: its unset backend and profile are filled now. */
+    if ((rc = ferry__config_fill(&c, &ferry__cfg_runtime, rt->opts)) != 0)
+        goto out_free;
+    ferry__strlcpy(rt->profile, c.profile, sizeof(rt->profile));
+    rc = pick_backend(rt, c.backend);
     if (rc != 0)
         goto out_free;
     const char *inject = ferry__opt_str(rt->opts, FERRY__OPT_inject);

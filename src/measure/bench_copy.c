@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "base/config.h"
 #include "core/runtime.h"
 #include "ferry/bench.h"
 
@@ -17,21 +18,20 @@ static int cmp_u64(const void *a, const void *b)
 int ferry_bench_copy(ferry_device_t *dev, const ferry_copy_bench_config_t *cfg,
                      ferry_copy_bench_result_t *out)
 {
-    if (dev == NULL || cfg == NULL || out == NULL || cfg->size < sizeof(*cfg) ||
-        out->size < sizeof(*out))
+    if (dev == NULL || cfg == NULL || out == NULL || out->size < sizeof(*out))
         return ferry__error(FERRY_EINVAL, "ferry_bench_copy: NULL argument or size not set "
                                           "(use the INIT macros)");
-    if (cfg->bytes == 0 || cfg->bytes > (16ull << 30))
-        return ferry__error(FERRY_EINVAL, "ferry_bench_copy: bytes %zu (accepted: 1 to 16G)",
-                            cfg->bytes);
+    ferry_copy_bench_config_t c; /* bytes 1 to 16G; warmup 2 and reps 10 when unset */
+    int rc = ferry__config_import(&c, sizeof(c), cfg, &ferry__cfg_copy_bench, NULL);
+    if (rc != 0)
+        return rc;
+    cfg = &c;
     if ((unsigned)cfg->dir > FERRY_COPY_BOTH)
         return ferry__error(FERRY_EINVAL,
                             "ferry_bench_copy: direction %d (accepted: 0 H2D, "
                             "1 D2H, 2 both)",
                             (int)cfg->dir);
-    unsigned reps = cfg->reps ? cfg->reps : 10, warm = cfg->warmup ? cfg->warmup : 2;
-    if (reps > 10000 || warm > 10000)
-        return ferry__error(FERRY_EINVAL, "ferry_bench_copy: reps and warmup accept 1 to 10000");
+    unsigned reps = cfg->reps, warm = cfg->warmup;
 
     int nbuf = cfg->dir == FERRY_COPY_BOTH ? 2 : 1;
     size_t n = cfg->bytes;
@@ -41,7 +41,7 @@ int ferry_bench_copy(ferry_device_t *dev, const ferry_copy_bench_config_t *cfg,
     ferry_be_stream_t *st[2] = {0};
     ferry_be_event_t *ev[4] = {0};
     uint64_t *times = calloc(reps, sizeof(*times));
-    int rc = times ? 0 : ferry__error(FERRY_ENOMEM, "ferry_bench_copy: out of memory");
+    rc = times ? 0 : ferry__error(FERRY_ENOMEM, "ferry_bench_copy: out of memory");
     for (int i = 0; rc == 0 && i < nbuf; i++) {
         if (cfg->pageable) {
             host[i] = malloc(n);

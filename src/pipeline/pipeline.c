@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "backend/sim/sim.h"
+#include "base/config.h"
 #include "core/runtime.h"
 #include "pipeline/pipeline_internal.h"
 
@@ -276,10 +277,8 @@ static int init_state(ferry_pipeline_t *p, const ferry_pipeline_config_t *cfg)
                   p->context_streams);
     if (p->plan.bw_alert_ratio > 0 && ferry__device_link_curve(dev, &p->link_curve) != 0)
         p->link_curve = NULL; /* no curve for this link: the theoretical rate alone */
-    if (cfg->size > offsetof(ferry_pipeline_config_t, alert_arg)) {
-        p->on_alert = cfg->on_alert;
-        p->alert_arg = cfg->alert_arg;
-    }
+    p->on_alert = cfg->on_alert; /* an imported config: NULL when the caller's had none */
+    p->alert_arg = cfg->alert_arg;
     p->comp.lat_ewma_ns = p->plan.lat_init_ns;
     int rc = ferry__failure_log_open(&p->comp.flog, p->plan.failure_log);
     p->ladder.gpu_retries = p->plan.gpu_retries;
@@ -317,21 +316,24 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
 {
     if (cfg == NULL || out == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_create: NULL config or out");
-    if (cfg->size < offsetof(ferry_pipeline_config_t, workers))
-        return ferry__error(FERRY_EINVAL,
-                            "ferry_pipeline_create: cfg->size is %zu; use "
-                            "FERRY_PIPELINE_CONFIG_INIT",
-                            cfg->size);
-    if (cfg->device == NULL)
+    /* Imported (base/config.h) without the options, which come with the device; the plan
+     * imports these copies again with them and fills the unset fields. */
+    ferry_pipeline_config_t c;
+    ferry_stage_t st;
+    int rc = ferry__config_import(&c, sizeof(c), cfg, &ferry__cfg_pipeline, NULL);
+    if (rc != 0)
+        return rc;
+    if (c.device == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_create: cfg->device is NULL");
-    ferry_device_t *dev = cfg->device;
+    ferry_device_t *dev = c.device;
     const ferry_options_t *o = dev->rt->opts;
-    const ferry_stage_t *st = cfg->stage;
-    if (st == NULL || st->size < offsetof(ferry_stage_t, ns_per_byte))
-        return ferry__rt_fail(dev->rt,
-                              ferry__error(FERRY_EINVAL, "ferry_pipeline_create: cfg->stage is "
-                                                         "NULL or its size is not set "
-                                                         "(FERRY_STAGE_INIT)"));
+    if (c.stage == NULL)
+        return ferry__rt_fail(dev->rt, ferry__error(FERRY_EINVAL, "ferry_pipeline_create: "
+                                                                  "cfg->stage is NULL"));
+    if ((rc = ferry__config_import(&st, sizeof(st), c.stage, &ferry__cfg_stage, o)) != 0)
+        return ferry__rt_fail(dev->rt, rc);
+    c.stage = &st;
+    cfg = &c;
     bool virt = ferry_device_is_simulated(dev);
     ferry__pipe_plan_env_t env = {
         .opts = o,
@@ -341,7 +343,7 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
         .ncpu = sysconf(_SC_NPROCESSORS_ONLN),
     };
     struct ferry__pipe_plan plan;
-    int rc = ferry__pipe_plan_make(cfg, &env, &plan);
+    rc = ferry__pipe_plan_make(cfg, &env, &plan);
     if (rc != 0)
         return ferry__rt_fail(dev->rt, rc);
     size_t chunk = plan.chunk;
@@ -355,8 +357,8 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     static _Atomic unsigned serials;
     p->serial = atomic_fetch_add_explicit(&serials, 1, memory_order_relaxed) + 1;
     p->dev = dev;
-    p->stage = *st;
-    ferry__strlcpy(p->stage_name, st->name ? st->name : "stage", sizeof(p->stage_name));
+    p->stage = st;
+    ferry__strlcpy(p->stage_name, st.name ? st.name : "stage", sizeof(p->stage_name));
     p->stage.name = p->stage_name;
     p->plan = plan;
     p->api.slot_wake = p->plan.depth / 4 ? p->plan.depth / 4 : 1;
@@ -431,17 +433,18 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
     return rc;
 }
 
-/* A batch as the header promises it (size set, exactly one input, no partial overlap, fewer
- * than 2^32 chunks): 0 with its chunks in *@nchunks, or FERRY_EINVAL / FERRY_ERANGE. */
-static int check_batch(const ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn cb,
-                       uint64_t *nchunks)
+/* The caller's @in imported into @batch (base/config.h: size checked, the fields an older
+ * caller lacks zero) and as the header promises it (exactly one input, no partial overlap,
+ * fewer than 2^32 chunks): 0 with its chunks in *@nchunks, or FERRY_EINVAL / FERRY_ERANGE. */
+static int check_batch(const ferry_pipeline_t *p, const ferry_batch_t *in, ferry_done_fn cb,
+                       ferry_batch_t *batch, uint64_t *nchunks)
 {
-    if (batch == NULL || cb == NULL)
+    if (in == NULL || cb == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_submit: NULL pipeline, batch or "
                                           "callback");
-    if (batch->size < offsetof(ferry_batch_t, prepare_arg))
-        return ferry__error(FERRY_EINVAL, "ferry_pipeline_submit: batch->size not set "
-                                          "(use FERRY_BATCH_INIT)");
+    int rc = ferry__config_import(batch, sizeof(*batch), in, &ferry__cfg_batch, NULL);
+    if (rc != 0)
+        return rc;
     if (batch->bytes > 0 && (batch->in == NULL) == (batch->prepare == NULL))
         return ferry__error(FERRY_EINVAL,
                             "ferry_pipeline_submit: a batch of %zu bytes needs "
@@ -526,11 +529,13 @@ static int submit_queued(ferry_pipeline_t *p, batch_rec_t *b, uint64_t my_id, ui
     return 0;
 }
 
-static int submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn cb, void *arg,
+static int submit(ferry_pipeline_t *p, const ferry_batch_t *caller, ferry_done_fn cb, void *arg,
                   uint64_t *id)
 {
     uint64_t nchunks = 0;
-    int vrc = check_batch(p, batch, cb, &nchunks);
+    ferry_batch_t bt;
+    const ferry_batch_t *batch = &bt;
+    int vrc = check_batch(p, caller, cb, &bt, &nchunks);
     if (vrc != 0)
         return vrc;
     uint64_t nslots = nchunks / p->plan.group + (nchunks % p->plan.group != 0);
@@ -573,10 +578,7 @@ static int submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn
     if (p->plan.virtual_clock)
         pthread_cond_signal(&p->work_cv); /* wait_for_caller: the caller is back */
     pthread_mutex_unlock(&p->lock);
-    /* Size-stamped: a caller built against an older ferry_batch_t has fewer fields. */
-    memset(&b->b, 0, sizeof(b->b));
-    memcpy(&b->b, batch, batch->size < sizeof(b->b) ? batch->size : sizeof(b->b));
-    b->b.size = sizeof(b->b);
+    b->b = bt; /* imported by check_batch */
     b->cb = cb;
     b->arg = arg;
     b->nchunks = (uint32_t)nchunks;

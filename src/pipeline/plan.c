@@ -1,10 +1,11 @@
 /* The pipeline's plan (plan.h): each setting from the config when set there, else from the
- * runtime's options, else from the device's properties, checked against its range. Pure but for
- * the warnings it logs about a copy group that merges nothing or less than asked. */
+ * runtime's options (both through the config import, base/config.c), else from the device's
+ * properties, checked against its range. Pure but for the warnings it logs about a copy group
+ * that merges nothing or less than asked. */
 #include <stdint.h>
 #include <string.h>
 
-#include "base/base.h"
+#include "base/config.h"
 #include "pipeline/plan.h"
 
 static int check_range(const char *what, long long v, long long lo, long long hi)
@@ -25,9 +26,6 @@ static int check_stage(const ferry_stage_t *st, bool virt)
     if (!virt && st->gpu == NULL)
         return ferry__error(FERRY_EINVAL, "stage '%s' has no GPU launch function",
                             st->name ? st->name : "?");
-    if (!(st->ns_per_byte >= 0.0) || st->ns_per_byte > 1e6)
-        return ferry__error(FERRY_EINVAL, "stage ns_per_byte %g out of range (0 to 1e6)",
-                            st->ns_per_byte);
     return 0;
 }
 
@@ -35,16 +33,12 @@ static int check_stage(const ferry_stage_t *st, bool virt)
 static int plan_chunk(const ferry_pipeline_config_t *cfg, const ferry__pipe_plan_env_t *env,
                       size_t *chunk_out)
 {
-    const ferry_stage_t *st = cfg->stage;
-    size_t chunk = cfg->chunk_bytes ? cfg->chunk_bytes
-                                    : (size_t)ferry__opt_i64(env->opts, FERRY__OPT_chunk_bytes);
+    size_t chunk = cfg->chunk_bytes; /* the option's when the config left it unset */
     if (chunk == 0)
         chunk = env->props->default_chunk_bytes;
     if (chunk == 0)
         chunk = 8u << 20; /* FACTS.md: 4-16 MiB chunks reach 97-100% of the round-trip ceiling */
-    size_t gran = st->size > offsetof(ferry_stage_t, granularity) ? st->granularity : 0;
-    if (gran > (1u << 20))
-        return ferry__error(FERRY_EINVAL, "stage granularity %zu out of range (0 to 1M)", gran);
+    size_t gran = cfg->stage->granularity;
     if (gran > 1 && chunk % gran != 0)
         chunk = chunk < gran ? gran : chunk - chunk % gran; /* elements never straddle chunks */
     *chunk_out = chunk;
@@ -56,8 +50,7 @@ static int plan_chunk(const ferry_pipeline_config_t *cfg, const ferry__pipe_plan
 static unsigned plan_group(const ferry_pipeline_config_t *cfg, const ferry_options_t *o,
                            size_t chunk)
 {
-    size_t coalesce =
-        cfg->size > offsetof(ferry_pipeline_config_t, coalesce_bytes) ? cfg->coalesce_bytes : 0;
+    size_t coalesce = cfg->coalesce_bytes;
     /* The default merges what it can quietly; a value someone chose is told when it merges
      * nothing or more than a copy takes. */
     bool chosen = coalesce != 0 || ferry__opt_given(o, FERRY__OPT_coalesce_bytes);
@@ -83,53 +76,35 @@ static unsigned plan_group(const ferry_pipeline_config_t *cfg, const ferry_optio
 static int plan_shape(const ferry_pipeline_config_t *cfg, const ferry__pipe_plan_env_t *env,
                       struct ferry__pipe_plan *pl)
 {
-    const ferry_options_t *o = env->opts;
-    long long depth = cfg->depth ? cfg->depth : ferry__opt_i64(o, FERRY__OPT_depth);
-    long long ncopy =
-        cfg->copy_streams ? cfg->copy_streams : ferry__opt_i64(o, FERRY__OPT_copy_streams);
-    long long ncomp =
-        cfg->compute_streams ? cfg->compute_streams : ferry__opt_i64(o, FERRY__OPT_compute_streams);
+    /* Depth, streams, priorities, nonblocking: set by the config or filled from the options by
+     * the import, which checked the depth and streams. The chunk (the profile's, rounded) and
+     * the priorities (the device's range) are checked here. */
+    long long depth = cfg->depth, ncopy = cfg->copy_streams, ncomp = cfg->compute_streams;
     int rc;
-    if ((rc = check_range("chunk_bytes", (long long)pl->chunk, 1, 1LL << 30)) != 0 ||
-        (rc = check_range("depth", depth, 1, 64)) != 0 ||
-        (rc = check_range("copy_streams", ncopy, 1, 8)) != 0 ||
-        (rc = check_range("compute_streams", ncomp, 1, 16)) != 0)
+    if ((rc = check_range("chunk_bytes", (long long)pl->chunk, 1, 1LL << 30)) != 0)
         return rc;
-    int cprio = cfg->copy_priority != FERRY_PRIORITY_DEFAULT
-                    ? cfg->copy_priority
-                    : (int)ferry__opt_i64(o, FERRY__OPT_copy_priority);
-    int kprio = cfg->compute_priority != FERRY_PRIORITY_DEFAULT
-                    ? cfg->compute_priority
-                    : (int)ferry__opt_i64(o, FERRY__OPT_compute_priority);
+    int cprio = cfg->copy_priority, kprio = cfg->compute_priority;
     /* CUDA priorities: greatest is numerically smallest (-5 on the H200), least is 0. */
     int lo = env->props->priority_greatest, hi = env->props->priority_least;
     if ((rc = check_range("copy_priority", cprio, lo, hi)) != 0 ||
         (rc = check_range("compute_priority", kprio, lo, hi)) != 0)
         return rc;
-    long long qd = cfg->queue_depth ? cfg->queue_depth : ferry__opt_i64(o, FERRY__OPT_queue_depth);
+    long long qd = cfg->queue_depth;
     if (qd == 0)
         qd = (ncopy * 2 + ncomp) * 2;
-    if ((rc = check_range("queue_depth", qd, 1, 1 << 20)) != 0)
-        return rc;
-    if (cfg->nonblocking < -1 || cfg->nonblocking > 1)
-        return ferry__error(FERRY_EINVAL, "pipeline nonblocking=%d (accepted: -1, 0, 1)",
-                            cfg->nonblocking);
-    long long nworkers = cfg->workers ? cfg->workers : ferry__opt_i64(o, FERRY__OPT_workers);
+    long long nworkers = cfg->workers;
     if (nworkers == 0)
         nworkers = env->ncpu < 1 ? 1 : (env->ncpu > 8 ? 8 : env->ncpu);
-    if ((rc = check_range("workers", nworkers, 1, 256)) != 0)
-        return rc;
     pl->depth = (unsigned)depth;
     pl->ncopy = (unsigned)ncopy;
     pl->ncomp = (unsigned)ncomp;
-    pl->single = cfg->size > offsetof(ferry_pipeline_config_t, single_stream) && cfg->single_stream;
+    pl->single = cfg->single_stream;
     pl->nstreams = pl->single ? 1 : pl->ncopy * 2 + pl->ncomp;
     pl->queue_depth = (size_t)qd;
     pl->copy_prio = cprio;
     pl->comp_prio = kprio;
     pl->nworkers = (unsigned)nworkers;
-    pl->nonblocking = cfg->nonblocking == -1 ? ferry__opt_i64(o, FERRY__OPT_nonblocking) != 0
-                                             : cfg->nonblocking == 1;
+    pl->nonblocking = cfg->nonblocking == 1;
     pl->anchors = pl->single ? 1u : pl->ncopy > pl->ncomp ? pl->ncopy : pl->ncomp;
     return 0;
 }
@@ -163,11 +138,21 @@ static void plan_knobs(const ferry__pipe_plan_env_t *env, double ns_per_byte,
                                                       2.0 * (double)chunk * group / link));
 }
 
-int ferry__pipe_plan_make(const ferry_pipeline_config_t *cfg, const ferry__pipe_plan_env_t *env,
+int ferry__pipe_plan_make(const ferry_pipeline_config_t *caller, const ferry__pipe_plan_env_t *env,
                           struct ferry__pipe_plan *out)
 {
     int rc;
     memset(out, 0, sizeof(*out));
+    ferry_pipeline_config_t c;
+    ferry_stage_t st;
+    if ((rc = ferry__config_import(&c, sizeof(c), caller, &ferry__cfg_pipeline, env->opts)) != 0)
+        return rc;
+    if (c.stage == NULL)
+        return ferry__error(FERRY_EINVAL, "ferry_pipeline_create: cfg->stage is NULL");
+    if ((rc = ferry__config_import(&st, sizeof(st), c.stage, &ferry__cfg_stage, env->opts)) != 0)
+        return rc;
+    c.stage = &st;
+    const ferry_pipeline_config_t *cfg = &c;
     if ((rc = check_stage(cfg->stage, env->simulated)) != 0 ||
         (rc = plan_chunk(cfg, env, &out->chunk)) != 0)
         return rc;

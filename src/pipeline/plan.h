@@ -56,9 +56,10 @@ typedef struct ferry__pipe_plan_env {
     long ncpu;          /* online processors, for the default number of workers */
 } ferry__pipe_plan_env_t;
 
-/* Fill *@out from @cfg (a size-checked config with a stage) and @env. Returns 0, or
- * FERRY_EINVAL with the last-error text naming the value and its accepted range; *@out is then
- * unspecified. */
+/* Fill *@out from @cfg (the caller's config and stage, or copies already imported: both are
+ * imported here, base/config.h, their unset fields filled from @env's options) and @env.
+ * Returns 0, or FERRY_EINVAL with the last-error text naming the value and its accepted range;
+ * *@out is then unspecified. */
 int ferry__pipe_plan_make(const ferry_pipeline_config_t *cfg, const ferry__pipe_plan_env_t *env,
                           struct ferry__pipe_plan *out);
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "base/base.h"
+#include "base/config.h"
 #include "ferry/workloads.h"
 
 /* The index of the name in names[], as ferry_be_workload_t.kind. */
@@ -103,9 +103,10 @@ int ferry_workload_create(const char *name, const ferry_workload_params_t *param
 {
     if (name == NULL || out == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_workload_create: NULL argument");
-    if (params != NULL && params->size < sizeof(*params))
-        return ferry__error(FERRY_EINVAL, "ferry_workload_create: params->size not set "
-                                          "(use FERRY_WORKLOAD_PARAMS_INIT)");
+    ferry_workload_params_t c; /* intensity 64 and factor 1.0009765625 when unset */
+    int rc = ferry__config_import(&c, sizeof(c), params, &ferry__cfg_workload, NULL);
+    if (rc != 0)
+        return rc;
     enum wl_kind kind;
     if (strcmp(name, "copy") == 0)
         kind = WL_COPY;
@@ -116,15 +117,8 @@ int ferry_workload_create(const char *name, const ferry_workload_params_t *param
     else
         return ferry__error(FERRY_EINVAL, "unknown workload '%s' (accepted: copy, scale, fma)",
                             name);
-    unsigned intensity = params && params->intensity ? params->intensity : 64;
-    if (intensity > 100000)
-        return ferry__error(FERRY_EINVAL,
-                            "workload intensity %u out of range (accepted: 1 to "
-                            "100000)",
-                            intensity);
-    float factor = params && params->factor != 0.0f ? params->factor : 1.0009765625f;
-    if (!isfinite(factor))
-        return ferry__error(FERRY_EINVAL, "workload factor must be finite");
+    unsigned intensity = c.intensity;
+    float factor = c.factor;
     struct ferry_workload *w = calloc(1, sizeof(*w));
     if (w == NULL)
         return ferry__error(FERRY_ENOMEM, "ferry_workload_create: out of memory");
