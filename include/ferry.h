@@ -336,17 +336,17 @@ typedef struct ferry_pipeline_config {
     unsigned depth;             /* chunks in flight (pinned and device slots); 0: option */
     unsigned copy_streams;      /* streams per copy direction (H2D and D2H each); 0: option */
     unsigned compute_streams;   /* 0: option */
-    int copy_priority;    /* stream priority of copy streams, in the device's range (-5 to 0
-                             on the H200); FERRY_UNSET: the copy_priority option */
-    int compute_priority; /* likewise for compute streams (compute_priority option) */
-    unsigned queue_depth; /* bounded submission queue; 0: the queue_depth option, and when
-                             that is 0 too, (2 x copy + compute) x 2 */
-    int nonblocking;      /* 1: submit returns FERRY_EAGAIN when full; 0: it blocks;
-                             FERRY_UNSET, or -1 (what the INIT macro writes, understood by
-                             every ferry version): the nonblocking option */
-    unsigned workers;     /* host worker threads; 0: option */
-    bool single_stream;   /* every op of every chunk on one stream: no overlap (the
-                             baseline, and the last step before giving up on the GPU) */
+    int copy_priority;          /* stream priority of copy streams, in the device's range (-5 to 0
+                                   on the H200); FERRY_UNSET: the copy_priority option */
+    int compute_priority;       /* likewise for compute streams (compute_priority option) */
+    unsigned queue_depth;       /* bounded submission queue; 0: the queue_depth option, and when
+                                   that is 0 too, (2 x copy + compute) x 2 */
+    int nonblocking;            /* 1: submit returns FERRY_EAGAIN when full; 0: it blocks;
+                                   FERRY_UNSET, or -1 (what the INIT macro writes, understood by
+                                   every ferry version): the nonblocking option */
+    unsigned workers;           /* host worker threads; 0: option */
+    bool single_stream;         /* every op of every chunk on one stream: no overlap (the
+                                   baseline, and the last step before giving up on the GPU) */
     /* Called (on the completion thread) when the bandwidth monitor raises or clears an alert;
      * NULL: alerts are logged and counted only. */
     void (*on_alert)(const struct ferry_alert *alert, void *arg);

@@ -130,7 +130,7 @@ int ferry__pipe_retry_on_gpu(ferry_pipeline_t *p, slot_t *s)
  * The GPU path never needs it: device buffers are 256-byte aligned. */
 static int cpu_run(ferry_pipeline_t *p, ferry_kernel_args_t *a)
 {
-    size_t g = p->stage.size > offsetof(ferry_stage_t, granularity) ? p->stage.granularity : 0;
+    size_t g = p->stage.granularity; /* imported at create: 0 when the caller's stage lacks it */
     size_t align = 1;
     while (align < 16 && g % (align * 2) == 0 && g >= align * 2)
         align *= 2; /* the largest power of two dividing g, up to 16 */
