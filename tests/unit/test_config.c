@@ -5,6 +5,7 @@
  * (set, or from the environment). Then the same through the public calls. */
 #include <float.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,12 +32,30 @@ static void refused_size(const ferry__cfg_desc_t *desc, void *dst, void *src, si
     assert_non_null(strstr(ferry_last_error(), desc->init));
 }
 
+/* Make @s (@full bytes, as an INIT macro set it) the struct of an older caller of @size bytes:
+ * garbage past its end, which the import must not read. */
+static void older(void *s, size_t full, size_t size)
+{
+    memset((char *)s + size, 0x55, full - size);
+    memcpy(s, &size, sizeof(size));
+}
+
 /* The last error names @field=@value. */
 static void named(const char *field_value)
 {
     if (strstr(ferry_last_error(), field_value) == NULL ||
         strstr(ferry_last_error(), "out of range (accepted: ") == NULL)
         fail_msg("expected '%s' in: %s", field_value, ferry_last_error());
+}
+
+/* @desc refuses @src naming @field_value ("depth=65") and the range. */
+static void refused_field(const ferry__cfg_desc_t *desc, const void *src, const ferry_options_t *o,
+                          const char *field_value)
+{
+    _Alignas(max_align_t) unsigned char dst[512];
+    assert_true(desc->full_size <= sizeof(dst));
+    assert_int_equal(ferry__config_import(dst, desc->full_size, src, desc, o), FERRY_EINVAL);
+    named(field_value);
 }
 
 static void test_sizes(void **state)
@@ -71,10 +90,7 @@ static void test_cfg_pipeline(void **state)
     (void)state;
     ferry_pipeline_config_t cfg = FERRY_PIPELINE_CONFIG_INIT, c;
     /* An older caller: the struct ends before single_stream; what lies past it is not read. */
-    memset(&cfg, 0x55, sizeof(cfg));
-    ferry_pipeline_config_t old = FERRY_PIPELINE_CONFIG_INIT;
-    memcpy(&cfg, &old, offsetof(ferry_pipeline_config_t, single_stream));
-    cfg.size = offsetof(ferry_pipeline_config_t, single_stream);
+    older(&cfg, sizeof(cfg), offsetof(ferry_pipeline_config_t, single_stream));
     ferry_options_t *o = opts("workers", "3");
     assert_int_equal(ferry_options_set(o, "copy_priority", "-2"), 0);
     assert_int_equal(ferry_options_set(o, "nonblocking", "1"), 0);
@@ -104,20 +120,14 @@ static void test_cfg_pipeline(void **state)
     assert_int_equal(c.depth, 2);
     /* Out of range, by name. */
     cfg.depth = 65;
-    assert_int_equal(ferry__config_import(&c, sizeof(c), &cfg, &ferry__cfg_pipeline, o),
-                     FERRY_EINVAL);
-    named("pipeline depth=65");
+    refused_field(&ferry__cfg_pipeline, &cfg, o, "pipeline depth=65");
     assert_non_null(strstr(ferry_last_error(), "1 to 64"));
     cfg.depth = 0;
     cfg.nonblocking = 2;
-    assert_int_equal(ferry__config_import(&c, sizeof(c), &cfg, &ferry__cfg_pipeline, o),
-                     FERRY_EINVAL);
-    named("nonblocking=2");
+    refused_field(&ferry__cfg_pipeline, &cfg, o, "nonblocking=2");
     cfg.nonblocking = -1;
     cfg.chunk_bytes = (size_t)2 << 30;
-    assert_int_equal(ferry__config_import(&c, sizeof(c), &cfg, &ferry__cfg_pipeline, o),
-                     FERRY_EINVAL);
-    named("chunk_bytes=2147483648");
+    refused_field(&ferry__cfg_pipeline, &cfg, o, "chunk_bytes=2147483648");
     ferry_options_destroy(o);
 }
 
@@ -141,44 +151,33 @@ static void test_pipeline_env(void **state)
 static void test_stage(void **state)
 {
     (void)state;
-    ferry_stage_t st, c;
+    ferry_stage_t st = FERRY_STAGE_INIT, c;
     refused_size(&ferry__cfg_stage, &c, &st, offsetof(ferry_stage_t, ns_per_byte) - 1);
-    memset(&st, 0x55, sizeof(st));
-    st.size = offsetof(ferry_stage_t, ns_per_byte); /* the first version */
     st.name = "old";
-    st.cpu = NULL;
-    st.gpu = NULL;
-    st.user = NULL;
+    older(&st, sizeof(st), offsetof(ferry_stage_t, ns_per_byte)); /* the first version */
     assert_int_equal(ferry__config_import(&c, sizeof(c), &st, &ferry__cfg_stage, NULL), 0);
     assert_true(c.ns_per_byte == 0.0);
     assert_int_equal(c.granularity, 0);
     assert_string_equal(c.name, "old");
     st = (ferry_stage_t)FERRY_STAGE_INIT;
     st.ns_per_byte = -1;
-    assert_int_equal(ferry__config_import(&c, sizeof(c), &st, &ferry__cfg_stage, NULL),
-                     FERRY_EINVAL);
-    named("stage ns_per_byte=-1");
+    refused_field(&ferry__cfg_stage, &st, NULL, "stage ns_per_byte=-1");
     st.ns_per_byte = NAN;
     assert_int_equal(ferry__config_import(&c, sizeof(c), &st, &ferry__cfg_stage, NULL),
                      FERRY_EINVAL);
     st.ns_per_byte = 0;
     st.granularity = 2u << 20;
-    assert_int_equal(ferry__config_import(&c, sizeof(c), &st, &ferry__cfg_stage, NULL),
-                     FERRY_EINVAL);
-    named("granularity=2097152");
+    refused_field(&ferry__cfg_stage, &st, NULL, "granularity=2097152");
     /* A stage has no option: its unset fields stay unset for the plan (tests/unit/test_plan.c). */
 }
 
 static void test_pool(void **state)
 {
     (void)state;
-    ferry_pool_config_t cfg, c;
+    ferry_pool_config_t cfg = FERRY_POOL_CONFIG_INIT, c;
     refused_size(&ferry__cfg_pool, &c, &cfg, offsetof(ferry_pool_config_t, align) - 1);
-    memset(&cfg, 0x55, sizeof(cfg));
-    cfg.size = offsetof(ferry_pool_config_t, align); /* the first version */
-    cfg.bytes = 0;
-    cfg.slot_bytes = 0;
     cfg.slots = 4;
+    older(&cfg, sizeof(cfg), offsetof(ferry_pool_config_t, align)); /* the first version */
     ferry_options_t *o = opts("chunk_bytes", "1M");
     assert_int_equal(ferry__config_import(&c, sizeof(c), &cfg, &ferry__cfg_pool, o), 0);
     assert_int_equal(c.align, 4096);          /* lacked: the default */
@@ -187,19 +186,17 @@ static void test_pool(void **state)
     assert_int_equal(c.slots, 4);
     cfg = (ferry_pool_config_t)FERRY_POOL_CONFIG_INIT;
     cfg.align = (size_t)2 << 30;
-    assert_int_equal(ferry__config_import(&c, sizeof(c), &cfg, &ferry__cfg_pool, o), FERRY_EINVAL);
-    named("pool align=2147483648");
+    refused_field(&ferry__cfg_pool, &cfg, o, "pool align=2147483648");
     ferry_options_destroy(o);
 }
 
 static void test_runtime(void **state)
 {
     (void)state;
-    ferry_runtime_config_t cfg, c;
+    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT, c;
     refused_size(&ferry__cfg_runtime, &c, &cfg, sizeof(size_t));
-    memset(&cfg, 0x55, sizeof(cfg));
-    cfg.size = offsetof(ferry_runtime_config_t, profile); /* the first version: backend only */
-    cfg.backend = NULL;
+    /* The first version: backend only. */
+    older(&cfg, sizeof(cfg), offsetof(ferry_runtime_config_t, profile));
     assert_int_equal(ferry__config_import(&c, sizeof(c), &cfg, &ferry__cfg_runtime, NULL), 0);
     assert_null(c.profile);
     assert_null(c.options);
@@ -220,15 +217,11 @@ static void test_runtime(void **state)
 static void test_batch(void **state)
 {
     (void)state;
-    ferry_batch_t b, c;
+    ferry_batch_t b = FERRY_BATCH_INIT, c;
     refused_size(&ferry__cfg_batch, &c, &b, offsetof(ferry_batch_t, prepare_arg) - 1);
-    memset(&b, 0x55, sizeof(b));
-    b.size = offsetof(ferry_batch_t, user); /* before user was appended */
     b.in = &b;
-    b.out = NULL;
     b.bytes = 16;
-    b.prepare = NULL;
-    b.prepare_arg = NULL;
+    older(&b, sizeof(b), offsetof(ferry_batch_t, user)); /* before user was appended */
     assert_int_equal(ferry__config_import(&c, sizeof(c), &b, &ferry__cfg_batch, NULL), 0);
     assert_null(c.user);
     assert_int_equal(c.size, sizeof(c));
@@ -242,17 +235,13 @@ static void test_copy_bench(void **state)
     ferry_copy_bench_config_t cfg = FERRY_COPY_BENCH_CONFIG_INIT, c;
     refused_size(&ferry__cfg_copy_bench, &c, &cfg, sizeof(cfg) - 1);
     cfg = (ferry_copy_bench_config_t)FERRY_COPY_BENCH_CONFIG_INIT;
-    assert_int_equal(ferry__config_import(&c, sizeof(c), &cfg, &ferry__cfg_copy_bench, NULL),
-                     FERRY_EINVAL); /* bytes is required */
-    named("bench copy bytes=0");
+    refused_field(&ferry__cfg_copy_bench, &cfg, NULL, "bench copy bytes=0"); /* required */
     cfg.bytes = 4096;
     assert_int_equal(ferry__config_import(&c, sizeof(c), &cfg, &ferry__cfg_copy_bench, NULL), 0);
     assert_int_equal(c.reps, 10);
     assert_int_equal(c.warmup, 2);
     cfg.reps = 10001;
-    assert_int_equal(ferry__config_import(&c, sizeof(c), &cfg, &ferry__cfg_copy_bench, NULL),
-                     FERRY_EINVAL);
-    named("reps=10001");
+    refused_field(&ferry__cfg_copy_bench, &cfg, NULL, "reps=10001");
     /* Its fields have no option: the first version is the whole struct. */
 }
 
@@ -266,14 +255,10 @@ static void test_cfg_workload(void **state)
     assert_int_equal(c.intensity, 64);
     assert_true(c.factor == 1.0009765625f);
     p.intensity = 100001;
-    assert_int_equal(ferry__config_import(&c, sizeof(c), &p, &ferry__cfg_workload, NULL),
-                     FERRY_EINVAL);
-    named("workload intensity=100001");
+    refused_field(&ferry__cfg_workload, &p, NULL, "workload intensity=100001");
     p.intensity = 1;
     p.factor = INFINITY;
-    assert_int_equal(ferry__config_import(&c, sizeof(c), &p, &ferry__cfg_workload, NULL),
-                     FERRY_EINVAL);
-    named("workload factor=inf");
+    refused_field(&ferry__cfg_workload, &p, NULL, "workload factor=inf");
 }
 
 /* The public calls go through the import: their refusals name the struct or the field. */
