@@ -277,7 +277,8 @@ static int init_state(ferry_pipeline_t *p, const ferry_pipeline_config_t *cfg)
                   p->context_streams);
     if (p->plan.bw_alert_ratio > 0 && ferry__device_link_curve(dev, &p->link_curve) != 0)
         p->link_curve = NULL; /* no curve for this link: the theoretical rate alone */
-    p->on_alert = cfg->on_alert; /* an imported config: NULL when the caller's had none */
+    /* An imported config: NULL when the caller's struct had none. */
+    p->on_alert = cfg->on_alert;
     p->alert_arg = cfg->alert_arg;
     p->comp.lat_ewma_ns = p->plan.lat_init_ns;
     int rc = ferry__failure_log_open(&p->comp.flog, p->plan.failure_log);
