@@ -224,14 +224,13 @@ static void note_anchor(ferry_pipeline_t *p, const slot_t *s, const uint64_t *t)
             le[st] = e;
     }
     /* Its copies' ends join the union of each direction's copies (retire_chunk), so that the next
-     * sampled chunk adds only the part of its copies that no earlier copy covered. A copy
-     * group's anchor and members leave that to count_group. */
-    if (s->group_seq != 0)
-        return;
+     * sampled chunk adds only the part of its copies that no earlier copy covered. */
     if (s->anchor_ends & 1u)
         ferry__span_union_cover(&p->comp.eng[0], t[TEV_H2D_END]);
     if (s->anchor_ends & 4u)
         ferry__span_union_cover(&p->comp.eng[1], t[TEV_D2H_END]);
+    if ((s->anchor_ends & 5u) == 5u && s->seq > p->comp.eng_seq)
+        p->comp.eng_seq = s->seq;
 }
 
 /* A traced chunk's three ops into the pass's trace records (@start: H2D, compute, D2H). */
@@ -262,68 +261,38 @@ static void feed_bw(ferry_pipeline_t *p, int d, uint64_t bytes, uint64_t busy_ns
         p->on_alert(&al, p->alert_arg);
 }
 
-/* Engine time of each direction (@uh, @ud: the union's) for copies of @bytes into the
- * bandwidth monitor, and @share of it into the pass's busy figures. */
+/* A timed chunk's engine time (each direction's, from the union) into the pass's busy figures
+ * and the bandwidth monitor. */
 static void count_engines(ferry_pipeline_t *p, uint64_t bytes, uint64_t uh, uint64_t ud,
-                          double share, uint64_t now, pass_acc_t *a)
+                          uint64_t now, pass_acc_t *a)
 {
     feed_bw(p, 0, bytes, uh, now);
     feed_bw(p, 1, bytes, ud, now);
-    a->busy_h2d += (uint64_t)((double)uh * share);
-    a->busy_d2h += (uint64_t)((double)ud * share);
+    a->busy_h2d += uh;
+    a->busy_d2h += ud;
 }
 
-/* The copy group of sampled chunk @seq: gathering, or a free record for it. The older one is
- * given up on (a member or its anchor failed): its sampled chunk, if it retired, counts
- * 1/members of its copies' time, as if they had run side by side. */
-static struct eng_group *group_of(ferry_pipeline_t *p, uint64_t seq, unsigned n, uint64_t now,
-                                  pass_acc_t *a)
+/* The sampled chunk waiting for its anchor, once anchor @seq retired: its copies join each
+ * direction's union past the anchor's ends, as if it had retired after it. @seq 0 (or not its
+ * anchor's): the anchor will not come; its copies count 1/copy streams of their time. */
+static void count_waiting(ferry_pipeline_t *p, uint64_t seq, uint64_t now, pass_acc_t *a)
 {
-    struct eng_group *g = p->comp.eng_group, *old = &g[0];
-    for (unsigned i = 0; i < 2; i++) {
-        if (g[i].seq == seq)
-            return &g[i];
-        if (g[i].seq < old->seq)
-            old = &g[i];
-    }
-    if (old->seq != 0 && old->sampled_in) {
-        uint64_t h = old->span[0][0][1] - old->span[0][0][0];
-        uint64_t d = old->span[0][1][1] - old->span[0][1][0];
-        count_engines(p, old->bytes, h, d, 1.0 / n, now, a);
-    }
-    *old = (struct eng_group){.seq = seq};
-    return old;
-}
-
-/* A member (its copies' spans) or the anchor (its copies' ends) of a copy group has retired;
- * once all have, the union of the members' copies past the anchor's ends is the group's engine
- * time, which is what its sampled chunk counts: 1/members of it. Exact whatever order the
- * copies ran and retired in (issue.c: why the group). */
-static void count_group(ferry_pipeline_t *p, const slot_t *s, const uint64_t *t, uint64_t now,
-                        pass_acc_t *a)
-{
-    struct eng_group *g = group_of(p, s->group_seq, s->group_n, now, a);
-    uint64_t back = s->group_seq - s->seq;
-    if (back == s->group_n) {
-        g->cover[0] = t[TEV_H2D_END], g->cover[1] = t[TEV_D2H_END];
-    } else if (back < s->group_n && back < ANCHORS_MAX) {
-        g->span[back][0][0] = t[TEV_H2D_START], g->span[back][0][1] = t[TEV_H2D_END];
-        g->span[back][1][0] = t[TEV_D2H_START], g->span[back][1][1] = t[TEV_D2H_END];
-        g->bytes += s->bytes;
-        g->sampled_in |= back == 0;
-    }
-    if (++g->got < (unsigned)s->group_n + 1u)
+    struct ferry__pipe_comp *c = &p->comp;
+    if (!c->eng_wait.set || (seq != 0 && seq + 1 != c->eng_wait.seq))
         return;
-    uint64_t u[2] = {0, 0};
-    for (int d = 0; d < 2; d++) {
-        ferry__span_union_cover(&p->comp.eng[d], g->cover[d]);
-        for (unsigned m = 0; m < s->group_n; m++) {
-            uint64_t st = g->span[m][d][0], en = g->span[m][d][1];
-            u[d] += ferry__span_union_add(&p->comp.eng[d], st < en ? st : en, en);
-        }
+    const uint64_t *h = c->eng_wait.h2d, *d = c->eng_wait.d2h;
+    if (seq != 0) {
+        count_engines(p, c->eng_wait.bytes, ferry__span_union_add(&c->eng[0], h[0], h[1]),
+                      ferry__span_union_add(&c->eng[1], d[0], d[1]), now, a);
+    } else {
+        unsigned lanes = p->plan.ncopy > 0 ? p->plan.ncopy : 1u;
+        count_engines(p, c->eng_wait.bytes, (h[1] - h[0]) / lanes, (d[1] - d[0]) / lanes, now, a);
+        ferry__span_union_cover(&c->eng[0], h[1]);
+        ferry__span_union_cover(&c->eng[1], d[1]);
     }
-    count_engines(p, g->bytes, u[0], u[1], 1.0 / s->group_n, now, a);
-    g->seq = 0;
+    if (c->eng_wait.seq > c->eng_seq)
+        c->eng_seq = c->eng_wait.seq;
+    c->eng_wait.set = false;
 }
 
 /* A timed chunk's copies into each direction's engine time. */
@@ -336,26 +305,36 @@ static void join_engines(ferry_pipeline_t *p, const slot_t *s, uint64_t hs, uint
      * (engines H2D 196%, overlap 3.65, and the bandwidth monitor took one copy's share of the
      * link for the direction's rate). The union is exact over consecutive timed chunks (every
      * chunk with op_timing all or a trace); a sampled chunk has the chunk before it timed as an
-     * anchor, and adds what its copies cover past that one's; with several copy streams it is
-     * one of a copy group, counted together (count_group). */
-    if (s->group_seq != 0) {
-        count_group(p, s, t, now, a);
-        return;
-    }
+     * anchor, and adds what its copies cover past that one's. Where that anchor retires after
+     * it (another D2H stream), the sampled chunk waits for it (count_waiting): counted at 1/copy
+     * streams of its time instead, the copy streams taken to run together, which the H200 does
+     * not always do, H2D read 68% busy and D2H 72% on a run the union timed at 97% and 95%. */
     int lv = ferry__ladder_level(&p->ladder);
     unsigned lanes = p->plan.single || lv >= 3 ? 1u : p->plan.ncopy;
     /* Every chunk timed (op_timing all, a trace): the union takes the copies in any order, so
      * it is exact even when the copy streams' chunks retire out of order (with that counted
      * at 1/2, D2H read 48% busy at 40 GB/s each way on the H200). */
-    if (lanes == 1 || p->plan.time_all || s->traced) {
+    bool fresh = lanes == 1 || s->seq == p->comp.eng_seq + 1 || p->plan.time_all || s->traced;
+    if (fresh) {
         count_engines(p, s->bytes, ferry__span_union_add(&p->comp.eng[0], hs, t[TEV_H2D_END]),
-                      ferry__span_union_add(&p->comp.eng[1], ds, t[TEV_D2H_END]), 1.0, now, a);
-        return;
+                      ferry__span_union_add(&p->comp.eng[1], ds, t[TEV_D2H_END]), now, a);
+        if (s->seq > p->comp.eng_seq)
+            p->comp.eng_seq = s->seq;
+    } else if (s->seq > p->comp.eng_seq + 1) {
+        /* Its anchor has not retired: wait for its ends (count_waiting). One that waits still
+         * (its anchor failed) is counted as below. */
+        if (p->comp.eng_wait.set)
+            count_waiting(p, 0, now, a);
+        p->comp.eng_wait.set = true;
+        p->comp.eng_wait.seq = s->seq;
+        p->comp.eng_wait.bytes = s->bytes;
+        p->comp.eng_wait.h2d[0] = hs, p->comp.eng_wait.h2d[1] = t[TEV_H2D_END];
+        p->comp.eng_wait.d2h[0] = ds, p->comp.eng_wait.d2h[1] = t[TEV_D2H_END];
+    } else { /* a later chunk's copies already joined the union: its share */
+        count_engines(p, s->bytes, dh / lanes, dd / lanes, now, a);
+        ferry__span_union_cover(&p->comp.eng[0], t[TEV_H2D_END]);
+        ferry__span_union_cover(&p->comp.eng[1], t[TEV_D2H_END]);
     }
-    /* More streams than the anchors can follow (TIME_SAMPLE): its copies' share. */
-    count_engines(p, s->bytes, dh / lanes, dd / lanes, 1.0, now, a);
-    ferry__span_union_cover(&p->comp.eng[0], t[TEV_H2D_END]);
-    ferry__span_union_cover(&p->comp.eng[1], t[TEV_D2H_END]);
 }
 
 /* Retire one chunk whose events are complete (or which failed): copy its output out, read its
@@ -387,8 +366,7 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     uint64_t t[TEV_N];
     bool timed = s->timing != TIME_NONE;
     for (int i = 0; timed && i < TEV_N; i++) {
-        bool used = s->timing == TIME_SAMPLE ||
-                    ((i == TEV_H2D_START || i == TEV_D2H_START) && s->copy_starts_timed) ||
+        bool used = s->timing == TIME_SAMPLE || (i == TEV_H2D_START && s->h2d_start_timed) ||
                     ((i & 1) && (s->timing != TIME_ANCHOR || (s->anchor_ends & (1u << (i >> 1)))));
         t[i] = 0;
         if (used && ferry__be_event_time_ns(p->dev, s->tev[i], &t[i]) != 0)
@@ -411,8 +389,7 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
     uint64_t *le = p->comp.stream_end;
     if (s->timing == TIME_ANCHOR) {
         note_anchor(p, s, t);
-        if (s->group_seq != 0)
-            count_group(p, s, t, now, a);
+        count_waiting(p, s->seq, now, a);
         return;
     }
     uint64_t hs, cs, ds;
@@ -423,7 +400,7 @@ static void retire_chunk(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now, 
          * after what it waits for (the issue, or the previous stage of the chunk). Exact for
          * in-order streams retired in issue order; with several D2H streams, chunks may retire
          * slightly out of order and a start is then clamped into [dependency, end]. */
-        hs = s->copy_starts_timed       ? t[TEV_H2D_START]
+        hs = s->h2d_start_timed         ? t[TEV_H2D_START]
              : s->issue_ns > le[s->h2d] ? s->issue_ns
                                         : le[s->h2d];
         cs = t[TEV_H2D_END] > le[s->comp] ? t[TEV_H2D_END] : le[s->comp];

@@ -165,7 +165,7 @@ static int issue_chunk(ferry_pipeline_t *p, slot_t *s)
     bool sample = s->timing == TIME_SAMPLE;
     ferry_be_event_t **dep = s->dep;
     s->issue_ns = ferry_device_now_ns(d);
-    if (((sample || s->copy_starts_timed) &&
+    if (((sample || s->h2d_start_timed) &&
          (rc = ferry__be_event_record(d, s->tev[TEV_H2D_START], sh)) != 0) ||
         (rc = ferry__be_memcpy_h2d(d, sh, s->d_in, src, s->bytes)) != 0 ||
         (rc = ferry__be_event_record(d, dep[EV_H2D_END], sh)) != 0)
@@ -177,8 +177,7 @@ static int issue_chunk(ferry_pipeline_t *p, slot_t *s)
         (rc = ferry__be_event_record(d, dep[EV_COMP_END], sc)) != 0)
         return rc;
     if ((sd != sc && (rc = ferry__be_stream_wait_event(d, sd, dep[EV_COMP_END])) != 0) ||
-        ((sample || s->copy_starts_timed) &&
-         (rc = ferry__be_event_record(d, s->tev[TEV_D2H_START], sd)) != 0) ||
+        (sample && (rc = ferry__be_event_record(d, s->tev[TEV_D2H_START], sd)) != 0) ||
         (rc = ferry__be_memcpy_d2h(d, sd, dst, s->d_out, s->bytes)) != 0 ||
         (rc = ferry__be_event_record(d, dep[EV_D2H_END], sd)) != 0)
         return rc;
@@ -218,39 +217,32 @@ static uint32_t issue_one(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c, slot_
      * streams' for the kernel (1 for all at the ladder's level 1 and up, and on one stream). */
     unsigned ahead = p->iss.sample_in;
     p->iss.sample_in = ahead ? ahead - 1 : SAMPLE_EVERY - 1;
-    bool one = p->plan.single || level >= 3; /* everything on stream 0 */
-    unsigned copies = one ? 1u : p->plan.ncopy, kernels = one || level >= 1 ? 1u : p->plan.ncomp;
-    bool anchored = !p->plan.time_none && p->plan.anchors <= ANCHORS_MAX;
     s->timing = TIME_NONE;
-    s->copy_starts_timed = false;
-    s->group_seq = 0;
+    s->h2d_start_timed = false;
     if (p->plan.time_all || s->traced) {
         s->timing = TIME_ENDS;
     } else if (!p->plan.time_none && ahead == 0) {
-        s->timing = anchored ? TIME_ENDS : TIME_SAMPLE;
-    } else if (anchored && ahead <= p->plan.anchors) {
+        s->timing = p->plan.anchors <= ANCHORS_MAX ? TIME_ENDS : TIME_SAMPLE;
+        /* With several copy streams the H2D's start is not where its stream's anchor ended:
+         * the other stream's copies run between, and the engine may idle before this one
+         * starts. Derived from the anchor it read 100% busy and raised a false H2D alert on
+         * the H200 (4 GiB, --copy-streams 2), so the sampled chunk times its H2D's start:
+         * one more event record per SAMPLE_EVERY chunks. */
+        s->h2d_start_timed =
+            s->timing == TIME_ENDS && !p->plan.single && level < 3 && p->plan.ncopy > 1;
+    } else if (!p->plan.time_none && ahead <= p->plan.anchors && p->plan.anchors <= ANCHORS_MAX) {
+        bool one = p->plan.single || level >= 3; /* everything on stream 0 */
+        unsigned copies = one ? 1u : p->plan.ncopy,
+                 kernels = one || level >= 1 ? 1u : p->plan.ncomp;
         /* Bits: 1 the H2D's end, 2 the kernel's, 4 the D2H's (on one stream, all three). */
         s->anchor_ends = (ahead == copies ? 5u : 0u) | (ahead == kernels ? 2u : 0u);
+        /* With several copy streams, the chunk just before: where the copies of each direction
+         * had got to when the sampled chunk's began, for the union of a direction's copies
+         * (retire_chunk). */
+        if (copies > 1 && ahead == 1)
+            s->anchor_ends |= 5u;
         if (s->anchor_ends != 0)
             s->timing = TIME_ANCHOR;
-    }
-    /* With several copy streams the copies of one direction run at once, in an order the
-     * engines choose, and a sampled chunk's copy may run before or after those of the chunks
-     * just before it on the other copy streams. Counted alone (past the anchor's end, or half
-     * its time) the H200 read H2D 68-82% busy where every chunk timed read 86-97%. So the
-     * sampled chunk and the copies - 1 chunks before it form a copy group: their copies'
-     * starts are timed too (two event records each per SAMPLE_EVERY chunks) and the union of
-     * the group's copies past the ends of the chunk before them all (its anchor, timed) is
-     * counted at once (count_group in complete.c). */
-    if (anchored && copies > 1 && ahead <= copies && s->seq + ahead > copies && !p->plan.time_all &&
-        !s->traced) {                  /* the first sample has no anchor: not grouped */
-        s->group_seq = s->seq + ahead; /* ahead <= anchors: the branch above set anchor_ends */
-        s->group_n = (unsigned char)copies;
-        s->copy_starts_timed = ahead < copies;
-        if (ahead > 0 && ahead < copies) { /* a member before the sampled chunk: an anchor */
-            s->anchor_ends |= 5u;
-            s->timing = TIME_ANCHOR;
-        }
     }
     unsigned ends = s->timing == TIME_NONE ? 0u : s->timing == TIME_ANCHOR ? s->anchor_ends : 7u;
     s->dep[EV_H2D_END] = ends & 1u ? s->tev[TEV_H2D_END] : s->ev[EV_H2D_END];

@@ -37,12 +37,9 @@
  *                that ran last on its streams (ANCHORS_MAX at most: the copy streams' and the
  *                compute streams' count) are TIME_ANCHOR: their ends are timed (the timed
  *                events stand in for their untimed ones, so sampling adds no event record)
- *                and give the sampled chunk's starts, but they are not counted. With two
- *                or more copy streams the sampled chunk and the chunks just before it on
- *                the other copy streams form a copy group: their copies' starts are timed
- *                too (copy_starts_timed, two records each), and the union of the group's
- *                copies past the ends of the chunk before them all is counted at once
- *                (count_group in complete.c), whatever order they ran and retired in. A plan with
+ *                and give the sampled chunk's starts, but they are not counted (with two
+ *                or more copy streams the sampled chunk's H2D start is timed too:
+ *                h2d_start_timed, one record per sample). A plan with
  *                more streams than that takes TIME_SAMPLE: timed events before and after
  *                each op of the sampled chunk.
  * The traced chunks come first, so a traced chunk never derives its start from an untimed
@@ -103,9 +100,7 @@ typedef struct slot {
     unsigned char anchor_ends;    /* TIME_ANCHOR: the ends the next sample needs (1 H2D, 2
                                      kernel, 4 D2H) */
     bool traced;                  /* its ops go into the trace */
-    bool copy_starts_timed;       /* its copies' starts have timed events of their own */
-    unsigned char group_n;        /* a copy group's size (see group_seq) */
-    uint64_t group_seq;           /* the sampled chunk whose copy group it belongs to, or 0 */
+    bool h2d_start_timed;         /* a sampled chunk's H2D start has a timed event of its own */
     struct slot *next_free;
     /* The chunk bound to the slot while it is in flight. */
     batch_rec_t *batch;
@@ -212,15 +207,13 @@ struct ferry__pipe_comp {
     /* Where each copy direction's union of busy intervals has got to, and the sequence number
      * of the last timed chunk (the union is exact over consecutive timed chunks). */
     ferry__span_union_t eng[2];
-    /* Sampled with several copy streams: copy groups gathering (count_group). */
-    struct eng_group {
-        uint64_t seq;                     /* its sampled chunk's; 0: free */
-        unsigned got;                     /* of its members and its anchor, retired */
-        bool sampled_in;                  /* its sampled chunk's spans are in */
-        uint64_t bytes;                   /* its members' */
-        uint64_t cover[2];                /* the anchor's copy ends */
-        uint64_t span[ANCHORS_MAX][2][2]; /* each member's H2D and D2H [start, end] */
-    } eng_group[2];
+    uint64_t eng_seq;
+    /* A sampled chunk that retired before its anchor (the chunk just before it, on the other
+     * copy stream): its copies' spans wait for the anchor's ends (retire_chunk). */
+    struct {
+        bool set;
+        uint64_t seq, bytes, h2d[2], d2h[2];
+    } eng_wait;
 };
 
 /* The watchdog's side: its handle (made and destroyed by the API) and what its thread counts. */
