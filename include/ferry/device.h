@@ -26,8 +26,8 @@
  * ferry_kernel_args_t.abort_after, half the deadline floor after the issue) that is all it
  * does, and ferry raises no word before then. Past it a poll reads the word from L2, each
  * multiprocessor its own copy. Measured on the H200 (docs/faults.md), a byte-wise kernel over
- * 8 MiB, 4 KiB a block, every thread polling once before its work: 1.2-1.3% over the same
- * kernel without the poll (0.3-0.8% at 16 KiB a block), where reading the word at every poll
+ * 8 MiB, 4 KiB a block, every thread polling once before its work: 1.2-1.9% over the same
+ * kernel without the poll (0.3-1.4% at 16 KiB a block), where reading the word at every poll
  * cost 5-6%. One thread polling and a barrier to share its answer costs the barrier (2-4%):
  * let each thread poll, at most once per few KiB of its block's work.
  * A block over in microseconds need not poll: what must poll is a loop that can run long.
