@@ -144,8 +144,13 @@ void run_print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t
         printf("   (link: %.0f GB/s per direction, theoretical)", p.link_gbps);
     printf("\n  overlap    %.2f  (engine busy time / elapsed: 1 = serial, 3 = all busy)\n",
            s->overlap);
-    printf("  engines    H2D %.1f%%, compute %.1f%%, D2H %.1f%%\n", u_h * 100, u_c * 100,
-           u_d * 100);
+    printf("  engines    H2D %.1f%%, compute %.1f%%, D2H %.1f%%", u_h * 100, u_c * 100, u_d * 100);
+    /* Sampled with several copy streams the copy figures are an estimate that reads low
+     * (docs/metrics.md, "The bandwidth monitor"): say so where they are shown. */
+    if (s->copy_streams > 1 && s->chunks_timed < s->chunks)
+        printf("  (copies sampled: low with %u copy streams; --op-timing all is exact)",
+               s->copy_streams);
+    printf("\n");
     printf("  streams   ");
     for (unsigned i = 0; i < s->streams; i++)
         printf(" %u:%s %.1f%%", i,
