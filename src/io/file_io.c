@@ -19,6 +19,7 @@ typedef struct io_slot {
     size_t done;   /* bytes transferred so far */
     bool busy;     /* submitted, not yet handed on */
     bool complete; /* done >= want */
+    bool direct;   /* the request in flight went with O_DIRECT */
 } io_slot_t;
 
 typedef struct io_stream {
@@ -130,6 +131,7 @@ static int submit(io_stream_t *st, unsigned k)
     else
         io_uring_prep_read(sqe, st->fd, buf, (unsigned)len, off);
     io_uring_sqe_set_data64(sqe, k);
+    sl->direct = st->direct;
     int rc = io_uring_submit(&st->ring);
     if (rc < 0)
         return ferry__error(FERRY_EIO, "io_uring submit for '%s': %s", st->s->path, strerror(-rc));
@@ -161,8 +163,8 @@ static int complete(io_stream_t *st, unsigned k, int res)
 {
     io_slot_t *sl = &st->slots[k];
     st->inflight--;
-    if (res == -EINVAL && st->direct) {
-        int rc = go_buffered(st);
+    if (res == -EINVAL && sl->direct) { /* the others in flight with O_DIRECT come here too */
+        int rc = st->direct ? go_buffered(st) : 0;
         return rc ? rc : submit(st, k);
     }
     if (res < 0)
