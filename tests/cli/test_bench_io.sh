@@ -2,7 +2,8 @@
 # `ferry bench io FILE`: a read of a file whose size is no multiple of the request, its JSON,
 # --bytes as a read limit, --write making a new file and refusing an existing one (--force
 # replaces it), a directory, a FIFO (without blocking) and a missing file refused, tmpfs read
-# buffered exactly when it refuses O_DIRECT, and every bad flag value refused by name.
+# buffered exactly when it refuses O_DIRECT, a file system that refuses O_DIRECT (a preloaded
+# shim) read and written buffered and saying so, and every bad flag value refused by name.
 . "$(dirname "$0")/lib.sh"
 
 head -c $((9 * 1048576 + 4097)) /dev/urandom >"$TMP/in.bin"
@@ -64,6 +65,43 @@ except OSError:
   rm -f "$shm"
 else
   ok "# skip tmpfs: no /dev/shm"
+fi
+
+# ---- a file system that refuses O_DIRECT, whatever this kernel's tmpfs does: fcntl's
+# F_SETFL with O_DIRECT fails with EINVAL through a preloaded shim, as on such a file system
+cat >"$TMP/refuse_direct.c" <<'CEOF'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+int fcntl(int fd, int cmd, ...)
+{
+    va_list ap;
+    va_start(ap, cmd);
+    long arg = va_arg(ap, long);
+    va_end(ap);
+    if (cmd == F_SETFL && (arg & O_DIRECT)) {
+        errno = EINVAL;
+        return -1;
+    }
+    int (*real)(int, int, ...) = (int (*)(int, int, ...))dlsym(RTLD_NEXT, "fcntl");
+    return real(fd, cmd, arg);
+}
+CEOF
+if cc -shared -fPIC -o "$TMP/refuse_direct.so" "$TMP/refuse_direct.c" -ldl 2>"$TMP/cc.err"; then
+  expect_rc "O_DIRECT refused: read" 0 env LD_PRELOAD="$TMP/refuse_direct.so" \
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+    "$FERRY" bench io "$TMP/in.bin"
+  expect_in "O_DIRECT refused: buffered, said so" "$TMP/out" "buffered (the file system refused O_DIRECT)"
+  expect_in "O_DIRECT refused: every byte" "$TMP/out" "GB/s  9441281 bytes in"
+  expect_rc "O_DIRECT refused: write" 0 env LD_PRELOAD="$TMP/refuse_direct.so" \
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+    "$FERRY" bench io "$TMP/wb.bin" --write --bytes 4097 --json
+  json_check "O_DIRECT refused: write buffered" "$TMP/out" "j['direct'] == False and j['bytes'] == 4097"
+  if [ "$(stat -c %s "$TMP/wb.bin")" = 4097 ]; then ok "O_DIRECT refused: the written size"; else bad "written size $(stat -c %s "$TMP/wb.bin")"; fi
+else
+  ok "# skip the O_DIRECT shim: no C compiler ($(head -1 "$TMP/cc.err"))"
 fi
 
 # ---- bad values, refused by name -----------------------------------------------------------
