@@ -23,6 +23,7 @@ fault         4
 monitor       4
 workloads     4
 measure       4
+io            4
 pipeline      5
 '
 

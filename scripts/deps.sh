@@ -17,6 +17,8 @@ need=(
   "libcmocka-dev:/usr/include/cmocka.h"
   # the metrics endpoint is served by libmicrohttpd
   "libmicrohttpd-dev:/usr/include/microhttpd.h"
+  # files are read and written with io_uring (`ferry bench io`)
+  "liburing-dev:/usr/include/liburing.h"
   "python3:/usr/bin/python3"
   # the metrics tests parse ferry's exposition with a real Prometheus parser, and scrape it
   "python3-prometheus-client:/usr/lib/python3/dist-packages/prometheus_client/__init__.py"

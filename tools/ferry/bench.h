@@ -1,5 +1,5 @@
 /* What `ferry bench` (cmd_bench.c: the command line, metrics, the device line) shares with its
- * two benchmarks: copy (cmd_bench_copy.c) and pipeline (cmd_bench_pipeline.c). */
+ * benchmarks: copy (cmd_bench_copy.c), pipeline (cmd_bench_pipeline.c) and io (cmd_bench_io.c). */
 #ifndef FERRY_CLI_BENCH_H
 #define FERRY_CLI_BENCH_H
 
@@ -24,6 +24,10 @@ typedef struct bench_opts {
                                          GPU (after a warm-up pass), 1 on the simulator */
     unsigned long long host_offset;   /* pipeline: bytes past a page boundary of in and out */
     const char *report;               /* --report FILE */
+    const char *file;                 /* io: the file read or written */
+    bool write, force;                /* io: --write a new file, --force to replace one */
+    unsigned long long request_bytes; /* io: bytes per request; 0: 8M */
+    unsigned long long depth;         /* io: requests in flight; 0: 16 */
     cli_metrics_t *metrics;           /* --metrics-addr, --metrics-file; NULL: neither */
     ferry_metric_t *cases_done;       /* ferry_bench_cases_total */
     int argc;                         /* the command line, for the report */
@@ -43,5 +47,6 @@ void bench_device_line(ferry_runtime_t *rt, ferry_device_t *dev, json_t *j);
 /* The benchmarks. Return the exit status (messages printed). */
 int bench_copy(ferry_options_t *o, const bench_opts_t *bo);
 int bench_pipeline(ferry_options_t *o, const bench_opts_t *bo);
+int bench_io(const bench_opts_t *bo);
 
 #endif

@@ -1,6 +1,7 @@
 /* `ferry bench copy` and `ferry bench pipeline`: the device's copy rates by size and direction,
  * and a sweep of the round trip H2D -> kernel -> D2H over chunk size x compute streams x
- * compute intensity, each against the bidirectional copy ceiling measured in the same run.
+ * compute intensity, each against the bidirectional copy ceiling measured in the same run;
+ * `ferry bench io FILE`: the storage alone, a file read or written sequentially.
  * `--compare` runs the sweep on the simulator too and puts prediction beside measurement;
  * `--report` charts either as an HTML page (report.c). */
 #include <stddef.h>
@@ -58,7 +59,8 @@ static int usage(void)
 {
     printf(
         "usage: ferry bench copy [options]\n"
-        "       ferry bench pipeline [options]\n\n"
+        "       ferry bench pipeline [options]\n"
+        "       ferry bench io FILE [options]\n\n"
         "copy: time single copies of each size, H2D, D2H and both at once, from pinned and\n"
         "pageable host memory, with device events; best and median of --reps.\n"
         "  --sizes LIST      sizes (default 4K,64K,1M,4M,16M,64M,256M,1G)\n"
@@ -85,7 +87,17 @@ static int usage(void)
         "                    --compare-bytes SIZE: default 256M, as its kernels run on the\n"
         "                    CPU; a shorter run than the GPU's weighs filling and draining\n"
         "                    the pipeline more)\n\n"
-        "both: --json, --csv, --report FILE (an HTML page with the charts, docs/report.md),\n"
+        "io: read FILE front to back with many io_uring requests in flight (like fio's\n"
+        "sequential read job), O_DIRECT where the file system allows it, buffered where it\n"
+        "refuses it (tmpfs); GB/s, bytes, time, request size, depth, O_DIRECT or not.\n"
+        "  --write           write a new FILE of --bytes instead (refused when FILE exists)\n"
+        "  --force           --write: replace FILE when it is an existing regular file\n"
+        "  --bytes SIZE      --write: the size (required); a read: read at most SIZE\n"
+        "  --request-bytes SIZE  bytes per request, 4M to 16M, a multiple of 4K (default 8M)\n"
+        "  --depth N         requests in flight, 8 to 32 (default 16)\n"
+        "  --json            one JSON object\n\n"
+        "copy and pipeline: --json, --csv, --report FILE (an HTML page with the charts, "
+        "docs/report.md),\n"
         "      --backend auto|sim|cuda, --profile FILE, any `ferry options` flag;\n"
         "      --metrics-addr ADDR, --metrics-file FILE serve and write the cases done, each\n"
         "      result and the running pipeline's series (docs/metrics.md)\n");
@@ -243,6 +255,30 @@ static const cli_flag_def_t bench_copy_flags[] = {
      .check = check_sizes},
     {NULL},
 };
+static int check_request_bytes(const char *cmd, const char *v, void *into)
+{
+    unsigned long long b = ((bench_opts_t *)into)->request_bytes;
+    if (b < (4u << 20) || b > (16u << 20) || b % 4096 != 0)
+        return cli_usage_error(cmd,
+                               "--request-bytes '%s': accepted: 4M to 16M, a multiple of 4K "
+                               "(e.g. 8M)",
+                               v);
+    return CLI_OK;
+}
+
+/* `bench io` shares none of the device benchmarks' flags but --json and --bytes. */
+static const cli_flag_def_t bench_io_flags[] = {
+    {CLI_FLAG("json", CLI_SWITCH, bench_opts_t, json, "one JSON object")},
+    {CLI_FLAG("write", CLI_SWITCH, bench_opts_t, write, "write a new file of --bytes")},
+    {CLI_FLAG("force", CLI_SWITCH, bench_opts_t, force, "--write: replace an existing file")},
+    {CLI_FLAG("bytes", CLI_SIZE, bench_opts_t, bytes, "bytes to write; a read: at most"),
+     .check = check_bytes},
+    {CLI_FLAG("request-bytes", CLI_SIZE, bench_opts_t, request_bytes, "bytes per request"),
+     .check = check_request_bytes},
+    {CLI_FLAG("depth", CLI_UINT, bench_opts_t, depth, "requests in flight"), .lo = 8, .hi = 32},
+    {NULL},
+};
+
 static const cli_flag_def_t bench_pipeline_flags[] = {
     {CLI_FLAG("compare", CLI_SWITCH, bench_opts_t, compare,
               "the simulator's prediction beside each case")},
@@ -264,6 +300,18 @@ static const cli_flag_def_t bench_pipeline_flags[] = {
     {NULL},
 };
 
+/* The io benchmark's flags together: a FILE, --bytes for --write, --force with --write only. */
+static int check_io(const bench_opts_t *bo)
+{
+    if (bo->file == NULL)
+        return cli_usage_error("bench", "io needs a FILE: ferry bench io FILE [options]");
+    if (bo->write && bo->bytes == 0)
+        return cli_usage_error("bench", "io --write needs --bytes SIZE (the size of the new file)");
+    if (bo->force && !bo->write)
+        return cli_usage_error("bench", "io --force goes with --write only (a read never writes)");
+    return CLI_OK;
+}
+
 int cmd_bench(int argc, char **argv)
 {
     const char *cmd = "bench";
@@ -276,8 +324,9 @@ int cmd_bench(int argc, char **argv)
     }
     const char *what = argv[1];
     bool copy = strcmp(what, "copy") == 0, pipe = strcmp(what, "pipeline") == 0;
-    if (!copy && !pipe)
-        return cli_usage_error(cmd, "unknown benchmark '%s' (accepted: copy, pipeline)", what);
+    bool io = strcmp(what, "io") == 0;
+    if (!copy && !pipe && !io)
+        return cli_usage_error(cmd, "unknown benchmark '%s' (accepted: copy, pipeline, io)", what);
     bench_opts_t bo = {
         .reps = 10,
         .sizes = {4096, 65536, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30},
@@ -294,10 +343,19 @@ int cmd_bench(int argc, char **argv)
                       .flags = {bench_flags, copy ? bench_copy_flags : bench_pipeline_flags},
                       .into = &bo,
                       .context = context};
+    int first = 2;
+    if (io) { /* ferry bench io FILE [options] */
+        p.flags[0] = bench_io_flags;
+        p.flags[1] = NULL;
+        if (argc > 2 && argv[2][0] != '-')
+            bo.file = argv[first++];
+    }
     ferry_options_t *o = NULL;
-    int rc = cli_parse_options(&p, argc, argv, 2, &o);
+    int rc = cli_parse_options(&p, argc, argv, first, &o);
     if (rc != CLI_OK)
         return rc == CLI_HELP ? usage() : rc;
+    if (io && (rc = check_io(&bo)) != CLI_OK)
+        goto usage_out;
     if (bo.json && bo.csv) {
         cli_usage_error(cmd, "--json and --csv exclude each other");
         goto usage_out;
@@ -307,15 +365,16 @@ int cmd_bench(int argc, char **argv)
     /* The metrics start before the first case, so that a bad address or path is refused up
      * front, and stop after the last, when the file is written a last time. */
     unsigned long long planned =
-        copy ? (unsigned long long)(bo.no_pageable ? 1 : 2) * 3 * (unsigned long long)bo.nsizes
-             : (unsigned long long)bo.nchunks * (unsigned long long)bo.nstreams *
-                   (unsigned long long)bo.nint * (bo.compare ? 2u : 1u);
+        io     ? 1
+        : copy ? (unsigned long long)(bo.no_pageable ? 1 : 2) * 3 * (unsigned long long)bo.nsizes
+               : (unsigned long long)bo.nchunks * (unsigned long long)bo.nstreams *
+                     (unsigned long long)bo.nint * (bo.compare ? 2u : 1u);
     if (metrics_start(&bo, o, what, planned) != CLI_OK) {
         cli_metrics_stop(cmd, bo.metrics);
         ferry_options_destroy(o);
         return CLI_FAIL;
     }
-    rc = copy ? bench_copy(o, &bo) : bench_pipeline(o, &bo);
+    rc = copy ? bench_copy(o, &bo) : pipe ? bench_pipeline(o, &bo) : bench_io(&bo);
     if (cli_metrics_stop(cmd, bo.metrics) != CLI_OK && rc == CLI_OK)
         rc = CLI_FAIL;
     ferry_options_destroy(o);

@@ -15,10 +15,12 @@ const cli_command_t cli_commands[] = {
      NULL, true},
     {"probe", cmd_probe, "show backends, devices and their properties",
      "--json --backend --profile --calibrate -o --output --help", NULL, true},
-    {"bench", cmd_bench, "measure copies and the round-trip pipeline (copy | pipeline)",
+    {"bench", cmd_bench,
+     "measure copies, the round-trip pipeline and storage (copy | pipeline | io)",
      "--sizes --reps --no-pageable --bytes --chunks --streams --intensity --passes --host-offset "
-     "--coalesce-bytes --compare --compare-bytes --compare-profile --json --csv --report --help",
-     "copy pipeline", true},
+     "--coalesce-bytes --compare --compare-bytes --compare-profile --json --csv --report "
+     "--write --force --request-bytes --depth --help",
+     "copy pipeline io", true},
     {"options", cmd_options, "list every option, its variable, default and range",
      "--markdown --json --man --bash-completion --help", NULL, false},
     {"connections", cmd_connections,
