@@ -27,7 +27,16 @@
 #define STRIDE 128
 #define SETS   64
 
-enum { M_NONE, M_SMID_FIRST, M_SMID_LATE, M_BAR_FIRST, M_TIMER_FIRST, M_TIMER_ALL, M_NONE_AGAIN, M_N };
+enum {
+    M_NONE,
+    M_SMID_FIRST,
+    M_SMID_LATE,
+    M_BAR_FIRST,
+    M_TIMER_FIRST,
+    M_TIMER_ALL,
+    M_NONE_AGAIN,
+    M_N
+};
 static const char *names[M_N] = {"none",        "smid_first", "smid_late", "barrier_first",
                                  "timer_first", "timer_all",  "none_again"};
 
