@@ -219,6 +219,21 @@ FERRY_EXTERN int ferry_pool_stats(ferry_pool_t *pool, ferry_pool_stats_t *out);
 FERRY_EXTERN int ferry_host_register(ferry_device_t *dev, void *p, size_t bytes);
 /** Undo ferry_host_register. Returns 0 or FERRY_EINVAL (not registered). */
 FERRY_EXTERN int ferry_host_unregister(ferry_device_t *dev, void *p);
+/** Allocate @p bytes (1 .. 1T) of host memory for @p dev's copies, pinned: the memory to use
+ *  for batch buffers. It is page-aligned, from 2 MiB up 2 MiB-aligned on transparent huge
+ *  pages where the system allows them (pinning takes about a third of the time it takes in
+ *  4 KiB pages), zeroed by up to 8 threads on the calling thread's NUMA node, then registered
+ *  as ferry_host_register does. It stays valid until ferry_host_free, which must come before
+ *  @p dev's runtime is destroyed; ferry_host_unregister refuses it. Allocating takes time in
+ *  proportion to @p bytes (touching and pinning): do it once, up front. On error *out is
+ *  untouched. Returns 0, FERRY_EINVAL (NULL, 0 or over 1T bytes), FERRY_ENOMEM or
+ *  FERRY_EBACKEND (pinning refused, e.g. by the memlock limit: nothing stays allocated).
+ *  Thread-safe. */
+FERRY_EXTERN int ferry_host_alloc(ferry_device_t *dev, size_t bytes, void **out);
+/** Unpin and release @p p, which ferry_host_alloc returned for @p dev. NULL @p p is a no-op.
+ *  Returns 0 or FERRY_EINVAL (NULL @p dev, or @p p not from ferry_host_alloc on @p dev: left
+ *  as it is). Thread-safe; no copy may still use @p p. */
+FERRY_EXTERN int ferry_host_free(ferry_device_t *dev, void *p);
 
 /* ---------------------------------------------------------------------------------------------
  * Stages: what runs on each chunk

@@ -5,15 +5,16 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "base/config.h"
+#include "core/host_mem.h"
 #include "core/runtime.h"
 
 struct ferry_pool {
     ferry_device_t *dev;
     unsigned char *base;
-    size_t bytes; /* mapped and registered */
+    size_t bytes;  /* registered */
+    size_t mapped; /* mapped: bytes rounded up to the page */
     size_t slot_bytes;
     size_t slots;
     pthread_mutex_t lock;
@@ -24,7 +25,7 @@ struct ferry_pool {
     size_t peak;
     uint64_t allocs, waits, eagain;
     bool registered;
-    bool tracked; /* in the runtime's pinned ranges (ferry__rt_track_pool) */
+    bool tracked; /* in the runtime's pinned ranges (ferry__rt_track) */
 };
 
 int ferry_pool_bytes_for(size_t stages, size_t largest_chunk, size_t *out)
@@ -94,22 +95,15 @@ int ferry_pool_create(ferry_device_t *dev, const ferry_pool_config_t *cfg, ferry
         rc = ferry__error(FERRY_ENOMEM, "pool: out of memory for %zu slots", nslots);
         goto out_free;
     }
-    /* Alignments above the page size are honoured by over-mapping and trimming. */
-    size_t map_bytes = total + (align > 4096 ? align : 0);
-    void *m = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) {
-        rc = ferry__error(FERRY_ENOMEM, "pool: mmap of %zu bytes failed", map_bytes);
+    size_t mapped;
+    p->base = ferry__host_map(total, align, &mapped);
+    if (p->base == NULL) {
+        rc = ferry__error(FERRY_ENOMEM, "pool: mapping %zu bytes failed", total);
         goto out_free;
     }
-    uintptr_t a = ((uintptr_t)m + align - 1) & ~(uintptr_t)(align - 1);
-    if (a != (uintptr_t)m)
-        munmap(m, a - (uintptr_t)m);
-    size_t tail = (uintptr_t)m + map_bytes - (a + total);
-    if (tail)
-        munmap((void *)(a + total), tail);
-    p->base = (unsigned char *)a;
+    p->mapped = mapped;
     /* First touch before registering, so the pages exist on this (the caller's) NUMA node. */
-    memset(p->base, 0, total);
+    ferry__host_touch(p->base, total);
     rc = ferry__be_host_register(dev, p->base, total);
     if (rc == FERRY_EBACKEND && c.pageable_fallback) {
         ferry_log(FERRY_LOG_WARN, "pool",
@@ -122,7 +116,7 @@ int ferry_pool_create(ferry_device_t *dev, const ferry_pool_config_t *cfg, ferry
     } else {
         p->registered = true;
         /* The user's pool buffers are pinned: pipelines copy them directly (not staged). */
-        if ((rc = ferry__rt_track_pool(dev, p->base, total)) != 0)
+        if ((rc = ferry__rt_track(dev, p->base, total, FERRY__REG_POOL, "pool")) != 0)
             goto out_free;
         p->tracked = true;
     }
@@ -142,11 +136,10 @@ void ferry_pool_destroy(ferry_pool_t *p)
     if (p == NULL)
         return;
     if (p->tracked)
-        ferry__rt_untrack_pool(p->dev, p->base);
+        ferry__rt_untrack(p->dev, p->base, FERRY__REG_POOL, "pool");
     if (p->registered)
         ferry__be_host_unregister(p->dev, p->base);
-    if (p->base)
-        munmap(p->base, p->bytes);
+    ferry__host_unmap(p->base, p->mapped);
     free(p->free_stack);
     free(p->used);
     pthread_cond_destroy(&p->freed);

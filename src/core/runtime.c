@@ -386,9 +386,9 @@ bool ferry__rt_is_registered(ferry_device_t *dev, const void *p, size_t n)
     return yes;
 }
 
-/* Insert [a, a + bytes) into the sorted ranges, after @pin succeeded (NULL: nothing to pin).
+/* Insert [a, a + bytes) into the sorted ranges, pinned first unless @kind is a pool's slab.
  * Under the write lock. */
-static int reg_insert(ferry_device_t *dev, void *p, size_t bytes, bool pool, const char *who)
+static int reg_insert(ferry_device_t *dev, void *p, size_t bytes, int kind, const char *who)
 {
     ferry_runtime_t *rt = dev->rt;
     uintptr_t a = (uintptr_t)p;
@@ -404,74 +404,68 @@ static int reg_insert(ferry_device_t *dev, void *p, size_t bytes, bool pool, con
         rt->regs = nr;
         rt->regs_cap = cap;
     }
-    if (!pool) {
+    if (kind != FERRY__REG_POOL) {
         int rc = ferry__be_host_register(dev, p, bytes);
         if (rc != 0)
             return rc;
     }
     memmove(&rt->regs[i + 1], &rt->regs[i], (rt->nregs - i) * sizeof(*rt->regs));
-    rt->regs[i] = (struct ferry_reg_range){a, a + bytes, dev->index, pool};
+    rt->regs[i] = (struct ferry_reg_range){a, a + bytes, dev->index, (uint8_t)kind};
     rt->nregs++;
     return 0;
 }
 
-int ferry__rt_track_pool(ferry_device_t *dev, void *p, size_t n)
+int ferry__rt_track(ferry_device_t *dev, void *p, size_t n, int kind, const char *who)
 {
+    if (n > UINTPTR_MAX - (uintptr_t)p)
+        return ferry__error(FERRY_EINVAL, "%s: range wraps around", who);
     pthread_rwlock_wrlock(&dev->rt->reg_lock);
-    int rc = reg_insert(dev, p, n, true, "pool");
+    int rc = reg_insert(dev, p, n, kind, who);
     pthread_rwlock_unlock(&dev->rt->reg_lock);
     return rc;
 }
 
-void ferry__rt_untrack_pool(ferry_device_t *dev, void *p)
+static const char *const reg_owner[] = {
+    [FERRY__REG_USER] = "ferry_host_register",
+    [FERRY__REG_POOL] = "ferry_pool_create",
+    [FERRY__REG_ALLOC] = "ferry_host_alloc",
+};
+
+int ferry__rt_untrack(ferry_device_t *dev, void *p, int kind, const char *who)
 {
     ferry_runtime_t *rt = dev->rt;
     pthread_rwlock_wrlock(&rt->reg_lock);
     size_t i = reg_upper(rt, (uintptr_t)p);
-    if (i > 0 && rt->regs[i - 1].start == (uintptr_t)p && rt->regs[i - 1].pool) {
-        memmove(&rt->regs[i - 1], &rt->regs[i], (rt->nregs - i) * sizeof(*rt->regs));
-        rt->nregs--;
+    int rc = 0;
+    if (i == 0 || rt->regs[i - 1].start != (uintptr_t)p || rt->regs[i - 1].device != dev->index ||
+        rt->regs[i - 1].kind != kind) {
+        rc = ferry__error(FERRY_EINVAL, "%s: %p did not come from %s on this device", who, p,
+                          reg_owner[kind]);
+        goto out_unlock;
     }
+    if (kind != FERRY__REG_POOL && (rc = ferry__be_host_unregister(dev, p)) != 0)
+        goto out_unlock;
+    memmove(&rt->regs[i - 1], &rt->regs[i], (rt->nregs - i) * sizeof(*rt->regs));
+    rt->nregs--;
+out_unlock:
     pthread_rwlock_unlock(&rt->reg_lock);
+    return rc;
 }
 
 int ferry_host_register(ferry_device_t *dev, void *p, size_t bytes)
 {
     if (dev == NULL || p == NULL || bytes == 0)
         return ferry__error(FERRY_EINVAL, "ferry_host_register: NULL pointer or zero bytes");
-    uintptr_t a = (uintptr_t)p;
-    if (bytes > UINTPTR_MAX - a)
-        return ferry__error(FERRY_EINVAL, "ferry_host_register: range wraps around");
-    ferry_runtime_t *rt = dev->rt;
-    pthread_rwlock_wrlock(&rt->reg_lock);
-    int rc = reg_insert(dev, p, bytes, false, "ferry_host_register");
-    pthread_rwlock_unlock(&rt->reg_lock);
-    return rc ? ferry__rt_fail(rt, rc) : 0;
+    int rc = ferry__rt_track(dev, p, bytes, FERRY__REG_USER, "ferry_host_register");
+    return rc ? ferry__rt_fail(dev->rt, rc) : 0;
 }
 
 int ferry_host_unregister(ferry_device_t *dev, void *p)
 {
     if (dev == NULL || p == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_host_unregister: NULL argument");
-    ferry_runtime_t *rt = dev->rt;
-    pthread_rwlock_wrlock(&rt->reg_lock);
-    size_t i = reg_upper(rt, (uintptr_t)p);
-    int rc = 0;
-    if (i == 0 || rt->regs[i - 1].start != (uintptr_t)p || rt->regs[i - 1].device != dev->index ||
-        rt->regs[i - 1].pool) {
-        rc = ferry__error(FERRY_EINVAL,
-                          "ferry_host_unregister: %p was not registered with "
-                          "ferry_host_register on this device",
-                          p);
-        goto out_unlock;
-    }
-    if ((rc = ferry__be_host_unregister(dev, p)) != 0)
-        goto out_unlock;
-    memmove(&rt->regs[i - 1], &rt->regs[i], (rt->nregs - i) * sizeof(*rt->regs));
-    rt->nregs--;
-out_unlock:
-    pthread_rwlock_unlock(&rt->reg_lock);
-    return rc ? ferry__rt_fail(rt, rc) : 0;
+    int rc = ferry__rt_untrack(dev, p, FERRY__REG_USER, "ferry_host_unregister");
+    return rc ? ferry__rt_fail(dev->rt, rc) : 0;
 }
 
 struct ferry__link_curve {

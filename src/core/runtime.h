@@ -34,7 +34,7 @@ struct ferry_runtime {
     struct ferry_reg_range {
         uintptr_t start, end;
         int device;
-        bool pool; /* a ferry_pool's slab: ferry_host_unregister leaves it alone */
+        uint8_t kind; /* FERRY__REG_*: only FERRY__REG_USER is ferry_host_unregister's */
     } * regs;
     size_t nregs, regs_cap;
     ferry__rt_child_t *children; /* under lock */
@@ -61,11 +61,20 @@ double ferry__link_curve_peak_gbps(const ferry__link_curve_t *c, int dir);
 void ferry__link_curve_copy_ns(const ferry__link_curve_t *c, int dir, uint64_t bytes,
                                double *one_way, double *both_ways);
 
-/* A ferry_pool's pinned slab [p, p + n) on @dev: counted as registered, so that pipelines copy
- * from and to the user's pool buffers directly instead of staging them as pageable. Returns 0
- * or FERRY_ENOMEM / FERRY_EINVAL (overlap). Untrack with the same @p. */
-int ferry__rt_track_pool(ferry_device_t *dev, void *p, size_t n);
-void ferry__rt_untrack_pool(ferry_device_t *dev, void *p);
+/* Who registered a pinned range, and so who may take it back. */
+enum {
+    FERRY__REG_USER,  /* ferry_host_register: pinned here, ferry_host_unregister undoes it */
+    FERRY__REG_POOL,  /* a ferry_pool's slab: the pool pinned it and unpins it */
+    FERRY__REG_ALLOC, /* ferry_host_alloc: pinned here, ferry_host_free undoes it */
+};
+/* Count [p, p + n) on @dev as registered, so that pipelines copy from and to it directly
+ * instead of staging it as pageable: pinned here first unless @kind is FERRY__REG_POOL.
+ * Returns 0, FERRY_ENOMEM, FERRY_EINVAL (overlap) or the backend's pinning error (message
+ * prefixed by @who). */
+int ferry__rt_track(ferry_device_t *dev, void *p, size_t n, int kind, const char *who);
+/* Take back the range starting at @p that @kind tracked (unpinned unless FERRY__REG_POOL).
+ * Returns 0 or FERRY_EINVAL (no such range of that kind on @dev; message prefixed by @who). */
+int ferry__rt_untrack(ferry_device_t *dev, void *p, int kind, const char *who);
 
 /* True when [p, p + n) lies inside one range registered for @dev with ferry_host_register,
  * or inside a ferry_pool's slab. */

@@ -1,6 +1,8 @@
 /* Caller memory pinned with ferry_host_register: overlapping and unknown ranges are refused,
  * and a pipeline copies straight from and to registered buffers (nothing staged or copied
- * out), while unregistered buffers are staged through its pinned slots. */
+ * out), while unregistered buffers are staged through its pinned slots. ferry_host_alloc's
+ * memory: aligned, zeroed, pinned, copied without staging, and freed by ferry_host_free
+ * alone. */
 #include <string.h>
 
 #include "testlib.h"
@@ -63,5 +65,59 @@ static void test_registered_buffers_skip_staging(void **state)
     ferry_runtime_destroy(rt);
 }
 
+static void test_host_alloc(void **state)
+{
+    (void)state;
+    ferry_runtime_t *rt = test_sim_runtime();
+    ferry_device_t *dev = test_device(rt);
+    void *none = (void *)1;
+    assert_int_equal(ferry_host_alloc(dev, 0, &none), FERRY_EINVAL);
+    assert_int_equal(ferry_host_alloc(NULL, 1, &none), FERRY_EINVAL);
+    assert_int_equal(ferry_host_alloc(dev, 1, NULL), FERRY_EINVAL);
+    assert_int_equal(ferry_host_alloc(dev, ((size_t)1 << 40) + 1, &none), FERRY_EINVAL);
+    assert_non_null(strstr(ferry_last_error(), "accepted: 1 to 1T"));
+    assert_ptr_equal(none, (void *)1); /* untouched on error */
+    /* a small block (page-aligned) and a large one (2 MiB-aligned, touched by several threads:
+     * 129 MiB leaves the last thread a short share) */
+    const size_t small = 10000, big = (129u << 20) + 12345;
+    unsigned char *a = NULL, *b = NULL;
+    assert_int_equal(ferry_host_alloc(dev, small, (void **)&a), 0);
+    assert_int_equal(ferry_host_alloc(dev, big, (void **)&b), 0);
+    assert_int_equal((uintptr_t)a % 4096, 0);
+    assert_int_equal((uintptr_t)b % (2u << 20), 0);
+    for (size_t i = 0; i < big; i += 4093)
+        assert_int_equal(b[i], 0);
+    assert_int_equal(b[big - 1], 0);
+    /* pinned: a pipeline copies it without staging */
+    ferry_stage_t s = test_cpu_stage(NULL, test_cpu_copy);
+    ferry_pipeline_config_t cfg = test_pipeline_config(dev, &s, 1 << 20);
+    ferry_pipeline_t *p = test_pipeline(&cfg);
+    const size_t n = 3u << 20;
+    uint64_t rs = test_seed(11);
+    test_fill_random(b, n, &rs);
+    int failed = 0;
+    test_submit_one(p, b, b + (64u << 20), n, test_count_failed, &failed);
+    ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
+    assert_int_equal(ferry_pipeline_stats(p, &st), 0);
+    assert_int_equal(st.staged_bytes, 0);
+    assert_memory_equal(b + (64u << 20), b, n);
+    assert_int_equal(failed, 0);
+    assert_int_equal(ferry_pipeline_close(p), 0);
+    /* misuse: not ferry_host_unregister's, not a block start, not twice */
+    assert_int_equal(ferry_host_unregister(dev, a), FERRY_EINVAL);
+    assert_int_equal(ferry_host_free(dev, b + 4096), FERRY_EINVAL);
+    assert_non_null(strstr(ferry_last_error(), "did not come from ferry_host_alloc"));
+    static char user[8192];
+    assert_int_equal(ferry_host_register(dev, user, sizeof user), 0);
+    assert_int_equal(ferry_host_free(dev, user), FERRY_EINVAL);
+    assert_int_equal(ferry_host_unregister(dev, user), 0);
+    assert_int_equal(ferry_host_free(NULL, a), FERRY_EINVAL);
+    assert_int_equal(ferry_host_free(dev, NULL), 0);
+    assert_int_equal(ferry_host_free(dev, a), 0);
+    assert_int_equal(ferry_host_free(dev, a), FERRY_EINVAL);
+    assert_int_equal(ferry_host_free(dev, b), 0);
+    ferry_runtime_destroy(rt);
+}
+
 TEST_MAIN(NULL, NULL, cmocka_unit_test(test_register_rules),
-          cmocka_unit_test(test_registered_buffers_skip_staging))
+          cmocka_unit_test(test_registered_buffers_skip_staging), cmocka_unit_test(test_host_alloc))

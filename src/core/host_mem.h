@@ -1,0 +1,17 @@
+/* Host memory for copies (host_mem.c): aligned mappings on transparent huge pages, touched in
+ * parallel. Used by ferry_host_alloc and ferry_pool_create. */
+#ifndef FERRY_CORE_HOST_MEM_H
+#define FERRY_CORE_HOST_MEM_H
+
+#include <stddef.h>
+
+/* Map @bytes (rounded up to 2 MiB from 2 MiB up, else to 4 KiB) aligned to @align (a power of
+ * two; at least 2 MiB for 2 MiB and more), asking for transparent huge pages. *@mapped is the
+ * size to give ferry__host_unmap. Returns NULL when the mapping fails. Nothing is touched. */
+void *ferry__host_map(size_t bytes, size_t align, size_t *mapped);
+void ferry__host_unmap(void *p, size_t mapped); /* NULL is a no-op */
+/* Write zeros over [p, p + bytes) with up to 8 threads (one below 128 MiB), so that the pages
+ * exist, on the caller's NUMA node, before they are pinned. */
+void ferry__host_touch(void *p, size_t bytes);
+
+#endif
