@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Issue 17 on the H200 in one device call: this tree and the one before the issue's work
+# (.baseline17/, a `git archive` of it) built side by side; this tree's tests; the host's memory
+# bandwidth (bench/host/host_membw) and pinning (bench/host/bench_pin); storage (`ferry bench
+# io`) on a tmpfs file and a disk file; `ferry run --workload copy --input F --output G` (cmp
+# checked) and `ferry run --bytes 16G` from both trees interleaved; a sweep of depth and batch
+# size; the simulator's predictions of the same runs. Writes under $OUT; prints a table last.
+# STEPS=... limits the steps (build tests host io files gen sweep sim; default all).
+set -u
+export PATH=/usr/local/cuda/bin:$PATH
+root=$PWD/.carry/root
+export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu
+export CPATH=$root/usr/include PYTHONPATH=$root/usr/lib/python3/dist-packages
+cfg="-G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_WITH_CUDA=ON -DCMAKE_PREFIX_PATH=$root/usr"
+cfg="$cfg -DCMAKE_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu -DCMAKE_INCLUDE_PATH=$root/usr/include"
+steps=${STEPS:-build tests host io files gen sweep sim}
+rounds=${ROUNDS:-3}
+has() { case " $steps " in *" $1 "*) return 0 ;; esac; return 1; }
+new=build-gpu/ferry base=build-base/ferry
+shm=/dev/shm/ferry-issue17
+mkdir -p $shm
+trap 'rm -rf $shm /var/tmp/ferry-issue17' EXIT
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/machine.txt
+nproc >>$OUT/machine.txt; free -g | head -2 >>$OUT/machine.txt
+cat /sys/kernel/mm/transparent_hugepage/enabled >>$OUT/machine.txt
+df -h /dev/shm /var/tmp >>$OUT/machine.txt
+if has build; then
+  # shellcheck disable=SC2086
+  { cmake -S .baseline17 -B build-base $cfg && cmake --build build-base -j 8 --target ferry; } \
+    >$OUT/build-base.log 2>&1 &
+  # shellcheck disable=SC2086
+  { cmake -S . -B build-gpu $cfg && cmake --build build-gpu -j 12; } >$OUT/build.log 2>&1
+  rc_new=$?
+  wait $!
+  rc_base=$?
+  [ $rc_new = 0 ] || { tail -30 $OUT/build.log; exit 1; }
+  [ $rc_base = 0 ] || { tail -30 $OUT/build-base.log; exit 1; }
+fi
+if has tests; then
+  FERRY_TEST_BROWSER=none timeout 300 ctest --test-dir build-gpu -j 6 --output-on-failure \
+    >$OUT/ctest.log 2>&1
+  echo "ctest rc=$?"
+  grep -E "tests passed|Failed|\*\*\*" $OUT/ctest.log | tail -8
+fi
+js() { python3 -c "import json,sys; j=json.load(sys.stdin); j.update($1); print(json.dumps(j))"; }
+if has host; then
+  build-gpu/bench/host_membw 4 >$OUT/host-membw.jsonl 2>&1
+  build-gpu/bench/bench_pin 4 >$OUT/pin.jsonl 2>&1
+  tail -3 $OUT/pin.jsonl
+fi
+if has io; then
+  for where in $shm /var/tmp/ferry-issue17; do
+    mkdir -p $where
+    $new bench io --write --bytes 4G --json $where/in.bin >>$OUT/io.jsonl 2>>$OUT/io.err
+    for r in 1 2 3; do
+      $new bench io --json $where/in.bin | js "{'round':$r}" >>$OUT/io.jsonl 2>>$OUT/io.err
+    done
+    [ $where = $shm ] || rm -f $where/in.bin
+  done
+fi
+if has files; then
+  [ -f $shm/in.bin ] || $new bench io --write --bytes 4G $shm/in.bin >/dev/null
+  for r in $(seq 1 "$rounds"); do
+    for t in base new; do
+      f=$new; [ $t = base ] && f=$base
+      rm -f $shm/out.bin
+      $f run --backend cuda --workload copy --input $shm/in.bin --output $shm/out.bin --json \
+        2>>$OUT/files.err | js "{'tree':'$t','round':$r}" >>$OUT/files.jsonl
+      if cmp -s $shm/in.bin $shm/out.bin; then echo "$t $r cmp ok"; else echo "$t $r CMP DIFFERS"; fi
+    done
+  done | tee $OUT/files-cmp.txt
+  rm -f $shm/out.bin
+fi
+if has gen; then
+  for r in $(seq 1 "$rounds"); do
+    for t in base new; do
+      f=$new; [ $t = base ] && f=$base
+      $f run --backend cuda --bytes 16G --json 2>>$OUT/gen.err \
+        | js "{'tree':'$t','round':$r}" >>$OUT/gen.jsonl
+    done
+  done
+fi
+if has sweep; then
+  for d in 8 16 32; do
+    for bb in 64M 128M 256M; do
+      $new run --backend cuda --bytes 16G --depth $d --batch-bytes $bb --json 2>>$OUT/sweep.err \
+        | js "{'depth':$d,'batch':'$bb'}" >>$OUT/sweep.jsonl
+    done
+  done
+fi
+if has sim; then
+  $new run --backend sim --bytes 4G --json 2>>$OUT/sim.err | js "{'what':'gen'}" >>$OUT/sim.jsonl
+  [ -f $shm/in.bin ] && $new run --backend sim --workload copy --input $shm/in.bin \
+    --output /dev/null --json 2>>$OUT/sim.err | js "{'what':'file'}" >>$OUT/sim.jsonl
+fi
+python3 - "$OUT" <<'PY'
+import json, os, sys, statistics as st
+out = sys.argv[1]
+def rows(name):
+    p = os.path.join(out, name)
+    return [json.loads(l) for l in open(p) if l.startswith('{')] if os.path.exists(p) else []
+for r in rows('pin.jsonl'):
+    print('pin %-26s %.2f GiB %8.1f ms' % (r['way'], r['bytes'] / 2**30, r['ms']))
+best = {}
+for r in rows('host-membw.jsonl'):
+    best[r['kind']] = max(best.get(r['kind'], (0, 0)), (r['gbps'], r['threads']))
+for k, (g, t) in best.items():
+    print('host memory %-5s best %.1f GB/s at %d threads' % (k, g, t))
+for r in rows('io.jsonl'):
+    print('bench io %-5s %s %.2f GB/s direct=%s' % (r.get('mode'), r.get('file'),
+          r.get('gbps', 0), r.get('direct')))
+def e2e(r):
+    return r.get('end_to_end_gbps') or (r['bytes'] / r['wall_s'] / 1e9 if r.get('wall_s') else 0)
+for name in ('files.jsonl', 'gen.jsonl'):
+    rs = rows(name)
+    for t in ('base', 'new'):
+        v = [r for r in rs if r.get('tree') == t]
+        if v:
+            print('%-11s %-4s transport %6.2f  end-to-end %6.2f  ok %s  bound %s' % (
+                name[:-6], t, st.median(r['gbps_h2d'] for r in v), st.median(e2e(r) for r in v),
+                all(r['ok'] for r in v), v[-1].get('bound', '-')))
+for r in rows('sweep.jsonl'):
+    print('sweep depth %2d batch %4s transport %6.2f end-to-end %6.2f bound %s' % (
+        r['depth'], r['batch'], r['gbps_h2d'], e2e(r), r.get('bound', '-')))
+for r in rows('sim.jsonl'):
+    print('sim %-4s %6.2f GB/s' % (r['what'], r['gbps_h2d']))
+PY
