@@ -45,6 +45,12 @@ expect_rc "FIFO (refused, not waited on)" 1 timeout 10 "$FERRY" bench io "$TMP/f
 expect_in "FIFO: why" "$TMP/err" "is a FIFO"
 expect_rc "no FILE" 2 "$FERRY" bench io
 expect_in "no FILE: why" "$TMP/err" "io needs a FILE"
+expect_rc "FILE after the flags" 0 "$FERRY" bench io --bytes 1M --json "$TMP/in.bin"
+json_check "FILE after the flags: that file read" "$TMP/out" "j['bytes'] == 1048576"
+expect_rc "two FILEs" 2 "$FERRY" bench io "$TMP/in.bin" "$TMP/in.bin"
+expect_in "two FILEs: the second named" "$TMP/err" "unknown argument '$TMP/in.bin'"
+expect_rc "no FILE, flags only" 2 "$FERRY" bench io --json
+expect_in "no FILE: why" "$TMP/err" "io needs a FILE"
 
 # ---- tmpfs: buffered where it refuses O_DIRECT (before Linux 6.6), and said so ---------------
 shm=/dev/shm/ferry-bench-io-$$

@@ -170,6 +170,11 @@ int cli_parse(cli_parser_t *p, int argc, char **argv, int first)
             return CLI_USAGE;
         if (r > 0)
             continue;
+        if (p->operand != NULL && *p->operand == NULL && (arg[0] != '-' || arg[1] == '\0')) {
+            *p->operand = arg;
+            a.i++;
+            continue;
+        }
         if (p->command_after_dashdash && arg[0] != '-')
             return cli_usage_error(p->cmd, "'%s': put '--' before the command to run", arg);
         return cli_usage_error(p->cmd, "unknown argument '%s'%s%s", arg, p->context ? " " : "",

@@ -59,7 +59,8 @@ typedef struct cli_parser {
     ferry_options_t *options;       /* NULL: the command takes no option flags */
     const char *context;            /* "unknown argument 'x' <context>"; NULL: none */
     bool command_after_dashdash;    /* "--" ends the flags, a bare word must come after it */
-    int rest;                       /* out: the index after "--"; -1: no "--" */
+    const char **operand; /* one bare word anywhere among the flags (a FILE); NULL: none */
+    int rest;             /* out: the index after "--"; -1: no "--" */
 } cli_parser_t;
 
 /* cli_options() then cli_parse() with p->options set to them: the start of every command that

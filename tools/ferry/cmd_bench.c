@@ -344,11 +344,10 @@ int cmd_bench(int argc, char **argv)
                       .into = &bo,
                       .context = context};
     int first = 2;
-    if (io) { /* ferry bench io FILE [options] */
+    if (io) { /* ferry bench io FILE [options], FILE anywhere among them */
         p.flags[0] = bench_io_flags;
         p.flags[1] = NULL;
-        if (argc > 2 && argv[2][0] != '-')
-            bo.file = argv[first++];
+        p.operand = &bo.file;
     }
     ferry_options_t *o = NULL;
     int rc = cli_parse_options(&p, argc, argv, first, &o);
