@@ -256,16 +256,10 @@ static int sim_device_props(ferry_be_device_t *dev, ferry_device_props_t *out)
                                           "size not set (use FERRY_DEVICE_PROPS_INIT)");
     const struct ferry_sim_profile *p = &dev->prof;
     ferry__be_props_begin(out, p->name, "sim", dev->index, true);
-    out->cc_major = p->cc_major;
-    out->cc_minor = p->cc_minor;
-    out->sms = p->sms;
-    out->copy_engines = p->copy_engines;
+    ferry__be_props_gpu(out, p->cc_major, p->cc_minor, p->sms, p->copy_engines,
+                        p->max_resident_grids, p->priority_least, p->priority_greatest,
+                        p->memory_bytes, p->l2_bytes);
     out->concurrent_kernels = true;
-    out->max_resident_grids = p->max_resident_grids;
-    out->priority_least = p->priority_least;
-    out->priority_greatest = p->priority_greatest;
-    out->memory_bytes = p->memory_bytes;
-    out->l2_bytes = p->l2_bytes;
     out->pcie_gen = out->pcie_gen_max = p->pcie_gen;
     out->pcie_width = out->pcie_width_max = p->pcie_width;
     out->link_gbps = p->pcie_gbps;
