@@ -493,14 +493,11 @@ static int sim_event_create(ferry_be_device_t *dev, unsigned flags, ferry_be_eve
         return ferry__error(FERRY_EINVAL, "sim: event_create: NULL device or out");
     if (flags & ~FERRY_BE_EVENT_TIMING)
         return ferry__error(FERRY_EINVAL, "sim: event_create: unknown flags 0x%x", flags);
-    struct ferry_be_event *e = calloc(1, sizeof(*e));
+    lock(dev);
+    struct ferry_be_event *e = ferry__sim_event_new(dev, (flags & FERRY_BE_EVENT_TIMING) != 0);
+    unlock(dev);
     if (e == NULL)
         return ferry__error(FERRY_ENOMEM, "sim: event_create: out of memory");
-    e->dev = dev;
-    e->timing = (flags & FERRY_BE_EVENT_TIMING) != 0;
-    lock(dev);
-    SIM_LIST_PUSH(dev->events, e, prev, next);
-    unlock(dev);
     *out = e;
     return 0;
 }
@@ -509,11 +506,9 @@ static void sim_event_destroy(ferry_be_event_t *e)
 {
     if (e == NULL)
         return;
-    struct ferry_be_device *dev = e->dev;
-    lock(dev);
-    ferry__sim_op_unref(dev, e->last);
-    SIM_LIST_UNLINK(dev->events, e, prev, next);
-    unlock(dev);
+    lock(e->dev);
+    ferry__sim_event_unlink(e);
+    unlock(e->dev);
     free(e);
 }
 
