@@ -51,6 +51,21 @@ void ferry__be_props_begin(ferry_device_props_t *out, const char *name, const ch
     out->simulated = simulated;
 }
 
+void ferry__be_props_gpu(ferry_device_props_t *out, int cc_major, int cc_minor, int sms,
+                         int copy_engines, int max_resident_grids, int priority_least,
+                         int priority_greatest, uint64_t memory_bytes, uint64_t l2_bytes)
+{
+    out->cc_major = cc_major;
+    out->cc_minor = cc_minor;
+    out->sms = sms;
+    out->copy_engines = copy_engines;
+    out->max_resident_grids = max_resident_grids;
+    out->priority_least = priority_least;
+    out->priority_greatest = priority_greatest;
+    out->memory_bytes = memory_bytes;
+    out->l2_bytes = l2_bytes;
+}
+
 static int notsup(const ferry_device_t *d, const char *op)
 {
     return ferry__error(FERRY_ENOTSUP, "backend %s does not support %s", d->ops->name, op);

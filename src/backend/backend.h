@@ -208,6 +208,12 @@ struct ferry_device {
  * alike. */
 void ferry__be_props_begin(ferry_device_props_t *out, const char *name, const char *backend,
                            int index, bool simulated);
+/* The device's make-up, which every backend reports from its own source (cudaDeviceProp, the
+ * simulator's profile): compute capability, SMs, copy engines, resident grids, the stream
+ * priority range (least: numerically largest) and the memory and L2 sizes. */
+void ferry__be_props_gpu(ferry_device_props_t *out, int cc_major, int cc_minor, int sms,
+                         int copy_engines, int max_resident_grids, int priority_least,
+                         int priority_greatest, uint64_t memory_bytes, uint64_t l2_bytes);
 
 /* Backend wrappers: FERRY_ENOTSUP in one place when an operation is NULL. */
 int ferry__be_host_register(ferry_device_t *d, void *p, size_t n);

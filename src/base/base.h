@@ -85,9 +85,18 @@ void ferry__deadline_after(uint64_t ns, struct timespec *out);
 /* With @mu held: wait on @cv (made by ferry__cond_init_monotonic) until *@stop is set or @ns
  * have passed, whichever is first. */
 void ferry__cond_sleep(pthread_cond_t *cv, pthread_mutex_t *mu, const bool *stop, uint64_t ns);
+/* A monitor thread's sleep between rounds, which do their work without @mu: take @mu, sleep on
+ * @cv as ferry__cond_sleep does, release @mu and return whether to go on (*@stop still clear),
+ * for `while (ferry__cond_nap(...)) round();`. */
+bool ferry__cond_nap(pthread_cond_t *cv, pthread_mutex_t *mu, const bool *stop, uint64_t ns);
 /* Under @mu: set *@flag (a stop or close flag its sleepers re-check) and wake every waiter on
  * @a and on @b (NULL: none). */
 void ferry__flag_set_wake(pthread_mutex_t *mu, bool *flag, pthread_cond_t *a, pthread_cond_t *b);
+/* Start a thread running @fn(@arg) into *@th, set *@started and give the thread @name (at most
+ * 15 characters, as the OS shows it). Returns pthread_create's result: 0, or an errno value with
+ * *@started left as it was. */
+int ferry__thread_start(pthread_t *th, bool *started, void *(*fn)(void *), void *arg,
+                        const char *name);
 
 /* One step of a spin-wait: tells the core (and a hyperthread sibling) that this is a spin. */
 static inline void ferry__cpu_relax(void)
@@ -103,6 +112,10 @@ static inline void ferry__cpu_relax(void)
 uint64_t ferry__mono_ns(void);
 /* The calling thread's id as the OS knows it (Linux: gettid), 0 where there is none. */
 long ferry__thread_id(void);
+/* The opening of a create call: a zeroed object of @size bytes for the caller's @out, or NULL
+ * with the last error set (its text led by @who, the call's name) and *@rc FERRY_EINVAL when
+ * @out is NULL, else FERRY_ENOMEM. */
+void *ferry__obj_alloc(const void *out, size_t size, const char *who, int *rc);
 /* Bounded string copy that always terminates (dst_len > 0). */
 void ferry__strlcpy(char *dst, const char *src, size_t dst_len);
 /* Copy a filled size-stamped struct @full (@full_size bytes, its size first) into the caller's

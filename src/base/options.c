@@ -197,15 +197,14 @@ static int parse_value(size_t i, const char *text, const char *src, opt_value_t 
 
 int ferry_options_create(ferry_options_t **out)
 {
-    if (out == NULL)
-        return ferry__error(FERRY_EINVAL, "ferry_options_create: out is NULL");
-    ferry_options_t *o = calloc(1, sizeof(*o));
+    int rc = 0;
+    ferry_options_t *o = ferry__obj_alloc(out, sizeof(*o), "ferry_options_create", &rc);
     if (o == NULL)
-        return ferry__error(FERRY_ENOMEM, "ferry_options_create: out of memory");
+        return rc;
     for (size_t i = 0; i < FERRY__OPT_COUNT; i++) {
         char src[80];
         snprintf(src, sizeof(src), "default of option %s", option_table[i].name);
-        int rc = parse_value(i, option_table[i].default_value, src, &o->v[i], &o->s[i]);
+        rc = parse_value(i, option_table[i].default_value, src, &o->v[i], &o->s[i]);
         if (rc != 0) {
             ferry_options_destroy(o);
             return rc;

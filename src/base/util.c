@@ -133,6 +133,16 @@ uint64_t ferry__mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+void *ferry__obj_alloc(const void *out, size_t size, const char *who, int *rc)
+{
+    void *obj = NULL;
+    if (out == NULL)
+        *rc = ferry__error(FERRY_EINVAL, "%s: out is NULL", who);
+    else if ((obj = calloc(1, size)) == NULL)
+        *rc = ferry__error(FERRY_ENOMEM, "%s: out of memory", who);
+    return obj;
+}
+
 void ferry__strlcpy(char *dst, const char *src, size_t dst_len)
 {
     if (dst_len == 0)
@@ -179,6 +189,15 @@ void ferry__cond_sleep(pthread_cond_t *cv, pthread_mutex_t *mu, const bool *stop
         rc = pthread_cond_timedwait(cv, mu, &dl);
 }
 
+bool ferry__cond_nap(pthread_cond_t *cv, pthread_mutex_t *mu, const bool *stop, uint64_t ns)
+{
+    pthread_mutex_lock(mu);
+    ferry__cond_sleep(cv, mu, stop, ns);
+    bool go = !*stop;
+    pthread_mutex_unlock(mu);
+    return go;
+}
+
 void ferry__flag_set_wake(pthread_mutex_t *mu, bool *flag, pthread_cond_t *a, pthread_cond_t *b)
 {
     pthread_mutex_lock(mu);
@@ -187,6 +206,17 @@ void ferry__flag_set_wake(pthread_mutex_t *mu, bool *flag, pthread_cond_t *a, pt
     if (b != NULL)
         pthread_cond_broadcast(b);
     pthread_mutex_unlock(mu);
+}
+
+int ferry__thread_start(pthread_t *th, bool *started, void *(*fn)(void *), void *arg,
+                        const char *name)
+{
+    int rc = pthread_create(th, NULL, fn, arg);
+    if (rc != 0)
+        return rc;
+    *started = true;
+    pthread_setname_np(*th, name);
+    return 0;
 }
 
 int ferry__mutex_init_adaptive(pthread_mutex_t *m)

@@ -114,9 +114,9 @@ int ferry_runtime_create(const ferry_runtime_config_t *cfg, ferry_runtime_t **ou
     int rc = ferry__config_import(&c, sizeof(c), cfg, &ferry__cfg_runtime, NULL);
     if (rc != 0)
         return rc;
-    ferry_runtime_t *rt = calloc(1, sizeof(*rt));
+    ferry_runtime_t *rt = ferry__obj_alloc(out, sizeof(*rt), "ferry_runtime_create", &rc);
     if (rt == NULL)
-        return ferry__error(FERRY_ENOMEM, "ferry_runtime_create: out of memory");
+        return rc;
     pthread_mutex_init(&rt->lock, NULL);
     pthread_rwlock_init(&rt->reg_lock, NULL);
     if (c.options != NULL) {

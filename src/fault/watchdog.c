@@ -311,16 +311,8 @@ static void *watchdog_main(void *arg)
 #ifdef __linux__
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* a 1 ms period must wake on time */
 #endif
-    pthread_mutex_lock(&w->mu);
-    while (!w->stop) {
-        ferry__cond_sleep(&w->cv, &w->mu, &w->stop, w->cfg.period_ns);
-        if (w->stop)
-            break;
-        pthread_mutex_unlock(&w->mu);
+    while (ferry__cond_nap(&w->cv, &w->mu, &w->stop, w->cfg.period_ns))
         ferry__watchdog_step(w, ferry_device_now_ns(w->dev));
-        pthread_mutex_lock(&w->mu);
-    }
-    pthread_mutex_unlock(&w->mu);
     return NULL;
 }
 
@@ -351,9 +343,10 @@ static void *heartbeat_main(void *arg)
 int ferry__watchdog_create(ferry_device_t *dev, const ferry__wd_config_t *cfg,
                            ferry__watchdog_t **out)
 {
-    ferry__watchdog_t *w = calloc(1, sizeof(*w));
+    int rc = 0;
+    ferry__watchdog_t *w = ferry__obj_alloc(out, sizeof(*w), "watchdog", &rc);
     if (w == NULL)
-        return ferry__error(FERRY_ENOMEM, "watchdog: out of memory");
+        return rc;
     w->dev = dev;
     w->cfg = *cfg;
     ferry__strlcpy(w->name, cfg->name ? cfg->name : "pipeline", sizeof(w->name));
@@ -370,19 +363,15 @@ int ferry__watchdog_create(ferry_device_t *dev, const ferry__wd_config_t *cfg,
     if (w->hb_host != NULL && cfg->heartbeat_ns != 0)
         heartbeat_send(w, now);
     if (cfg->own_thread) {
-        if (pthread_create(&w->thread, NULL, watchdog_main, w) != 0) {
+        if (ferry__thread_start(&w->thread, &w->started, watchdog_main, w, "ferry-watchdog") != 0) {
             ferry__watchdog_destroy(w, false);
             return ferry__error(FERRY_ENOMEM, "watchdog: cannot start its thread");
         }
-        w->started = true;
-        pthread_setname_np(w->thread, "ferry-watchdog");
-        if (w->hb_host != NULL && cfg->heartbeat_ns != 0) {
-            if (pthread_create(&w->hb_thread, NULL, heartbeat_main, w) != 0) {
-                ferry__watchdog_destroy(w, false);
-                return ferry__error(FERRY_ENOMEM, "watchdog: cannot start the heartbeat thread");
-            }
-            w->hb_started = true;
-            pthread_setname_np(w->hb_thread, "ferry-heartbeat");
+        if (w->hb_host != NULL && cfg->heartbeat_ns != 0 &&
+            ferry__thread_start(&w->hb_thread, &w->hb_started, heartbeat_main, w,
+                                "ferry-heartbeat") != 0) {
+            ferry__watchdog_destroy(w, false);
+            return ferry__error(FERRY_ENOMEM, "watchdog: cannot start the heartbeat thread");
         }
     }
     *out = w;

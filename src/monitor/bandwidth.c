@@ -44,12 +44,17 @@ static bool foreign_traffic(ferry__bwmon_t *m, uint64_t now, double link_gbps, d
     return any;
 }
 
-/* The text of a window's change of state (@low: raised, else cleared) into m->text and, raised,
- * its likely cause: small transfers, pageable memory, another process on the link (its rates
- * into @foreign), both directions low, or the link itself. */
-static ferry_alert_cause_t alert_text(ferry__bwmon_t *m, int d, bool low, bool small, double gbps,
-                                      double judge, double expect, uint64_t now, double foreign[2])
+/* The explanation of a window's change of state @a, whose measured fields are set (raised, else
+ * cleared): its text, in m->text, and, raised, its likely cause: small transfers, pageable
+ * memory, another process on the link (its rates into a->foreign_gbps), both directions low, or
+ * the link itself. */
+static void alert_explain(ferry__bwmon_t *m, bool small, double judge, double expect,
+                          ferry_alert_t *a)
 {
+    int d = a->direction;
+    bool low = a->raised;
+    double gbps = a->gbps;
+    double foreign[2] = {0, 0};
     const struct ferry__bw_win *w = &m->win[d];
     double link = m->cfg.link_gbps;
     char *text = m->text;
@@ -87,7 +92,7 @@ static ferry_alert_cause_t alert_text(ferry__bwmon_t *m, int d, bool low, bool s
                  "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s%s: pageable host memory "
                  "(pinning was refused): raise the locked-memory limit",
                  dir, gbps, w->ratio * 100, link, ref);
-    } else if (foreign_traffic(m, now, link, foreign)) {
+    } else if (foreign_traffic(m, a->device_ns, link, foreign)) {
         cause = FERRY_CAUSE_FOREIGN;
         snprintf(text, len,
                  "%s copies at %.1f GB/s, %.0f%% of the link's %.0f GB/s%s: another process moves "
@@ -109,7 +114,10 @@ static ferry_alert_cause_t alert_text(ferry__bwmon_t *m, int d, bool low, bool s
                  dir, gbps, w->ratio * 100, link, ref,
                  m->cfg.link == NULL ? " (not told: no link counter, or link_sample_ms 0)" : "");
     }
-    return cause;
+    a->cause = cause;
+    a->text = text;
+    a->foreign_gbps[0] = foreign[0] / 1e9;
+    a->foreign_gbps[1] = foreign[1] / 1e9;
 }
 
 bool ferry__bwmon_sample(ferry__bwmon_t *m, int d, uint64_t bytes, uint64_t ns, uint64_t now,
@@ -167,21 +175,17 @@ bool ferry__bwmon_sample(ferry__bwmon_t *m, int d, uint64_t bytes, uint64_t ns, 
     if ((low && w->alerting) || (!low && !high) || (high && !w->alerting))
         return false;
     w->alerting = low;
-    double foreign[2] = {0, 0};
-    ferry_alert_cause_t cause = alert_text(m, d, low, small, gbps, judge, expect, now, foreign);
-    if (low)
-        m->alerts++;
-    ferry_log(low ? FERRY_LOG_WARN : FERRY_LOG_INFO, "bandwidth", "%s%s", low ? "alert: " : "",
-              m->text);
     *out = (ferry_alert_t){.size = sizeof(*out),
                            .raised = low,
                            .direction = d,
                            .gbps = gbps,
                            .link_gbps = link,
                            .ratio = w->ratio,
-                           .cause = cause,
-                           .text = m->text,
-                           .device_ns = now,
-                           .foreign_gbps = {foreign[0] / 1e9, foreign[1] / 1e9}};
+                           .device_ns = now};
+    alert_explain(m, small, judge, expect, out);
+    if (low)
+        m->alerts++;
+    ferry_log(low ? FERRY_LOG_WARN : FERRY_LOG_INFO, "bandwidth", "%s%s", low ? "alert: " : "",
+              m->text);
     return true;
 }

@@ -64,16 +64,9 @@ static bool take_sample(ferry__linkmon_t *m)
 static void *linkmon_main(void *arg)
 {
     ferry__linkmon_t *m = arg;
-    pthread_mutex_lock(&m->mu);
-    while (!m->stop) {
-        pthread_mutex_unlock(&m->mu);
-        bool on = take_sample(m);
-        pthread_mutex_lock(&m->mu);
-        if (!on)
-            break;
-        ferry__cond_sleep(&m->cv, &m->mu, &m->stop, m->cfg.period_ns);
+    /* A sample, then a period's sleep, until told to stop or the backend cannot count. */
+    while (take_sample(m) && ferry__cond_nap(&m->cv, &m->mu, &m->stop, m->cfg.period_ns)) {
     }
-    pthread_mutex_unlock(&m->mu);
     return NULL;
 }
 
@@ -97,12 +90,10 @@ int ferry__linkmon_create(ferry_device_t *dev, const ferry__linkmon_config_t *cf
         }
         m->last_step_ns = ferry_device_now_ns(dev);
     } else {
-        if (pthread_create(&m->thread, NULL, linkmon_main, m) != 0) {
+        if (ferry__thread_start(&m->thread, &m->started, linkmon_main, m, "ferry-link") != 0) {
             ferry__linkmon_destroy(m);
             return ferry__error(FERRY_ENOMEM, "link monitor: cannot start its thread");
         }
-        m->started = true;
-        pthread_setname_np(m->thread, "ferry-link");
     }
     *out = m;
     return 0;

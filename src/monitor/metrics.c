@@ -113,11 +113,10 @@ void ferry_metric_observe(ferry_metric_t *h, double v)
 
 int ferry_metrics_create(ferry_metrics_t **out)
 {
-    if (out == NULL)
-        return ferry__error(FERRY_EINVAL, "ferry_metrics_create: NULL out");
-    ferry_metrics_t *m = calloc(1, sizeof(*m));
+    int rc = 0;
+    ferry_metrics_t *m = ferry__obj_alloc(out, sizeof(*m), "ferry_metrics_create", &rc);
     if (m == NULL)
-        return ferry__error(FERRY_ENOMEM, "ferry_metrics_create: out of memory");
+        return rc;
     pthread_mutex_init(&m->lock, NULL);
     *out = m;
     return 0;

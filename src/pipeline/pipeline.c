@@ -297,19 +297,12 @@ static int init_state(ferry_pipeline_t *p, const ferry_pipeline_config_t *cfg)
 /* Start the completion and issuer threads. Returns 0 or FERRY_ENOMEM (message set). */
 static int start_threads(ferry_pipeline_t *p)
 {
-    int rc;
-    if (pthread_create(&p->completer, NULL, ferry__pipe_completion_main, p) != 0) {
-        rc = ferry__error(FERRY_ENOMEM, "pipeline: cannot start the completion thread");
-        return rc;
-    }
-    p->api.completer_started = true;
-    pthread_setname_np(p->completer, "ferry-complete");
-    if (pthread_create(&p->issuer, NULL, ferry__pipe_issuer_main, p) != 0) {
-        rc = ferry__error(FERRY_ENOMEM, "pipeline: cannot start the issuer thread");
-        return rc;
-    }
-    p->api.issuer_started = true;
-    pthread_setname_np(p->issuer, "ferry-issue");
+    if (ferry__thread_start(&p->completer, &p->api.completer_started, ferry__pipe_completion_main,
+                            p, "ferry-complete") != 0)
+        return ferry__error(FERRY_ENOMEM, "pipeline: cannot start the completion thread");
+    if (ferry__thread_start(&p->issuer, &p->api.issuer_started, ferry__pipe_issuer_main, p,
+                            "ferry-issue") != 0)
+        return ferry__error(FERRY_ENOMEM, "pipeline: cannot start the issuer thread");
     return 0;
 }
 

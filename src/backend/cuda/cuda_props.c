@@ -75,16 +75,10 @@ int ferry__cuda_props(struct ferry_be_device *dev, ferry_device_props_t *out)
 {
     const struct cudaDeviceProp *p = &dev->prop;
     ferry__be_props_begin(out, p->name, "cuda", dev->index, false);
-    out->cc_major = p->major;
-    out->cc_minor = p->minor;
-    out->sms = p->multiProcessorCount;
-    out->copy_engines = p->asyncEngineCount;
+    ferry__be_props_gpu(out, p->major, p->minor, p->multiProcessorCount, p->asyncEngineCount,
+                        ferry__cuda_max_resident_grids(p->major, p->minor), dev->prio_least,
+                        dev->prio_greatest, (uint64_t)p->totalGlobalMem, (uint64_t)p->l2CacheSize);
     out->concurrent_kernels = p->concurrentKernels != 0;
-    out->max_resident_grids = ferry__cuda_max_resident_grids(p->major, p->minor);
-    out->priority_least = dev->prio_least;
-    out->priority_greatest = dev->prio_greatest;
-    out->memory_bytes = (uint64_t)p->totalGlobalMem;
-    out->l2_bytes = (uint64_t)p->l2CacheSize;
     struct ferry_cuda_pcie link;
     ferry__cuda_nvml_link(dev, &link);
     out->pcie_gen = link.gen > 0 ? link.gen : 0;

@@ -256,16 +256,10 @@ static int sim_device_props(ferry_be_device_t *dev, ferry_device_props_t *out)
                                           "size not set (use FERRY_DEVICE_PROPS_INIT)");
     const struct ferry_sim_profile *p = &dev->prof;
     ferry__be_props_begin(out, p->name, "sim", dev->index, true);
-    out->cc_major = p->cc_major;
-    out->cc_minor = p->cc_minor;
-    out->sms = p->sms;
-    out->copy_engines = p->copy_engines;
+    ferry__be_props_gpu(out, p->cc_major, p->cc_minor, p->sms, p->copy_engines,
+                        p->max_resident_grids, p->priority_least, p->priority_greatest,
+                        p->memory_bytes, p->l2_bytes);
     out->concurrent_kernels = true;
-    out->max_resident_grids = p->max_resident_grids;
-    out->priority_least = p->priority_least;
-    out->priority_greatest = p->priority_greatest;
-    out->memory_bytes = p->memory_bytes;
-    out->l2_bytes = p->l2_bytes;
     out->pcie_gen = out->pcie_gen_max = p->pcie_gen;
     out->pcie_width = out->pcie_width_max = p->pcie_width;
     out->link_gbps = p->pcie_gbps;
@@ -499,14 +493,11 @@ static int sim_event_create(ferry_be_device_t *dev, unsigned flags, ferry_be_eve
         return ferry__error(FERRY_EINVAL, "sim: event_create: NULL device or out");
     if (flags & ~FERRY_BE_EVENT_TIMING)
         return ferry__error(FERRY_EINVAL, "sim: event_create: unknown flags 0x%x", flags);
-    struct ferry_be_event *e = calloc(1, sizeof(*e));
+    lock(dev);
+    struct ferry_be_event *e = ferry__sim_event_new(dev, (flags & FERRY_BE_EVENT_TIMING) != 0);
+    unlock(dev);
     if (e == NULL)
         return ferry__error(FERRY_ENOMEM, "sim: event_create: out of memory");
-    e->dev = dev;
-    e->timing = (flags & FERRY_BE_EVENT_TIMING) != 0;
-    lock(dev);
-    SIM_LIST_PUSH(dev->events, e, prev, next);
-    unlock(dev);
     *out = e;
     return 0;
 }
@@ -515,11 +506,9 @@ static void sim_event_destroy(ferry_be_event_t *e)
 {
     if (e == NULL)
         return;
-    struct ferry_be_device *dev = e->dev;
-    lock(dev);
-    ferry__sim_op_unref(dev, e->last);
-    SIM_LIST_UNLINK(dev->events, e, prev, next);
-    unlock(dev);
+    lock(e->dev);
+    ferry__sim_event_unlink(e);
+    unlock(e->dev);
     free(e);
 }
 

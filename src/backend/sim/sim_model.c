@@ -41,6 +41,25 @@ void ferry__sim_stream_free(struct ferry_be_stream *s)
     free(s);
 }
 
+struct ferry_be_event *ferry__sim_event_new(struct ferry_be_device *dev, bool timing)
+{
+    struct ferry_be_event *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return NULL;
+    e->dev = dev;
+    e->timing = timing;
+    SIM_LIST_PUSH(dev->events, e, prev, next);
+    return e;
+}
+
+void ferry__sim_event_unlink(struct ferry_be_event *e)
+{
+    struct ferry_be_device *dev = e->dev;
+    ferry__sim_op_unref(dev, e->last);
+    e->last = NULL;
+    SIM_LIST_UNLINK(dev->events, e, prev, next);
+}
+
 /* @op is complete at dev->now: the stream moves on, and the model drops its reference. */
 static void complete(struct ferry_be_device *dev, struct sim_op *op)
 {

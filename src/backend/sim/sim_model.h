@@ -210,6 +210,11 @@ int ferry__sim_alloc_fault(struct ferry_be_device *dev);
 int ferry__sim_abort(struct ferry_be_device *dev, const volatile uint64_t *word, uint64_t upto);
 
 void ferry__sim_stream_free(struct ferry_be_stream *s);
+/* A new event on @dev's list (@timing: created with FERRY_BE_EVENT_TIMING), NULL when out of
+ * memory; and its end: the reference on its latest record dropped and off the list, for the
+ * caller to free. Both under the device lock. */
+struct ferry_be_event *ferry__sim_event_new(struct ferry_be_device *dev, bool timing);
+void ferry__sim_event_unlink(struct ferry_be_event *e);
 
 /* The link's traffic in direction @dir over the last FERRY_LINK_WINDOW_NS (less early on):
  * the model's copies and an injected share fault, bytes per second. 0 with the window, or
