@@ -30,7 +30,8 @@ typedef struct run_bound {
 static void find_bound(const run_outcome_t *o, bool simulated, run_bound_t *b)
 {
     const ferry_pipeline_stats_t *s = o->s;
-    double el = (double)s->elapsed_ns / 1e9, wall = o->wall_s, bytes = (double)o->total;
+    /* the bytes that completed: a run stopped by a signal moved fewer than it planned */
+    double el = (double)s->elapsed_ns / 1e9, wall = o->wall_s, bytes = (double)o->t->done_bytes;
     *b = (run_bound_t){0};
     b->transport_gbps = el > 0 ? bytes / el / 1e9 : 0;
     b->e2e_gbps = wall > 0 ? bytes / wall / 1e9 : 0;
