@@ -219,7 +219,7 @@ typedef struct run_ctx {
     uint64_t *digests; /* of the pool's reference output (run.h) */
     size_t pool_bytes;
     bool pool_pinned;
-    pthread_t verifiers[8];
+    pthread_t verifiers[RUN_MAX_HELPERS];
     unsigned nver;
     int infd;
     bool stream_in;
@@ -371,7 +371,7 @@ static int prepare_buffers(run_ctx_t *c)
     if (!pinned_all && !c->ro.quiet)
         fprintf(stderr, "ferry run: could not pin all buffers (%s); those are staged\n",
                 ferry_last_error());
-    c->nver = run_verifiers_start(&c->st, c->verifiers, 8);
+    c->nver = run_verifiers_start(&c->st, c->verifiers, RUN_MAX_HELPERS);
     c->st.verifiers = c->nver;
     return CLI_OK;
 }

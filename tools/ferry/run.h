@@ -132,7 +132,9 @@ bool run_verify_batch(const run_state_t *st, const ring_entry_t *e, unsigned cha
 uint64_t run_now_ns(void);
 /* "full", "sample" or "off". */
 const char *run_verify_name(run_verify_t v);
-/* Threads for helpers (data generation, verification): the CPUs but two, at most 8. */
+/* Threads for helpers (data generation, verification): the CPUs but two, at most
+ * RUN_MAX_HELPERS. */
+#define RUN_MAX_HELPERS 16
 unsigned run_helper_threads(void);
 
 /* Print the run's summary, text or --json (ro->json). */

@@ -318,7 +318,7 @@ bool run_make_reference(uint64_t seed, const ferry_workload_t *wl, unsigned char
     size_t bpb = run_digest_blocks(batch);
     prep_job_t job = {seed, pool, batch, bpb, bytes / batch * bpb, 0, wl, digests, false};
     unsigned nt = run_helper_threads(), started = 0;
-    pthread_t th[8];
+    pthread_t th[RUN_MAX_HELPERS];
     while (started < nt && pthread_create(&th[started], NULL, prep_main, &job) == 0)
         started++;
     if (started == 0)
@@ -331,9 +331,10 @@ bool run_make_reference(uint64_t seed, const ferry_workload_t *wl, unsigned char
 unsigned run_helper_threads(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
-    /* Leave two CPUs to the pipeline's issuer and completion threads. Eight verifiers are
-     * enough: each reads a batch's output once at XXH3's speed (about 10 GB/s from memory),
-     * several times the share of a link's ~50 GB/s each one has to take. */
+    /* Leave two CPUs to the pipeline's issuer and completion threads. A verifier reads a
+     * batch's output once, at the rate one thread reads memory: on the H200's 16-CPU host 6.5
+     * GB/s, 37.2 with 8 threads and 57.6 with 16 (bench/results/2026-12-04-h200-2953628-host),
+     * so checking ~48 GB/s takes more than 8. */
     n = n > 3 ? n - 2 : 1;
-    return (unsigned)(n > 8 ? 8 : n);
+    return (unsigned)(n > RUN_MAX_HELPERS ? RUN_MAX_HELPERS : n);
 }
