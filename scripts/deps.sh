@@ -19,6 +19,8 @@ need=(
   "libmicrohttpd-dev:/usr/include/microhttpd.h"
   # files are read and written with io_uring (`ferry bench io`)
   "liburing-dev:/usr/include/liburing.h"
+  # `ferry run` checks its output against XXH3 digests of the reference
+  "libxxhash-dev:/usr/include/xxhash.h"
   "python3:/usr/bin/python3"
   # the metrics tests parse ferry's exposition with a real Prometheus parser, and scrape it
   "python3-prometheus-client:/usr/lib/python3/dist-packages/prometheus_client/__init__.py"

@@ -2,7 +2,7 @@
 # One call on the GPU machine: build ferry with CUDA, run every test (the GPU ones included),
 # the end-to-end runs and the benchmarks, write the results (with date, device, driver, commit
 # and command) to $OUT (or bench/results/), and print a short table last.
-# Needs .carry/ (scripts/carry-deps.sh) for cJSON, cmocka, libmicrohttpd, liburing and
+# Needs .carry/ (scripts/carry-deps.sh) for cJSON, cmocka, libmicrohttpd, liburing, libxxhash and
 # python3-prometheus-client: that machine has no apt.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -91,4 +91,38 @@ head -c 4099 /dev/urandom >"$TMP/tiny.bin"
 expect_rc "file, scale, 2-byte batches" 0 "$FERRY" run --workload scale --input "$TMP/tiny.bin" --output "$TMP/tiny.out" --batch-bytes 2
 if cmp -s "$TMP/tiny.bin" "$TMP/tiny.out"; then bad "2-byte batches came out untransformed"; else ok "2-byte batches transformed"; fi
 
+# --verify: full by default; sample checks 1 batch in 16 and the last; off checks nothing and
+# never claims it did; anything else is refused by name.
+expect_rc "--verify sample" 0 "$FERRY" run --bytes 40M --batch-bytes 1M --verify sample --json
+json_check "sample: 0, 16, 32 and the last (39) checked, not claimed verified" "$TMP/out" \
+  "j['ok'] and not j['verified'] and j['verify'] == 'sample' and j['verify_sample_every'] == 16 and j['batches_checked'] == 4 and j['verified_bytes'] == 4*2**20 and j['done_bytes'] == 40*2**20"
+expect_rc "--verify sample summary" 0 "$FERRY" run --bytes 40M --batch-bytes 1M --verify sample
+expect_in "sample summary says what it checked" "$TMP/out" "verify     OK, sampled (1 batch in 16 and the last): 4 batch(es), 4.00 MiB of 40.0 MiB, match"
+expect_rc "--verify off" 0 "$FERRY" run --bytes 16M --batch-bytes 4M --verify off
+expect_in "off summary says not verified" "$TMP/out" "verify     not verified (--verify off): 16.0 MiB done, nothing checked"
+expect_not_in "off summary claims nothing" "$TMP/out" "verify     OK"
+expect_rc "--verify off --json" 0 "$FERRY" run --bytes 16M --batch-bytes 4M --verify off --json
+json_check "off: ok, not verified, nothing checked" "$TMP/out" \
+  "j['ok'] and not j['verified'] and j['verify'] == 'off' and j['batches_checked'] == 0 and j['verified_bytes'] == 0 and j['done_bytes'] == 16*2**20"
+expect_rc "--verify full --json" 0 "$FERRY" run --bytes 16M --batch-bytes 4M --verify full --json
+json_check "full: every batch checked" "$TMP/out" "j['verified'] and j['verify'] == 'full' and j['batches_checked'] == 4 and j['verified_bytes'] == 16*2**20"
+for v in bogus FULL ""; do
+  expect_rc "--verify '$v' refused" 2 "$FERRY" run --bytes 16M --verify "$v"
+  expect_in "--verify '$v' named with the accepted list" "$TMP/err" "--verify '$v': accepted: full, sample, off"
+done
+expect_rc "--help says --verify" 0 "$FERRY" run --help
+expect_in "--help names the sample rate" "$TMP/out" "one batch in 16"
+
+# The rates and the bound: transport on the device's clock, end to end on the wall's; on the
+# simulator the wall is this CPU running the simulated device.
+expect_rc "rates --json" 0 "$FERRY" run --bytes 64M --json
+json_check "json: rates and bound" "$TMP/out" \
+  "abs(j['transport_gbps'] - j['bytes'] / j['time_s'] / 1e9) < 0.01 and abs(j['end_to_end_gbps'] - j['bytes'] / j['wall_s'] / 1e9) < 0.05 * j['end_to_end_gbps'] and j['bound'] in ('simulator', 'verification') and j['bound_why'] and j['verifiers'] >= 1 and 0 < j['verify_busy'] <= 1 and j['verify_wait'] >= 0 and j['read_share'] == 0"
+expect_rc "rates summary" 0 "$FERRY" run --bytes 64M
+expect_in "summary gives the rates" "$TMP/out" "rates      transport "
+expect_in "summary names the bound" "$TMP/out" "bound      "
+head -c 8M /dev/urandom >"$TMP/in8.bin"
+expect_rc "rates, a file" 0 "$FERRY" run --input "$TMP/in8.bin" --batch-bytes 1M --json
+json_check "a file: reading is measured" "$TMP/out" "j['read_share'] > 0 and j['bound'] in ('storage', 'verification', 'simulator')"
+
 finish

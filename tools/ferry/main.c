@@ -10,7 +10,7 @@
  * cli.man_completion checks these flags against each command's --help). */
 const cli_command_t cli_commands[] = {
     {"run", cmd_run, "stream data through a workload on the GPU or the simulated H200",
-     "--bytes --input --output --workload --intensity --batch-bytes --trace --report "
+     "--bytes --input --output --workload --intensity --batch-bytes --verify --trace --report "
      "--single-stream --json --quiet --help",
      NULL, true},
     {"probe", cmd_probe, "show backends, devices and their properties",

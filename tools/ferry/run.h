@@ -1,6 +1,7 @@
 /* `ferry run`'s shared state, between the command (cmd_run.c), its verifier (run_verify.c:
- * the generated data, its reference, and the threads that check every finished batch against
- * it) and its report (run_report.c: the summary, text or --json, and the --report page). */
+ * the generated data, the digests of its reference, and the threads that check every finished
+ * batch against them) and its report (run_report.c: the summary, text or --json, the rates and
+ * what bound the run, and the --report page). */
 #ifndef FERRY_CLI_RUN_H
 #define FERRY_CLI_RUN_H
 
@@ -10,9 +11,22 @@
 
 #include "cli.h"
 
+/* --verify: every batch checked, one in RUN_VERIFY_SAMPLE_EVERY (and the last), or none. */
+typedef enum run_verify { RUN_VERIFY_FULL, RUN_VERIFY_SAMPLE, RUN_VERIFY_OFF } run_verify_t;
+#define RUN_VERIFY_SAMPLE_EVERY 16
+
+/* The reference's digests are XXH3-64 of blocks of this size (a batch's last block may be
+ * shorter): a mismatch is narrowed to one block before the CPU reference of that block alone
+ * is made again to find the first bad byte. A multiple of 4 (whole floats). */
+#define RUN_DIGEST_BLOCK (4u << 20)
+
 typedef struct run_totals {
-    uint64_t ok_gpu, ok_cpu, failed, mismatched, verified_bytes;
+    uint64_t ok_gpu, ok_cpu, failed, mismatched;
+    uint64_t verified_bytes; /* checked against the reference and matched */
+    uint64_t done_bytes;     /* of batches that completed, checked or not */
+    uint64_t checked;        /* batches checked */
     uint64_t first_bad_offset;
+    uint64_t verify_ns; /* verifier threads' time checking (summed over the threads) */
     int io_error;
 } run_totals_t;
 
@@ -41,8 +55,18 @@ typedef struct run_state {
     uint64_t callbacks;
     /* what verification needs */
     ferry_workload_t *wl;
-    const unsigned char *ref; /* generated data: the reference output of the whole pool */
+    /* generated data: XXH3-64 of each RUN_DIGEST_BLOCK of each pool batch's reference output,
+     * blocks_per_batch of them per batch, in pool order (NULL: a file, checked against its
+     * CPU reference made batch by batch) */
+    const uint64_t *digests;
+    size_t blocks_per_batch;
     size_t batch_bytes;
+    run_verify_t verify;
+    uint64_t last_seq;  /* the last batch's number (UINT64_MAX: a stream, not known) */
+    unsigned verifiers; /* verifier threads running */
+    /* what held the run (run_report.c's bound): time the submitter waited for a free ring
+     * entry while finished batches queued for a verifier, and time it spent reading --input */
+    uint64_t verify_wait_ns, read_ns;
     int outfd;
     /* A stream output (stdout, a device) is written in batch order: the verifier that finds
      * the next batch ready writes it and those after it, one writer at a time. */
@@ -63,6 +87,8 @@ typedef struct run_opts {
     unsigned long long bytes;
     unsigned long long batch_bytes;
     const char *input, *output, *trace, *report;
+    const char *verify; /* --verify full|sample|off */
+    run_verify_t verify_mode;
     bool json, quiet, single_stream;
     bool bytes_set;               /* --bytes given: with --input, a limit */
     bool output_stream;           /* --output is stdout or a device, written in order */
@@ -80,6 +106,8 @@ typedef struct run_outcome {
     unsigned long long total, nbatches;
     double wall_s;
     bool ok;
+    const run_state_t *st; /* the verifiers' figures (run_report.c's bound) */
+    unsigned verifiers;
 } run_outcome_t;
 
 /* The pipeline's callback (a ferry thread, @arg a cb_ctx_t): hand the batch to the verifiers. */
@@ -88,11 +116,25 @@ void run_on_done(const ferry_batch_result_t *r, void *arg);
 unsigned run_verifiers_start(run_state_t *st, pthread_t *th, unsigned max);
 /* Let the verifiers finish what is queued, then join them (*n becomes 0). */
 void run_verifiers_stop(run_state_t *st, pthread_t *th, unsigned *n);
-/* Fill @pool (@bytes, a multiple of 4) with the data of @seed and @ref with its reference
- * output under @wl, in parallel. */
-void run_make_reference(uint64_t seed, const ferry_workload_t *wl, unsigned char *pool,
-                        unsigned char *ref, size_t bytes);
-/* Threads for helpers (data generation, verification): the CPUs but two, at most 8. */
+/* Fill @pool (@bytes, whole batches of @batch, a multiple of 4) with the data of @seed, and
+ * @digests (run_digest_count() of them) with the digests of its reference output under @wl,
+ * in parallel. Returns false when out of memory. */
+bool run_make_reference(uint64_t seed, const ferry_workload_t *wl, unsigned char *pool,
+                        size_t bytes, size_t batch, uint64_t *digests);
+/* Digest blocks per batch of @batch bytes. */
+size_t run_digest_blocks(size_t batch);
+/* Check one finished batch (@e) as @st says (--verify, the digests or the CPU reference) and
+ * add what happened to @t. @scratch holds st->batch_bytes. Returns whether it completed and
+ * matched (or was not to be checked). Used by the verifier threads; exposed for tests. */
+bool run_verify_batch(const run_state_t *st, const ring_entry_t *e, unsigned char *scratch,
+                      run_totals_t *t);
+/* CLOCK_MONOTONIC in ns. */
+uint64_t run_now_ns(void);
+/* "full", "sample" or "off". */
+const char *run_verify_name(run_verify_t v);
+/* Threads for helpers (data generation, verification): the CPUs but two, at most
+ * RUN_MAX_HELPERS. */
+#define RUN_MAX_HELPERS 16
 unsigned run_helper_threads(void);
 
 /* Print the run's summary, text or --json (ro->json). */

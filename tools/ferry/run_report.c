@@ -1,6 +1,6 @@
-/* `ferry run`'s report: the summary it prints (text, or one JSON object with --json) and the
- * HTML page of --report (report.c draws it): a timeline of the first chunks from the op trace,
- * engine utilisation, and the summary as a table. */
+/* `ferry run`'s report: the summary it prints (text, or one JSON object with --json), with the
+ * run's rates and what bound it, and the HTML page of --report (report.c draws it): a timeline
+ * of the first chunks from the op trace, engine utilisation, and the summary as a table. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,6 +8,72 @@
 #include "report.h"
 #include "run.h"
 #include "run_io.h"
+
+/* The run's two rates and what held it (docs/metrics.md, "What bounds a run"). */
+typedef struct run_bound {
+    double transport_gbps; /* the run's bytes over first H2D start to last D2H end (device) */
+    double e2e_gbps;       /* over the wall time from the first batch submitted (its input read
+                              or taken from the generated pool) to the last verified or written */
+    double verify_busy;    /* the verifiers' time checking over theirs in the run (0..1) */
+    double verify_wait;    /* share of the wall time submission waited on verification */
+    double read_share;     /* share of the wall time submission spent reading --input */
+    const char *bound;     /* link, kernel, verification, storage, host or simulator */
+    char why[200];
+} run_bound_t;
+
+/* The rule, first match wins: storage (reading --input took at least half of the run, and more
+ * than the verifiers' busy share); verification (the verifiers busy 90% of their time, or
+ * submission waited 10% of the run for them); simulator (the simulated device's work runs on
+ * this CPU: its wall time is not the device's); host (end to end under 90% of transport,
+ * neither reading nor verification to blame); kernel (compute busy 90% of the transport time
+ * and more than either copy engine); else link. */
+static void find_bound(const run_outcome_t *o, bool simulated, run_bound_t *b)
+{
+    const ferry_pipeline_stats_t *s = o->s;
+    /* the bytes that completed: a run stopped by a signal moved fewer than it planned */
+    double el = (double)s->elapsed_ns / 1e9, wall = o->wall_s, bytes = (double)o->t->done_bytes;
+    *b = (run_bound_t){0};
+    b->transport_gbps = el > 0 ? bytes / el / 1e9 : 0;
+    b->e2e_gbps = wall > 0 ? bytes / wall / 1e9 : 0;
+    if (wall > 0 && o->verifiers > 0)
+        b->verify_busy = (double)o->t->verify_ns / 1e9 / (o->verifiers * wall);
+    if (wall > 0 && o->st != NULL) {
+        b->verify_wait = (double)o->st->verify_wait_ns / 1e9 / wall;
+        b->read_share = (double)o->st->read_ns / 1e9 / wall;
+    }
+    double u_c = el > 0 ? (double)s->busy_compute_ns / 1e9 / el : 0;
+    double u_copy =
+        el > 0
+            ? (double)(s->busy_h2d_ns > s->busy_d2h_ns ? s->busy_h2d_ns : s->busy_d2h_ns) / 1e9 / el
+            : 0;
+    if (b->read_share >= 0.5 && b->read_share >= b->verify_busy) {
+        b->bound = "storage";
+        snprintf(b->why, sizeof(b->why), "reading --input took %.0f%% of the run",
+                 b->read_share * 100);
+    } else if (b->verify_busy >= 0.9 || b->verify_wait >= 0.1) {
+        b->bound = "verification";
+        snprintf(b->why, sizeof(b->why),
+                 "the %u verifier(s) were busy %.0f%% of the run; submission waited %.0f%% of it "
+                 "for them",
+                 o->verifiers, b->verify_busy * 100, b->verify_wait * 100);
+    } else if (simulated) {
+        b->bound = "simulator";
+        snprintf(b->why, sizeof(b->why),
+                 "the simulated device's copies and kernels run on this CPU: end to end is wall "
+                 "time, transport virtual");
+    } else if (b->e2e_gbps < 0.9 * b->transport_gbps) {
+        b->bound = "host";
+        snprintf(b->why, sizeof(b->why),
+                 "end to end %.0f%% of transport, and neither reading nor verification waited",
+                 b->e2e_gbps / b->transport_gbps * 100);
+    } else if (u_c >= 0.9 && u_c > u_copy) {
+        b->bound = "kernel";
+        snprintf(b->why, sizeof(b->why), "compute busy %.0f%% of the transport time", u_c * 100);
+    } else {
+        b->bound = "link";
+        snprintf(b->why, sizeof(b->why), "copies busy %.0f%% of the transport time", u_copy * 100);
+    }
+}
 
 /* The kind of a stream in --json ("all": --single-stream, every op on one stream). */
 static const char *stream_kind_key(char k)
@@ -45,11 +111,35 @@ static void json_health(json_t *j, const ferry_pipeline_stats_t *s)
     json_key_uint(j, "watchdog_stalls", s->watchdog_stalls);
 }
 
-static void print_json(const run_opts_t *ro, ferry_runtime_t *rt, const ferry_device_props_t *p,
-                       const ferry_pipeline_stats_t *s, const run_totals_t *t,
-                       unsigned long long total, unsigned long long nbatches,
-                       unsigned long long chunk, double wall_s, bool ok)
+/* --verify, its figures and the rates, in --json. */
+static void json_verify(json_t *j, const run_opts_t *ro, const run_totals_t *t,
+                        const run_bound_t *b, unsigned verifiers, bool ok)
 {
+    json_key_uint(j, "verified_bytes", t->verified_bytes);
+    json_key_bool(j, "verified", ok && ro->verify_mode == RUN_VERIFY_FULL);
+    json_key_str(j, "verify", run_verify_name(ro->verify_mode));
+    if (ro->verify_mode == RUN_VERIFY_SAMPLE)
+        json_key_uint(j, "verify_sample_every", RUN_VERIFY_SAMPLE_EVERY);
+    json_key_uint(j, "batches_checked", t->checked);
+    json_key_uint(j, "done_bytes", t->done_bytes);
+    json_key_uint(j, "verifiers", verifiers);
+    json_key_double(j, "verify_busy", b->verify_busy, 4);
+    json_key_double(j, "verify_wait", b->verify_wait, 4);
+    json_key_double(j, "read_share", b->read_share, 4);
+    json_key_double(j, "transport_gbps", b->transport_gbps, 3);
+    json_key_double(j, "end_to_end_gbps", b->e2e_gbps, 3);
+    json_key_str(j, "bound", b->bound);
+    json_key_str(j, "bound_why", b->why);
+}
+
+static void print_json(const run_opts_t *ro, ferry_runtime_t *rt, const ferry_device_props_t *p,
+                       const run_outcome_t *o, const run_bound_t *b, unsigned long long chunk)
+{
+    const ferry_pipeline_stats_t *s = o->s;
+    const run_totals_t *t = o->t;
+    unsigned long long total = o->total, nbatches = o->nbatches;
+    double wall_s = o->wall_s;
+    bool ok = o->ok;
     double el = (double)s->elapsed_ns / 1e9;
     json_t j;
     json_command_begin(&j, stdout, "run");
@@ -93,19 +183,46 @@ static void print_json(const run_opts_t *ro, ferry_runtime_t *rt, const ferry_de
     json_key_uint(&j, "batches_ok_cpu", t->ok_cpu);
     json_key_uint(&j, "batches_failed", t->failed);
     json_key_uint(&j, "batches_mismatched", t->mismatched);
-    json_key_uint(&j, "verified_bytes", t->verified_bytes);
-    json_key_bool(&j, "verified", ok);
+    json_verify(&j, ro, t, b, o->verifiers, ok);
     json_key_uint(&j, "failure_log_errors", s->failure_log_errors);
     json_key_bool(&j, "interrupted", ro->signal != 0);
     if (ro->signal) {
         json_key_str(&j, "signal", run_signal_name(ro->signal));
-        json_key_uint(&j, "bytes_done", t->verified_bytes);
+        json_key_uint(&j, "bytes_done", t->done_bytes);
     }
     if (ro->trace)
         json_key_str(&j, "trace", ro->trace);
     if (ro->report_done)
         json_key_str(&j, "report", ro->report);
     json_end(&j);
+}
+
+/* The summary's verify line: what --verify checked and what it found. */
+static void print_verify_line(const run_opts_t *ro, const run_totals_t *t)
+{
+    char b1[32], b2[32];
+    if (t->mismatched)
+        printf("  verify     FAILED: %llu batch(es) differ from the CPU reference, first at byte "
+               "%llu\n",
+               (unsigned long long)t->mismatched, (unsigned long long)t->first_bad_offset);
+    else if (t->failed)
+        printf("  verify     FAILED: %llu batch(es) did not complete\n",
+               (unsigned long long)t->failed);
+    else if (ro->verify_mode == RUN_VERIFY_OFF)
+        printf("  verify     not verified (--verify off): %s done, nothing checked\n",
+               cli_bytes(t->done_bytes, b1, sizeof(b1)));
+    else if (ro->verify_mode == RUN_VERIFY_SAMPLE)
+        printf("  verify     OK, sampled (1 batch in %u and the last): %llu batch(es), %s of %s, "
+               "match the CPU reference\n",
+               RUN_VERIFY_SAMPLE_EVERY, (unsigned long long)t->checked,
+               cli_bytes(t->verified_bytes, b1, sizeof(b1)),
+               cli_bytes(t->done_bytes, b2, sizeof(b2)));
+    else if (ro->signal)
+        printf("  verify     OK: the %s done match the CPU reference\n",
+               cli_bytes(t->verified_bytes, b1, sizeof(b1)));
+    else
+        printf("  verify     OK: all %s match the CPU reference\n",
+               cli_bytes(t->verified_bytes, b1, sizeof(b1)));
 }
 
 void run_print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t *dev,
@@ -115,15 +232,16 @@ void run_print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t
     const run_totals_t *t = o->t;
     unsigned long long total = o->total, nbatches = o->nbatches;
     double wall_s = o->wall_s;
-    bool ok = o->ok;
     ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
     ferry_device_props(dev, &p);
     double el = (double)s->elapsed_ns / 1e9;
     double u_h = el > 0 ? (double)s->busy_h2d_ns / 1e9 / el : 0;
     double u_c = el > 0 ? (double)s->busy_compute_ns / 1e9 / el : 0;
     double u_d = el > 0 ? (double)s->busy_d2h_ns / 1e9 / el : 0;
+    run_bound_t b;
+    find_bound(o, p.simulated, &b);
     if (ro->json) {
-        print_json(ro, rt, &p, s, t, total, nbatches, chunk, wall_s, ok);
+        print_json(ro, rt, &p, o, &b, chunk);
         return;
     }
     char b1[32], b2[32], b3[32];
@@ -142,6 +260,10 @@ void run_print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t
     printf("  D2H        %.1f GB/s%s", s->gbps_d2h, sim);
     if (p.link_gbps > 0)
         printf("   (link: %.0f GB/s per direction, theoretical)", p.link_gbps);
+    printf("\n  rates      transport %.1f GB/s%s (first H2D to last D2H), end to end %.1f GB/s "
+           "(wall)\n",
+           b.transport_gbps, sim, b.e2e_gbps);
+    printf("  bound      %s: %s", b.bound, b.why);
     printf("\n  overlap    %.2f  (engine busy time / elapsed: 1 = serial, 3 = all busy)\n",
            s->overlap);
     printf("  engines    H2D %.1f%%, compute %.1f%%, D2H %.1f%%", u_h * 100, u_c * 100, u_d * 100);
@@ -204,24 +326,13 @@ void run_print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t
                (unsigned long long)s->failure_log_errors,
                ro->opts ? ferry_options_get_str(ro->opts, "failure_log") : "the failure log");
     if (ro->signal)
-        printf("  stopped    by %s after %s of %s verified; %s\n", run_signal_name(ro->signal),
-               cli_bytes(t->verified_bytes, b1, sizeof(b1)), cli_bytes(total, b2, sizeof(b2)),
+        printf("  stopped    by %s after %s of %s %s; %s\n", run_signal_name(ro->signal),
+               cli_bytes(t->done_bytes, b1, sizeof(b1)), cli_bytes(total, b2, sizeof(b2)),
+               ro->verify_mode == RUN_VERIFY_FULL ? "verified" : "done",
                !ro->output         ? "nothing more was submitted"
                : ro->output_stream ? "the output stream ends there"
                                    : "--output was not written");
-    if (t->mismatched == 0 && t->failed == 0 && ro->signal)
-        printf("  verify     OK: the %s done match the CPU reference\n",
-               cli_bytes(t->verified_bytes, b1, sizeof(b1)));
-    else if (t->mismatched == 0 && t->failed == 0)
-        printf("  verify     OK: all %s match the CPU reference\n",
-               cli_bytes(t->verified_bytes, b1, sizeof(b1)));
-    else if (t->mismatched)
-        printf("  verify     FAILED: %llu batch(es) differ from the CPU reference, first at byte "
-               "%llu\n",
-               (unsigned long long)t->mismatched, (unsigned long long)t->first_bad_offset);
-    else
-        printf("  verify     FAILED: %llu batch(es) did not complete\n",
-               (unsigned long long)t->failed);
+    print_verify_line(ro, t);
     if (ro->trace)
         printf("  trace      %s (open in ui.perfetto.dev)\n", ro->trace);
     if (ro->report_done)
@@ -436,9 +547,22 @@ static void summary_section(report_t *r, const run_opts_t *ro, ferry_device_t *d
               (unsigned long long)s->ladder_steps_down, (unsigned long long)s->ladder_steps_up,
               s->ladder_level);
     report_kv(r, "bandwidth alerts", "%llu", (unsigned long long)s->bw_alerts);
+    run_bound_t b;
+    find_bound(o, p.simulated, &b);
+    report_kv(r, "rates", "transport %.2f GB/s%s, end to end %.2f GB/s (wall)", b.transport_gbps,
+              sim, b.e2e_gbps);
+    report_kv(r, "bound", "%s: %s", b.bound, b.why);
     if (t->mismatched)
         report_kv(r, "verify", "FAILED: %llu batch(es) differ, first at byte %llu",
                   (unsigned long long)t->mismatched, (unsigned long long)t->first_bad_offset);
+    else if (ro->verify_mode == RUN_VERIFY_OFF)
+        report_kv(r, "verify", "not verified (--verify off): %s done",
+                  cli_bytes(t->done_bytes, b1, sizeof(b1)));
+    else if (ro->verify_mode == RUN_VERIFY_SAMPLE)
+        report_kv(r, "verify", "%s, sampled (1 batch in %u and the last): %s of %s checked",
+                  o->ok ? "OK" : "FAILED", RUN_VERIFY_SAMPLE_EVERY,
+                  cli_bytes(t->verified_bytes, b1, sizeof(b1)),
+                  cli_bytes(o->total, b2, sizeof(b2)));
     else
         report_kv(r, "verify", "%s: %s of %s match the CPU reference", o->ok ? "OK" : "FAILED",
                   cli_bytes(t->verified_bytes, b1, sizeof(b1)),

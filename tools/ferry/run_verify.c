@@ -1,10 +1,13 @@
-/* `ferry run`'s verifier: the generated data and its reference output, and the threads that
- * compare every finished batch with it (and write it to --output, in order for a stream). A
- * batch that does not match is counted, and a stream output ends before it. */
+/* `ferry run`'s verifier: the generated data and the digests of its reference output, and the
+ * threads that check every finished batch (or a sample, or none: --verify) and write it to
+ * --output, in order for a stream. A batch that does not match is counted with its first bad
+ * byte, and a stream output ends before it. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "run.h"
 
@@ -69,10 +72,64 @@ void run_on_done(const ferry_batch_result_t *r, void *arg)
     pthread_mutex_unlock(&st->lock);
 }
 
-/* Compare one finished batch with the CPU reference (and write it out to a file); runs on
- * verifier threads, several at once, so that checking keeps up with a GPU. Returns whether
- * the batch completed and matched. */
-static bool verify_entry(run_state_t *st, ring_entry_t *e, unsigned char *scratch, run_totals_t *t)
+const char *run_verify_name(run_verify_t v)
+{
+    return v == RUN_VERIFY_OFF ? "off" : v == RUN_VERIFY_SAMPLE ? "sample" : "full";
+}
+
+size_t run_digest_blocks(size_t batch)
+{
+    return (batch + RUN_DIGEST_BLOCK - 1) / RUN_DIGEST_BLOCK;
+}
+
+uint64_t run_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Whether --verify checks batch @e: all, one in RUN_VERIFY_SAMPLE_EVERY and the last (a
+ * stream's last is the short one, where it ends short), or none. */
+static bool to_check(const run_state_t *st, const ring_entry_t *e)
+{
+    if (st->verify == RUN_VERIFY_OFF)
+        return false;
+    return st->verify == RUN_VERIFY_FULL || e->seq % RUN_VERIFY_SAMPLE_EVERY == 0 ||
+           e->seq == st->last_seq || e->bytes < st->batch_bytes;
+}
+
+/* Where @a and @b first differ, @n when they do not. */
+static size_t first_diff(const unsigned char *a, const unsigned char *b, size_t n)
+{
+    size_t k = 0;
+    while (k + 4096 <= n && memcmp(a + k, b + k, 4096) == 0)
+        k += 4096;
+    while (k < n && a[k] == b[k])
+        k++;
+    return k;
+}
+
+/* A batch of the pool against its digests: the output is read once, at XXH3's speed. A block
+ * whose digest differs has its reference made again on the CPU from its input, to say where
+ * the first bad byte is. Returns that byte's offset in the batch, or e->bytes. */
+static size_t check_digests(const run_state_t *st, const ring_entry_t *e, unsigned char *scratch)
+{
+    const uint64_t *d = st->digests + e->pool_off / st->batch_bytes * st->blocks_per_batch;
+    for (size_t off = 0; off < e->bytes; off += RUN_DIGEST_BLOCK, d++) {
+        size_t n = e->bytes - off < RUN_DIGEST_BLOCK ? e->bytes - off : RUN_DIGEST_BLOCK;
+        if (XXH3_64bits(e->out + off, n) == *d)
+            continue;
+        ferry_workload_reference(st->wl, e->in + off, scratch, n);
+        size_t k = first_diff(scratch, e->out + off, n);
+        if (k < n)
+            return off + k;
+    }
+    return e->bytes;
+}
+
+bool run_verify_batch(const run_state_t *st, const ring_entry_t *e, unsigned char *scratch,
+                      run_totals_t *t)
 {
     if (e->status != 0) {
         t->failed++;
@@ -82,26 +139,36 @@ static bool verify_entry(run_state_t *st, ring_entry_t *e, unsigned char *scratc
         t->ok_cpu++;
     else
         t->ok_gpu++;
-    const unsigned char *expect;
-    if (st->ref != NULL && e->bytes == st->batch_bytes && st->batch_bytes % 4 == 0) {
-        expect = st->ref + e->pool_off;
+    t->done_bytes += e->bytes;
+    if (!to_check(st, e))
+        return true;
+    size_t k;
+    if (st->digests != NULL && e->bytes == st->batch_bytes && st->batch_bytes % 4 == 0) {
+        k = check_digests(st, e, scratch);
     } else {
         /* File input; a short last batch; or batches of 1-3 bytes, each a part of a float that
-         * the float workloads transform on its own (workloads.h): not a slice of the pool's
-         * reference, which was made over whole floats. */
+         * the float workloads transform on its own (workloads.h): not a slice of the pool,
+         * whose digests were made over whole floats. */
         ferry_workload_reference(st->wl, e->in, scratch, e->bytes);
-        expect = scratch;
+        k = first_diff(scratch, e->out, e->bytes);
     }
-    bool match = memcmp(expect, e->out, e->bytes) == 0;
-    if (!match) {
-        size_t k = 0;
-        while (expect[k] == e->out[k])
-            k++;
+    t->checked++;
+    if (k < e->bytes) {
         t->first_bad_offset = e->offset + k;
         t->mismatched++;
-    } else {
-        t->verified_bytes += e->bytes;
+        return false;
     }
+    t->verified_bytes += e->bytes;
+    return true;
+}
+
+/* Check one finished batch and write it out to a file; runs on verifier threads, several at
+ * once, so that checking keeps up with a GPU. Returns whether it completed and matched. */
+static bool verify_entry(run_state_t *st, ring_entry_t *e, unsigned char *scratch, run_totals_t *t)
+{
+    uint64_t t0 = run_now_ns();
+    bool match = run_verify_batch(st, e, scratch, t);
+    t->verify_ns += run_now_ns() - t0;
     if (st->outfd >= 0 && !st->ordered && write_all(st->outfd, e->out, e->bytes, e->offset) != 0)
         t->io_error = errno ? errno : EIO;
     return match;
@@ -161,6 +228,9 @@ static void *verifier_main(void *arg)
         st->t.ok_cpu += t.ok_cpu;
         st->t.failed += t.failed;
         st->t.verified_bytes += t.verified_bytes;
+        st->t.done_bytes += t.done_bytes;
+        st->t.checked += t.checked;
+        st->t.verify_ns += t.verify_ns;
         if (t.mismatched) {
             if (st->t.mismatched == 0 || t.first_bad_offset < st->t.first_bad_offset)
                 st->t.first_bad_offset = t.first_bad_offset;
@@ -209,40 +279,62 @@ unsigned run_verifiers_start(run_state_t *st, pthread_t *th, unsigned max)
 
 typedef struct prep_job {
     uint64_t seed;
-    unsigned char *pool, *ref;
-    size_t begin, end; /* multiples of 4 */
+    unsigned char *pool;
+    size_t batch, bpb;  /* bytes per batch (a multiple of 4), digest blocks per batch */
+    size_t units, next; /* the pool's digest blocks, and the next one to make (shared) */
     const ferry_workload_t *wl;
+    uint64_t *digests;
+    bool nomem;
 } prep_job_t;
 
+/* A helper: take the pool's digest blocks one at a time, fill each with its data, and keep
+ * the digest of its reference (made in a block-sized buffer that stays in cache). */
 static void *prep_main(void *arg)
 {
     prep_job_t *j = arg;
-    gen_fill(j->seed, j->begin, j->pool + j->begin, j->end - j->begin);
-    ferry_workload_reference(j->wl, j->pool + j->begin, j->ref + j->begin, j->end - j->begin);
+    unsigned char *scratch = malloc(RUN_DIGEST_BLOCK);
+    if (scratch == NULL) {
+        __atomic_store_n(&j->nomem, true, __ATOMIC_RELAXED);
+        return NULL;
+    }
+    for (;;) {
+        size_t u = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+        if (u >= j->units)
+            break;
+        size_t in_batch = u % j->bpb * RUN_DIGEST_BLOCK;
+        size_t off = u / j->bpb * j->batch + in_batch;
+        size_t n = j->batch - in_batch < RUN_DIGEST_BLOCK ? j->batch - in_batch : RUN_DIGEST_BLOCK;
+        gen_fill(j->seed, off, j->pool + off, n);
+        ferry_workload_reference(j->wl, j->pool + off, scratch, n);
+        j->digests[u] = XXH3_64bits(scratch, n);
+    }
+    free(scratch);
     return NULL;
 }
 
-void run_make_reference(uint64_t seed, const ferry_workload_t *wl, unsigned char *pool,
-                        unsigned char *ref, size_t bytes)
+bool run_make_reference(uint64_t seed, const ferry_workload_t *wl, unsigned char *pool,
+                        size_t bytes, size_t batch, uint64_t *digests)
 {
-    unsigned nt = run_helper_threads();
-    pthread_t th[8];
-    prep_job_t jobs[8];
-    size_t step = (bytes / nt + 3) & ~(size_t)3;
-    for (unsigned i = 0; i < nt; i++) {
-        size_t b0 = i * step < bytes ? i * step : bytes;
-        size_t b1 = b0 + step < bytes ? b0 + step : bytes;
-        jobs[i] = (prep_job_t){seed, pool, ref, b0, b1, wl};
-        pthread_create(&th[i], NULL, prep_main, &jobs[i]);
-    }
-    for (unsigned i = 0; i < nt; i++)
+    size_t bpb = run_digest_blocks(batch);
+    prep_job_t job = {seed, pool, batch, bpb, bytes / batch * bpb, 0, wl, digests, false};
+    unsigned nt = run_helper_threads(), started = 0;
+    pthread_t th[RUN_MAX_HELPERS];
+    while (started < nt && pthread_create(&th[started], NULL, prep_main, &job) == 0)
+        started++;
+    if (started == 0)
+        prep_main(&job);
+    for (unsigned i = 0; i < started; i++)
         pthread_join(th[i], NULL);
+    return !job.nomem && job.next >= job.units;
 }
 
 unsigned run_helper_threads(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
-    /* leave two CPUs to the pipeline's issuer and completion threads */
+    /* Leave two CPUs to the pipeline's issuer and completion threads. A verifier reads a
+     * batch's output once, at the rate one thread reads memory: on the H200's 16-CPU host 6.5
+     * GB/s, 37.2 with 8 threads and 57.6 with 16 (bench/results/2026-12-04-h200-2953628-host),
+     * so checking ~48 GB/s takes more than 8. */
     n = n > 3 ? n - 2 : 1;
-    return (unsigned)(n > 8 ? 8 : n);
+    return (unsigned)(n > RUN_MAX_HELPERS ? RUN_MAX_HELPERS : n);
 }
