@@ -110,7 +110,8 @@ FERRY_EXTERN int ferry_file_open(const char *path, unsigned flags, const ferry_f
  *  buffered, as does the whole request when @p buf or @p offset is misaligned. A long request
  *  is cut into requests of cfg->request_bytes, at most cfg->depth in flight over the file;
  *  requests beyond that wait inside @p f and start as others finish (this call never blocks on
- *  the storage). A read that meets the end of the file completes with the bytes before it.
+ *  the storage). A read that meets the end of the file completes with the bytes before it (the
+ *  rest of @p buf, up to @p len, may have been written: O_DIRECT moves whole blocks).
  *  Returns 0, or FERRY_EINVAL (NULL @p f or @p buf, @p len 0, a file opened for writing, a
  *  misaligned request with FERRY_FILE_DIRECT_ONLY) or FERRY_ENOMEM; on error nothing was
  *  started and no completion will come for @p tag. Thread-safe: may be called from any threads

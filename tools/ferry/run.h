@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "cli.h"
+#include "ferry/io.h"
 
 typedef struct run_totals {
     uint64_t ok_gpu, ok_cpu, failed, mismatched, verified_bytes;
@@ -50,6 +51,10 @@ typedef struct run_state {
     uint64_t cut_seq;  /* the first batch that failed: the stream ends before it */
     uint64_t next_seq; /* the next batch to write */
     int signal;        /* SIGINT or SIGTERM taken: stop submitting */
+    /* A regular output file: written at each batch's offset through this sink; the entry is
+     * freed once its write completes (run_files.c) */
+    ferry_file_t *sink;
+    bool sink_stop, sink_started;
 } run_state_t;
 
 typedef struct cb_ctx {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "run.h"
+#include "run_files.h"
 
 /* Deterministic data: byte o of the stream is byte (o % 8) of word(o / 8), whatever the
  * chunking. Each 32-bit half is a float in +-[1, 2): no NaN or infinity, whose payloads the
@@ -102,8 +103,8 @@ static bool verify_entry(run_state_t *st, ring_entry_t *e, unsigned char *scratc
     } else {
         t->verified_bytes += e->bytes;
     }
-    if (st->outfd >= 0 && !st->ordered && write_all(st->outfd, e->out, e->bytes, e->offset) != 0)
-        t->io_error = errno ? errno : EIO;
+    if (st->sink != NULL) /* a regular file; a stream is written in order (write_in_order) */
+        t->io_error = run_sink_write(st, e); /* 0: the sink frees the entry once written */
     return match;
 }
 
@@ -176,6 +177,8 @@ static void *verifier_main(void *arg)
             write_in_order(st);
             continue;
         }
+        if (st->sink != NULL && scratch != NULL && st->ring[idx].status == 0 && !t.io_error)
+            continue; /* being written (verify_entry): freed by run_files.c */
         st->freeq[st->nfree++] = idx;
         pthread_cond_signal(&st->cv_free);
     }
