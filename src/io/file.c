@@ -90,6 +90,17 @@ static file_req_t *fifo_pop(req_fifo_t *q)
     return r;
 }
 
+int ferry__io_check_shape(const char *who, size_t request_bytes, unsigned depth)
+{
+    size_t rq = request_bytes;
+    if (rq != 0 && (rq < (4u << 20) || rq > (16u << 20) || rq % FERRY__IO_ALIGN != 0))
+        return ferry__error(
+            FERRY_EINVAL, "%s: request bytes %zu (accepted: 4M to 16M, a multiple of 4K)", who, rq);
+    if (depth != 0 && (depth < 8 || depth > 32))
+        return ferry__error(FERRY_EINVAL, "%s: depth %u (accepted: 8 to 32)", who, depth);
+    return 0;
+}
+
 static int check_config(const ferry_file_config_t *cfg, unsigned flags)
 {
     unsigned rw = flags & (FERRY_FILE_READ | FERRY_FILE_WRITE);
@@ -108,15 +119,9 @@ static int check_config(const ferry_file_config_t *cfg, unsigned flags)
                             "ferry_file_config_t: size %zu not set (use "
                             "FERRY_FILE_CONFIG_INIT)",
                             cfg->size);
-    size_t rq = cfg->request_bytes;
-    if (rq != 0 && (rq < (4u << 20) || rq > (16u << 20) || rq % FERRY__IO_ALIGN != 0))
-        return ferry__error(FERRY_EINVAL,
-                            "ferry_file_config_t: request_bytes %zu (accepted: 4M to 16M, a "
-                            "multiple of 4K)",
-                            rq);
-    if (cfg->depth != 0 && (cfg->depth < 8 || cfg->depth > 32))
-        return ferry__error(FERRY_EINVAL, "ferry_file_config_t: depth %u (accepted: 8 to 32)",
-                            cfg->depth);
+    int rc = ferry__io_check_shape("ferry_file_config_t", cfg->request_bytes, cfg->depth);
+    if (rc != 0)
+        return rc;
     if ((flags & FERRY_FILE_DIRECT_ONLY) && cfg->buffered)
         return ferry__error(FERRY_EINVAL, "ferry_file_open: FERRY_FILE_DIRECT_ONLY with a "
                                           "buffered config");
@@ -185,6 +190,16 @@ static int open_fds(ferry_file_t *f, bool buffered)
     return 0;
 }
 
+/* What ferry_file_open allocated, the descriptors and the ring already closed. */
+static void file_free(ferry_file_t *f)
+{
+    pthread_mutex_destroy(&f->lock);
+    free(f->pieces);
+    free(f->free_pieces);
+    free(f->path);
+    free(f);
+}
+
 int ferry_file_open(const char *path, unsigned flags, const ferry_file_config_t *cfg,
                     ferry_file_t **out)
 {
@@ -230,19 +245,15 @@ int ferry_file_open(const char *path, unsigned flags, const ferry_file_config_t 
     *out = f;
     return 0;
 out_fail:
+    if (is_write(f) && f->fd >= 0 && (flags & FERRY_FILE_EXCL))
+        unlink(path); /* made by this call */
     if (ring)
         io_uring_queue_exit(&f->ring);
     if (f->fd >= 0)
         close(f->fd);
     if (f->fd_direct >= 0)
         close(f->fd_direct);
-    if (is_write(f) && f->fd >= 0 && (flags & FERRY_FILE_EXCL))
-        unlink(path); /* made by this call */
-    pthread_mutex_destroy(&f->lock);
-    free(f->pieces);
-    free(f->free_pieces);
-    free(f->path);
-    free(f);
+    file_free(f);
     return rc;
 }
 
@@ -550,10 +561,6 @@ int ferry_file_close(ferry_file_t *f)
         close(f->fd_direct);
     if (close(f->fd) != 0)
         rc = ferry__error(FERRY_EIO, "close '%s': %s", f->path, strerror(errno));
-    pthread_mutex_destroy(&f->lock);
-    free(f->pieces);
-    free(f->free_pieces);
-    free(f->path);
-    free(f);
+    file_free(f);
     return rc;
 }

@@ -18,39 +18,6 @@
 
 #define MIB (1u << 20)
 
-static char dir[256];
-
-static int setup(void **state)
-{
-    (void)state;
-    snprintf(dir, sizeof(dir), "%s/ferry-file-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
-static unsigned char byte_at(uint64_t i)
-{
-    uint64_t x = (i + 7) * 0x9e3779b97f4a7c15ull;
-    return (unsigned char)(x >> 56);
-}
-
-static void make_file(const char *path, uint64_t n)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    for (uint64_t i = 0; i < n; i++)
-        assert_int_equal(fputc(byte_at(i), f), byte_at(i));
-    assert_int_equal(fclose(f), 0);
-}
-
 static unsigned char *aligned(size_t n)
 {
     void *m = NULL;
@@ -109,7 +76,7 @@ static void read_check(const char *path, uint64_t size)
         assert_int_equal(got[i], want);
         const unsigned char *at = buf[i] + (i == 1 ? 1 : 0);
         for (size_t k = 0; k < want; k++)
-            if (at[k] != byte_at(off[i] + k))
+            if (at[k] != test_file_byte(off[i] + k))
                 fail_msg("%s: byte %llu read as %u", path, (unsigned long long)(off[i] + k), at[k]);
         if (i == 2) /* never past the length asked for */
             assert_int_equal(at[len[i]], 0xee);
@@ -125,8 +92,8 @@ static void test_read(void **state)
     const uint64_t sizes[] = {13 * MIB + 4097 + 3, 8 * MIB, 4097, 1};
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         char path[300];
-        snprintf(path, sizeof(path), "%s/in%zu.bin", dir, k);
-        make_file(path, sizes[k]);
+        snprintf(path, sizeof(path), "%s/in%zu.bin", test_dir, k);
+        test_make_file(path, sizes[k]);
         read_check(path, sizes[k]);
     }
 }
@@ -140,7 +107,7 @@ static void write_check(const char *path, uint64_t size, bool buffered)
     assert_int_equal(ferry_file_open(path, FERRY_FILE_WRITE | FERRY_FILE_TRUNCATE, &cfg, &f), 0);
     unsigned char *src = aligned(size + 1);
     for (uint64_t i = 0; i < size; i++)
-        src[i] = byte_at(i);
+        src[i] = test_file_byte(i);
     /* the end first, then a misaligned middle from a misaligned buffer, then the start */
     uint64_t a = (size / 3) & ~4095ull, b = a + (size - a) / 2 + 1;
     unsigned char *mis = aligned(b - a + 1);
@@ -166,7 +133,7 @@ static void write_check(const char *path, uint64_t size, bool buffered)
     FILE *in = fopen(path, "rb");
     assert_non_null(in);
     for (uint64_t i = 0; i < size; i++)
-        if (fgetc(in) != byte_at(i))
+        if (fgetc(in) != test_file_byte(i))
             fail_msg("%s: byte %llu differs", path, (unsigned long long)i);
     fclose(in);
     free(src);
@@ -177,7 +144,7 @@ static void test_write(void **state)
 {
     (void)state;
     char path[300];
-    snprintf(path, sizeof(path), "%s/out.bin", dir);
+    snprintf(path, sizeof(path), "%s/out.bin", test_dir);
     write_check(path, 21 * MIB + 4095, false);
     write_check(path, 5 * MIB + 3, true);
     write_check(path, 9000, false);
@@ -200,8 +167,8 @@ static void test_misuse(void **state)
 {
     (void)state;
     char path[300], buf[16];
-    snprintf(path, sizeof(path), "%s/m.bin", dir);
-    make_file(path, 8192);
+    snprintf(path, sizeof(path), "%s/m.bin", test_dir);
+    test_make_file(path, 8192);
     ferry_file_t *f = NULL;
     ferry_file_completion_t c;
     assert_int_equal(ferry_file_open(NULL, FERRY_FILE_READ, NULL, &f), FERRY_EINVAL);
@@ -219,7 +186,7 @@ static void test_misuse(void **state)
     cfg.depth = 0;
     cfg.request_bytes = 5000000;
     assert_int_equal(ferry_file_open(path, FERRY_FILE_READ, &cfg, &f), FERRY_EINVAL);
-    assert_non_null(strstr(ferry_last_error(), "request_bytes"));
+    assert_non_null(strstr(ferry_last_error(), "request bytes"));
     cfg.request_bytes = 0;
     cfg.size = 0;
     assert_int_equal(ferry_file_open(path, FERRY_FILE_READ, &cfg, &f), FERRY_EINVAL);
@@ -227,7 +194,7 @@ static void test_misuse(void **state)
     assert_int_equal(ferry_file_open(path, FERRY_FILE_WRITE | FERRY_FILE_EXCL, NULL, &f),
                      FERRY_EINVAL);
     assert_non_null(strstr(ferry_last_error(), "exists"));
-    assert_int_equal(ferry_file_open(dir, FERRY_FILE_READ, NULL, &f), FERRY_EINVAL);
+    assert_int_equal(ferry_file_open(test_dir, FERRY_FILE_READ, NULL, &f), FERRY_EINVAL);
     assert_non_null(strstr(ferry_last_error(), "is a directory"));
 
     assert_int_equal(ferry_file_open(path, FERRY_FILE_READ, NULL, &f), 0);
@@ -252,7 +219,7 @@ static void test_misuse(void **state)
     assert_int_equal(ferry_file_wait(f, &c, -1), 0);
     assert_int_equal(c.tag, 42);
     assert_int_equal(c.bytes, sizeof(buf));
-    assert_int_equal((unsigned char)buf[0], byte_at(100));
+    assert_int_equal((unsigned char)buf[0], test_file_byte(100));
     assert_int_equal(ferry_file_close(f), 0);
     assert_int_equal(ferry_file_close(NULL), 0);
 
@@ -270,7 +237,7 @@ static void test_misuse(void **state)
     assert_int_equal(ferry_file_wait(f, &c, -1), 0);
     assert_int_equal(c.tag, 7);
     assert_int_equal(c.bytes, 8192);
-    assert_int_equal(ab[8191], byte_at(8191));
+    assert_int_equal(ab[8191], test_file_byte(8191));
     assert_true(ferry_file_is_direct(f));
     assert_int_equal(ferry_file_close(f), 0);
     free(ab);
@@ -284,5 +251,5 @@ int main(void)
         cmocka_unit_test(test_tmpfs),
         cmocka_unit_test(test_misuse),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_dir_setup, test_dir_teardown);
 }
