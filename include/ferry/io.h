@@ -113,7 +113,8 @@ FERRY_EXTERN int ferry_file_open(const char *path, unsigned flags, const ferry_f
  *  the storage). A read that meets the end of the file completes with the bytes before it (the
  *  rest of @p buf, up to @p len, may have been written: O_DIRECT moves whole blocks).
  *  Returns 0, or FERRY_EINVAL (NULL @p f or @p buf, @p len 0, a file opened for writing, a
- *  misaligned request with FERRY_FILE_DIRECT_ONLY) or FERRY_ENOMEM; on error nothing was
+ *  misaligned request with FERRY_FILE_DIRECT_ONLY), FERRY_ENOMEM or FERRY_EIO (io_uring
+ *  refused a submission before: @p f can only be waited on and closed); on error nothing was
  *  started and no completion will come for @p tag. Thread-safe: may be called from any threads
  *  at once, and while another thread waits in ferry_file_wait. */
 FERRY_EXTERN int ferry_file_read_async(ferry_file_t *f, void *buf, size_t len, uint64_t offset,
@@ -139,8 +140,8 @@ FERRY_EXTERN int ferry_file_wait(ferry_file_t *f, ferry_file_completion_t *out, 
  *  Returns 0, FERRY_EINVAL (NULL) or FERRY_EIO (the last error names the file). Thread-safe. */
 FERRY_EXTERN int ferry_file_sync(ferry_file_t *f);
 
-/** Whether every request of @p f so far went with O_DIRECT (false for NULL, before the first
- *  request of a file system that refused O_DIRECT, and once any went buffered). */
+/** Whether every request of @p f so far went with O_DIRECT (false for NULL, for a file system
+ *  that refused O_DIRECT, and once any went buffered). Thread-safe. */
 FERRY_EXTERN bool ferry_file_is_direct(const ferry_file_t *f);
 
 /** Close @p f and free it. Refused with FERRY_EBUSY, @p f left open, while a request's

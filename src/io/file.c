@@ -236,9 +236,7 @@ int ferry_file_open(const char *path, unsigned flags, const ferry_file_config_t 
     }
     ring = true;
     if (!(f->ring.features & IORING_FEAT_EXT_ARG)) {
-        rc = ferry__error(FERRY_ENOTSUP,
-                          "io_uring for '%s': the kernel lacks waits with a "
-                          "timeout (IORING_FEAT_EXT_ARG, Linux 5.11)",
+        rc = ferry__error(FERRY_ENOTSUP, "io_uring for '%s': no IORING_FEAT_EXT_ARG (Linux 5.11)",
                           path);
         goto out_fail;
     }
@@ -275,8 +273,8 @@ static void prep_piece(ferry_file_t *f, unsigned k)
     else
         io_uring_prep_read(sqe, fd, buf, len, off);
     io_uring_sqe_set_data64(sqe, k);
-    if (!p->direct)
-        f->all_direct = false;
+    if (!p->direct) /* read without the lock by ferry_file_is_direct */
+        __atomic_store_n(&f->all_direct, false, __ATOMIC_RELAXED);
 }
 
 /* Cut the next piece of @r into a free slot. Under f->lock. */
@@ -513,10 +511,8 @@ int ferry_file_wait(ferry_file_t *f, ferry_file_completion_t *out, int timeout_m
             w = left ? io_uring_wait_cqe_timeout(&f->ring, &cqe, &ts)
                      : io_uring_peek_cqe(&f->ring, &cqe);
             if (w == -ETIME || w == -EAGAIN)
-                return ferry__error(FERRY_ETIMEDOUT,
-                                    "ferry_file_wait '%s': none finished in "
-                                    "%d ms",
-                                    f->path, timeout_ms);
+                return ferry__error(FERRY_ETIMEDOUT, "ferry_file_wait '%s': none in %d ms", f->path,
+                                    timeout_ms);
         }
         if (w < 0 && w != -EINTR)
             return ferry__error(FERRY_EIO, "io_uring wait for '%s': %s", f->path, strerror(-w));
@@ -540,7 +536,7 @@ int ferry_file_sync(ferry_file_t *f)
 
 bool ferry_file_is_direct(const ferry_file_t *f)
 {
-    return f != NULL && f->all_direct;
+    return f != NULL && __atomic_load_n(&f->all_direct, __ATOMIC_RELAXED);
 }
 
 int ferry_file_close(ferry_file_t *f)
