@@ -2,7 +2,8 @@
  * on the GPU or the simulated H200, checks every output byte against the CPU reference
  * (run_verify.c), and prints a summary (text or --json): time, GB/s each way, overlap, engine
  * utilisation, batches; --report draws it as an HTML page (run_report.c). This file holds the
- * command line and the run: files, pipeline, buffers, submission. */
+ * command line and the run: files, pipeline, buffers, submission (of a regular --input file:
+ * run_files.c, reads ahead in flight). */
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
