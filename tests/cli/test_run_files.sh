@@ -2,7 +2,8 @@
 # `ferry run` with regular files through the asynchronous source and sink (run_files.c): the
 # output is the input byte for byte (copy) for sizes that are not multiples of the batch, the
 # request or 4 KiB, an empty and a 1-byte file, on the disk and in tmpfs (/dev/shm), with
-# --bytes as a limit; scale's output matches a stream run's (the same bytes by another path).
+# --bytes as a limit; a file into stdout and stdin into a file; scale's output matches a stream
+# run's (the same bytes by another path).
 . "$(dirname "$0")/lib.sh"
 
 # copy_check NAME IN OUT ARGS...: copy IN to OUT and compare
@@ -51,6 +52,12 @@ fi
 expect_rc "scale, file to file" 0 "$FERRY" run --workload scale --input "$TMP/in3145733.bin" --output "$TMP/s1.bin" --batch-bytes 1M
 expect_rc "scale, stream to stream" 0 sh -c '"$0" run --workload scale --input - --output - --batch-bytes 1M <"$1" >"$2"' "$FERRY" "$TMP/in3145733.bin" "$TMP/s2.bin"
 if cmp -s "$TMP/s1.bin" "$TMP/s2.bin"; then ok "scale: file and stream outputs identical"; else bad "scale: outputs differ"; fi
+
+# a file read ahead into a stream written in order, and a stream into a file written at offsets
+expect_rc "file to stdout" 0 sh -c '"$0" run --workload copy --input "$1" --output - --batch-bytes 1M --quiet >"$2"' "$FERRY" "$TMP/big.bin" "$TMP/m1.bin"
+if cmp -s "$TMP/big.bin" "$TMP/m1.bin"; then ok "file to stdout: identical"; else bad "file to stdout: differs"; fi
+expect_rc "stdin to file" 0 sh -c '"$0" run --workload copy --input - --output "$2" --batch-bytes 1M --quiet <"$1"' "$FERRY" "$TMP/big.bin" "$TMP/m2.bin"
+if cmp -s "$TMP/big.bin" "$TMP/m2.bin"; then ok "stdin to file: identical"; else bad "stdin to file: differs"; fi
 
 # a missing input: named, with the errno text
 expect_rc "missing input" 1 "$FERRY" run --workload copy --input "$TMP/none.bin" --output "$TMP/o3.bin"
