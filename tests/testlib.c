@@ -314,3 +314,36 @@ void test_bufs_free(test_bufs_t *b)
     free(b->out);
     free(b->ref);
 }
+
+char test_dir[256];
+
+int test_dir_setup(void **state)
+{
+    (void)state;
+    snprintf(test_dir, sizeof(test_dir), "%s/ferry-test-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    return mkdtemp(test_dir) ? 0 : -1;
+}
+
+int test_dir_teardown(void **state)
+{
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", test_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+unsigned char test_file_byte(uint64_t i)
+{
+    uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull;
+    return (unsigned char)(x >> 56);
+}
+
+void test_make_file(const char *path, uint64_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    for (uint64_t i = 0; i < n; i++)
+        assert_int_equal(fputc(test_file_byte(i), f), test_file_byte(i));
+    assert_int_equal(fclose(f), 0);
+}

@@ -123,4 +123,13 @@ void test_submit_split(ferry_pipeline_t *p, const void *in, void *out, size_t to
 void test_submit_one(ferry_pipeline_t *p, const void *in, void *out, size_t bytes, ferry_done_fn cb,
                      void *arg);
 
+/* Files for the I/O tests: test_dir is a fresh directory under $TMPDIR (or /tmp) made by
+ * test_dir_setup and removed with what it holds by test_dir_teardown (cmocka group fixtures);
+ * test_file_byte(i) is byte i of the files test_make_file writes (@n bytes at @path). */
+extern char test_dir[256];
+int test_dir_setup(void **state);
+int test_dir_teardown(void **state);
+unsigned char test_file_byte(uint64_t i);
+void test_make_file(const char *path, uint64_t n);
+
 #endif

@@ -43,15 +43,9 @@ static int check(const ferry_io_bench_config_t *cfg, const ferry_io_bench_result
                                           "(use the INIT macros)");
     if (cfg->path == NULL || cfg->path[0] == '\0')
         return ferry__error(FERRY_EINVAL, "ferry_io_bench: no file (path NULL or empty)");
-    size_t rq = cfg->request_bytes;
-    if (rq != 0 && (rq < (4u << 20) || rq > (16u << 20) || rq % FERRY__IO_ALIGN != 0))
-        return ferry__error(FERRY_EINVAL,
-                            "ferry_io_bench: request bytes %zu (accepted: 4M to 16M, a "
-                            "multiple of 4K)",
-                            rq);
-    if (cfg->depth != 0 && (cfg->depth < 8 || cfg->depth > 32))
-        return ferry__error(FERRY_EINVAL, "ferry_io_bench: depth %u (accepted: 8 to 32)",
-                            cfg->depth);
+    int rc = ferry__io_check_shape("ferry_io_bench", cfg->request_bytes, cfg->depth);
+    if (rc != 0)
+        return rc;
     if (cfg->write && (cfg->bytes == 0 || cfg->bytes > (1ull << 50)))
         return ferry__error(FERRY_EINVAL, "ferry_io_bench: write of %llu bytes (accepted: 1 to 1P)",
                             (unsigned long long)cfg->bytes);

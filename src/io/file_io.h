@@ -1,8 +1,8 @@
-/* Sequential file streams through io_uring: many requests of one size in flight over a ring of
- * aligned buffers, O_DIRECT where the file system takes it and buffered I/O where it refuses it
- * (on open or on a request), short transfers resubmitted, errors with the file name and errno
- * text in the last error. Reads hand each request's bytes to a callback in file order; writes
- * ask a callback to fill each request's buffer. Used by ferry_io_bench (bench_io.c). */
+/* Sequential file streams on ferry_file_t (file.c): many requests of one size in flight over a
+ * ring of aligned buffers, O_DIRECT where the file system takes it and buffered I/O where it
+ * refuses it, errors with the file name and errno text in the last error. Reads hand each
+ * request's bytes to a callback in file order; writes ask a callback to fill each request's
+ * buffer. Used by ferry_io_bench (bench_io.c). */
 #ifndef FERRY_IO_FILE_IO_H
 #define FERRY_IO_FILE_IO_H
 
@@ -37,5 +37,9 @@ typedef struct ferry__io_stats {
  * force), FERRY_EIO (open, read, write or sync failed; the file shrank), FERRY_ENOMEM, or the
  * callback's code; the last error names the file and the errno text. */
 int ferry__io_stream(const ferry__io_spec_t *s, ferry__io_stats_t *out);
+
+/* Request bytes (0, or 4M .. 16M, a multiple of 4K) and depth (0, or 8 .. 32) in range, else
+ * FERRY_EINVAL with @who, the value and the accepted range in the last error (file.c). */
+int ferry__io_check_shape(const char *who, size_t request_bytes, unsigned depth);
 
 #endif

@@ -16,39 +16,6 @@
 
 #define MIB (1u << 20)
 
-static char dir[256];
-
-static int setup(void **state)
-{
-    (void)state;
-    snprintf(dir, sizeof(dir), "%s/ferry-io-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
-static unsigned char byte_at(uint64_t i)
-{
-    uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull;
-    return (unsigned char)(x >> 56);
-}
-
-/* A file of @n bytes, byte i being byte_at(i). */
-static void make_file(const char *path, uint64_t n)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    for (uint64_t i = 0; i < n; i++)
-        assert_int_equal(fputc(byte_at(i), f), byte_at(i));
-    assert_int_equal(fclose(f), 0);
-}
-
 typedef struct seen {
     uint64_t next; /* the offset the next piece must start at */
     unsigned calls;
@@ -66,7 +33,7 @@ static int check_piece(void *arg, uint64_t offset, const void *data, size_t len)
         s->bad = true;
     for (size_t i = 0; i < len && !s->bad; i++) {
         uint64_t at = offset + i, w = at & ~7ull;
-        unsigned char want = s->pattern ? (unsigned char)(w >> (8 * (at - w))) : byte_at(at);
+        unsigned char want = s->pattern ? (unsigned char)(w >> (8 * (at - w))) : test_file_byte(at);
         if (p[i] != want)
             s->bad = true;
     }
@@ -94,8 +61,8 @@ static void test_read_sizes(void **state)
     const uint64_t sizes[] = {9 * MIB + 4097 + 3, 8 * MIB, 4095, 1};
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         char path[300];
-        snprintf(path, sizeof(path), "%s/in%zu.bin", dir, k);
-        make_file(path, sizes[k]);
+        snprintf(path, sizeof(path), "%s/in%zu.bin", test_dir, k);
+        test_make_file(path, sizes[k]);
         seen_t s = {0};
         ferry_io_bench_result_t r = FERRY_IO_BENCH_RESULT_INIT;
         assert_int_equal(read_file(path, 0, 4 * MIB, &s, &r), 0);
@@ -113,8 +80,8 @@ static void test_read_limit_and_empty(void **state)
 {
     (void)state;
     char path[300];
-    snprintf(path, sizeof(path), "%s/limit.bin", dir);
-    make_file(path, 9 * MIB);
+    snprintf(path, sizeof(path), "%s/limit.bin", test_dir);
+    test_make_file(path, 9 * MIB);
     seen_t s = {0};
     ferry_io_bench_result_t r = FERRY_IO_BENCH_RESULT_INIT;
     assert_int_equal(read_file(path, 5 * MIB + 7, 0, &s, &r), 0); /* 8M default requests */
@@ -123,8 +90,8 @@ static void test_read_limit_and_empty(void **state)
     assert_int_equal(r.bytes, 5 * MIB + 7);
     assert_int_equal(r.request_bytes, 8 * MIB);
 
-    snprintf(path, sizeof(path), "%s/empty.bin", dir);
-    make_file(path, 0);
+    snprintf(path, sizeof(path), "%s/empty.bin", test_dir);
+    test_make_file(path, 0);
     s = (seen_t){0};
     assert_int_equal(read_file(path, 0, 0, &s, &r), 0);
     assert_int_equal(s.calls, 0);
@@ -136,8 +103,8 @@ static void test_callback_stops(void **state)
 {
     (void)state;
     char path[300];
-    snprintf(path, sizeof(path), "%s/stop.bin", dir);
-    make_file(path, 13 * MIB);
+    snprintf(path, sizeof(path), "%s/stop.bin", test_dir);
+    test_make_file(path, 13 * MIB);
     seen_t s = {.stop_at = 2};
     ferry_io_bench_result_t r = FERRY_IO_BENCH_RESULT_INIT;
     assert_int_equal(read_file(path, 0, 4 * MIB, &s, &r), FERRY_ECANCELED);
@@ -158,10 +125,10 @@ static void test_refusals(void **state)
 {
     (void)state;
     char path[300];
-    snprintf(path, sizeof(path), "%s/missing.bin", dir);
+    snprintf(path, sizeof(path), "%s/missing.bin", test_dir);
     expect_refused(path, FERRY_EIO, "No such file or directory");
-    expect_refused(dir, FERRY_EINVAL, "is a directory");
-    snprintf(path, sizeof(path), "%s/fifo", dir);
+    expect_refused(test_dir, FERRY_EINVAL, "is a directory");
+    snprintf(path, sizeof(path), "%s/fifo", test_dir);
     assert_int_equal(mkfifo(path, 0600), 0);
     expect_refused(path, FERRY_EINVAL, "is a FIFO"); /* would block forever if opened plainly */
 }
@@ -170,7 +137,7 @@ static void test_write(void **state)
 {
     (void)state;
     char path[300];
-    snprintf(path, sizeof(path), "%s/out.bin", dir);
+    snprintf(path, sizeof(path), "%s/out.bin", test_dir);
     ferry_io_bench_config_t c = FERRY_IO_BENCH_CONFIG_INIT;
     ferry_io_bench_result_t r = FERRY_IO_BENCH_RESULT_INIT;
     c.path = path;
@@ -199,7 +166,7 @@ static void test_write(void **state)
     assert_int_equal(stat(path, &sb), 0);
     assert_int_equal(sb.st_size, 4096);
     /* force replaces regular files only */
-    c.path = dir;
+    c.path = test_dir;
     assert_int_equal(ferry_io_bench(&c, &r), FERRY_EINVAL);
     assert_non_null(strstr(ferry_last_error(), "is a directory"));
 }
@@ -219,7 +186,7 @@ static void test_tmpfs(void **state)
         close(fd);
         unlink(path);
     }
-    make_file(path, 5 * MIB + 11);
+    test_make_file(path, 5 * MIB + 11);
     seen_t s = {0};
     ferry_io_bench_result_t r = FERRY_IO_BENCH_RESULT_INIT;
     int rc = read_file(path, 0, 4 * MIB, &s, &r);
@@ -242,7 +209,7 @@ static void test_bad_values(void **state)
     assert_non_null(strstr(ferry_last_error(), "no file"));
     c.path = "";
     assert_int_equal(ferry_io_bench(&c, &r), FERRY_EINVAL);
-    c.path = dir;
+    c.path = test_dir;
     const size_t bad_rq[] = {MIB, 4 * MIB - 4096, 4 * MIB + 1, 16 * MIB + 4096};
     for (size_t i = 0; i < sizeof(bad_rq) / sizeof(bad_rq[0]); i++) {
         c.request_bytes = bad_rq[i];
@@ -273,5 +240,5 @@ int main(void)
         cmocka_unit_test(test_write),          cmocka_unit_test(test_tmpfs),
         cmocka_unit_test(test_bad_values),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_dir_setup, test_dir_teardown);
 }

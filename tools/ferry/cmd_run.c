@@ -2,7 +2,8 @@
  * on the GPU or the simulated H200, checks every output byte against the CPU reference
  * (run_verify.c; --verify), and prints a summary (text or --json): time, GB/s each way, overlap,
  * engine utilisation, batches; --report draws it as an HTML page (run_report.c). This file holds
- * the command line and the run: files, pipeline, buffers, submission. */
+ * the command line and the run: files, pipeline, buffers, submission (of a regular --input file:
+ * run_files.c, reads ahead in flight). */
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
@@ -18,25 +19,10 @@
 #include "progress.h"
 #include "report.h"
 #include "run.h"
+#include "run_files.h"
 #include "run_io.h"
 
 static const char run_cmd[] = "run";
-
-static ssize_t read_full(int fd, void *buf, size_t n, uint64_t off)
-{
-    size_t got = 0;
-    while (got < n) {
-        ssize_t k = pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return -1;
-        if (k == 0)
-            break;
-        got += (size_t)k;
-    }
-    return (ssize_t)got;
-}
 
 /* A stream (stdin, a device): read up to @n bytes, fewer only at the end of the stream.
  * Returns the bytes read, -1 on an error, -2 when a signal stopped the run while it waited. */
@@ -221,6 +207,8 @@ typedef struct run_ctx {
     bool pool_pinned;
     pthread_t verifiers[RUN_MAX_HELPERS];
     unsigned nver;
+    ferry_file_t *src; /* a regular --input file */
+    pthread_t sink_thread;
     int infd;
     bool stream_in;
     run_file_t in, out;
@@ -244,6 +232,8 @@ static int open_io(run_ctx_t *c)
             return rc;
         c->infd = c->in.fd;
         c->stream_in = c->in.stream;
+        if (!c->stream_in && ferry_file_open(c->ro.input, FERRY_FILE_READ, NULL, &c->src) != 0)
+            return cli_fail(run_cmd, "cannot read --input %s: %s", c->ro.input, ferry_last_error());
         /* --bytes is a limit on what is read; a stream without it is read to its end */
         if (!c->stream_in && (!c->ro.bytes_set || (unsigned long long)c->in.sb.st_size < c->total))
             c->total = (unsigned long long)c->in.sb.st_size;
@@ -256,6 +246,9 @@ static int open_io(run_ctx_t *c)
             return rc;
         c->st.outfd = c->out.fd;
         c->st.ordered = c->ro.output_stream = c->out.stream;
+        if (!c->out.stream && ferry_file_open(c->out.tmp, FERRY_FILE_WRITE, NULL, &c->st.sink) != 0)
+            return cli_fail(run_cmd, "cannot write --output %s: %s", c->ro.output,
+                            ferry_last_error());
         /* a reader that went away is a write error (EPIPE) to report, not a silent death */
         if (c->out.stream)
             signal(SIGPIPE, SIG_IGN);
@@ -302,6 +295,9 @@ static bool alloc_ring(run_ctx_t *c)
     ferry_pipeline_stats(c->pl, &plan);
     /* Enough entries that the queue and every slot can be full while others are verified. */
     st->nring = (size_t)plan.queue_depth + plan.depth + 2 + run_helper_threads();
+    /* and the reads ahead, the writes behind, of regular files */
+    st->nring +=
+        (c->src ? run_files_ring_extra(c->bb) : 0) + (st->sink ? run_files_ring_extra(c->bb) : 0);
     if (st->nring > c->nbatches)
         st->nring = c->nbatches ? c->nbatches : 1;
     st->ring = calloc(st->nring, sizeof(*st->ring));
@@ -373,10 +369,11 @@ static int prepare_buffers(run_ctx_t *c)
                 ferry_last_error());
     c->nver = run_verifiers_start(&c->st, c->verifiers, RUN_MAX_HELPERS);
     c->st.verifiers = c->nver;
-    return CLI_OK;
+    return c->st.sink ? run_sink_start(run_cmd, &c->st, &c->sink_thread) : CLI_OK;
 }
 
-/* Fill ring entry @re with batch @i: read from --input, or point into the generated pool.
+/* Fill ring entry @re with batch @i: read from a stream --input, or point into the generated
+ * pool (a regular --input file: run_feed_file).
  * Returns 1 filled, 0 the input stream ended (or a signal came), -1 a read error (printed). */
 static int fill_batch(run_ctx_t *c, ring_entry_t *re, unsigned long long i)
 {
@@ -393,13 +390,6 @@ static int fill_batch(run_ctx_t *c, ring_entry_t *re, unsigned long long i)
         if (got <= 0) /* the stream's end, or a signal */
             return 0;
         re->bytes = (size_t)got;
-    } else if (c->infd >= 0) {
-        ssize_t got = read_full(c->infd, re->in, re->bytes, re->offset);
-        if (got != (ssize_t)re->bytes) {
-            cli_fail(run_cmd, "reading --input %s at %llu: %s", c->ro.input,
-                     (unsigned long long)re->offset, got < 0 ? strerror(errno) : "file shrank");
-            return -1;
-        }
     } else {
         re->pool_off = (size_t)(i % (c->pool_bytes / c->bb)) * c->bb;
         re->in = c->pool + re->pool_off;
@@ -509,9 +499,26 @@ static int run_batches(run_ctx_t *c)
     clock_gettime(CLOCK_MONOTONIC, &ts0);
     cli_progress_t bar;
     cli_progress_begin(&bar, "ferry run", c->total == ULLONG_MAX ? 0 : c->total, true, c->ro.quiet);
-    bool submitted_all = submit_batches(c, &bar);
+    bool submitted_all;
+    if (c->src != NULL) {
+        run_feed_t fd = {.st = &c->st,
+                         .src = c->src,
+                         .pl = c->pl,
+                         .cbs = c->cbs,
+                         .cmd = run_cmd,
+                         .name = c->ro.input,
+                         .total = c->total,
+                         .nbatches = c->nbatches,
+                         .bb = c->bb};
+        submitted_all = run_feed_file(&fd, &bar);
+        c->nbatches = fd.nsub;
+        c->submitted = fd.nbytes;
+    } else {
+        submitted_all = submit_batches(c, &bar);
+    }
     ferry_pipeline_drain(c->pl);
     run_verifiers_stop(&c->st, c->verifiers, &c->nver);
+    run_sink_stop(&c->st, &c->sink_thread);
     run_signals_finish(c->sg);
     c->ro.signal = run_signals_caught(c->sg);
     if (c->stream_in && (!c->ro.signal || c->total == ULLONG_MAX))
@@ -535,6 +542,8 @@ static void run_cleanup(run_ctx_t *c)
         ferry_pipeline_drain(c->pl);
         ferry_pipeline_close(c->pl);
     }
+    run_sink_stop(st, &c->sink_thread);
+    ferry_file_close(c->src); /* no read in flight: run_feed_file waited for them */
     for (size_t i = 0; st->ring && i < st->nring; i++) {
         if (c->dev && st->ring[i].out)
             ferry_host_unregister(c->dev, st->ring[i].out);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "cli.h"
+#include "ferry/io.h"
 
 /* --verify: every batch checked, one in RUN_VERIFY_SAMPLE_EVERY (and the last), or none. */
 typedef enum run_verify { RUN_VERIFY_FULL, RUN_VERIFY_SAMPLE, RUN_VERIFY_OFF } run_verify_t;
@@ -74,6 +75,10 @@ typedef struct run_state {
     uint64_t cut_seq;  /* the first batch that failed: the stream ends before it */
     uint64_t next_seq; /* the next batch to write */
     int signal;        /* SIGINT or SIGTERM taken: stop submitting */
+    /* A regular output file: written at each batch's offset through this sink; the entry is
+     * freed once its write completes (run_files.c) */
+    ferry_file_t *sink;
+    bool sink_stop, sink_started;
 } run_state_t;
 
 typedef struct cb_ctx {

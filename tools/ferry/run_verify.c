@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include "run.h"
+#include "run_files.h"
 
 /* Deterministic data: byte o of the stream is byte (o % 8) of word(o / 8), whatever the
  * chunking. Each 32-bit half is a float in +-[1, 2): no NaN or infinity, whose payloads the
@@ -162,15 +163,18 @@ bool run_verify_batch(const run_state_t *st, const ring_entry_t *e, unsigned cha
     return true;
 }
 
-/* Check one finished batch and write it out to a file; runs on verifier threads, several at
- * once, so that checking keeps up with a GPU. Returns whether it completed and matched. */
+/* Check one finished batch and write it out to a regular file; runs on verifier threads,
+ * several at once, so that checking keeps up with a GPU. Returns whether it completed and
+ * matched. */
 static bool verify_entry(run_state_t *st, ring_entry_t *e, unsigned char *scratch, run_totals_t *t)
 {
     uint64_t t0 = run_now_ns();
     bool match = run_verify_batch(st, e, scratch, t);
     t->verify_ns += run_now_ns() - t0;
-    if (st->outfd >= 0 && !st->ordered && write_all(st->outfd, e->out, e->bytes, e->offset) != 0)
-        t->io_error = errno ? errno : EIO;
+    /* a regular file, even a wrong batch (the run fails and the temporary output goes); a
+     * stream is written in order (write_in_order) */
+    if (st->sink != NULL && e->status == 0)
+        t->io_error = run_sink_write(st, e); /* 0: the sink frees the entry once written */
     return match;
 }
 
@@ -246,6 +250,8 @@ static void *verifier_main(void *arg)
             write_in_order(st);
             continue;
         }
+        if (st->sink != NULL && scratch != NULL && st->ring[idx].status == 0 && !t.io_error)
+            continue; /* being written (verify_entry): freed by run_files.c */
         st->freeq[st->nfree++] = idx;
         pthread_cond_signal(&st->cv_free);
     }
