@@ -129,4 +129,16 @@ void ferry__json_str(FILE *f, const char *s);
  * version of it; @min_size is that. */
 #define FERRY_SIZE_OK(ptr, min_size) ((ptr) != NULL && (ptr)->size >= (min_size))
 
+/* Append @node to the singly linked list that runs from @head to @tail through the nodes'
+ * `next` fields (both NULL: empty). */
+#define FERRY__LIST_APPEND(head, tail, node)                                                       \
+    do {                                                                                           \
+        (node)->next = NULL;                                                                       \
+        if ((tail) != NULL)                                                                        \
+            (tail)->next = (node);                                                                 \
+        else                                                                                       \
+            (head) = (node);                                                                       \
+        (tail) = (node);                                                                           \
+    } while (0)
+
 #endif

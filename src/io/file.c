@@ -6,6 +6,7 @@
  * completion queue is read only by the waiter, outside it (IORING_FEAT_EXT_ARG: waiting with a
  * timeout puts nothing in the submission queue). */
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <liburing.h>
 #include <pthread.h>
@@ -50,9 +51,9 @@ typedef struct req_fifo {
 struct ferry_file {
     char *path;
     unsigned flags;
-    int fd;        /* buffered */
-    int fd_direct; /* O_DIRECT, -1: none (refused, or cfg->buffered) */
-    bool all_direct;
+    int fd;                 /* buffered */
+    int fd_direct;          /* O_DIRECT, -1: none (refused, or cfg->buffered) */
+    atomic_bool all_direct; /* read without the lock by ferry_file_is_direct */
     unsigned depth;
     size_t request_bytes;
     struct io_uring ring;
@@ -74,12 +75,7 @@ static bool is_write(const ferry_file_t *f)
 
 static void fifo_push(req_fifo_t *q, file_req_t *r)
 {
-    r->next = NULL;
-    if (q->tail)
-        q->tail->next = r;
-    else
-        q->head = r;
-    q->tail = r;
+    FERRY__LIST_APPEND(q->head, q->tail, r);
 }
 
 static file_req_t *fifo_pop(req_fifo_t *q)
@@ -189,7 +185,7 @@ static int open_fds(ferry_file_t *f, bool buffered)
     }
     if (fstat(f->fd_direct, &sd) != 0 || sd.st_dev != sb.st_dev || sd.st_ino != sb.st_ino)
         return ferry__error(FERRY_EIO, "'%s' was replaced while it was opened", f->path);
-    f->all_direct = true;
+    atomic_init(&f->all_direct, true);
     return 0;
 }
 
@@ -277,7 +273,7 @@ static void prep_piece(ferry_file_t *f, unsigned k)
         io_uring_prep_read(sqe, fd, buf, len, off);
     io_uring_sqe_set_data64(sqe, k);
     if (!p->direct) /* read without the lock by ferry_file_is_direct */
-        __atomic_store_n(&f->all_direct, false, __ATOMIC_RELAXED);
+        atomic_store_explicit(&f->all_direct, false, memory_order_relaxed);
 }
 
 /* Cut the next piece of @r into a free slot. Under f->lock. */
@@ -561,7 +557,7 @@ int ferry_file_sync(ferry_file_t *f)
 
 bool ferry_file_is_direct(const ferry_file_t *f)
 {
-    return f != NULL && __atomic_load_n(&f->all_direct, __ATOMIC_RELAXED);
+    return f != NULL && atomic_load_explicit(&f->all_direct, memory_order_relaxed);
 }
 
 int ferry_file_close(ferry_file_t *f)

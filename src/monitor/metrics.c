@@ -243,17 +243,9 @@ static int add_series(ferry_metrics_t *m, enum kind kind, const char *name, cons
             return ferry__error(FERRY_ENOMEM, "metrics: out of memory");
         }
         f->kind = kind;
-        if (m->last)
-            m->last->next = f;
-        else
-            m->families = f;
-        m->last = f;
+        FERRY__LIST_APPEND(m->families, m->last, f);
     }
-    if (f->last)
-        f->last->next = s;
-    else
-        f->series = s;
-    f->last = s;
+    FERRY__LIST_APPEND(f->series, f->last, s);
     pthread_mutex_unlock(&m->lock);
     *out = s;
     return 0;
