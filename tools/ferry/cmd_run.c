@@ -51,9 +51,10 @@ static ssize_t read_stream(int fd, void *buf, size_t n, run_state_t *st)
     return (ssize_t)got;
 }
 
-/* Page-aligned memory (free() releases it) for the buffers the copies read and write: on the
- * H200 a copy from or to a buffer 16 bytes into a page, where glibc's malloc puts large blocks,
- * ran 1.5% slower (bench/results/2026-12-04-h200-explore-alignment.jsonl). */
+/* Page-aligned memory (free() releases it) for the buffers the copies read and write where
+ * pinning is refused: on the H200 a copy from or to a buffer 16 bytes into a page, where
+ * glibc's malloc puts large blocks, ran 1.5% slower
+ * (bench/results/2026-12-04-h200-explore-alignment.jsonl). */
 static void *page_alloc(size_t n)
 {
     void *m = NULL;
@@ -205,6 +206,9 @@ typedef struct run_ctx {
     uint64_t *digests; /* of the pool's reference output (run.h) */
     size_t pool_bytes;
     bool pool_pinned;
+    unsigned long long pinned_bytes; /* buffers ferry_host_alloc pinned, */
+    uint64_t pin_ns;                 /* in this long */
+    char pin_refused[256];           /* why pinning was refused ("": it was not) */
     pthread_t verifiers[RUN_MAX_HELPERS];
     unsigned nver;
     ferry_file_t *src; /* a regular --input file */
@@ -286,6 +290,34 @@ static int open_pipeline(run_ctx_t *c)
     return CLI_OK;
 }
 
+/* Memory for the copies: pinned by ferry_host_alloc (huge pages, touched by several threads:
+ * 4 GiB in 0.35 s on the H200 host, 2.9 s in 4 KiB pages touched by one thread), or where
+ * pinning is refused (the memlock limit) pageable memory that the pipeline stages through its
+ * own pinned slots. NULL: out of memory. */
+static void *copy_buf(run_ctx_t *c, size_t n, bool *pinned)
+{
+    uint64_t t0 = run_now_ns();
+    void *p = NULL;
+    *pinned = ferry_host_alloc(c->dev, n, &p) == 0;
+    if (*pinned) {
+        c->pinned_bytes += n;
+    } else {
+        if (!c->pin_refused[0])
+            snprintf(c->pin_refused, sizeof(c->pin_refused), "%s", ferry_last_error());
+        p = page_alloc(n);
+    }
+    c->pin_ns += run_now_ns() - t0;
+    return p;
+}
+
+static void copy_buf_free(run_ctx_t *c, void *p, bool pinned)
+{
+    if (pinned)
+        ferry_host_free(c->dev, p);
+    else
+        free(p);
+}
+
 /* The ring of batches in flight, and for generated data the pool they cycle over with its
  * reference output. Returns whether every allocation succeeded. */
 static bool alloc_ring(run_ctx_t *c)
@@ -307,9 +339,9 @@ static bool alloc_ring(run_ctx_t *c)
     bool ok = st->ring && st->freeq && st->doneq && c->cbs;
     for (size_t i = 0; ok && i < st->nring; i++) {
         ring_entry_t *re = &st->ring[i];
-        re->out = page_alloc(c->bb);
+        re->out = copy_buf(c, c->bb, &re->out_pinned);
         if (c->infd >= 0)
-            re->own_in = re->in = page_alloc(c->bb);
+            re->own_in = re->in = copy_buf(c, c->bb, &re->in_pinned);
         ok = re->out && (c->infd < 0 || re->in);
         st->freeq[st->nfree++] = i;
         c->cbs[i] = (cb_ctx_t){st, i};
@@ -324,7 +356,7 @@ static bool alloc_ring(run_ctx_t *c)
         if (k > c->nbatches)
             k = (size_t)c->nbatches;
         c->pool_bytes = k * c->bb;
-        c->pool = page_alloc(c->pool_bytes);
+        c->pool = copy_buf(c, c->pool_bytes, &c->pool_pinned);
         st->blocks_per_batch = run_digest_blocks(c->bb);
         c->digests = calloc(k * st->blocks_per_batch, sizeof(uint64_t));
         ok =
@@ -354,19 +386,10 @@ static int prepare_buffers(run_ctx_t *c)
     if (!alloc_ring(c))
         return cli_fail(run_cmd, "out of host memory for %zu buffers of %zu bytes", c->st.nring,
                         bb);
-    /* Pinned input and output: the copies go straight from and to them. Pinning may be
-     * refused (the memlock limit): then the pipeline stages through its own pinned slots. */
-    bool pinned_all = true;
-    if (c->pool != NULL)
-        pinned_all &= c->pool_pinned = ferry_host_register(c->dev, c->pool, c->pool_bytes) == 0;
-    for (size_t i = 0; i < c->st.nring; i++) {
-        pinned_all &= ferry_host_register(c->dev, c->st.ring[i].out, bb) == 0;
-        if (c->st.ring[i].own_in)
-            pinned_all &= ferry_host_register(c->dev, c->st.ring[i].own_in, bb) == 0;
-    }
-    if (!pinned_all && !c->ro.quiet)
+    /* Pinned input and output (copy_buf): the copies go straight from and to them. */
+    if (c->pin_refused[0] && !c->ro.quiet)
         fprintf(stderr, "ferry run: could not pin all buffers (%s); those are staged\n",
-                ferry_last_error());
+                c->pin_refused);
     c->nver = run_verifiers_start(&c->st, c->verifiers, RUN_MAX_HELPERS);
     c->st.verifiers = c->nver;
     return c->st.sink ? run_sink_start(run_cmd, &c->st, &c->sink_thread) : CLI_OK;
@@ -472,7 +495,8 @@ static int finish(run_ctx_t *c, double wall)
     /* the output takes its name only now, every batch verified */
     if (ok && ro->output && run_output_commit(run_cmd, &c->out) != CLI_OK)
         rc = CLI_FAIL;
-    run_outcome_t oc = {&s, &c->st.t, c->total, c->nbatches, wall, ok, &c->st, c->st.verifiers};
+    run_outcome_t oc = {&s, &c->st.t, c->total,        c->nbatches,     wall,
+                        ok, &c->st,   c->st.verifiers, c->pinned_bytes, (double)c->pin_ns / 1e9};
     if (ro->report) {
         if (run_write_report(ro, c->rt, c->dev, c->pl, &oc) == CLI_OK)
             ro->report_done = true;
@@ -545,16 +569,10 @@ static void run_cleanup(run_ctx_t *c)
     run_sink_stop(st, &c->sink_thread);
     ferry_file_close(c->src); /* no read in flight: run_feed_file waited for them */
     for (size_t i = 0; st->ring && i < st->nring; i++) {
-        if (c->dev && st->ring[i].out)
-            ferry_host_unregister(c->dev, st->ring[i].out);
-        if (c->dev && st->ring[i].own_in)
-            ferry_host_unregister(c->dev, st->ring[i].own_in);
-        free(st->ring[i].own_in);
-        free(st->ring[i].out);
+        copy_buf_free(c, st->ring[i].own_in, st->ring[i].in_pinned);
+        copy_buf_free(c, st->ring[i].out, st->ring[i].out_pinned);
     }
-    if (c->pool_pinned)
-        ferry_host_unregister(c->dev, c->pool);
-    free(c->pool);
+    copy_buf_free(c, c->pool, c->pool_pinned);
     free(c->digests);
     ferry_workload_destroy(c->wl);
     ferry_runtime_destroy(c->rt);

@@ -35,6 +35,7 @@ typedef struct ring_entry {
     unsigned char *in;  /* input of the batch: own buffer (file) or a slice of the pool */
     unsigned char *out; /* output of the batch */
     unsigned char *own_in;
+    bool out_pinned, in_pinned; /* from ferry_host_alloc (else page_alloc'd, staged) */
     size_t bytes;
     uint64_t offset; /* in the stream */
     size_t pool_off; /* generated data: where the input and its reference sit in the pool */
@@ -113,6 +114,8 @@ typedef struct run_outcome {
     bool ok;
     const run_state_t *st; /* the verifiers' figures (run_report.c's bound) */
     unsigned verifiers;
+    unsigned long long pinned_bytes; /* the run's own buffers pinned by ferry_host_alloc */
+    double pin_s;                    /* allocating, touching and pinning them */
 } run_outcome_t;
 
 /* The pipeline's callback (a ferry thread, @arg a cb_ctx_t): hand the batch to the verifiers. */

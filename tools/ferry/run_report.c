@@ -177,6 +177,8 @@ static void print_json(const run_opts_t *ro, ferry_runtime_t *rt, const ferry_de
     }
     json_array_end(&j);
     json_key_bool(&j, "host_pinned", s->host_pinned);
+    json_key_uint(&j, "pinned_bytes", o->pinned_bytes);
+    json_key_double(&j, "pin_s", o->pin_s, 3);
     json_key_uint(&j, "chunks_timed", s->chunks_timed);
     json_health(&j, s);
     json_key_uint(&j, "batches_ok_gpu", t->ok_gpu);
@@ -281,6 +283,11 @@ void run_print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t
                : s->stream_kind[i] == 'd' ? "D2H"
                                           : "all",
                el > 0 ? (double)s->stream_busy_ns[i] / 1e9 / el * 100 : 0);
+    if (o->pinned_bytes > 0) {
+        char pb[32];
+        printf("\n  host       %s of buffers pinned in %.2f s (ferry_host_alloc)",
+               cli_bytes(o->pinned_bytes, pb, sizeof(pb)), o->pin_s);
+    }
     if (!s->host_pinned)
         printf("\n  host       pageable: pinning was refused, copies ran at pageable rates");
     printf("\n  batches    %llu ok on GPU, %llu ok on CPU, %llu failed\n",
