@@ -155,7 +155,11 @@ int ferry_host_alloc(ferry_device_t *dev, size_t bytes, void **out)
         return ferry__rt_fail(
             dev->rt,
             ferry__error(FERRY_ENOMEM, "ferry_host_alloc: mapping %zu bytes failed", bytes));
-    ferry__host_touch(p, mapped);
+    /* Pinning faults every page in; touching first, by several threads, is faster and puts
+     * the pages on this thread's NUMA node. The simulator pins nothing: its pages come as
+     * they are first used (a run's ring of buffers is not all used). */
+    if (!ferry_device_is_simulated(dev))
+        ferry__host_touch(p, mapped);
     int rc = block_add(p, mapped);
     if (rc != 0)
         ferry__error(rc, "ferry_host_alloc: out of memory");

@@ -5,6 +5,7 @@
  * alone. */
 #include <string.h>
 
+#include "core/host_mem.h"
 #include "testlib.h"
 
 static void test_register_rules(void **state)
@@ -119,5 +120,30 @@ static void test_host_alloc(void **state)
     ferry_runtime_destroy(rt);
 }
 
-TEST_MAIN(NULL, NULL, cmocka_unit_test(test_register_rules),
+/* The mapping under ferry_host_alloc and the pool: aligned as asked, rounded to its page, and
+ * touched in full by several threads (shares of 2 MiB, the last one short). */
+static void test_host_map_and_touch(void **state)
+{
+    (void)state;
+    const size_t sizes[] = {1, 4097, (2u << 20) - 1, (129u << 20) + 12345, (200u << 20) + 7};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        size_t mapped = 0;
+        unsigned char *p = ferry__host_map(sizes[i], 64 << 10, &mapped);
+        assert_non_null(p);
+        size_t unit = sizes[i] >= (2u << 20) ? (2u << 20) : 4096;
+        assert_int_equal((uintptr_t)p % (sizes[i] >= (2u << 20) ? (2u << 20) : (64u << 10)), 0);
+        assert_true(mapped >= sizes[i] && mapped - sizes[i] < unit && mapped % unit == 0);
+        memset(p, 0xab, mapped); /* the whole mapping is ours */
+        ferry__host_touch(p, sizes[i]);
+        for (size_t k = 0; k < sizes[i]; k += 4093)
+            assert_int_equal(p[k], 0);
+        assert_int_equal(p[sizes[i] - 1], 0);
+        if (mapped > sizes[i])
+            assert_int_equal(p[sizes[i]], 0xab); /* nothing past what was asked */
+        ferry__host_unmap(p, mapped);
+    }
+}
+
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_host_map_and_touch),
+          cmocka_unit_test(test_register_rules),
           cmocka_unit_test(test_registered_buffers_skip_staging), cmocka_unit_test(test_host_alloc))

@@ -227,7 +227,7 @@ static int open_io(run_ctx_t *c)
 {
     /* Before any other thread exists, ferry's included, so that SIGINT and SIGTERM reach only
      * the thread that takes them. */
-    if (run_signals_start(run_cmd, &c->out, RUN_GRACE_S, on_signal, &c->st, &c->sg) != CLI_OK)
+    if (run_signals_start(run_cmd, RUN_GRACE_S, on_signal, &c->st, &c->sg) != CLI_OK)
         return CLI_FAIL;
     c->total = c->ro.bytes;
     if (c->ro.input) {
@@ -248,6 +248,7 @@ static int open_io(run_ctx_t *c)
         int rc = run_output_open(run_cmd, c->ro.output, &c->in, &c->out);
         if (rc != CLI_OK)
             return rc;
+        run_signals_watch(c->sg, &c->out); /* a late stop removes its temporary file */
         c->st.outfd = c->out.fd;
         c->st.ordered = c->ro.output_stream = c->out.stream;
         if (!c->out.stream && ferry_file_open(c->out.tmp, FERRY_FILE_WRITE, NULL, &c->st.sink) != 0)

@@ -162,7 +162,8 @@ int run_output_open(const char *cmd, const char *path, const run_file_t *in, run
                         strerror(e));
     }
     /* mkstemp makes it 0600: give it the mode the file would have had, created (0644 less the
-     * umask, as before) or replaced (its own). No other thread exists yet to race on umask. */
+     * umask, as before) or replaced (its own). No thread that makes files runs yet to race on
+     * umask. */
     mode_t um = umask(0);
     umask(um);
     mode_t mode = out->exists ? out->sb.st_mode & 07777 : 0644 & ~um;
@@ -299,14 +300,20 @@ static void *signal_main(void *arg)
     }
 }
 
-int run_signals_start(const char *cmd, run_file_t *out, unsigned grace_s,
-                      void (*on_signal)(int sig, void *arg), void *arg, run_signals_t **out_sg)
+void run_signals_watch(run_signals_t *sg, run_file_t *out)
+{
+    pthread_mutex_lock(&sg->lock);
+    sg->out = out;
+    pthread_mutex_unlock(&sg->lock);
+}
+
+int run_signals_start(const char *cmd, unsigned grace_s, void (*on_signal)(int sig, void *arg),
+                      void *arg, run_signals_t **out_sg)
 {
     run_signals_t *sg = calloc(1, sizeof(*sg));
     if (sg == NULL)
         return cli_fail(cmd, "out of memory");
     sg->cmd = cmd;
-    sg->out = out;
     sg->grace_ns = (uint64_t)grace_s * 1000000000u;
     sg->on_signal = on_signal;
     sg->arg = arg;

@@ -50,11 +50,14 @@ void run_file_close(run_file_t *f);
  * thread is made) and taken by a thread of their own, which calls @on_signal(sig, arg) once
  * (a signal ignored when the process started stays ignored).
  * Should the run not reach run_signals_finish within @grace_s of that signal, or a second
- * signal come, that thread removes @out's temporary file, prints why on stderr and ends the
- * process with 128 + the signal's number. */
+ * signal come, that thread removes the watched output's temporary file (run_signals_watch),
+ * prints why on stderr and ends the process with 128 + the signal's number. */
 typedef struct run_signals run_signals_t;
-int run_signals_start(const char *cmd, run_file_t *out, unsigned grace_s,
-                      void (*on_signal)(int sig, void *arg), void *arg, run_signals_t **out_sg);
+int run_signals_start(const char *cmd, unsigned grace_s, void (*on_signal)(int sig, void *arg),
+                      void *arg, run_signals_t **out_sg);
+/* Hand @out, opened by run_output_open, to the signal thread (under its lock: it may be
+ * reading the watched output at that moment). */
+void run_signals_watch(run_signals_t *sg, run_file_t *out);
 /* The run's work is over (nothing in flight): signals from now on are left pending. */
 void run_signals_finish(run_signals_t *sg);
 /* The first signal taken (0: none). */
