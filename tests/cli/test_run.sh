@@ -8,6 +8,7 @@ expect_in "summary says verified" "$TMP/out" "verify     OK"
 expect_in "summary marks simulated time" "$TMP/out" "(simulated)"
 expect_in "summary names the device" "$TMP/out" "NVIDIA H200 (simulated)"
 expect_in "summary counts batches" "$TMP/out" "1 ok on GPU, 0 ok on CPU, 0 failed"
+expect_in "summary: the simulator pins nothing, and says so" "$TMP/out" "of buffers from ferry_host_alloc (simulated: not pinned)"
 
 # Every chunk timed: with 12 chunks, sampling one in 31 would estimate utilisation from one.
 expect_rc "run --json" 0 "$FERRY" run --bytes 96M --batch-bytes 16M --op-timing all --json

@@ -285,8 +285,12 @@ void run_print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t
                el > 0 ? (double)s->stream_busy_ns[i] / 1e9 / el * 100 : 0);
     if (o->pinned_bytes > 0) {
         char pb[32];
-        printf("\n  host       %s of buffers pinned in %.2f s (ferry_host_alloc)",
-               cli_bytes(o->pinned_bytes, pb, sizeof(pb)), o->pin_s);
+        if (p.simulated) /* registered with the simulator, which pins nothing */
+            printf("\n  host       %s of buffers from ferry_host_alloc (simulated: not pinned)",
+                   cli_bytes(o->pinned_bytes, pb, sizeof(pb)));
+        else
+            printf("\n  host       %s of buffers pinned in %.2f s (ferry_host_alloc)",
+                   cli_bytes(o->pinned_bytes, pb, sizeof(pb)), o->pin_s);
     }
     if (!s->host_pinned)
         printf("\n  host       pageable: pinning was refused, copies ran at pageable rates");
