@@ -152,6 +152,26 @@ FERRY_EXTERN bool ferry_device_is_simulated(const ferry_device_t *dev);
 /** The device's clock in nanoseconds: virtual on sim, CLOCK_MONOTONIC on cuda. */
 FERRY_EXTERN uint64_t ferry_device_now_ns(ferry_device_t *dev);
 
+/** The host a device sits in, as far as ferry knows it. On the simulator: the machine its
+ *  profile describes (sections host_memory and storage, docs/simulator.md), not the machine
+ *  the simulator runs on. On a GPU: this process's CPU count; the rates are not measured by
+ *  ferry at run time and read 0. Every figure is 0 when unknown. */
+typedef struct ferry_host_props {
+    size_t size;        /* sizeof(ferry_host_props_t), set by the caller (INIT macro) */
+    bool modelled;      /* true: the figures are a profile's, for a simulated device */
+    int threads;        /* CPU threads */
+    double memory_gbps; /* memory traffic (bytes read + written) served to DMA and CPU together */
+    double thread_read_gbps;                      /* one thread reading memory */
+    double read_gbps, write_gbps, copy_gbps;      /* all threads; copy counts the bytes copied */
+    char storage_kind[32];                        /* the file system the storage rates are of */
+    double storage_read_gbps, storage_write_gbps; /* parallel sequential read and write */
+} ferry_host_props_t;
+#define FERRY_HOST_PROPS_INIT FERRY_SIZED_INIT(ferry_host_props_t)
+
+/** Fill @p out (whose size field the caller sets) with @p dev's host. Returns 0 or
+ *  FERRY_EINVAL (NULL, or size not set). Thread-safe. */
+FERRY_EXTERN int ferry_device_host(ferry_device_t *dev, ferry_host_props_t *out);
+
 /* ---------------------------------------------------------------------------------------------
  * Pinned host memory pool: pinned once at creation, sub-allocated in fixed slots, O(1).
  * ------------------------------------------------------------------------------------------- */

@@ -96,7 +96,8 @@ fi
 if has sim; then
   $new run --backend sim --bytes 4G --json 2>>$OUT/sim.err | js "{'what':'gen'}" >>$OUT/sim.jsonl
   [ -f $shm/in.bin ] && $new run --backend sim --workload copy --input $shm/in.bin \
-    --output /dev/null --json 2>>$OUT/sim.err | js "{'what':'file'}" >>$OUT/sim.jsonl
+    --output $shm/sim-out.bin --json 2>>$OUT/sim.err | js "{'what':'files'}" >>$OUT/sim.jsonl
+  rm -f $shm/sim-out.bin
 fi
 python3 - "$OUT" <<'PY'
 import json, os, sys, statistics as st
@@ -127,6 +128,12 @@ for name in ('files.jsonl', 'gen.jsonl'):
 for r in rows('sweep.jsonl'):
     print('sweep depth %2d batch %4s transport %6.2f end-to-end %6.2f bound %s' % (
         r['depth'], r['batch'], r['gbps_h2d'], e2e(r), r.get('bound', '-')))
+# the simulator's prediction for the profile's host against the GPU's end to end (same shapes)
 for r in rows('sim.jsonl'):
-    print('sim %-4s %6.2f GB/s' % (r['what'], r['gbps_h2d']))
+    p = r.get('predicted') or {}
+    real = [e2e(x) for x in rows(r['what'] + '.jsonl') if x.get('tree') == 'new']
+    m = st.median(real) if real else 0
+    print('sim %-5s transport %6.2f predicted %6.2f (%s) measured %6.2f ratio %s' % (
+        r['what'], r['gbps_h2d'], p.get('end_to_end_gbps', 0), p.get('bound', '-'), m,
+        '%.3f' % (p.get('end_to_end_gbps', 0) / m) if m else '-'))
 PY

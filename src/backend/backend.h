@@ -12,7 +12,7 @@
 
 #include "ferry.h"
 
-#define FERRY_BACKEND_ABI 8
+#define FERRY_BACKEND_ABI 9
 
 /* event_create flags. */
 #define FERRY_BE_EVENT_TIMING 1u
@@ -167,6 +167,11 @@ typedef struct ferry_backend_ops {
      * blocks only on the first call, for one stamp of the clock (tens of microseconds). NULL
      * on the simulator, whose kernels are CPU functions. */
     int (*gpu_clock_at)(ferry_be_device_t *dev, uint64_t host_ns, uint64_t *out);
+
+    /* Optional (ABI 9): what the backend knows of the device's host, written over @out, which
+     * the caller has filled with this machine's CPU count and zeros (ferry_device_host).
+     * sim: its profile's host_memory and storage sections. NULL on cuda. */
+    void (*host_props)(ferry_be_device_t *dev, ferry_host_props_t *out);
 } ferry_backend_ops_t;
 
 /* For a backend's event_wait_any: checks @evs (@n of them, none NULL, all of one device, as

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/sim/sim.h"
 #include "base/config.h"
@@ -341,6 +342,22 @@ int ferry_device_props(ferry_device_t *dev, ferry_device_props_t *out)
                                           "(use FERRY_DEVICE_PROPS_INIT)");
     size_t n = out->size < sizeof(*out) ? out->size : sizeof(*out);
     memcpy(out, &dev->props, n);
+    out->size = n;
+    return 0;
+}
+
+int ferry_device_host(ferry_device_t *dev, ferry_host_props_t *out)
+{
+    if (dev == NULL || !FERRY_SIZE_OK(out, sizeof(ferry_host_props_t)))
+        return ferry__error(FERRY_EINVAL, "ferry_device_host: NULL argument or size not set "
+                                          "(use FERRY_HOST_PROPS_INIT)");
+    ferry_host_props_t h = {.size = sizeof(h)};
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    h.threads = cpus > 0 ? (int)cpus : 1;
+    if (dev->ops->host_props != NULL)
+        dev->ops->host_props(dev->be, &h);
+    size_t n = out->size < sizeof(h) ? out->size : sizeof(h);
+    memcpy(out, &h, n);
     out->size = n;
     return 0;
 }

@@ -683,6 +683,14 @@ static void test_bad_profiles_rejected(void **state)
         {"source", "copy", -1, NULL, "5", "source.copy"},
         {"source", "kernels", -1, NULL, "\"made up\"", "source.kernels"},
         {NULL, "devices", -1, NULL, "0", "\"devices\""},
+        {"host_memory", "gbps", -1, NULL, "0", "host_memory.gbps"},
+        {"host_memory", "threads", -1, NULL, "0", "host_memory.threads"},
+        {"host_memory", "read_gbps", -1, NULL, NULL, "host_memory.read_gbps"},
+        {"host_memory", "cache_gbps", -1, NULL, "3", "host_memory.cache_gbps"},
+        {NULL, "host_memory", -1, NULL, "5", "\"host_memory\""},
+        {"storage", "kind", -1, NULL, "\"\"", "storage.kind"},
+        {"storage", "write_gbps", -1, NULL, "-2", "storage.write_gbps"},
+        {"source", "storage", -1, NULL, NULL, "source.storage"},
     };
     for (size_t i = 0; i < sizeof(mods) / sizeof(mods[0]); i++) {
         char path[64];
@@ -730,6 +738,23 @@ static void test_profile_and_props(void **state)
     assert_int_equal(p.curve[FERRY_SIM_H2D].n, 6);
     assert_true(p.d2d_gbps == 2100.0);
     assert_int_equal(p.default_chunk_bytes, 8u << 20);
+    /* the host the H200 was measured in (host_memory, storage) */
+    assert_true(p.host_memory_gbps == 150.0 && p.host_thread_read_gbps == 6.5);
+    assert_int_equal(p.host_threads, 16);
+    assert_string_equal(p.storage_kind, "tmpfs");
+    assert_true(p.storage_read_gbps == 34.7 && p.storage_write_gbps == 0.0);
+    /* Both sections are optional: without them nothing of the host is modelled. */
+    static const struct mod no_host[] = {{NULL, "host_memory", -1, NULL, NULL, NULL},
+                                         {NULL, "storage", -1, NULL, NULL, NULL}};
+    for (int i = 0; i < 2; i++) {
+        char path[64];
+        write_variant(&no_host[i], path, sizeof(path));
+        struct ferry_sim_profile r;
+        assert_int_equal(ferry__sim_profile_load(path, &r), 0);
+        unlink(path);
+        assert_true(i == 0 ? r.host_memory_gbps == 0.0 && r.host_threads == 0
+                           : r.storage_kind[0] == '\0' && r.storage_read_gbps == 0.0);
+    }
     struct ferry_sim_profile q;
     assert_int_equal(ferry__sim_profile_load_default(&q), 0);
     assert_int_equal(q.sms, 132);

@@ -54,6 +54,17 @@ static void test_runtime_bad_input(void **state)
     assert_int_equal(q.priority_greatest, -5);
     assert_string_equal(ferry_runtime_backend(test_rt), "sim");
     assert_true(ferry_device_is_simulated(test_dev));
+    /* The simulated device's host is its profile's, not this machine's. */
+    ferry_host_props_t h0 = {0};
+    assert_int_equal(ferry_device_host(test_dev, &h0), FERRY_EINVAL);
+    assert_int_equal(ferry_device_host(NULL, &h0), FERRY_EINVAL);
+    ferry_host_props_t h = FERRY_HOST_PROPS_INIT;
+    assert_int_equal(ferry_device_host(test_dev, &h), 0);
+    assert_true(h.modelled);
+    assert_int_equal(h.threads, 16);
+    assert_true(h.memory_gbps == 150.0 && h.read_gbps == 57.6 && h.copy_gbps == 46.9);
+    assert_string_equal(h.storage_kind, "tmpfs");
+    assert_true(h.storage_read_gbps == 34.7 && h.storage_write_gbps == 0.0);
 }
 
 static void test_create_bad_input(void **state)

@@ -12,7 +12,7 @@
 #include "json.h"
 #include "ferry/bench.h"
 
-static void print_props_text(const ferry_device_props_t *p)
+static void print_props_text(const ferry_device_props_t *p, const ferry_host_props_t *h)
 {
     char mem[32], l2[32];
     printf("  device %d: %s%s\n", p->index, p->name, p->simulated ? "  [simulated]" : "");
@@ -40,9 +40,38 @@ static void print_props_text(const ferry_device_props_t *p)
     printf("    driver / runtime    %s / %s\n", p->driver_version, p->runtime_version);
     if (p->profile[0])
         printf("    profile             %s\n", p->profile);
+    if (h->modelled && h->memory_gbps > 0)
+        printf("    host                the profile's: %d threads; memory %.0f GB/s to DMA and CPU "
+               "together, "
+               "one thread reads %.1f GB/s, all %.1f\n",
+               h->threads, h->memory_gbps, h->thread_read_gbps, h->read_gbps);
+    if (h->modelled && h->storage_read_gbps > 0)
+        printf("    storage             the profile's %s: read %.1f GB/s%s\n", h->storage_kind,
+               h->storage_read_gbps, h->storage_write_gbps > 0 ? "" : ", write not measured");
 }
 
-static void print_props_json(json_t *j, const ferry_device_props_t *p)
+/* The device's host in --json: null where the backend does not model it. */
+static void host_json(json_t *j, const ferry_host_props_t *h)
+{
+    json_key(j, "host");
+    if (!h->modelled) {
+        json_null(j);
+        return;
+    }
+    json_object_begin(j);
+    json_key_int(j, "threads", h->threads);
+    json_key_double(j, "memory_gbps", h->memory_gbps, 3);
+    json_key_double(j, "thread_read_gbps", h->thread_read_gbps, 3);
+    json_key_double(j, "read_gbps", h->read_gbps, 3);
+    json_key_double(j, "write_gbps", h->write_gbps, 3);
+    json_key_double(j, "copy_gbps", h->copy_gbps, 3);
+    json_key_str(j, "storage_kind", h->storage_kind);
+    json_key_double(j, "storage_read_gbps", h->storage_read_gbps, 3);
+    json_key_double(j, "storage_write_gbps", h->storage_write_gbps, 3);
+    json_object_end(j);
+}
+
+static void print_props_json(json_t *j, const ferry_device_props_t *p, const ferry_host_props_t *h)
 {
     char cc[24];
     snprintf(cc, sizeof(cc), "%d.%d", p->cc_major, p->cc_minor);
@@ -69,6 +98,7 @@ static void print_props_json(json_t *j, const ferry_device_props_t *p)
     json_key_str(j, "runtime_version", p->runtime_version);
     json_key_str(j, "pci_bus_id", p->pci_bus_id);
     json_key_str(j, "profile", p->profile);
+    host_json(j, h);
     json_object_end(j);
 }
 
@@ -257,15 +287,17 @@ static void probe_backend(const char *b, ferry_options_t *opts, json_t *j, bool 
     for (int d = 0; rt && d < ferry_device_count(rt); d++) {
         ferry_device_t *dev = NULL;
         ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
-        if (ferry_device_get(rt, d, &dev) != 0 || ferry_device_props(dev, &p) != 0) {
+        ferry_host_props_t h = FERRY_HOST_PROPS_INIT;
+        if (ferry_device_get(rt, d, &dev) != 0 || ferry_device_props(dev, &p) != 0 ||
+            ferry_device_host(dev, &h) != 0) {
             fprintf(stderr, "ferry probe: backend %s, device %d: %s\n", b, d, ferry_last_error());
             continue;
         }
         *any = true;
         if (j != NULL) {
-            print_props_json(j, &p);
+            print_props_json(j, &p, &h);
         } else {
-            print_props_text(&p);
+            print_props_text(&p, &h);
         }
     }
     if (j != NULL) {

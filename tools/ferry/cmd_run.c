@@ -236,6 +236,8 @@ static int open_io(run_ctx_t *c)
             return rc;
         c->infd = c->in.fd;
         c->stream_in = c->in.stream;
+        c->ro.input_stream = c->in.stream;
+        c->ro.input_file = !c->in.stream;
         if (!c->stream_in && ferry_file_open(c->ro.input, FERRY_FILE_READ, NULL, &c->src) != 0)
             return cli_fail(run_cmd, "cannot read --input %s: %s", c->ro.input, ferry_last_error());
         /* --bytes is a limit on what is read; a stream without it is read to its end */
@@ -251,6 +253,11 @@ static int open_io(run_ctx_t *c)
         run_signals_watch(c->sg, &c->out); /* a late stop removes its temporary file */
         c->st.outfd = c->out.fd;
         c->st.ordered = c->ro.output_stream = c->out.stream;
+        c->ro.output_file = !c->out.stream;
+        struct stat null_sb;
+        c->ro.output_null = c->out.stream && S_ISCHR(c->out.sb.st_mode) &&
+                            stat("/dev/null", &null_sb) == 0 &&
+                            null_sb.st_rdev == c->out.sb.st_rdev;
         if (!c->out.stream && ferry_file_open(c->out.tmp, FERRY_FILE_WRITE, NULL, &c->st.sink) != 0)
             return cli_fail(run_cmd, "cannot write --output %s: %s", c->ro.output,
                             ferry_last_error());

@@ -20,6 +20,9 @@ typedef enum run_verify { RUN_VERIFY_FULL, RUN_VERIFY_SAMPLE, RUN_VERIFY_OFF } r
  * shorter): a mismatch is narrowed to one block before the CPU reference of that block alone
  * is made again to find the first bad byte. A multiple of 4 (whole floats). */
 #define RUN_DIGEST_BLOCK (4u << 20)
+/* A file's batches are checked against their CPU reference in blocks of this size, each made
+ * and compared while in cache. A multiple of 4. */
+#define RUN_CHECK_BLOCK (256u << 10)
 
 typedef struct run_totals {
     uint64_t ok_gpu, ok_cpu, failed, mismatched;
@@ -96,11 +99,13 @@ typedef struct run_opts {
     const char *verify; /* --verify full|sample|off */
     run_verify_t verify_mode;
     bool json, quiet, single_stream;
-    bool bytes_set;               /* --bytes given: with --input, a limit */
-    bool output_stream;           /* --output is stdout or a device, written in order */
-    int signal;                   /* the run was stopped by this signal (0: it was not) */
-    bool report_done;             /* the report was written */
-    unsigned long long tl_chunks; /* --report: the chunks its timeline shows */
+    bool bytes_set;                /* --bytes given: with --input, a limit */
+    bool output_stream;            /* --output is stdout or a device, written in order */
+    bool output_file, output_null; /* --output is a regular file; /dev/null */
+    bool input_file, input_stream; /* --input is a regular file; stdin or a device */
+    int signal;                    /* the run was stopped by this signal (0: it was not) */
+    bool report_done;              /* the report was written */
+    unsigned long long tl_chunks;  /* --report: the chunks its timeline shows */
     const ferry_options_t *opts;
     int argc; /* the command line, for the report */
     char **argv;
@@ -144,6 +149,20 @@ const char *run_verify_name(run_verify_t v);
  * RUN_MAX_HELPERS. */
 #define RUN_MAX_HELPERS 16
 unsigned run_helper_threads(void);
+
+/* On the simulator, the run's end-to-end rate on the host its profile describes
+ * (run_predict.c, docs/simulator.md): the least of the simulated transport rate, the host
+ * memory's rate over the traffic each byte costs there, the verifiers' reading rate and the
+ * storage's rates. have is false when the profile does not model the host. */
+typedef struct run_predict {
+    bool have;
+    double gbps;       /* predicted end to end */
+    double traffic;    /* bytes of host memory traffic per byte streamed */
+    const char *bound; /* link, kernel, host memory, verification or storage */
+    char why[200];
+} run_predict_t;
+void run_predict(const run_opts_t *ro, const ferry_host_props_t *h, double transport_gbps,
+                 const char *device_bound, run_predict_t *p);
 
 /* Print the run's summary, text or --json (ro->json). */
 void run_print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t *dev,

@@ -19,6 +19,8 @@ typedef struct run_bound {
     double read_share;     /* share of the wall time submission spent reading --input */
     const char *bound;     /* link, kernel, verification, storage, host or simulator */
     char why[200];
+    const char *device_bound; /* what held the device's part: kernel or link */
+    run_predict_t predict;    /* on the simulator: the run on the profile's host */
 } run_bound_t;
 
 /* The rule, first match wins: storage (reading --input took at least half of the run, and more
@@ -46,6 +48,8 @@ static void find_bound(const run_outcome_t *o, bool simulated, run_bound_t *b)
         el > 0
             ? (double)(s->busy_h2d_ns > s->busy_d2h_ns ? s->busy_h2d_ns : s->busy_d2h_ns) / 1e9 / el
             : 0;
+    bool kernel = u_c >= 0.9 && u_c > u_copy;
+    b->device_bound = kernel ? "kernel" : "link";
     if (b->read_share >= 0.5 && b->read_share >= b->verify_busy) {
         b->bound = "storage";
         snprintf(b->why, sizeof(b->why), "reading --input took %.0f%% of the run",
@@ -66,13 +70,26 @@ static void find_bound(const run_outcome_t *o, bool simulated, run_bound_t *b)
         snprintf(b->why, sizeof(b->why),
                  "end to end %.0f%% of transport, and neither reading nor verification waited",
                  b->e2e_gbps / b->transport_gbps * 100);
-    } else if (u_c >= 0.9 && u_c > u_copy) {
-        b->bound = "kernel";
-        snprintf(b->why, sizeof(b->why), "compute busy %.0f%% of the transport time", u_c * 100);
     } else {
-        b->bound = "link";
-        snprintf(b->why, sizeof(b->why), "copies busy %.0f%% of the transport time", u_copy * 100);
+        b->bound = b->device_bound;
+        snprintf(b->why, sizeof(b->why), "%s busy %.0f%% of the transport time",
+                 kernel ? "compute" : "copies", (kernel ? u_c : u_copy) * 100);
     }
+}
+
+/* The summary's rates, what bound the run and, on the simulator, the prediction. */
+static void print_rates(const run_bound_t *b, bool simulated)
+{
+    printf("  rates      transport %.1f GB/s%s (first H2D to last D2H), end to end %.1f GB/s "
+           "(wall)\n",
+           b->transport_gbps, simulated ? " (simulated)" : "", b->e2e_gbps);
+    printf("  bound      %s: %s", b->bound, b->why);
+    if (b->predict.have)
+        printf("\n  predicted  %.1f GB/s end to end on the profile's host, bound by %s: %s",
+               b->predict.gbps, b->predict.bound, b->predict.why);
+    else if (simulated)
+        printf("\n  predicted  no end-to-end figure: the profile does not model its host "
+               "(section host_memory, docs/simulator.md)");
 }
 
 /* The kind of a stream in --json ("all": --single-stream, every op on one stream). */
@@ -130,6 +147,17 @@ static void json_verify(json_t *j, const run_opts_t *ro, const run_totals_t *t,
     json_key_double(j, "end_to_end_gbps", b->e2e_gbps, 3);
     json_key_str(j, "bound", b->bound);
     json_key_str(j, "bound_why", b->why);
+    json_key(j, "predicted");
+    if (!b->predict.have) {
+        json_null(j);
+        return;
+    }
+    json_object_begin(j);
+    json_key_double(j, "end_to_end_gbps", b->predict.gbps, 3);
+    json_key_str(j, "bound", b->predict.bound);
+    json_key_str(j, "bound_why", b->predict.why);
+    json_key_double(j, "memory_traffic_per_byte", b->predict.traffic, 3);
+    json_object_end(j);
 }
 
 static void print_json(const run_opts_t *ro, ferry_runtime_t *rt, const ferry_device_props_t *p,
@@ -242,6 +270,9 @@ void run_print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t
     double u_d = el > 0 ? (double)s->busy_d2h_ns / 1e9 / el : 0;
     run_bound_t b;
     find_bound(o, p.simulated, &b);
+    ferry_host_props_t host = FERRY_HOST_PROPS_INIT;
+    if (p.simulated && ferry_device_host(dev, &host) == 0)
+        run_predict(ro, &host, b.transport_gbps, b.device_bound, &b.predict);
     if (ro->json) {
         print_json(ro, rt, &p, o, &b, chunk);
         return;
@@ -262,10 +293,8 @@ void run_print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t
     printf("  D2H        %.1f GB/s%s", s->gbps_d2h, sim);
     if (p.link_gbps > 0)
         printf("   (link: %.0f GB/s per direction, theoretical)", p.link_gbps);
-    printf("\n  rates      transport %.1f GB/s%s (first H2D to last D2H), end to end %.1f GB/s "
-           "(wall)\n",
-           b.transport_gbps, sim, b.e2e_gbps);
-    printf("  bound      %s: %s", b.bound, b.why);
+    printf("\n");
+    print_rates(&b, p.simulated);
     printf("\n  overlap    %.2f  (engine busy time / elapsed: 1 = serial, 3 = all busy)\n",
            s->overlap);
     printf("  engines    H2D %.1f%%, compute %.1f%%, D2H %.1f%%", u_h * 100, u_c * 100, u_d * 100);

@@ -111,6 +111,22 @@ static size_t first_diff(const unsigned char *a, const unsigned char *b, size_t 
     return k;
 }
 
+/* A batch against its CPU reference, made block by block into @scratch so that each block is
+ * compared while it is still in cache: the input and the output are each read once. Blocks are
+ * whole floats from the batch's start, which the workloads transform one by one. Returns where
+ * the first byte differs, e->bytes when none does. */
+static size_t check_reference(const run_state_t *st, const ring_entry_t *e, unsigned char *scratch)
+{
+    for (size_t off = 0; off < e->bytes; off += RUN_CHECK_BLOCK) {
+        size_t n = e->bytes - off < RUN_CHECK_BLOCK ? e->bytes - off : RUN_CHECK_BLOCK;
+        ferry_workload_reference(st->wl, e->in + off, scratch, n);
+        size_t k = first_diff(scratch, e->out + off, n);
+        if (k < n)
+            return off + k;
+    }
+    return e->bytes;
+}
+
 /* A batch of the pool against its digests: the output is read once, at XXH3's speed. A block
  * whose digest differs has its reference made again on the CPU from its input, to say where
  * the first bad byte is. Returns that byte's offset in the batch, or e->bytes. */
@@ -150,8 +166,7 @@ bool run_verify_batch(const run_state_t *st, const ring_entry_t *e, unsigned cha
         /* File input; a short last batch; or batches of 1-3 bytes, each a part of a float that
          * the float workloads transform on its own (workloads.h): not a slice of the pool,
          * whose digests were made over whole floats. */
-        ferry_workload_reference(st->wl, e->in, scratch, e->bytes);
-        k = first_diff(scratch, e->out, e->bytes);
+        k = check_reference(st, e, scratch);
     }
     t->checked++;
     if (k < e->bytes) {

@@ -65,6 +65,18 @@ struct ferry_sim_profile {
     uint64_t pin_limit_bytes;
     /* defaults */
     uint64_t default_chunk_bytes;
+    /* host_memory (optional section; all 0 when absent: not modelled). memory_gbps is the
+     * traffic, bytes read plus bytes written per ns, that the host's memory serves to the DMA
+     * of every device and the CPU together: pinned copies draw from it (the model caps their
+     * sum at it). The thread figures say what the CPU's own work can reach. */
+    double host_memory_gbps;
+    double host_thread_read_gbps;
+    double host_read_gbps, host_write_gbps, host_copy_gbps; /* all threads; copy: bytes copied */
+    int host_threads;
+    /* storage (optional section): the file system files of a run are on, on the profile's
+     * machine; rates of a parallel sequential read and write (0 when absent or not measured) */
+    char storage_kind[32];
+    double storage_read_gbps, storage_write_gbps;
 };
 
 /* Load and validate the profile at @path into @out. Strict: an unreadable file is FERRY_EIO, a

@@ -271,6 +271,22 @@ static int sim_device_props(ferry_be_device_t *dev, ferry_device_props_t *out)
     return 0;
 }
 
+static void sim_host_props(ferry_be_device_t *dev, ferry_host_props_t *out)
+{
+    const struct ferry_sim_profile *p = &dev->prof;
+    out->modelled = true;
+    if (p->host_threads > 0)
+        out->threads = p->host_threads;
+    out->memory_gbps = p->host_memory_gbps;
+    out->thread_read_gbps = p->host_thread_read_gbps;
+    out->read_gbps = p->host_read_gbps;
+    out->write_gbps = p->host_write_gbps;
+    out->copy_gbps = p->host_copy_gbps;
+    snprintf(out->storage_kind, sizeof(out->storage_kind), "%s", p->storage_kind);
+    out->storage_read_gbps = p->storage_read_gbps;
+    out->storage_write_gbps = p->storage_write_gbps;
+}
+
 static uint64_t sim_now_ns(ferry_be_device_t *dev)
 {
     if (dev == NULL)
@@ -879,4 +895,5 @@ const ferry_backend_ops_t ferry__sim_backend = {
     .host_device_ptr = sim_host_device_ptr,
     .heartbeat = sim_heartbeat,
     .link_rate = sim_link_rate,
+    .host_props = sim_host_props,
 };

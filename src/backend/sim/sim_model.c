@@ -95,9 +95,6 @@ static void account(struct ferry_be_device *dev)
     }
 }
 
-/* Recompute rates and completion times. Transfers in one direction share its asymptotic rate
- * equally; while both directions transfer, each gets bidir_factor of it (FACTS.md: 93.5-99.7 GB/s
- * in total, 1.7-1.8x one direction). Pageable copies are further capped at their own rate. */
 /* ---- faults (option inject; fault_spec.h) ------------------------------------------------- */
 
 static double fault_uniform(struct ferry_be_device *dev)
@@ -239,12 +236,18 @@ int ferry__sim_alloc_fault(struct ferry_be_device *dev)
     return 0;
 }
 
+/* Recompute rates and completion times. Transfers in one direction share its asymptotic rate
+ * equally; while both directions transfer, each gets bidir_factor of it (FACTS.md: 93.5-99.7 GB/s
+ * in total, 1.7-1.8x one direction). Pageable copies are further capped at their own rate.
+ * The host's memory (profile section host_memory) serves every copy's bytes: when the copies
+ * together would draw more than it serves, each is slowed in proportion. */
 static void rerate(struct ferry_be_device *dev)
 {
     int active[2] = {0, 0};
     for (int d = 0; d < 2; d++)
         for (int i = 0; i < dev->dirs[d].n; i++)
             active[d] += dev->dirs[d].eng[i].phase == SIM_ENG_XFER;
+    double total = 0.0;
     for (int d = 0; d < 2; d++) {
         const struct ferry_sim_curve *c = &dev->prof.curve[d];
         /* Another process on the link takes its rate off the top (ferry keeps at least 5%). */
@@ -258,9 +261,19 @@ static void rerate(struct ferry_be_device *dev)
             if (e->phase != SIM_ENG_XFER)
                 continue;
             e->rate = (share < e->cap ? share : e->cap) / (e->slow > 1 ? e->slow : 1);
-            e->end_ns = e->last_ns + (uint64_t)ceil(e->remaining / e->rate);
+            total += e->rate;
         }
     }
+    double mem = dev->prof.host_memory_gbps;
+    double scale = mem > 0.0 && total > mem ? mem / total : 1.0;
+    for (int d = 0; d < 2; d++)
+        for (int i = 0; i < dev->dirs[d].n; i++) {
+            struct sim_engine *e = &dev->dirs[d].eng[i];
+            if (e->phase != SIM_ENG_XFER)
+                continue;
+            e->rate *= scale;
+            e->end_ns = e->last_ns + (uint64_t)ceil(e->remaining / e->rate);
+        }
 }
 
 static void begin_xfer(struct ferry_be_device *dev, struct sim_engine *e)

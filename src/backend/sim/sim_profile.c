@@ -192,11 +192,21 @@ static int get_cc(const struct pctx *c, const cJSON *obj, struct ferry_sim_profi
 
 static int parse_source(const struct pctx *c, const cJSON *root)
 {
-    static const char *const sections[] = {"device", "pcie", "copy", "host", "defaults", NULL};
+    static const char *const sections[] = {"device",   "pcie",        "copy",    "host",
+                                           "defaults", "host_memory", "storage", NULL};
     const cJSON *src;
     int rc = get_object(c, root, "", "source", &src);
     if (rc == 0)
         rc = check_keys(c, src, "source", sections);
+    /* The optional sections' figures come from somewhere too: present, they need a source. */
+    static const char *const optional[] = {"host_memory", "storage", NULL};
+    for (size_t i = 0; rc == 0 && optional[i] != NULL; i++)
+        if (cJSON_GetObjectItemCaseSensitive(root, optional[i]) != NULL &&
+            cJSON_GetObjectItemCaseSensitive(src, optional[i]) == NULL)
+            rc = ferry__error(FERRY_EPARSE,
+                              "%s: section \"%s\" needs a key \"source.%s\" saying how its "
+                              "numbers were measured",
+                              c->file, optional[i], optional[i]);
     for (const cJSON *it = src ? src->child : NULL; rc == 0 && it != NULL; it = it->next)
         if (!cJSON_IsString(it) || it->valuestring[0] == '\0')
             rc = ferry__error(FERRY_EPARSE,
@@ -270,12 +280,13 @@ static int check_priorities(const struct pctx *c, const cJSON *o, struct ferry_s
 /* One key of a section: how it is read and where in the profile it goes. The rows of a section
  * stand in the order the keys are read and listed in messages. */
 enum field_kind {
-    F_INT,      /* an int in [min, max] */
-    F_U64,      /* a uint64_t in [min, max] */
-    F_U64_OPT,  /* the same, optional, 0 when absent */
-    F_POSITIVE, /* a double in (0, top] */
-    F_CURVE,    /* a copy curve (parse_curve) */
-    F_CALL,     /* call(); a row without a key is a check of the keys read before it */
+    F_INT,          /* an int in [min, max] */
+    F_U64,          /* a uint64_t in [min, max] */
+    F_U64_OPT,      /* the same, optional, 0 when absent */
+    F_POSITIVE,     /* a double in (0, top] */
+    F_POSITIVE_OPT, /* the same, optional, 0 when absent */
+    F_CURVE,        /* a copy curve (parse_curve) */
+    F_CALL,         /* call(); a row without a key is a check of the keys read before it */
 };
 struct field {
     const char *key;
@@ -341,18 +352,38 @@ static const struct field host_fields[] = {
 static const struct field defaults_fields[] = {
     FIELD_U64("chunk_bytes", default_chunk_bytes, 1, 1073741824),
 };
+static int get_storage_kind(const struct pctx *c, const cJSON *o, struct ferry_sim_profile *p)
+{
+    return get_string(c, o, "storage", "kind", p->storage_kind, sizeof(p->storage_kind));
+}
+static const struct field host_memory_fields[] = {
+    FIELD_POSITIVE("gbps", host_memory_gbps, 1e5),
+    FIELD_POSITIVE("thread_read_gbps", host_thread_read_gbps, 1e5),
+    FIELD_POSITIVE("read_gbps", host_read_gbps, 1e5),
+    FIELD_POSITIVE("write_gbps", host_write_gbps, 1e5),
+    FIELD_POSITIVE("copy_gbps", host_copy_gbps, 1e5),
+    FIELD_INT("threads", host_threads, 1, 65536),
+};
+static const struct field storage_fields[] = {
+    {"kind", F_CALL, .call = get_storage_kind},
+    FIELD_POSITIVE("read_gbps", storage_read_gbps, 1e5),
+    {"write_gbps", F_POSITIVE_OPT, FIELD_AT(storage_write_gbps), .top = 1e5},
+};
 
 /* The sections below the root that hold numbers, in the order they are read. */
 static const struct section {
     const char *name;
     const struct field *fields;
     size_t n;
+    bool optional; /* absent: its fields stay 0 */
 } sections[] = {
-#define SECTION(name)                                                                              \
+#define SECTION(name, opt)                                                                         \
     {                                                                                              \
-#name, name##_fields, sizeof(name##_fields) / sizeof(name##_fields[0])                     \
+#name, name##_fields, sizeof(name##_fields) / sizeof(name##_fields[0]), opt                \
     }
-    SECTION(device), SECTION(pcie), SECTION(copy), SECTION(host), SECTION(defaults),
+    SECTION(device, false), SECTION(pcie, false),     SECTION(copy, false),
+    SECTION(host, false),   SECTION(defaults, false), SECTION(host_memory, true),
+    SECTION(storage, true),
 #undef SECTION
 };
 
@@ -373,6 +404,10 @@ static int read_field(const struct pctx *c, const cJSON *o, const char *where,
             *(uint64_t *)dst = (uint64_t)v;
         return rc;
     case F_POSITIVE: return get_positive(c, o, where, f->key, f->top, dst);
+    case F_POSITIVE_OPT:
+        if (cJSON_GetObjectItemCaseSensitive(o, f->key) == NULL)
+            return 0;
+        return get_positive(c, o, where, f->key, f->top, dst);
     case F_CURVE: return parse_curve(c, o, f->key, dst);
     case F_CALL: return f->call(c, o, p);
     }
@@ -390,6 +425,8 @@ static int parse_section(const struct pctx *c, const cJSON *root, const struct s
             keys[nkeys++] = sec->fields[i].key;
     keys[nkeys] = NULL;
     const cJSON *o;
+    if (sec->optional && cJSON_GetObjectItemCaseSensitive(root, sec->name) == NULL)
+        return 0;
     int rc = get_object(c, root, "", sec->name, &o);
     if (rc == 0)
         rc = check_keys(c, o, sec->name, keys);
@@ -400,8 +437,9 @@ static int parse_section(const struct pctx *c, const cJSON *root, const struct s
 
 static int parse_root(const struct pctx *c, const cJSON *root, struct ferry_sim_profile *p)
 {
-    static const char *const keys[] = {"format", "name", "source", "devices",  "device",
-                                       "pcie",   "copy", "host",   "defaults", NULL};
+    static const char *const keys[] = {"format",   "name",        "source",  "devices",
+                                       "device",   "pcie",        "copy",    "host",
+                                       "defaults", "host_memory", "storage", NULL};
     if (!cJSON_IsObject(root))
         return ferry__error(FERRY_EPARSE, "%s: a profile must be a JSON object (got %s)", c->file,
                             type_name(root));
