@@ -14,6 +14,7 @@
 #include "sched/perfmodel.h"
 
 #define PERF_FORMAT "ferry-perfmodel-1"
+#define U64_CEIL    18446744073709549568.0 /* the largest double below 2^64 */
 
 /* One key: the last FERRY_PERF_WINDOW samples (a ring) and the estimate they give. */
 struct bucket {
@@ -63,7 +64,7 @@ static uint64_t to_ns(double ns)
 {
     if (!(ns >= 1.0))
         return 1;
-    if (ns >= 18446744073709549568.0) /* the largest double below 2^64 */
+    if (ns >= U64_CEIL)
         return UINT64_MAX;
     return (uint64_t)llround(ns);
 }
@@ -95,7 +96,7 @@ static void estimate(struct bucket *b, unsigned bucket)
     /* The mean size stays in the bucket, whatever the rounding of a sum of large sizes. */
     double lo_b = ldexp(1.0, (int)bucket), hi_b = ldexp(1.0, (int)bucket + 1) - 1.0;
     double mean = fmin(fmax(bytes / n, lo_b), hi_b);
-    b->est_bytes = mean >= 18446744073709549568.0 ? UINT64_MAX : (uint64_t)llround(mean);
+    b->est_bytes = mean >= U64_CEIL ? UINT64_MAX : (uint64_t)llround(mean);
     b->est_ns = sum / (double)(hi - trim) * (double)b->est_bytes;
 }
 
@@ -532,18 +533,16 @@ static const struct field entry_fields[] = {
 /* What @v is, for "(got ...)": a number or string itself, else its kind. */
 static const char *got_text(const cJSON *v, char *buf, size_t len)
 {
-    if (cJSON_IsNumber(v))
-        snprintf(buf, len, "%.17g", v->valuedouble);
-    else if (cJSON_IsString(v))
-        snprintf(buf, len, "\"%.40s\"", v->valuestring);
-    else
-        snprintf(buf, len, "%s",
-                 cJSON_IsArray(v)    ? "an array"
-                 : cJSON_IsObject(v) ? "an object"
-                 : cJSON_IsBool(v)   ? "a boolean"
-                 : cJSON_IsNull(v)   ? "null"
-                                     : "an invalid value");
-    return buf;
+    switch (v->type & 0xff) {
+    case cJSON_Number: snprintf(buf, len, "%.17g", v->valuedouble); return buf;
+    case cJSON_String: snprintf(buf, len, "\"%.40s\"", v->valuestring); return buf;
+    case cJSON_Array: return "an array";
+    case cJSON_Object: return "an object";
+    case cJSON_NULL: return "null";
+    case cJSON_True:
+    case cJSON_False: return "a boolean";
+    }
+    return "an invalid value";
 }
 
 static const char *accepted(const struct field *f, char *buf, size_t len)

@@ -134,11 +134,28 @@ struct sim {
     uint64_t end_ns;
 };
 
-static struct sim *sim_new(void)
+/* The fixture of the tests that simulate: a model and a machine, both empty. */
+struct fx {
+    ferry_perfmodel_t *m;
+    struct sim *s;
+};
+
+static int fx_setup(void **state)
 {
-    struct sim *s = calloc(1, sizeof(*s));
-    assert_non_null(s);
-    return s;
+    struct fx *f = calloc(1, sizeof(*f));
+    if (f == NULL || (f->s = calloc(1, sizeof(*f->s))) == NULL || ferry__perf_create(&f->m) != 0)
+        return -1;
+    *state = f;
+    return 0;
+}
+
+static int fx_teardown(void **state)
+{
+    struct fx *f = *state;
+    ferry__perf_destroy(f->m);
+    free(f->s);
+    free(f);
+    return 0;
 }
 
 /* Give @chunks chunks to the devices of @devices by ferry__perf_choose, keeping @depth in
@@ -199,59 +216,53 @@ static void run_job(ferry_perfmodel_t *m, struct sim *s, uint64_t devices, unsig
  * two together (within 5%); also kept at a pipeline's depth. */
 static void test_share_two_rates(void **state)
 {
-    (void)state;
-    ferry_perfmodel_t *m = model_new();
-    struct sim *s = sim_new();
-    s->real_ns[0] = 1000000;
-    s->real_ns[1] = 2000000;
-    run_job(m, s, 0x3, 300, 3000);
-    assert_int_equal(s->done[0] + s->done[1], 3000);
-    assert_near((double)s->done[0] / s->done[1], 2.0, 0.05, "share of the fast device");
-    assert_near((double)s->end_ns, 3000 * 1e6 / 1.5, 0.05, "makespan");
-    simulate(m, s, 0x3, 3000, 16);
-    assert_near((double)s->done[0] / s->done[1], 2.0, 0.05, "share at depth 16");
-    free(s);
-    ferry__perf_destroy(m);
+    struct fx *f = *state;
+    f->s->real_ns[0] = 1000000;
+    f->s->real_ns[1] = 2000000;
+    run_job(f->m, f->s, 0x3, 300, 3000);
+    assert_int_equal(f->s->done[0] + f->s->done[1], 3000);
+    assert_near((double)f->s->done[0] / f->s->done[1], 2.0, 0.05, "share of the fast device");
+    assert_near((double)f->s->end_ns, 3000 * 1e6 / 1.5, 0.05, "makespan");
+    simulate(f->m, f->s, 0x3, 3000, 16);
+    assert_near((double)f->s->done[0] / f->s->done[1], 2.0, 0.05, "share at depth 16");
 }
 
 /* The StarPU failure: a device whose samples spike 50x one time in ten still gets its fair
- * share, with two rates and among eight equal devices two of which are spiky. */
+ * share, beside a device half as fast ... */
 static void test_share_spiky(void **state)
 {
-    (void)state;
-    ferry_perfmodel_t *m = model_new();
-    struct sim *s = sim_new();
-    s->real_ns[0] = 1000000;
-    s->real_ns[1] = 2000000;
-    s->spike_every[0] = 10;
-    s->spike_x = 50;
-    run_job(m, s, 0x3, 300, 3000);
-    assert_near((double)s->done[0] / s->done[1], 2.0, 0.05, "share of the spiky fast device");
-    ferry__perf_destroy(m);
+    struct fx *f = *state;
+    f->s->real_ns[0] = 1000000;
+    f->s->real_ns[1] = 2000000;
+    f->s->spike_every[0] = 10;
+    f->s->spike_x = 50;
+    run_job(f->m, f->s, 0x3, 300, 3000);
+    assert_near((double)f->s->done[0] / f->s->done[1], 2.0, 0.05, "share of the spiky device");
+}
 
-    m = model_new();
-    memset(s, 0, sizeof(*s));
-    s->spike_every[0] = s->spike_every[5] = 10;
-    s->spike_x = 50;
+/* ... and among eight equal devices, two of which are spiky (none gets 5% more or less). */
+static void test_share_spiky_of_8(void **state)
+{
+    struct fx *f = *state;
+    f->s->spike_every[0] = f->s->spike_every[5] = 10;
+    f->s->spike_x = 50;
     for (int d = 0; d < SIM_DEVS; d++)
-        s->real_ns[d] = 1000000;
-    run_job(m, s, 0xff, 800, 8000);
+        f->s->real_ns[d] = 1000000;
+    run_job(f->m, f->s, 0xff, 800, 8000);
     for (int d = 0; d < SIM_DEVS; d++)
-        assert_near(s->done[d], 1000, 0.05, "share of one of 8 equal devices");
-    simulate(m, s, 0xff, 8000, 32);
+        assert_near(f->s->done[d], 1000, 0.05, "share of one of 8 equal devices");
+    simulate(f->m, f->s, 0xff, 8000, 32);
     for (int d = 0; d < SIM_DEVS; d++)
-        assert_near(s->done[d], 1000, 0.05, "share of one of 8 at depth 32");
-    free(s);
-    ferry__perf_destroy(m);
+        assert_near(f->s->done[d], 1000, 0.05, "share of one of 8 at depth 32");
 }
 
 /* An excluded device gets nothing, also when it is the fastest; back in, it gets its share;
  * with every device excluded there is no choice. */
 static void test_excluded(void **state)
 {
-    (void)state;
-    ferry_perfmodel_t *m = model_new();
-    struct sim *s = sim_new();
+    struct fx *f = *state;
+    ferry_perfmodel_t *m = f->m;
+    struct sim *s = f->s;
     s->real_ns[0] = s->real_ns[2] = 2000000;
     s->real_ns[1] = 1000000;
     assert_int_equal(ferry__perf_exclude(m, 1, true), 0);
@@ -268,8 +279,6 @@ static void test_excluded(void **state)
     ferry_perf_choice_t c;
     assert_int_equal(ferry__perf_choose(m, 0, CHUNK, 0x7, s->queued, &c), FERRY_ENODEV);
     assert_int_equal(ferry__perf_choose(m, 0, CHUNK, 0, s->queued, &c), FERRY_ENODEV);
-    free(s);
-    ferry__perf_destroy(m);
 }
 
 /* An uncalibrated device is explored at once but gets at most FERRY_PERF_EXPLORE_MAX chunks
@@ -564,7 +573,10 @@ static void test_threads(void **state)
 }
 
 TEST_MAIN(NULL, NULL, cmocka_unit_test(test_spike), cmocka_unit_test(test_lasting_slowdown),
-          cmocka_unit_test(test_buckets), cmocka_unit_test(test_share_two_rates),
-          cmocka_unit_test(test_share_spiky), cmocka_unit_test(test_excluded),
+          cmocka_unit_test(test_buckets),
+          cmocka_unit_test_setup_teardown(test_share_two_rates, fx_setup, fx_teardown),
+          cmocka_unit_test_setup_teardown(test_share_spiky, fx_setup, fx_teardown),
+          cmocka_unit_test_setup_teardown(test_share_spiky_of_8, fx_setup, fx_teardown),
+          cmocka_unit_test_setup_teardown(test_excluded, fx_setup, fx_teardown),
           cmocka_unit_test(test_explore), cmocka_unit_test(test_save_load),
           cmocka_unit_test(test_malformed), cmocka_unit_test(test_threads))
