@@ -152,6 +152,14 @@ FERRY_EXTERN bool ferry_device_is_simulated(const ferry_device_t *dev);
 /** The device's clock in nanoseconds: virtual on sim, CLOCK_MONOTONIC on cuda. */
 FERRY_EXTERN uint64_t ferry_device_now_ns(ferry_device_t *dev);
 
+/** The devices named by @p spec: "all" (every device of the backend) or indices separated by
+ *  commas ("0,2"); NULL reads the runtime's option `devices`, and when that is empty the one
+ *  device of option `device`. Opens them and writes up to @p max to @p out, their count to
+ *  @p n. Returns 0, FERRY_EINVAL (a bad spec, named with what is accepted; an index twice;
+ *  more than @p max), FERRY_ENODEV (an index the backend does not have). Thread-safe. */
+FERRY_EXTERN int ferry_devices_select(ferry_runtime_t *rt, const char *spec, ferry_device_t **out,
+                                      unsigned max, unsigned *n);
+
 /** The host a device sits in, as far as ferry knows it. On the simulator: the machine its
  *  profile describes (sections host_memory and storage, docs/simulator.md), not the machine
  *  the simulator runs on. On a GPU: this process's CPU count; the rates are not measured by
@@ -391,7 +399,18 @@ typedef struct ferry_pipeline_config {
     /* Copies of adjacent chunks of one batch merged up to this many bytes (kernels stay one
      * per chunk); 0: the coalesce_bytes option. SIZE_MAX: none (a copy per chunk). */
     size_t coalesce_bytes;
+    /* Appended: a set of devices (borrowed, all of one runtime, none twice), with device NULL.
+     * The pipeline makes one pipeline per device from this config and cuts each batch into
+     * parts, one per device at most, sized so that every device is expected to finish its
+     * part at the same time, by the rates its recent parts measured (docs/devices.md). A
+     * device whose GPU path ended (a sticky fault, a hang) leaves the set: its own pipeline
+     * finishes what it holds on the CPU, new parts go to the others. queue_depth bounds the
+     * batches in flight in the whole set. 0: the one device above. */
+    ferry_device_t *const *devices;
+    unsigned ndevices;
 } ferry_pipeline_config_t;
+/* The most devices in one set. */
+#define FERRY_MAX_DEVICE_SET 64
 /* The older spelling of FERRY_UNSET for the priorities, kept for existing code. */
 #define FERRY_PRIORITY_DEFAULT FERRY_UNSET
 #define FERRY_PIPELINE_CONFIG_INIT                                                                 \
@@ -575,6 +594,35 @@ typedef struct ferry_pipeline_stats {
  *  the fields it has and nothing is written past its size. Consistent once drained; after a
  *  close that returned 0, the figures as of that close. Returns 0 or FERRY_EINVAL. Thread-safe. */
 FERRY_EXTERN int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out);
+
+/** The devices a pipeline drives: 1, or the size of its device set. 0 for NULL. */
+FERRY_EXTERN unsigned ferry_pipeline_devices(ferry_pipeline_t *p);
+
+/* One device of a pipeline: what it did and what the set's scheduler thinks of it. */
+typedef struct ferry_pipeline_device_stats {
+    size_t size;        /* sizeof(ferry_pipeline_device_stats_t), set by the caller */
+    int index;          /* the device's index in its backend */
+    char name[128];     /* the device's name */
+    uint64_t bytes;     /* bytes of the batch parts it completed */
+    uint64_t parts;     /* batch parts it completed (a pipeline of one device: batches) */
+    uint64_t parts_cpu; /* of those, parts its pipeline finished on the CPU */
+    double share;       /* bytes over the bytes of every device */
+    double model_gbps;  /* its rate as the scheduler estimates it; 0 before a measured part */
+    bool left;          /* it left the set: no new parts */
+    char why[128];      /* why it left */
+    ferry_pipeline_stats_t stats; /* the device's own pipeline */
+} ferry_pipeline_device_stats_t;
+#define FERRY_PIPELINE_DEVICE_STATS_INIT                                                           \
+    {                                                                                              \
+        .size = sizeof(ferry_pipeline_device_stats_t), .stats = {                                  \
+            .size = sizeof(ferry_pipeline_stats_t)                                                 \
+        }                                                                                          \
+    }
+
+/** Fill @p out (caller sets size) with device @p i (0 .. ferry_pipeline_devices - 1) of @p p.
+ *  Returns 0 or FERRY_EINVAL (NULL, size not set, @p i out of range). Thread-safe. */
+FERRY_EXTERN int ferry_pipeline_device_stats(ferry_pipeline_t *p, unsigned i,
+                                             ferry_pipeline_device_stats_t *out);
 
 /** Write a Chrome trace (JSON, opens in ui.perfetto.dev) of every op the pipeline ran so far,
  *  one track per stream and per engine class. Pipelines record their ops only when created

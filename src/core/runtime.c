@@ -346,6 +346,79 @@ int ferry_device_props(ferry_device_t *dev, ferry_device_props_t *out)
     return 0;
 }
 
+/* One index of a device list: digits only, below the backend's count. */
+static int select_index(ferry_runtime_t *rt, const char *tok, size_t len, const char *spec,
+                        int *out)
+{
+    long v = 0;
+    size_t i = 0;
+    for (; i < len && tok[i] >= '0' && tok[i] <= '9' && v < 100000; i++)
+        v = v * 10 + (tok[i] - '0');
+    if (len == 0 || i < len)
+        return ferry__error(FERRY_EINVAL,
+                            "devices \"%s\": \"%.*s\" is not a device; accepted: all, or "
+                            "device indices separated by commas (0,2)%s",
+                            spec, (int)len, tok,
+                            len == 3 && memcmp(tok, "cpu", 3) == 0
+                                ? " (the CPU as a device of a set is not built yet)"
+                                : "");
+    if (v >= rt->ndev)
+        return ferry__error(FERRY_ENODEV,
+                            "devices \"%s\": device %ld does not exist (backend "
+                            "%s has %d: 0 to %d)",
+                            spec, v, rt->ops->name, rt->ndev, rt->ndev - 1);
+    *out = (int)v;
+    return 0;
+}
+
+int ferry_devices_select(ferry_runtime_t *rt, const char *spec, ferry_device_t **out, unsigned max,
+                         unsigned *n)
+{
+    if (rt == NULL || out == NULL || n == NULL || max == 0)
+        return ferry__error(FERRY_EINVAL, "ferry_devices_select: NULL argument or max 0");
+    char one[24];
+    if (spec == NULL)
+        spec = ferry__opt_str(rt->opts, FERRY__OPT_devices);
+    if (spec == NULL || spec[0] == '\0') {
+        snprintf(one, sizeof(one), "%lld", (long long)ferry__opt_i64(rt->opts, FERRY__OPT_device));
+        spec = one;
+    }
+    int idx[FERRY_MAX_DEVICE_SET];
+    unsigned k = 0;
+    int rc = 0;
+    if (strcmp(spec, "all") == 0) {
+        for (int i = 0; i < rt->ndev && k < FERRY_MAX_DEVICE_SET; i++)
+            idx[k++] = i;
+    } else {
+        for (const char *p = spec; rc == 0;) {
+            const char *c = strchr(p, ',');
+            size_t len = c != NULL ? (size_t)(c - p) : strlen(p);
+            int v = 0;
+            rc = select_index(rt, p, len, spec, &v);
+            for (unsigned j = 0; rc == 0 && j < k; j++)
+                if (idx[j] == v)
+                    rc = ferry__error(FERRY_EINVAL, "devices \"%s\": device %d is named twice",
+                                      spec, v);
+            if (rc == 0 && k == FERRY_MAX_DEVICE_SET)
+                rc = ferry__error(FERRY_EINVAL, "devices \"%s\": more than %d devices", spec,
+                                  FERRY_MAX_DEVICE_SET);
+            if (rc == 0)
+                idx[k++] = v;
+            if (c == NULL)
+                break;
+            p = c + 1;
+        }
+    }
+    if (rc == 0 && k > max)
+        rc = ferry__error(FERRY_EINVAL, "devices \"%s\": %u devices, room for %u", spec, k, max);
+    for (unsigned j = 0; rc == 0 && j < k; j++)
+        rc = ferry_device_get(rt, idx[j], &out[j]);
+    if (rc != 0)
+        return ferry__rt_fail(rt, rc);
+    *n = k;
+    return 0;
+}
+
 int ferry_device_host(ferry_device_t *dev, ferry_host_props_t *out)
 {
     if (dev == NULL || !FERRY_SIZE_OK(out, sizeof(ferry_host_props_t)))

@@ -21,6 +21,7 @@
 #include "base/config.h"
 #include "core/runtime.h"
 #include "pipeline/pipeline_internal.h"
+#include "pipeline/set.h"
 
 _Thread_local const ferry_pipeline_t *ferry__pipe_own_thread;
 
@@ -317,6 +318,8 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     int rc = ferry__config_import(&c, sizeof(c), cfg, &ferry__cfg_pipeline, NULL);
     if (rc != 0)
         return rc;
+    if (c.ndevices > 0 || c.devices != NULL)
+        return ferry__pset_create(&c, out);
     if (c.device == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_create: cfg->device is NULL");
     ferry_device_t *dev = c.device;
@@ -405,6 +408,8 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
 {
     if (p == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_submit: NULL pipeline");
+    if (p->set != NULL)
+        return ferry__pset_submit(p->set, batch, cb, arg, id);
     /* Counted in, so that a close racing this call waits for it (FERRY_EBUSY) instead of
      * releasing what it is about to use. Without the lock (two atomics on the hot path): the
      * sequentially consistent pair (count in, then read shut) against close's (set shut, then
@@ -607,6 +612,8 @@ int ferry_pipeline_drain(ferry_pipeline_t *p)
 {
     if (p == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_drain: NULL pipeline");
+    if (p->set != NULL)
+        return ferry__pset_drain(p->set);
     if (on_own_thread(p))
         return refuse_own_thread(p, "ferry_pipeline_drain",
                                  "it would wait for itself (batches complete on the thread "
@@ -638,6 +645,8 @@ int ferry_pipeline_close(ferry_pipeline_t *p)
 {
     if (p == NULL)
         return 0;
+    if (p->set != NULL)
+        return ferry__pset_close(p->set);
     pthread_mutex_lock(&p->lock);
     shut(p);
     if (atomic_load_explicit(&p->sh.released, memory_order_acquire)) {
@@ -680,6 +689,8 @@ int ferry_pipeline_destroy(ferry_pipeline_t *p)
 {
     if (p == NULL)
         return 0;
+    if (p->set != NULL)
+        return ferry__pset_destroy(p->set);
     if (on_own_thread(p)) {
         pthread_mutex_lock(&p->lock);
         shut(p);
@@ -712,6 +723,11 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_stats: NULL argument or size not set "
                                           "(use FERRY_PIPELINE_STATS_INIT)");
     ferry_pipeline_stats_t full = FERRY_PIPELINE_STATS_INIT;
+    if (p->set != NULL) {
+        ferry__pset_stats(p->set, &full);
+        ferry__sized_copy_out(out, &full, sizeof(full));
+        return 0;
+    }
     pthread_mutex_lock(&p->lock);
     if (p->api.final_ready)
         full = p->api.final; /* closed: the figures as of its close */
@@ -813,10 +829,52 @@ static int lock_traced(ferry_pipeline_t *p, const char *who)
                         who);
 }
 
+/* A set's ops are its devices' pipelines': not recorded as one trace yet. */
+static int set_untraced(const ferry_pipeline_t *p, const char *who)
+{
+    return ferry__error(FERRY_ENOTSUP,
+                        "%s: pipeline '%s' #%u drives a set of %u devices, whose ops are not "
+                        "gathered into one trace (a pipeline of one device records them)",
+                        who, p->stage_name, p->serial, ferry__pset_devices(p->set));
+}
+
+unsigned ferry_pipeline_devices(ferry_pipeline_t *p)
+{
+    return p == NULL ? 0 : p->set != NULL ? ferry__pset_devices(p->set) : 1;
+}
+
+int ferry_pipeline_device_stats(ferry_pipeline_t *p, unsigned i, ferry_pipeline_device_stats_t *out)
+{
+    if (p == NULL || out == NULL || out->size < offsetof(ferry_pipeline_device_stats_t, stats))
+        return ferry__error(FERRY_EINVAL, "ferry_pipeline_device_stats: NULL argument or size "
+                                          "not set (use FERRY_PIPELINE_DEVICE_STATS_INIT)");
+    if (p->set != NULL)
+        return ferry__pset_device_stats(p->set, i, out);
+    if (i != 0)
+        return ferry__error(FERRY_EINVAL,
+                            "ferry_pipeline_device_stats: device %u of a pipeline "
+                            "of one device",
+                            i);
+    ferry_pipeline_device_stats_t o = FERRY_PIPELINE_DEVICE_STATS_INIT;
+    ferry_pipeline_stats(p, &o.stats);
+    o.index = p->dev->props.index;
+    snprintf(o.name, sizeof(o.name), "%s", p->dev->props.name);
+    o.bytes = o.stats.bytes_h2d;
+    o.parts = o.stats.batches_done_gpu + o.stats.batches_done_cpu;
+    o.parts_cpu = o.stats.batches_done_cpu;
+    o.share = 1.0;
+    o.model_gbps = o.stats.gbps_h2d;
+    o.left = o.stats.gpu_lost || o.stats.gpu_hung;
+    ferry__sized_copy_out(out, &o, sizeof(o));
+    return 0;
+}
+
 int ferry_pipeline_write_trace(ferry_pipeline_t *p, const char *path)
 {
     if (p == NULL || path == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_write_trace: NULL argument");
+    if (p->set != NULL)
+        return set_untraced(p, "ferry_pipeline_write_trace");
     int rc = lock_traced(p, "ferry_pipeline_write_trace");
     if (rc != 0)
         return rc;
@@ -840,6 +898,8 @@ int ferry_pipeline_ops(ferry_pipeline_t *p, ferry_op_fn fn, void *arg)
 {
     if (p == NULL || fn == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_ops: NULL argument");
+    if (p->set != NULL)
+        return set_untraced(p, "ferry_pipeline_ops");
     int rc = lock_traced(p, "ferry_pipeline_ops");
     if (rc != 0)
         return rc;

@@ -263,6 +263,8 @@ struct ferry__pipe_shared {
 struct ferry_pipeline {
     /* Set at create, read-only until release. */
     ferry_device_t *dev;
+    /* A set of devices (set.c): every public call goes there; nothing below is used. */
+    struct ferry__pset *set;
     /* Lifetime. close shuts the pipeline (submits refused from then on) and, once nothing is
      * in flight, releases its threads, streams and memory; the handle itself lives until
      * ferry_pipeline_destroy or the runtime's destroy, so that every call on a closed

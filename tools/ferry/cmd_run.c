@@ -279,16 +279,26 @@ static int open_pipeline(run_ctx_t *c)
     if (!c->ro.quiet && !c->ro.json && ferry_runtime_fallback_reason(c->rt)[0])
         fprintf(stderr, "ferry run: no GPU (%s); running on the simulated device\n",
                 ferry_runtime_fallback_reason(c->rt));
-    int64_t devidx = 0;
-    ferry_options_get_i64(c->opts, "device", &devidx);
-    if (ferry_device_get(c->rt, (int)devidx, &c->dev) != 0)
+    /* --devices (or --device): one device, or a set the pipeline spreads batches over */
+    ferry_device_t *devs[FERRY_MAX_DEVICE_SET];
+    unsigned ndev = 0;
+    e = ferry_devices_select(c->rt, NULL, devs, FERRY_MAX_DEVICE_SET, &ndev);
+    if (e == FERRY_EINVAL) /* the value is wrong, not the machine */
+        return cli_usage_error(run_cmd, "--devices: %s", ferry_last_error());
+    if (e != 0)
         return cli_fail(run_cmd, "%s", ferry_last_error());
+    c->dev = devs[0];
     ferry_workload_params_t wp = FERRY_WORKLOAD_PARAMS_INIT;
     wp.intensity = (unsigned)c->ro.intensity;
     if (ferry_workload_create(c->ro.workload, &wp, &c->wl) != 0)
         return cli_fail(run_cmd, "%s", ferry_last_error());
     ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
-    pc.device = c->dev;
+    if (ndev > 1) {
+        pc.devices = devs;
+        pc.ndevices = ndev;
+    } else {
+        pc.device = c->dev;
+    }
     pc.stage = ferry_workload_stage(c->wl);
     pc.single_stream = c->ro.single_stream;
     if (ferry_pipeline_create(&pc, &c->pl) != 0)
@@ -503,8 +513,9 @@ static int finish(run_ctx_t *c, double wall)
     /* the output takes its name only now, every batch verified */
     if (ok && ro->output && run_output_commit(run_cmd, &c->out) != CLI_OK)
         rc = CLI_FAIL;
-    run_outcome_t oc = {&s, &c->st.t, c->total,        c->nbatches,     wall,
-                        ok, &c->st,   c->st.verifiers, c->pinned_bytes, (double)c->pin_ns / 1e9};
+    run_outcome_t oc = {&s,   &c->st.t, c->total,        c->nbatches,     wall,
+                        ok,   &c->st,   c->st.verifiers, c->pinned_bytes, (double)c->pin_ns / 1e9,
+                        c->pl};
     if (ro->report) {
         if (run_write_report(ro, c->rt, c->dev, c->pl, &oc) == CLI_OK)
             ro->report_done = true;

@@ -121,6 +121,7 @@ typedef struct run_outcome {
     unsigned verifiers;
     unsigned long long pinned_bytes; /* the run's own buffers pinned by ferry_host_alloc */
     double pin_s;                    /* allocating, touching and pinning them */
+    ferry_pipeline_t *pl;            /* for its devices' figures */
 } run_outcome_t;
 
 /* The pipeline's callback (a ferry thread, @arg a cb_ctx_t): hand the batch to the verifiers. */

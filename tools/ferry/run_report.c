@@ -92,6 +92,48 @@ static void print_rates(const run_bound_t *b, bool simulated)
                "(section host_memory, docs/simulator.md)");
 }
 
+/* A set of devices: each one's bytes, share, parts, the scheduler's rate, and whether it
+ * left (text, or the "devices" array in --json). A pipeline of one device prints nothing. */
+static void print_devices(ferry_pipeline_t *pl, json_t *j)
+{
+    unsigned n = ferry_pipeline_devices(pl);
+    if (n < 2)
+        return;
+    if (j != NULL) {
+        json_key(j, "devices");
+        json_array_begin(j);
+    }
+    for (unsigned i = 0; i < n; i++) {
+        ferry_pipeline_device_stats_t d = FERRY_PIPELINE_DEVICE_STATS_INIT;
+        if (ferry_pipeline_device_stats(pl, i, &d) != 0)
+            continue;
+        double gbps = d.stats.elapsed_ns > 0 ? (double)d.bytes / (double)d.stats.elapsed_ns : 0;
+        if (j != NULL) {
+            json_object_begin(j);
+            json_key_int(j, "index", d.index);
+            json_key_str(j, "name", d.name);
+            json_key_uint(j, "bytes", d.bytes);
+            json_key_double(j, "share", d.share, 4);
+            json_key_uint(j, "parts", d.parts);
+            json_key_uint(j, "parts_cpu", d.parts_cpu);
+            json_key_double(j, "gbps", gbps, 3);
+            json_key_double(j, "model_gbps", d.model_gbps, 3);
+            json_key_bool(j, "left", d.left);
+            json_key_str(j, "left_why", d.why);
+            json_object_end(j);
+        } else {
+            char b[32];
+            printf("  device %-3d %s: %s, %.1f%% of the bytes, %.1f GB/s, %llu part(s) (%llu on "
+                   "the CPU), model %.1f GB/s%s%s\n",
+                   d.index, d.name, cli_bytes(d.bytes, b, sizeof(b)), d.share * 100, gbps,
+                   (unsigned long long)d.parts, (unsigned long long)d.parts_cpu, d.model_gbps,
+                   d.left ? "; left the set: " : "", d.why);
+        }
+    }
+    if (j != NULL)
+        json_array_end(j);
+}
+
 /* The kind of a stream in --json ("all": --single-stream, every op on one stream). */
 static const char *stream_kind_key(char k)
 {
@@ -214,6 +256,8 @@ static void print_json(const run_opts_t *ro, ferry_runtime_t *rt, const ferry_de
     json_key_uint(&j, "batches_failed", t->failed);
     json_key_uint(&j, "batches_mismatched", t->mismatched);
     json_verify(&j, ro, t, b, o->verifiers, ok);
+    if (o->pl != NULL)
+        print_devices(o->pl, &j);
     json_key_uint(&j, "failure_log_errors", s->failure_log_errors);
     json_key_bool(&j, "interrupted", ro->signal != 0);
     if (ro->signal) {
@@ -326,6 +370,8 @@ void run_print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t
     printf("\n  batches    %llu ok on GPU, %llu ok on CPU, %llu failed\n",
            (unsigned long long)t->ok_gpu, (unsigned long long)t->ok_cpu,
            (unsigned long long)t->failed);
+    if (o->pl != NULL)
+        print_devices(o->pl, NULL);
     if (s->bw_alerts > 0)
         printf("  bandwidth  %llu alert(s): copies ran below the alert share of the link (the "
                "log names the likely cause); last window H2D %.0f%%, D2H %.0f%% of the link\n",

@@ -1,0 +1,756 @@
+/* A pipeline over a set of devices. Each device gets its own pipeline (everything a pipeline
+ * does on one device: streams, slots, faults, the ladder, its CPU fallback), made from the
+ * set's config. A batch is cut into parts, one per device at most, contiguous and whole
+ * chunks, sized so that every device is expected to finish at the same time: a device's
+ * expected start is the bytes it holds over its rate, and the batch fills the devices from the
+ * earliest up (water filling). A device's rate comes from the performance model
+ * (sched/perfmodel.h): the service times of its recent parts (from the later of a part's
+ * submit and the device's previous completion to its own, on the device's clock), trimmed so
+ * that a spike neither rules nor erases it. Before a device has measured a part it is taken to
+ * be as fast as the median of those that have (or all equal). Option perf_model names a file
+ * the model is loaded from when the set is made and saved to when it closes.
+ *
+ * The parts' callbacks (on the devices' completion threads) count down their batch; the last
+ * one hands it to the set's own completion thread, which calls the caller's callback, so that a
+ * set's callbacks run one at a time, on one thread, as a pipeline's do. The set bounds the
+ * batches in flight (queue_depth) and every device's pipeline has a queue that deep, so a part
+ * is never refused for room. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/config.h"
+#include "core/runtime.h"
+#include "pipeline/pipeline_internal.h"
+#include "pipeline/set.h"
+#include "sched/perfmodel.h"
+
+#define PSET_DEFAULT_INFLIGHT_PER_DEVICE 16
+
+typedef struct pset_batch pset_batch_t;
+
+typedef struct pset_part {
+    pset_batch_t *b;
+    unsigned dev;
+    size_t off, bytes;
+} pset_part_t;
+
+struct pset_batch {
+    struct ferry__pset *s;
+    uint64_t id;
+    ferry_batch_t batch; /* the caller's */
+    ferry_done_fn cb;
+    void *arg;
+    unsigned nparts, left; /* left: under the set's lock */
+    int status;
+    ferry_batch_where_t where;
+    uint32_t chunks;
+    uint64_t submit_ns, done_ns;
+    pset_batch_t *next; /* the done list */
+    pset_part_t parts[];
+};
+
+typedef struct pset_dev {
+    ferry_device_t *dev;
+    ferry_pipeline_t *pl;
+    char name[128];
+    int index;
+    /* under the set's lock */
+    uint64_t held;     /* bytes of parts submitted and not completed */
+    size_t last_bytes; /* its latest measured part's size (the rate read out) */
+    uint64_t last_done_ns;
+    uint64_t bytes, parts, parts_cpu;
+    bool left;
+    char why[128];
+} pset_dev_t;
+
+struct ferry__pset {
+    ferry_pipeline_t *h; /* the handle callers hold: h->set == this */
+    ferry_runtime_t *rt;
+    size_t chunk;
+    unsigned n;
+    pset_dev_t *d;
+    pthread_mutex_t lock;
+    pthread_cond_t cv; /* room, completions, the thread's work */
+    unsigned max_inflight, inflight, entering;
+    bool nonblocking, shut, released, stop;
+    uint64_t next_id, submitted, completed;
+    uint64_t done_gpu, done_cpu, failed, full_waits, full_eagain;
+    pset_batch_t *done_head, *done_tail;
+    pthread_t thread;
+    bool thread_started;
+    ferry_pipeline_stats_t final;
+    bool final_ready;
+    ferry_perfmodel_t *model; /* slot i: device i; stage 0: the set's stage */
+    char model_path[512];     /* option perf_model: loaded at create, saved at close */
+};
+
+/* ---- the rate model ------------------------------------------------------------------- */
+
+/* Device @i's rate for parts of @bytes, bytes per ns, from the performance model (sched/
+ * perfmodel.h: a trimmed window of its parts' service times); 0 before it has measured one. */
+static double dev_rate(const struct ferry__pset *s, unsigned i, size_t bytes)
+{
+    uint64_t ns = 0;
+    if (bytes == 0 || ferry__perf_predict(s->model, (int)i, 0, bytes, &ns) != 0 || ns == 0)
+        return 0;
+    return (double)bytes / (double)ns;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Every device's rate for parts of about @bytes, in @r: its own, else the median of the
+ * measured ones, else 1 (all equal). */
+static void plan_rates(const struct ferry__pset *s, size_t bytes, double *r)
+{
+    double known[FERRY_MAX_DEVICE_SET];
+    unsigned nk = 0;
+    for (unsigned i = 0; i < s->n; i++)
+        if ((r[i] = dev_rate(s, i, bytes)) > 0)
+            known[nk++] = r[i];
+    double dflt = 1.0;
+    if (nk > 0) {
+        qsort(known, nk, sizeof(double), cmp_double);
+        dflt = known[nk / 2];
+    }
+    for (unsigned i = 0; i < s->n; i++)
+        if (r[i] <= 0)
+            r[i] = dflt;
+}
+
+/* Cut @bytes into parts (at most one per device, whole chunks but the last, in device order)
+ * written to @parts; returns how many. Under the lock; adds the parts to the devices' held
+ * bytes. */
+static unsigned plan_parts(struct ferry__pset *s, size_t bytes, pset_part_t *parts)
+{
+    double r[FERRY_MAX_DEVICE_SET], t[FERRY_MAX_DEVICE_SET], share[FERRY_MAX_DEVICE_SET];
+    plan_rates(s, bytes / s->n > s->chunk ? bytes / s->n : s->chunk, r);
+    bool any = false;
+    for (unsigned i = 0; i < s->n; i++)
+        any |= !s->d[i].left;
+    /* the devices that take work (every one when all have left: their pipelines run on the
+     * CPU), by expected start */
+    unsigned ord[FERRY_MAX_DEVICE_SET], k = 0;
+    for (unsigned i = 0; i < s->n; i++) {
+        t[i] = (double)s->d[i].held / r[i];
+        share[i] = 0;
+        if (!any || !s->d[i].left)
+            ord[k++] = i;
+    }
+    for (unsigned a = 1; a < k; a++) /* insertion sort: a handful of devices */
+        for (unsigned b = a; b > 0 && t[ord[b]] < t[ord[b - 1]]; b--) {
+            unsigned x = ord[b];
+            ord[b] = ord[b - 1];
+            ord[b - 1] = x;
+        }
+    if (bytes <= s->chunk || k == 1) {
+        unsigned best = ord[0];
+        for (unsigned j = 1; j < k; j++)
+            if (t[ord[j]] + (double)bytes / r[ord[j]] < t[best] + (double)bytes / r[best])
+                best = ord[j];
+        share[best] = (double)bytes;
+    } else {
+        /* water filling: the first m devices by start all finish at T */
+        double sum_r = 0, sum_tr = 0, T = 0;
+        unsigned m = 0;
+        while (m < k) {
+            sum_r += r[ord[m]];
+            sum_tr += t[ord[m]] * r[ord[m]];
+            m++;
+            T = ((double)bytes + sum_tr) / sum_r;
+            if (m == k || T <= t[ord[m]])
+                break;
+        }
+        for (unsigned j = 0; j < m; j++)
+            share[ord[j]] = (T - t[ord[j]]) * r[ord[j]];
+    }
+    /* contiguous ranges in device order, boundaries on whole chunks */
+    unsigned np = 0;
+    size_t off = 0;
+    double cum = 0;
+    for (unsigned i = 0; i < s->n && off < bytes; i++) {
+        if (share[i] <= 0)
+            continue;
+        cum += share[i];
+        size_t end = (size_t)(cum + 0.5);
+        end = end / s->chunk * s->chunk;
+        bool last = true;
+        for (unsigned j = i + 1; j < s->n; j++)
+            last &= share[j] <= 0;
+        if (last || end > bytes)
+            end = bytes;
+        if (end <= off)
+            continue;
+        parts[np++] = (pset_part_t){.dev = i, .off = off, .bytes = end - off};
+        s->d[i].held += end - off;
+        off = end;
+    }
+    if (np == 0) { /* an empty batch: to the earliest device */
+        parts[np++] = (pset_part_t){.dev = ord[0], .off = 0, .bytes = 0};
+    } else if (off < bytes) { /* rounding left a tail: the last part takes it */
+        s->d[parts[np - 1].dev].held += bytes - off;
+        parts[np - 1].bytes += bytes - off;
+    }
+    return np;
+}
+
+/* ---- completion ------------------------------------------------------------------------- */
+
+/* Part @pt ended: count it, learn from it, and hand its batch on when it was the last. */
+static void part_end(struct ferry__pset *s, pset_part_t *pt, const ferry_batch_result_t *r,
+                     int status)
+{
+    pset_batch_t *b = pt->b;
+    pset_dev_t *d = &s->d[pt->dev];
+    ferry_batch_where_t where = r != NULL ? r->where : FERRY_DONE_FAILED;
+    pthread_mutex_lock(&s->lock);
+    d->held -= pt->bytes;
+    if (r != NULL && status == 0) {
+        d->bytes += pt->bytes;
+        d->parts++;
+        d->parts_cpu += where == FERRY_DONE_CPU;
+        uint64_t from = r->submit_ns > d->last_done_ns ? r->submit_ns : d->last_done_ns;
+        if (where == FERRY_DONE_GPU && pt->bytes >= s->chunk && r->done_ns > from) {
+            ferry__perf_record(s->model, (int)pt->dev, 0, pt->bytes, r->done_ns - from);
+            d->last_bytes = pt->bytes;
+        }
+        if (r->done_ns > d->last_done_ns)
+            d->last_done_ns = r->done_ns;
+    }
+    /* a device whose GPU path ended takes no new parts */
+    ferry_pipeline_t *pl = d->pl;
+    if (!d->left && pl != NULL &&
+        (atomic_load_explicit(&pl->sh.gpu_lost, memory_order_acquire) ||
+         atomic_load_explicit(&pl->sh.hang_lost, memory_order_acquire))) {
+        d->left = true;
+        ferry__perf_exclude(s->model, (int)pt->dev, true);
+        snprintf(d->why, sizeof(d->why), "%s",
+                 atomic_load_explicit(&pl->sh.hang_lost, memory_order_acquire)
+                     ? "a kernel hung: its GPU path ended"
+                     : "a sticky error: its GPU path ended");
+        ferry_log(FERRY_LOG_WARN, "pipeline", "device %d (%s) left the set: %s", d->index, d->name,
+                  d->why);
+    }
+    if (status != 0 && b->status == 0)
+        b->status = status;
+    if (where > b->where)
+        b->where = where;
+    if (r != NULL) {
+        b->chunks += r->chunks;
+        if (b->submit_ns == 0 || r->submit_ns < b->submit_ns)
+            b->submit_ns = r->submit_ns;
+        if (r->done_ns > b->done_ns)
+            b->done_ns = r->done_ns;
+    }
+    if (--b->left == 0) {
+        b->next = NULL;
+        if (s->done_tail != NULL)
+            s->done_tail->next = b;
+        else
+            s->done_head = b;
+        s->done_tail = b;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void part_done(const ferry_batch_result_t *r, void *arg)
+{
+    pset_part_t *pt = arg;
+    part_end(pt->b->s, pt, r, r->status);
+}
+
+/* A part's chunks are filled by the caller's prepare at their offsets in the whole batch. */
+static int part_prepare(void *slot, size_t bytes, size_t offset, void *arg)
+{
+    pset_part_t *pt = arg;
+    return pt->b->batch.prepare(slot, bytes, pt->off + offset, pt->b->batch.prepare_arg);
+}
+
+/* The set's completion thread: the callers' callbacks, one at a time. */
+static void *completion_main(void *arg)
+{
+    struct ferry__pset *s = arg;
+    ferry__pipe_own_thread = s->h;
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (s->done_head == NULL && !s->stop)
+            pthread_cond_wait(&s->cv, &s->lock);
+        if (s->done_head == NULL)
+            break;
+        pset_batch_t *b = s->done_head;
+        s->done_head = b->next;
+        if (s->done_head == NULL)
+            s->done_tail = NULL;
+        pthread_mutex_unlock(&s->lock);
+        ferry_batch_result_t res = {.id = b->id,
+                                    .status = b->status,
+                                    .where = b->status != 0 ? FERRY_DONE_FAILED : b->where,
+                                    .in = b->batch.in,
+                                    .out = b->batch.out,
+                                    .bytes = b->batch.bytes,
+                                    .chunks = b->chunks,
+                                    .submit_ns = b->submit_ns,
+                                    .done_ns = b->done_ns};
+        b->cb(&res, b->arg);
+        pthread_mutex_lock(&s->lock);
+        s->done_gpu += res.where == FERRY_DONE_GPU;
+        s->done_cpu += res.where == FERRY_DONE_CPU;
+        s->failed += res.where == FERRY_DONE_FAILED;
+        s->inflight--;
+        s->completed++;
+        pthread_cond_broadcast(&s->cv);
+        free(b);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+/* ---- the calls -------------------------------------------------------------------------- */
+
+static void set_free(struct ferry__pset *s)
+{
+    ferry__perf_destroy(s->model);
+    free(s->d);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->lock);
+    free(s->h);
+    free(s);
+}
+
+static bool child_is_live(ferry__rt_child_t *c, char *name, size_t len)
+{
+    ferry_pipeline_t *h = (ferry_pipeline_t *)((char *)c - offsetof(ferry_pipeline_t, child));
+    snprintf(name, len, "'%s' #%u (a set of %u devices)", h->stage_name, h->serial, h->set->n);
+    pthread_mutex_lock(&h->set->lock);
+    bool live = !h->set->released;
+    pthread_mutex_unlock(&h->set->lock);
+    return live;
+}
+
+static void child_destroy(ferry__rt_child_t *c)
+{
+    ferry_pipeline_t *h = (ferry_pipeline_t *)((char *)c - offsetof(ferry_pipeline_t, child));
+    set_free(h->set); /* its devices' pipelines are children of the runtime too */
+}
+
+/* The devices of @cfg, checked: all of one runtime, none twice, at most FERRY_MAX_DEVICE_SET. */
+static int check_devices(const ferry_pipeline_config_t *cfg)
+{
+    if (cfg->device != NULL)
+        return ferry__error(FERRY_EINVAL, "ferry_pipeline_create: cfg->device and cfg->devices "
+                                          "are both set; a set pipeline takes devices only");
+    if (cfg->devices == NULL || cfg->ndevices > FERRY_MAX_DEVICE_SET)
+        return ferry__error(FERRY_EINVAL,
+                            "ferry_pipeline_create: cfg->devices must hold 1 to %d devices "
+                            "(got %s, ndevices %u)",
+                            FERRY_MAX_DEVICE_SET, cfg->devices ? "a list" : "NULL", cfg->ndevices);
+    for (unsigned i = 0; i < cfg->ndevices; i++) {
+        ferry_device_t *d = cfg->devices[i];
+        if (d == NULL)
+            return ferry__error(FERRY_EINVAL, "ferry_pipeline_create: cfg->devices[%u] is NULL", i);
+        if (d->rt != cfg->devices[0]->rt)
+            return ferry__error(FERRY_EINVAL,
+                                "ferry_pipeline_create: cfg->devices[%u] is of "
+                                "another runtime than cfg->devices[0]",
+                                i);
+        for (unsigned j = 0; j < i; j++)
+            if (cfg->devices[j] == d)
+                return ferry__error(FERRY_EINVAL,
+                                    "ferry_pipeline_create: cfg->devices[%u] and [%u] are the "
+                                    "same device",
+                                    j, i);
+    }
+    return 0;
+}
+
+/* The performance model: a slot per device, named by the device (its PCI address, or its
+ * index on the simulator) so that a saved model is applied to the same GPUs only; loaded from
+ * option perf_model's file when it exists. */
+static int model_open(struct ferry__pset *s, ferry_runtime_t *rt)
+{
+    int rc = ferry__perf_create(&s->model);
+    for (unsigned i = 0; rc == 0 && i < s->n; i++) {
+        ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
+        ferry_device_props(s->d[i].dev, &p);
+        char name[FERRY_PERF_NAME + 64]; /* truncated to FERRY_PERF_NAME by the model */
+        if (p.pci_bus_id[0])
+            snprintf(name, sizeof(name), "%.40s %.31s", p.name, p.pci_bus_id);
+        else
+            snprintf(name, sizeof(name), "%.40s #%d", p.name, p.index);
+        rc = ferry__perf_name_device(s->model, (int)i, name);
+    }
+    if (rc == 0)
+        rc = ferry__perf_name_stage(s->model, 0, s->d[0].pl->stage_name);
+    const char *path = rt->opts != NULL ? ferry__opt_str(rt->opts, FERRY__OPT_perf_model) : "";
+    if (rc == 0 && path != NULL && path[0] != '\0') {
+        snprintf(s->model_path, sizeof(s->model_path), "%s", path);
+        unsigned skipped = 0;
+        if (access(path, F_OK) == 0)
+            rc = ferry__perf_load_file(s->model, path, &skipped);
+        if (rc == 0 && skipped > 0)
+            ferry_log(FERRY_LOG_WARN, "pipeline",
+                      "perf_model %s: %u entries of other devices or stages not applied", path,
+                      skipped);
+    }
+    return rc;
+}
+
+int ferry__pset_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **out)
+{
+    int rc = check_devices(cfg);
+    if (rc != 0)
+        return rc;
+    ferry_runtime_t *rt = cfg->devices[0]->rt;
+    struct ferry__pset *s = calloc(1, sizeof(*s));
+    ferry_pipeline_t *h = calloc(1, sizeof(*h));
+    pset_dev_t *d = calloc(cfg->ndevices, sizeof(*d));
+    if (s == NULL || h == NULL || d == NULL) {
+        free(s);
+        free(h);
+        free(d);
+        return ferry__rt_fail(rt, ferry__error(FERRY_ENOMEM,
+                                               "ferry_pipeline_create: a set of "
+                                               "%u devices",
+                                               cfg->ndevices));
+    }
+    s->h = h;
+    s->rt = rt;
+    s->d = d;
+    s->n = cfg->ndevices;
+    h->set = s;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->max_inflight =
+        cfg->queue_depth > 0 ? cfg->queue_depth : PSET_DEFAULT_INFLIGHT_PER_DEVICE * cfg->ndevices;
+    ferry_pipeline_config_t one = *cfg;
+    one.devices = NULL;
+    one.ndevices = 0;
+    one.queue_depth = s->max_inflight; /* a part is never refused for room */
+    one.nonblocking = 0;
+    for (unsigned i = 0; i < s->n && rc == 0; i++) {
+        one.device = cfg->devices[i];
+        d[i].dev = cfg->devices[i];
+        ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
+        ferry_device_props(d[i].dev, &p);
+        d[i].index = p.index;
+        snprintf(d[i].name, sizeof(d[i].name), "%s", p.name);
+        rc = ferry_pipeline_create(&one, &d[i].pl);
+    }
+    if (rc == 0)
+        rc = model_open(s, rt);
+    if (rc == 0) {
+        ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
+        ferry_pipeline_stats(d[0].pl, &st);
+        s->chunk = st.chunk_bytes > 0 ? st.chunk_bytes : 1;
+        snprintf(h->stage_name, sizeof(h->stage_name), "%s", d[0].pl->stage_name);
+        h->serial = d[0].pl->serial;
+        h->dev = cfg->devices[0];
+        /* the caller's nonblocking, or the option's (the devices' pipelines always block) */
+        ferry_pipeline_config_t full;
+        if (ferry__config_import(&full, sizeof(full), cfg, &ferry__cfg_pipeline, rt->opts) == 0)
+            s->nonblocking = full.nonblocking == 1;
+        rc = ferry__thread_start(&s->thread, &s->thread_started, completion_main, s, "ferry-set");
+        if (rc != 0)
+            rc = ferry__error(FERRY_ENOMEM, "ferry_pipeline_create: cannot start the set's "
+                                            "completion thread");
+    }
+    if (rc != 0) {
+        for (unsigned i = 0; i < s->n; i++)
+            ferry_pipeline_destroy(d[i].pl);
+        set_free(s);
+        return ferry__rt_fail(rt, rc);
+    }
+    h->child.is_live = child_is_live;
+    h->child.destroy = child_destroy;
+    ferry__rt_child_add(rt, &h->child);
+    *out = h;
+    return 0;
+}
+
+int ferry__pset_submit(struct ferry__pset *s, const ferry_batch_t *batch, ferry_done_fn cb,
+                       void *arg, uint64_t *id)
+{
+    if (batch == NULL || cb == NULL || batch->size < offsetof(ferry_batch_t, prepare_arg))
+        return ferry__error(FERRY_EINVAL, "ferry_pipeline_submit: NULL batch or callback, or "
+                                          "the batch's size not set (use FERRY_BATCH_INIT)");
+    ferry_batch_t in = FERRY_BATCH_INIT;
+    memcpy(&in, batch, batch->size < sizeof(in) ? batch->size : sizeof(in));
+    in.size = sizeof(in);
+    if (in.bytes > 0 && (in.in == NULL) == (in.prepare == NULL))
+        return ferry__error(FERRY_EINVAL,
+                            "ferry_pipeline_submit: a batch of %zu bytes needs "
+                            "exactly one of in and prepare",
+                            in.bytes);
+    bool own = on_own_thread(s->h);
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        if (s->shut) {
+            pthread_mutex_unlock(&s->lock);
+            return ferry__error(FERRY_ECLOSED,
+                                "ferry_pipeline_submit: pipeline '%s' #%u is "
+                                "closed",
+                                s->h->stage_name, s->h->serial);
+        }
+        if (s->inflight < s->max_inflight)
+            break;
+        if (s->nonblocking || own) {
+            s->full_eagain++;
+            pthread_mutex_unlock(&s->lock);
+            return ferry__error(own && !s->nonblocking ? FERRY_EBUSY : FERRY_EAGAIN,
+                                "ferry_pipeline_submit: the set's %u batches in flight are at "
+                                "its queue depth%s",
+                                s->inflight, own ? " (from its own callback: cannot wait)" : "");
+        }
+        s->full_waits++;
+        pthread_cond_wait(&s->cv, &s->lock);
+    }
+    pset_part_t parts[FERRY_MAX_DEVICE_SET];
+    unsigned np = plan_parts(s, in.bytes, parts);
+    pset_batch_t *b = calloc(1, sizeof(*b) + np * sizeof(pset_part_t));
+    if (b == NULL) {
+        for (unsigned i = 0; i < np; i++)
+            s->d[parts[i].dev].held -= parts[i].bytes;
+        pthread_mutex_unlock(&s->lock);
+        return ferry__error(FERRY_ENOMEM, "ferry_pipeline_submit: a batch record");
+    }
+    s->inflight++;
+    s->submitted++;
+    s->entering++;
+    b->s = s;
+    b->id = s->next_id++; /* from 0, as a pipeline's */
+    b->batch = in;
+    b->cb = cb;
+    b->arg = arg;
+    b->nparts = b->left = np;
+    b->where = FERRY_DONE_GPU;
+    for (unsigned i = 0; i < np; i++) {
+        b->parts[i] = parts[i];
+        b->parts[i].b = b;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (id != NULL)
+        *id = b->id;
+    for (unsigned i = 0; i < np; i++) {
+        pset_part_t *pt = &b->parts[i];
+        ferry_batch_t sub = FERRY_BATCH_INIT;
+        sub.bytes = pt->bytes;
+        sub.user = in.user;
+        if (in.in != NULL)
+            sub.in = (const unsigned char *)in.in + pt->off;
+        if (in.out != NULL)
+            sub.out = (unsigned char *)in.out + pt->off;
+        if (in.prepare != NULL) {
+            sub.prepare = part_prepare;
+            sub.prepare_arg = pt;
+        }
+        int rc = ferry_pipeline_submit(s->d[pt->dev].pl, &sub, part_done, pt, NULL);
+        if (rc != 0) /* not taken: the part fails, the batch with it, its callback still runs */
+            part_end(s, pt, NULL, rc);
+    }
+    pthread_mutex_lock(&s->lock);
+    if (--s->entering == 0)
+        pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+int ferry__pset_drain(struct ferry__pset *s)
+{
+    if (on_own_thread(s->h))
+        return ferry__error(FERRY_EBUSY,
+                            "ferry_pipeline_drain: called from a callback of "
+                            "pipeline '%s' #%u: it would wait for itself",
+                            s->h->stage_name, s->h->serial);
+    pthread_mutex_lock(&s->lock);
+    uint64_t target = s->submitted;
+    pthread_mutex_unlock(&s->lock);
+    /* the devices' own drains first: a simulated device's clock runs on freely while its
+     * caller waits in one */
+    for (unsigned i = 0; i < s->n; i++)
+        if (s->d[i].pl != NULL)
+            ferry_pipeline_drain(s->d[i].pl);
+    pthread_mutex_lock(&s->lock);
+    while (s->completed < target)
+        pthread_cond_wait(&s->cv, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+static void fill_stats(struct ferry__pset *s, ferry_pipeline_stats_t *out);
+
+int ferry__pset_close(struct ferry__pset *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->shut = true;
+    pthread_cond_broadcast(&s->cv); /* submits waiting for room: closed */
+    if (s->released) {
+        pthread_mutex_unlock(&s->lock);
+        return 0;
+    }
+    if (on_own_thread(s->h)) {
+        pthread_mutex_unlock(&s->lock);
+        return ferry__error(FERRY_EBUSY,
+                            "ferry_pipeline_close: called from a callback of "
+                            "pipeline '%s' #%u: it is shut to new batches; close "
+                            "it again from another thread",
+                            s->h->stage_name, s->h->serial);
+    }
+    if (s->inflight > 0 || s->entering > 0) {
+        unsigned n = s->inflight, e = s->entering;
+        pthread_mutex_unlock(&s->lock);
+        return ferry__error(FERRY_EBUSY,
+                            "ferry_pipeline_close: pipeline '%s' #%u is shut to new batches, but "
+                            "%u batch(es) are still in flight and %u submit(s) in progress; "
+                            "drain, then close again",
+                            s->h->stage_name, s->h->serial, n, e);
+    }
+    s->stop = true;
+    pthread_cond_broadcast(&s->cv);
+    bool join = s->thread_started;
+    s->thread_started = false;
+    pthread_mutex_unlock(&s->lock);
+    if (join)
+        pthread_join(s->thread, NULL);
+    /* every part's callback has returned once its pipeline drains */
+    for (unsigned i = 0; i < s->n; i++) {
+        ferry_pipeline_drain(s->d[i].pl);
+        ferry_pipeline_close(s->d[i].pl);
+    }
+    ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
+    fill_stats(s, &st);
+    if (s->model_path[0] != '\0' && ferry__perf_save_file(s->model, s->model_path) != 0)
+        ferry_log(FERRY_LOG_WARN, "pipeline", "perf_model: %s", ferry_last_error());
+    pthread_mutex_lock(&s->lock);
+    s->final = st;
+    s->final_ready = true;
+    s->released = true;
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+int ferry__pset_destroy(struct ferry__pset *s)
+{
+    if (on_own_thread(s->h)) {
+        pthread_mutex_lock(&s->lock);
+        s->shut = true;
+        pthread_mutex_unlock(&s->lock);
+        return ferry__error(FERRY_EBUSY,
+                            "ferry_pipeline_destroy: called from a callback of "
+                            "pipeline '%s' #%u: it is shut to new batches, but it "
+                            "can be freed only from another thread",
+                            s->h->stage_name, s->h->serial);
+    }
+    while (ferry__pset_close(s) == FERRY_EBUSY) {
+        pthread_mutex_lock(&s->lock);
+        while (s->entering > 0)
+            pthread_cond_wait(&s->cv, &s->lock);
+        pthread_mutex_unlock(&s->lock);
+        ferry__pset_drain(s);
+    }
+    for (unsigned i = 0; i < s->n; i++)
+        ferry_pipeline_destroy(s->d[i].pl);
+    ferry__rt_child_remove(s->rt, &s->h->child);
+    set_free(s);
+    return 0;
+}
+
+/* The set's figures: its own batch counts; the devices' bytes, chunks and faults summed; time
+ * the longest device's (the devices run side by side); rates over it. */
+static void fill_stats(struct ferry__pset *s, ferry_pipeline_stats_t *out)
+{
+    ferry_pipeline_stats_t sum = FERRY_PIPELINE_STATS_INIT;
+    for (unsigned i = 0; i < s->n; i++) {
+        ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
+        ferry_pipeline_stats(s->d[i].pl, &st);
+        if (i == 0)
+            sum = st; /* the plan (chunk, depth, streams), the first device's */
+        else {
+            sum.chunks += st.chunks;
+            sum.bytes_h2d += st.bytes_h2d;
+            sum.bytes_d2h += st.bytes_d2h;
+            sum.staged_bytes += st.staged_bytes;
+            sum.copied_out_bytes += st.copied_out_bytes;
+            sum.chunks_timed += st.chunks_timed;
+            sum.chunks_cpu += st.chunks_cpu;
+            sum.failure_records += st.failure_records;
+            sum.deadlines_passed += st.deadlines_passed;
+            sum.chunks_retried += st.chunks_retried;
+            sum.bw_alerts += st.bw_alerts;
+            sum.failure_log_errors += st.failure_log_errors;
+            sum.gpu_lost |= st.gpu_lost;
+            sum.gpu_hung |= st.gpu_hung;
+            sum.host_pinned &= st.host_pinned;
+            sum.slots_in_use += st.slots_in_use;
+#define MAXF(f) sum.f = st.f > sum.f ? st.f : sum.f
+            MAXF(elapsed_ns);
+            MAXF(busy_h2d_ns);
+            MAXF(busy_compute_ns);
+            MAXF(busy_d2h_ns);
+            MAXF(ladder_level);
+#undef MAXF
+        }
+    }
+    pthread_mutex_lock(&s->lock);
+    sum.batches_submitted = s->submitted;
+    sum.batches_done_gpu = s->done_gpu;
+    sum.batches_done_cpu = s->done_cpu;
+    sum.batches_failed = s->failed;
+    sum.queue_full_waits = s->full_waits;
+    sum.queue_full_eagain = s->full_eagain;
+    sum.queue_depth = s->max_inflight;
+    pthread_mutex_unlock(&s->lock);
+    double el = (double)sum.elapsed_ns;
+    sum.gbps_h2d = el > 0 ? (double)sum.bytes_h2d / el : 0;
+    sum.gbps_d2h = el > 0 ? (double)sum.bytes_d2h / el : 0;
+    sum.overlap =
+        el > 0 ? (double)(sum.busy_h2d_ns + sum.busy_compute_ns + sum.busy_d2h_ns) / el : 0;
+    *out = sum;
+}
+
+void ferry__pset_stats(struct ferry__pset *s, ferry_pipeline_stats_t *out)
+{
+    pthread_mutex_lock(&s->lock);
+    bool fin = s->final_ready;
+    if (fin)
+        *out = s->final;
+    pthread_mutex_unlock(&s->lock);
+    if (!fin)
+        fill_stats(s, out);
+}
+
+unsigned ferry__pset_devices(const struct ferry__pset *s)
+{
+    return s->n;
+}
+
+int ferry__pset_device_stats(struct ferry__pset *s, unsigned i, ferry_pipeline_device_stats_t *out)
+{
+    if (i >= s->n)
+        return ferry__error(FERRY_EINVAL, "ferry_pipeline_device_stats: device %u of a set of %u",
+                            i, s->n);
+    ferry_pipeline_device_stats_t o = FERRY_PIPELINE_DEVICE_STATS_INIT;
+    ferry_pipeline_stats(s->d[i].pl, &o.stats);
+    pthread_mutex_lock(&s->lock);
+    pset_dev_t *d = &s->d[i];
+    uint64_t all = 0;
+    for (unsigned j = 0; j < s->n; j++)
+        all += s->d[j].bytes;
+    o.index = d->index;
+    snprintf(o.name, sizeof(o.name), "%s", d->name);
+    o.bytes = d->bytes;
+    o.parts = d->parts;
+    o.parts_cpu = d->parts_cpu;
+    o.share = all > 0 ? (double)d->bytes / (double)all : 0;
+    o.model_gbps = dev_rate(s, i, d->last_bytes); /* bytes per ns is GB/s */
+    o.left = d->left;
+    snprintf(o.why, sizeof(o.why), "%s", d->why);
+    pthread_mutex_unlock(&s->lock);
+    ferry__sized_copy_out(out, &o, sizeof(o));
+    return 0;
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# `ferry run --devices` (option devices, FERRY_DEVICES): one pipeline over a set of simulated
+# H200s (a profile with "devices": 2 and 3). The output is verified in full; the summary and
+# --json give each device's bytes, share, parts and the scheduler's rate; two devices move about
+# twice the bytes of one in the same (virtual) time; a sticky fault on every device loses no
+# batch and says which devices left; bad lists are refused naming what is accepted.
+. "$(dirname "$0")/lib.sh"
+
+PROFILE=${FERRY_PROFILE:?the H200 profile}
+for n in 2 3; do
+  python3 -c "import json,sys; p=json.load(open(sys.argv[1])); p['devices']=$n; json.dump(p, open(sys.argv[2], 'w'))" "$PROFILE" "$TMP/h200x$n.json"
+done
+export FERRY_PROFILE=$TMP/h200x2.json
+
+expect_rc "one device" 0 "$FERRY" run --bytes 512M --devices 0 --json
+cp "$TMP/out" "$TMP/one.json"
+json_check "one device: no device list" "$TMP/one.json" "'devices' not in j and j['verified']"
+expect_rc "two devices" 0 "$FERRY" run --bytes 512M --devices all --json
+cp "$TMP/out" "$TMP/two.json"
+json_check "two devices: verified, both used" "$TMP/two.json" "j['verified'] and len(j['devices']) == 2 and all(0.4 < d['share'] < 0.6 and not d['left'] for d in j['devices'])"
+json_check "two devices: shares add up, bytes too" "$TMP/two.json" "abs(sum(d['share'] for d in j['devices']) - 1) < 1e-3 and sum(d['bytes'] for d in j['devices']) == j['bytes']"
+python3 - "$TMP/one.json" "$TMP/two.json" <<'PY' && ok "two devices: >= 1.9x one (virtual time)" || bad "two devices: under 1.9x one"
+import json, sys
+one, two = (json.load(open(f)) for f in sys.argv[1:3])
+r = two['gbps_h2d'] / one['gbps_h2d']
+print('# one %.2f GB/s, two %.2f GB/s: %.3fx' % (one['gbps_h2d'], two['gbps_h2d'], r))
+sys.exit(0 if r >= 1.9 else 1)
+PY
+# the environment variable, an order of our own, three devices, a file through them
+FERRY_DEVICES=1,0 expect_rc "FERRY_DEVICES=1,0" 0 "$FERRY" run --bytes 64M --json
+json_check "FERRY_DEVICES=1,0: in that order" "$TMP/out" "[d['index'] for d in j['devices']] == [1, 0]"
+head -c 40000013 /dev/urandom >"$TMP/in.bin"
+FERRY_PROFILE=$TMP/h200x3.json expect_rc "three devices, a file" 0 "$FERRY" run --devices all --workload copy --input "$TMP/in.bin" --output "$TMP/o.bin" --batch-bytes 12M
+if cmp -s "$TMP/in.bin" "$TMP/o.bin"; then ok "three devices: output identical"; else bad "three devices: output differs"; fi
+expect_in "three devices: a line each" "$TMP/out" "device 2"
+# every device goes sticky: no batch lost, each says it left
+expect_rc "sticky on every device" 0 "$FERRY" run --bytes 256M --devices all --inject sticky@n=4 --json
+json_check "sticky: verified, both left" "$TMP/out" "j['verified'] and all(d['left'] and 'sticky' in d['left_why'] for d in j['devices'])"
+# the performance model saved at close and loaded by the next run; a broken one is refused
+expect_rc "--perf-model (new file)" 0 "$FERRY" run --bytes 256M --devices all --perf-model "$TMP/pm.json" --quiet
+json_check "perf model saved" "$TMP/pm.json" "j['format'] == 'ferry-perfmodel-1' and len(j['devices']) == 2 and all(e['count'] > 0 for e in j['entries'])"
+expect_rc "--perf-model (loaded)" 0 "$FERRY" run --bytes 256M --devices all --perf-model "$TMP/pm.json" --json
+json_check "loaded: both devices rated from the start" "$TMP/out" "all(d['model_gbps'] > 30 for d in j['devices'])"
+echo '{"format": "ferry-perfmodel-1", "devices": 3}' >"$TMP/bad.json"
+expect_rc "--perf-model broken" 1 "$FERRY" run --bytes 64M --devices all --perf-model "$TMP/bad.json"
+expect_in "broken: names the file" "$TMP/err" "bad.json"
+# bad lists
+expect_rc "--devices x" 2 "$FERRY" run --bytes 1M --devices x
+expect_in "--devices x: says what is accepted" "$TMP/err" "accepted: all, or device indices"
+expect_rc "--devices 0,0" 2 "$FERRY" run --bytes 1M --devices 0,0
+expect_in "--devices 0,0: twice" "$TMP/err" "named twice"
+expect_rc "--devices 0,cpu" 2 "$FERRY" run --bytes 1M --devices 0,cpu
+expect_in "--devices 0,cpu: not built" "$TMP/err" "the CPU as a device of a set is not built yet"
+expect_rc "--devices 0,," 2 "$FERRY" run --bytes 1M --devices 0,,
+expect_rc "--devices 5" 1 "$FERRY" run --bytes 1M --devices 5
+expect_in "--devices 5: the backend's count" "$TMP/err" "device 5 does not exist"
+finish

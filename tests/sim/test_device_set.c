@@ -1,0 +1,330 @@
+/* A pipeline over a set of devices (ferry_pipeline_config_t.devices) on a profile of two
+ * simulated H200s, through the public API: every batch comes back exactly once and bit-exact
+ * (the scale workload's CPU reference) however its parts were cut; two devices stream at
+ * least 1.95x one (both measured here, virtual time); the shares follow the rates; prepare
+ * sees offsets in the whole batch; a sticky fault on every device leaves none of the set and
+ * loses no batch; bad sets are refused with the reason; the calls from a callback follow a
+ * pipeline's rules. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "testlib.h"
+
+#define NB 24
+
+typedef struct run {
+    atomic_int calls[NB]; /* per batch id (from 0) */
+    atomic_int failed, cpu;
+} run_t;
+
+static void on_done(const ferry_batch_result_t *r, void *arg)
+{
+    run_t *rn = arg;
+    if (r->id < NB)
+        atomic_fetch_add(&rn->calls[r->id], 1);
+    if (r->status != 0)
+        atomic_fetch_add(&rn->failed, 1);
+    if (r->where == FERRY_DONE_CPU)
+        atomic_fetch_add(&rn->cpu, 1);
+}
+
+/* The in-tree profile with "devices": @n, in a temporary file (@path; the caller unlinks). */
+static void profile_of(int n, char *path, size_t len)
+{
+    cJSON *root = test_profile_json();
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "devices");
+    cJSON_AddNumberToObject(root, "devices", n);
+    test_write_json(root, "/tmp/ferry-set-XXXXXX", path, len);
+    cJSON_Delete(root);
+}
+
+/* Stream NB batches of @batch bytes of random floats through scale on @devs (@n of them: a
+ * set when n > 1, else the one device's own pipeline); check every output against the CPU
+ * reference and every callback once. Returns the stats. */
+static ferry_pipeline_stats_t stream(ferry_device_t **devs, unsigned n, size_t batch,
+                                     ferry_pipeline_t **keep)
+{
+    ferry_workload_t *wl = test_workload("scale");
+    ferry_pipeline_config_t pc =
+        test_pipeline_config(n > 1 ? NULL : devs[0], ferry_workload_stage(wl), 4u << 20);
+    if (n > 1) {
+        pc.devices = devs;
+        pc.ndevices = n;
+    }
+    ferry_pipeline_t *p = test_pipeline(&pc);
+    unsigned char *in = malloc(NB * batch), *out = malloc(NB * batch), *ref = malloc(batch);
+    assert_non_null(in);
+    assert_non_null(out);
+    assert_non_null(ref);
+    uint64_t seed = 42;
+    test_fill_floats(in, NB * batch, &seed);
+    memset(out, 0, NB * batch);
+    run_t rn;
+    memset(&rn, 0, sizeof(rn));
+    for (int i = 0; i < NB; i++) {
+        ferry_batch_t b = FERRY_BATCH_INIT;
+        b.in = in + (size_t)i * batch;
+        b.out = out + (size_t)i * batch;
+        b.bytes = batch;
+        uint64_t id = 0;
+        assert_int_equal(ferry_pipeline_submit(p, &b, on_done, &rn, &id), 0);
+        assert_int_equal(id, (uint64_t)i);
+    }
+    assert_int_equal(ferry_pipeline_drain(p), 0);
+    for (int i = 0; i < NB; i++) {
+        if (atomic_load(&rn.calls[i]) != 1)
+            print_message("set of %u: batch %d called back %d times\n", n, i,
+                          atomic_load(&rn.calls[i]));
+        assert_int_equal(atomic_load(&rn.calls[i]), 1);
+    }
+    assert_int_equal(atomic_load(&rn.failed), 0);
+    for (int i = 0; i < NB; i++) {
+        assert_int_equal(ferry_workload_reference(wl, in + (size_t)i * batch, ref, batch), 0);
+        assert_memory_equal(out + (size_t)i * batch, ref, batch);
+    }
+    ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
+    assert_int_equal(ferry_pipeline_stats(p, &s), 0);
+    assert_int_equal(s.batches_submitted, NB);
+    assert_int_equal(s.batches_done_gpu + s.batches_done_cpu, NB);
+    free(in);
+    free(out);
+    free(ref);
+    if (keep != NULL) {
+        *keep = p;
+    } else {
+        assert_int_equal(ferry_pipeline_destroy(p), 0);
+    }
+    ferry_workload_destroy(wl);
+    return s;
+}
+
+static void test_two_devices_double_the_rate(void **state)
+{
+    (void)state;
+    char path[64];
+    profile_of(2, path, sizeof(path));
+    ferry_runtime_t *rt = test_sim_runtime_on(path, NULL);
+    ferry_device_t *devs[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(ferry_device_get(rt, i, &devs[i]), 0);
+    unlink(path); /* read when a device opens */
+    ferry_pipeline_stats_t one = stream(devs, 1, 32u << 20, NULL);
+    ferry_pipeline_t *p = NULL;
+    ferry_pipeline_stats_t two = stream(devs, 2, 32u << 20, &p);
+    double ratio = two.gbps_h2d / one.gbps_h2d;
+    print_message("one H200 %.2f GB/s, two %.2f GB/s: %.3fx\n", one.gbps_h2d, two.gbps_h2d, ratio);
+    assert_true(ratio >= 1.95);
+    assert_int_equal(ferry_pipeline_devices(p), 2);
+    double shares = 0;
+    for (unsigned i = 0; i < 2; i++) {
+        ferry_pipeline_device_stats_t d = FERRY_PIPELINE_DEVICE_STATS_INIT;
+        assert_int_equal(ferry_pipeline_device_stats(p, i, &d), 0);
+        print_message("device %d %s: %llu bytes in %llu parts, share %.3f, model %.1f GB/s\n",
+                      d.index, d.name, (unsigned long long)d.bytes, (unsigned long long)d.parts,
+                      d.share, d.model_gbps);
+        assert_int_equal(d.index, (int)i);
+        assert_false(d.left);
+        assert_true(d.share > 0.4 && d.share < 0.6); /* equal devices, equal shares */
+        assert_true(d.model_gbps > 30 && d.model_gbps < 60);
+        shares += d.share;
+    }
+    assert_true(shares > 0.999 && shares < 1.001);
+    ferry_pipeline_device_stats_t d = FERRY_PIPELINE_DEVICE_STATS_INIT;
+    assert_int_equal(ferry_pipeline_device_stats(p, 2, &d), FERRY_EINVAL);
+    assert_int_equal(ferry_pipeline_write_trace(p, "/tmp/x.json"), FERRY_ENOTSUP);
+    assert_int_equal(ferry_pipeline_close(p), 0);
+    assert_int_equal(ferry_pipeline_close(p), 0);
+    ferry_pipeline_stats_t fin = FERRY_PIPELINE_STATS_INIT;
+    assert_int_equal(ferry_pipeline_stats(p, &fin), 0);
+    assert_int_equal(fin.batches_submitted, NB);
+    ferry_batch_t b = FERRY_BATCH_INIT;
+    run_t rn;
+    memset(&rn, 0, sizeof(rn));
+    assert_int_equal(ferry_pipeline_submit(p, &b, on_done, &rn, NULL), FERRY_ECLOSED);
+    assert_int_equal(ferry_pipeline_destroy(p), 0);
+    assert_int_equal(ferry_runtime_destroy(rt), 0);
+}
+
+/* Batches of sizes that are not whole chunks, small ones, empty ones and generated ones: each
+ * part's prepare gets offsets in the whole batch. */
+static void test_odd_sizes_and_prepare(void **state)
+{
+    (void)state;
+    char path[64];
+    profile_of(3, path, sizeof(path));
+    ferry_runtime_t *rt = test_sim_runtime_on(path, NULL);
+    ferry_device_t *devs[3];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(ferry_device_get(rt, i, &devs[i]), 0);
+    unlink(path);
+    ferry_stage_t st = test_cpu_stage("copy", test_cpu_copy);
+    ferry_pipeline_config_t pc = test_pipeline_config(NULL, &st, 1u << 20);
+    pc.devices = devs;
+    pc.ndevices = 3;
+    ferry_pipeline_t *p = test_pipeline(&pc);
+    static const size_t sizes[] = {
+        0, 1, 4095, 1u << 20, (1u << 20) + 3, 5u << 20, 13u << 20, (17u << 20) + 12345};
+    uint64_t seed = 7;
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        size_t n = sizes[k];
+        unsigned char *out = malloc(n + 1), *want = malloc(n + 1);
+        assert_non_null(out);
+        assert_non_null(want);
+        unsigned shift = (unsigned)test_rand_range(&seed, 0, 12);
+        for (size_t i = 0; i < n; i++) /* test_gen_by_offset: a chunk's byte is its offset's */
+            want[i] = (unsigned char)((i / (1u << 20) * (1u << 20)) >> shift);
+        ferry_batch_t b = FERRY_BATCH_INIT;
+        b.out = out;
+        b.bytes = n;
+        if (n > 0) {
+            b.prepare = test_gen_by_offset;
+            b.prepare_arg = &shift;
+        }
+        run_t rn;
+        memset(&rn, 0, sizeof(rn));
+        assert_int_equal(ferry_pipeline_submit(p, &b, on_done, &rn, NULL), 0);
+        assert_int_equal(ferry_pipeline_drain(p), 0);
+        assert_int_equal(atomic_load(&rn.failed), 0);
+        assert_memory_equal(out, want, n);
+        free(out);
+        free(want);
+    }
+    assert_int_equal(ferry_pipeline_destroy(p), 0);
+    assert_int_equal(ferry_runtime_destroy(rt), 0);
+}
+
+/* Every device goes sticky at its 6th kernel: each leaves the set, its pipeline finishes on the
+ * CPU, and every batch still comes back once and right. */
+static void test_sticky_devices_leave(void **state)
+{
+    (void)state;
+    char path[64];
+    profile_of(2, path, sizeof(path));
+    const char *kv[] = {"inject", "sticky@n=6", NULL};
+    ferry_runtime_t *rt = test_sim_runtime_on(path, kv);
+    ferry_device_t *devs[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(ferry_device_get(rt, i, &devs[i]), 0);
+    unlink(path);
+    ferry_pipeline_t *p = NULL;
+    ferry_pipeline_stats_t s = stream(devs, 2, 8u << 20, &p);
+    assert_true(s.gpu_lost);
+    assert_true(s.batches_done_cpu > 0);
+    for (unsigned i = 0; i < 2; i++) {
+        ferry_pipeline_device_stats_t d = FERRY_PIPELINE_DEVICE_STATS_INIT;
+        assert_int_equal(ferry_pipeline_device_stats(p, i, &d), 0);
+        print_message("device %u: left %d (%s), %llu parts, %llu on the CPU\n", i, d.left, d.why,
+                      (unsigned long long)d.parts, (unsigned long long)d.parts_cpu);
+        assert_true(d.left);
+        assert_non_null(strstr(d.why, "sticky"));
+    }
+    assert_int_equal(ferry_pipeline_destroy(p), 0);
+    assert_int_equal(ferry_runtime_destroy(rt), 0);
+}
+
+static void test_bad_sets(void **state)
+{
+    (void)state;
+    char path[64];
+    profile_of(2, path, sizeof(path));
+    ferry_runtime_t *rt = test_sim_runtime_on(path, NULL);
+    ferry_runtime_t *rt2 = test_sim_runtime_on(path, NULL);
+    ferry_device_t *d0, *d1, *other;
+    assert_int_equal(ferry_device_get(rt, 0, &d0), 0);
+    assert_int_equal(ferry_device_get(rt, 1, &d1), 0);
+    assert_int_equal(ferry_device_get(rt2, 0, &other), 0);
+    unlink(path);
+    ferry_stage_t st = test_cpu_stage("copy", test_cpu_copy);
+    ferry_pipeline_config_t pc = test_pipeline_config(d0, &st, 1u << 20);
+    ferry_device_t *twice[2] = {d0, d0}, *mixed[2] = {d0, other}, *nul[2] = {d0, NULL},
+                   *ok[2] = {d0, d1};
+    ferry_pipeline_t *p = NULL;
+    pc.devices = ok;
+    pc.ndevices = 2;
+    assert_int_equal(ferry_pipeline_create(&pc, &p), FERRY_EINVAL); /* device too */
+    assert_non_null(strstr(ferry_last_error(), "both set"));
+    pc.device = NULL;
+    struct {
+        ferry_device_t **devs;
+        unsigned n;
+        const char *why;
+    } bad[] = {{twice, 2, "same device"},
+               {mixed, 2, "another runtime"},
+               {nul, 2, "NULL"},
+               {NULL, 2, "NULL"},
+               {ok, 65, "1 to 64"}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        pc.devices = bad[i].devs;
+        pc.ndevices = bad[i].n;
+        assert_int_equal(ferry_pipeline_create(&pc, &p), FERRY_EINVAL);
+        assert_non_null(strstr(ferry_last_error(), bad[i].why));
+    }
+    /* A set of one is a set: the same calls answer. */
+    pc.devices = ok;
+    pc.ndevices = 1;
+    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    assert_int_equal(ferry_pipeline_devices(p), 1);
+    /* the runtime refuses to go while it lives */
+    assert_int_equal(ferry_runtime_destroy(rt), FERRY_EBUSY);
+    assert_int_equal(ferry_pipeline_destroy(p), 0);
+    assert_int_equal(ferry_runtime_destroy(rt), 0);
+    assert_int_equal(ferry_runtime_destroy(rt2), 0);
+}
+
+/* From a set's callback: drain and destroy refuse (EBUSY), a submit on a full set refuses
+ * instead of blocking, a submit with room is taken. */
+typedef struct cb_probe {
+    ferry_pipeline_t *p;
+    atomic_int drain_rc, destroy_rc, submits_ok, submits_busy, calls;
+} cb_probe_t;
+
+static void probe_done(const ferry_batch_result_t *r, void *arg)
+{
+    cb_probe_t *c = arg;
+    (void)r;
+    if (atomic_fetch_add(&c->calls, 1) > 0)
+        return; /* the batches submitted from here come back here too */
+    atomic_store(&c->drain_rc, ferry_pipeline_drain(c->p));
+    atomic_store(&c->destroy_rc, ferry_pipeline_destroy(c->p) == FERRY_EBUSY ? 1 : 0);
+}
+
+static void test_calls_from_a_callback(void **state)
+{
+    (void)state;
+    char path[64];
+    profile_of(2, path, sizeof(path));
+    ferry_runtime_t *rt = test_sim_runtime_on(path, NULL);
+    ferry_device_t *devs[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(ferry_device_get(rt, i, &devs[i]), 0);
+    unlink(path); /* read when a device opens */
+    ferry_stage_t st = test_cpu_stage("copy", test_cpu_copy);
+    ferry_pipeline_config_t pc = test_pipeline_config(NULL, &st, 1u << 20);
+    pc.devices = devs;
+    pc.ndevices = 2;
+    ferry_pipeline_t *p = test_pipeline(&pc);
+    cb_probe_t c;
+    memset(&c, 0, sizeof(c));
+    c.p = p;
+    static unsigned char in[1 << 20], out[1 << 20];
+    ferry_batch_t b = FERRY_BATCH_INIT;
+    b.in = in;
+    b.out = out;
+    b.bytes = sizeof(in);
+    assert_int_equal(ferry_pipeline_submit(p, &b, probe_done, &c, NULL), 0);
+    for (int i = 0; i < 200 && atomic_load(&c.calls) == 0; i++)
+        usleep(10000);
+    assert_int_equal(atomic_load(&c.drain_rc), FERRY_EBUSY);
+    assert_int_equal(atomic_load(&c.destroy_rc), 1); /* it shut the set */
+    assert_int_equal(ferry_pipeline_submit(p, &b, probe_done, &c, NULL), FERRY_ECLOSED);
+    assert_int_equal(ferry_pipeline_destroy(p), 0);
+    assert_int_equal(ferry_runtime_destroy(rt), 0);
+}
+
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_two_devices_double_the_rate),
+          cmocka_unit_test(test_odd_sizes_and_prepare), cmocka_unit_test(test_sticky_devices_leave),
+          cmocka_unit_test(test_bad_sets), cmocka_unit_test(test_calls_from_a_callback))
