@@ -838,37 +838,6 @@ static int set_untraced(const ferry_pipeline_t *p, const char *who)
                         who, p->stage_name, p->serial, ferry__pset_devices(p->set));
 }
 
-unsigned ferry_pipeline_devices(ferry_pipeline_t *p)
-{
-    return p == NULL ? 0 : p->set != NULL ? ferry__pset_devices(p->set) : 1;
-}
-
-int ferry_pipeline_device_stats(ferry_pipeline_t *p, unsigned i, ferry_pipeline_device_stats_t *out)
-{
-    if (p == NULL || out == NULL || out->size < offsetof(ferry_pipeline_device_stats_t, stats))
-        return ferry__error(FERRY_EINVAL, "ferry_pipeline_device_stats: NULL argument or size "
-                                          "not set (use FERRY_PIPELINE_DEVICE_STATS_INIT)");
-    if (p->set != NULL)
-        return ferry__pset_device_stats(p->set, i, out);
-    if (i != 0)
-        return ferry__error(FERRY_EINVAL,
-                            "ferry_pipeline_device_stats: device %u of a pipeline "
-                            "of one device",
-                            i);
-    ferry_pipeline_device_stats_t o = FERRY_PIPELINE_DEVICE_STATS_INIT;
-    ferry_pipeline_stats(p, &o.stats);
-    o.index = p->dev->props.index;
-    snprintf(o.name, sizeof(o.name), "%s", p->dev->props.name);
-    o.bytes = o.stats.bytes_h2d;
-    o.parts = o.stats.batches_done_gpu + o.stats.batches_done_cpu;
-    o.parts_cpu = o.stats.batches_done_cpu;
-    o.share = 1.0;
-    o.model_gbps = o.stats.gbps_h2d;
-    o.left = o.stats.gpu_lost || o.stats.gpu_hung;
-    ferry__sized_copy_out(out, &o, sizeof(o));
-    return 0;
-}
-
 int ferry_pipeline_write_trace(ferry_pipeline_t *p, const char *path)
 {
     if (p == NULL || path == NULL)

@@ -149,6 +149,17 @@ static void test_two_devices_double_the_rate(void **state)
     assert_int_equal(ferry_runtime_destroy(rt), 0);
 }
 
+/* A batch's bytes made by prepare from their offsets in the whole batch, whatever chunk or part
+ * they fall in: byte k is k * 7 + (k >> 13). */
+static int gen_bytes(void *slot, size_t bytes, size_t offset, void *arg)
+{
+    (void)arg;
+    unsigned char *p = slot;
+    for (size_t j = 0; j < bytes; j++)
+        p[j] = (unsigned char)((offset + j) * 7 + ((offset + j) >> 13));
+    return 0;
+}
+
 /* Batches of sizes that are not whole chunks, small ones, empty ones and generated ones: each
  * part's prepare gets offsets in the whole batch. */
 static void test_odd_sizes_and_prepare(void **state)
@@ -171,18 +182,21 @@ static void test_odd_sizes_and_prepare(void **state)
     uint64_t seed = 7;
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         size_t n = sizes[k];
-        unsigned char *out = malloc(n + 1), *want = malloc(n + 1);
+        unsigned char *out = malloc(n + 1), *want = malloc(n + 1), *in = malloc(n + 1);
         assert_non_null(out);
         assert_non_null(want);
-        unsigned shift = (unsigned)test_rand_range(&seed, 0, 12);
-        for (size_t i = 0; i < n; i++) /* test_gen_by_offset: a chunk's byte is its offset's */
-            want[i] = (unsigned char)((i / (1u << 20) * (1u << 20)) >> shift);
+        assert_non_null(in);
+        bool gen = test_rand_range(&seed, 0, 1) == 1 || n == 0;
+        for (size_t i = 0; i < n; i++)
+            want[i] = (unsigned char)(i * 7 + (i >> 13));
         ferry_batch_t b = FERRY_BATCH_INIT;
         b.out = out;
         b.bytes = n;
-        if (n > 0) {
-            b.prepare = test_gen_by_offset;
-            b.prepare_arg = &shift;
+        if (gen) { /* made in the slots by prepare */
+            b.prepare = n > 0 ? gen_bytes : NULL;
+        } else { /* from the caller's buffer */
+            b.in = in;
+            memcpy(in, want, n);
         }
         run_t rn;
         memset(&rn, 0, sizeof(rn));
@@ -192,6 +206,7 @@ static void test_odd_sizes_and_prepare(void **state)
         assert_memory_equal(out, want, n);
         free(out);
         free(want);
+        free(in);
     }
     assert_int_equal(ferry_pipeline_destroy(p), 0);
     assert_int_equal(ferry_runtime_destroy(rt), 0);
@@ -224,6 +239,108 @@ static void test_sticky_devices_leave(void **state)
     }
     assert_int_equal(ferry_pipeline_destroy(p), 0);
     assert_int_equal(ferry_runtime_destroy(rt), 0);
+}
+
+/* A mixed rig (profiles/h200-a100.json: an H200 beside an A100 PCIe on a Gen4 link, half its
+ * rate): the set reaches at least 95% of the sum of the two alone, the H200 taking about two
+ * thirds of the bytes. */
+static void test_mixed_rig(void **state)
+{
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof(path), "%s", FERRY_TEST_PROFILE);
+    char *slash = strrchr(path, '/');
+    assert_non_null(slash);
+    snprintf(slash + 1, sizeof(path) - (size_t)(slash + 1 - path), "h200-a100.json");
+    ferry_runtime_t *rt = test_sim_runtime_on(path, NULL);
+    ferry_device_t *devs[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(ferry_device_get(rt, i, &devs[i]), 0);
+    double alone[2];
+    for (int i = 0; i < 2; i++)
+        alone[i] = stream(&devs[i], 1, 32u << 20, NULL).gbps_h2d;
+    ferry_pipeline_t *p = NULL;
+    double set = stream(devs, 2, 32u << 20, &p).gbps_h2d;
+    double share0 = 0;
+    for (unsigned i = 0; i < 2; i++) {
+        ferry_pipeline_device_stats_t d = FERRY_PIPELINE_DEVICE_STATS_INIT;
+        assert_int_equal(ferry_pipeline_device_stats(p, i, &d), 0);
+        print_message("device %d %s: share %.3f, model %.1f GB/s (alone %.1f)\n", d.index, d.name,
+                      d.share, d.model_gbps, alone[i]);
+        if (i == 0)
+            share0 = d.share;
+    }
+    print_message("H200 %.2f + A100 %.2f = %.2f GB/s alone; the set %.2f (%.1f%%)\n", alone[0],
+                  alone[1], alone[0] + alone[1], set, set / (alone[0] + alone[1]) * 100);
+    assert_true(alone[1] < 0.55 * alone[0] && alone[1] > 0.45 * alone[0]);
+    assert_true(set >= 0.95 * (alone[0] + alone[1]));
+    assert_true(share0 > 0.6 && share0 < 0.73);
+    assert_int_equal(ferry_pipeline_destroy(p), 0);
+    assert_int_equal(ferry_runtime_destroy(rt), 0);
+}
+
+/* Machine profiles are parsed as strictly as device profiles: each bad one is refused naming
+ * the file and the key, when the runtime counts its devices or opens one. */
+static void test_bad_machines(void **state)
+{
+    (void)state;
+    char ok[1024];
+    snprintf(ok, sizeof(ok),
+             "{\"format\": \"ferry-machine-1\", \"name\": \"m\", \"source\": \"test\", "
+             "\"devices\": [{\"profile\": \"%s\", \"count\": 3}]}",
+             FERRY_TEST_PROFILE);
+    struct {
+        const char *json, *why;
+    } bad[] = {
+        {"{\"format\": \"ferry-machine-1\", \"name\": \"m\", \"source\": \"s\"}", "devices"},
+        {"{\"format\": \"ferry-machine-1\", \"name\": \"m\", \"source\": \"s\", \"devices\": []}",
+         "devices"},
+        {"{\"format\": \"ferry-machine-1\", \"name\": \"m\", \"devices\": [{\"profile\": \"x\"}]}",
+         "source"},
+        {"{\"format\": \"ferry-machine-1\", \"name\": \"m\", \"source\": \"s\", \"extra\": 1, "
+         "\"devices\": [{\"profile\": \"x\"}]}",
+         "extra"},
+        {"{\"format\": \"ferry-machine-1\", \"name\": \"m\", \"source\": \"s\", "
+         "\"devices\": [{\"profile\": \"x\", \"count\": 0}]}",
+         "count"},
+        {"{\"format\": \"ferry-machine-1\", \"name\": \"m\", \"source\": \"s\", "
+         "\"devices\": [{\"profile\": 5}]}",
+         "profile"},
+        {"{\"format\": \"ferry-machine-1\", \"name\": \"m\", \"source\": \"s\", "
+         "\"devices\": [{\"profile\": \"/nonexistent/h.json\"}]}",
+         "/nonexistent/h.json"},
+    };
+    char path[] = "/tmp/ferry-machine-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]) + 1; i++) {
+        const char *text = i < sizeof(bad) / sizeof(bad[0]) ? bad[i].json : ok;
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(text, f);
+        fclose(f);
+        ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
+        cfg.backend = "sim";
+        cfg.profile = path;
+        ferry_runtime_t *rt = NULL;
+        int rc = ferry_runtime_create(&cfg, &rt);
+        ferry_device_t *d = NULL;
+        if (rc == 0)
+            rc = ferry_device_get(rt, 0, &d);
+        if (i == sizeof(bad) / sizeof(bad[0])) { /* the good one: three devices */
+            assert_int_equal(rc, 0);
+            assert_int_equal(ferry_device_count(rt), 3);
+            assert_int_equal(ferry_device_get(rt, 2, &d), 0);
+            assert_int_equal(ferry_device_get(rt, 3, &d), FERRY_ENODEV);
+        } else {
+            print_message("%s -> %s\n", bad[i].why, ferry_last_error());
+            assert_int_not_equal(rc, 0);
+            assert_non_null(strstr(ferry_last_error(), bad[i].why));
+        }
+        ferry_runtime_destroy(rt);
+    }
+    unlink(path);
 }
 
 static void test_bad_sets(void **state)
@@ -327,4 +444,5 @@ static void test_calls_from_a_callback(void **state)
 
 TEST_MAIN(NULL, NULL, cmocka_unit_test(test_two_devices_double_the_rate),
           cmocka_unit_test(test_odd_sizes_and_prepare), cmocka_unit_test(test_sticky_devices_leave),
+          cmocka_unit_test(test_mixed_rig), cmocka_unit_test(test_bad_machines),
           cmocka_unit_test(test_bad_sets), cmocka_unit_test(test_calls_from_a_callback))

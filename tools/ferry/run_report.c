@@ -134,6 +134,14 @@ static void print_devices(ferry_pipeline_t *pl, json_t *j)
         json_array_end(j);
 }
 
+/* On the simulator, the run on the profile's host (run_predict.c) into @b->predict. */
+static void predict(const run_opts_t *ro, ferry_device_t *dev, run_bound_t *b)
+{
+    ferry_host_props_t host = FERRY_HOST_PROPS_INIT;
+    if (ferry_device_is_simulated(dev) && ferry_device_host(dev, &host) == 0)
+        run_predict(ro, &host, b->transport_gbps, b->device_bound, &b->predict);
+}
+
 /* The kind of a stream in --json ("all": --single-stream, every op on one stream). */
 static const char *stream_kind_key(char k)
 {
@@ -314,9 +322,7 @@ void run_print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t
     double u_d = el > 0 ? (double)s->busy_d2h_ns / 1e9 / el : 0;
     run_bound_t b;
     find_bound(o, p.simulated, &b);
-    ferry_host_props_t host = FERRY_HOST_PROPS_INIT;
-    if (p.simulated && ferry_device_host(dev, &host) == 0)
-        run_predict(ro, &host, b.transport_gbps, b.device_bound, &b.predict);
+    predict(ro, dev, &b);
     if (ro->json) {
         print_json(ro, rt, &p, o, &b, chunk);
         return;
@@ -635,9 +641,13 @@ static void summary_section(report_t *r, const run_opts_t *ro, ferry_device_t *d
     report_kv(r, "bandwidth alerts", "%llu", (unsigned long long)s->bw_alerts);
     run_bound_t b;
     find_bound(o, p.simulated, &b);
+    predict(ro, dev, &b);
     report_kv(r, "rates", "transport %.2f GB/s%s, end to end %.2f GB/s (wall)", b.transport_gbps,
               sim, b.e2e_gbps);
     report_kv(r, "bound", "%s: %s", b.bound, b.why);
+    if (b.predict.have)
+        report_kv(r, "predicted", "%.1f GB/s end to end on the profile's host, bound by %s: %s",
+                  b.predict.gbps, b.predict.bound, b.predict.why);
     if (t->mismatched)
         report_kv(r, "verify", "FAILED: %llu batch(es) differ, first at byte %llu",
                   (unsigned long long)t->mismatched, (unsigned long long)t->first_bad_offset);

@@ -87,6 +87,17 @@ int ferry__sim_profile_load(const char *path, struct ferry_sim_profile *out);
 /* The same on @len bytes of JSON at @text; @name names the source in messages. For fuzzers. */
 int ferry__sim_profile_parse(const char *text, size_t len, const char *name,
                              struct ferry_sim_profile *out);
+/* The profile of device @index of the machine at @path: a device profile (each of its
+ * "devices" is the same), or a machine profile ("ferry-machine-1", sim_machine.c) listing a
+ * device profile per device, whose devices field becomes the machine's count. An index past
+ * the count loads the first device's (the caller refuses the index). */
+int ferry__sim_profile_load_device(const char *path, int index, struct ferry_sim_profile *out);
+/* Machine profiles (sim_machine.c): whether @text is one, and its device @index's profile path
+ * (relative paths resolved against @path's directory; past the count, the first device's)
+ * with the machine's device count in *@total. FERRY_EPARSE names the file and key. */
+bool ferry__sim_is_machine(const char *text, size_t len);
+int ferry__sim_machine_parse(const char *text, size_t len, const char *path, int index,
+                             char *dev_path, size_t dev_path_len, int *total);
 /* Load the built-in profile, h200.json from the first of: the profiles of the tree the program
  * was installed in (<prefix>/share/ferry/profiles, <prefix> found from /proc/self/exe), those of
  * the tree the library was installed in (found with dladdr), FERRY_SOURCE_PROFILE_DIR,

@@ -163,7 +163,7 @@ static int sim_device_count(const char *profile_path, int *count, char *why, siz
     /* The profile device_open will load decides the count: a profile with "devices": 2 is a
      * two-GPU machine. */
     int rc = profile_path != NULL && profile_path[0] != '\0'
-                 ? ferry__sim_profile_load(profile_path, &p)
+                 ? ferry__sim_profile_load_device(profile_path, 0, &p)
                  : ferry__sim_profile_load_default(&p);
     if (rc == 0) {
         *count = p.devices;
@@ -188,7 +188,7 @@ static int sim_device_open(int index, const ferry_be_open_params_t *params, ferr
     int rc;
     const char *path = params != NULL ? params->profile_path : NULL;
     if (path != NULL && path[0] != '\0')
-        rc = ferry__sim_profile_load(path, &dev->prof);
+        rc = ferry__sim_profile_load_device(path, index, &dev->prof);
     else
         rc = ferry__sim_profile_load_default(&dev->prof);
     if (rc != 0)

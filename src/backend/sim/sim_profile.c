@@ -497,40 +497,86 @@ int ferry__sim_profile_parse(const char *text, size_t len, const char *name,
     return 0;
 }
 
-int ferry__sim_profile_load(const char *path, struct ferry_sim_profile *out)
+/* The file at @path into *@text (NUL-ended, the caller frees) and *@len. */
+static int read_text(const char *path, char **text, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return ferry__error(FERRY_EIO, "sim profile %s: cannot open: %s", path, strerror(errno));
+    int rc = 0;
+    char *t = malloc(FERRY_SIM_PROFILE_MAX_BYTES + 1);
+    size_t n = t != NULL ? fread(t, 1, FERRY_SIM_PROFILE_MAX_BYTES + 1, f) : 0;
+    if (t == NULL)
+        rc = ferry__error(FERRY_ENOMEM, "sim profile %s: out of memory", path);
+    else if (ferror(f))
+        rc = ferry__error(FERRY_EIO, "sim profile %s: read error", path);
+    else if (n > FERRY_SIM_PROFILE_MAX_BYTES)
+        rc = ferry__error(FERRY_EPARSE, "sim profile %s: larger than %u bytes", path,
+                          FERRY_SIM_PROFILE_MAX_BYTES);
+    fclose(f);
+    if (rc != 0) {
+        free(t);
+        return rc;
+    }
+    t[n] = '\0';
+    *text = t;
+    *len = n;
+    return 0;
+}
+
+static int check_path(const char *path, const struct ferry_sim_profile *out)
 {
     if (path == NULL || path[0] == '\0' || out == NULL)
         return ferry__error(FERRY_EINVAL, "sim profile: no path given");
     if (strlen(path) >= sizeof(out->path))
         return ferry__error(FERRY_EINVAL, "sim profile: path longer than %zu characters: %s",
                             sizeof(out->path) - 1, path);
-    int rc = 0;
+    return 0;
+}
+
+int ferry__sim_profile_load(const char *path, struct ferry_sim_profile *out)
+{
     char *text = NULL;
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return ferry__error(FERRY_EIO, "sim profile %s: cannot open: %s", path, strerror(errno));
-    text = malloc(FERRY_SIM_PROFILE_MAX_BYTES + 1);
-    if (text == NULL) {
-        rc = ferry__error(FERRY_ENOMEM, "sim profile %s: out of memory", path);
-        goto out_close;
-    }
-    size_t len = fread(text, 1, FERRY_SIM_PROFILE_MAX_BYTES + 1, f);
-    if (ferror(f)) {
-        rc = ferry__error(FERRY_EIO, "sim profile %s: read error", path);
-        goto out_free;
-    }
-    if (len > FERRY_SIM_PROFILE_MAX_BYTES) {
-        rc = ferry__error(FERRY_EPARSE, "sim profile %s: larger than %u bytes", path,
-                          FERRY_SIM_PROFILE_MAX_BYTES);
-        goto out_free;
-    }
-    text[len] = '\0';
-    rc = ferry__sim_profile_parse(text, len, path, out);
-out_free:
+    size_t len = 0;
+    int rc = check_path(path, out);
+    if (rc == 0)
+        rc = read_text(path, &text, &len);
+    if (rc == 0)
+        rc = ferry__sim_profile_parse(text, len, path, out);
     free(text);
-out_close:
-    fclose(f);
     return rc;
+}
+
+int ferry__sim_profile_load_device(const char *path, int index, struct ferry_sim_profile *out)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int rc = check_path(path, out);
+    if (rc == 0)
+        rc = read_text(path, &text, &len);
+    if (rc != 0 || !ferry__sim_is_machine(text, len)) {
+        if (rc == 0)
+            rc = ferry__sim_profile_parse(text, len, path, out);
+        free(text);
+        return rc;
+    }
+    char dev_path[sizeof(out->path)];
+    int total = 0;
+    rc = ferry__sim_machine_parse(text, len, path, index, dev_path, sizeof(dev_path), &total);
+    free(text);
+    struct ferry_sim_profile p;
+    if (rc == 0)
+        rc = ferry__sim_profile_load(dev_path, &p);
+    if (rc == 0 && p.devices != 1)
+        rc = ferry__error(FERRY_EPARSE,
+                          "%s: device profile %s of a machine has \"devices\": %d; a machine "
+                          "counts its devices with \"count\"",
+                          path, dev_path, p.devices);
+    if (rc != 0)
+        return rc;
+    p.devices = total;
+    *out = p;
+    return 0;
 }
 
 /* Where an installed tree keeps its profiles, found from a directory of that tree: @p dir less

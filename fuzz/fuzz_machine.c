@@ -1,0 +1,16 @@
+/* libFuzzer harness for the machine-profile parser: any bytes must give 0 or a clean error,
+ * never a crash, a leak or undefined behaviour. */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/sim/sim.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char path[256];
+    int total = 0;
+    if (ferry__sim_is_machine((const char *)data, size))
+        (void)ferry__sim_machine_parse((const char *)data, size, "dir/fuzz.json", 1, path,
+                                       sizeof(path), &total);
+    return 0;
+}
