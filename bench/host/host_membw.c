@@ -48,12 +48,7 @@ static double pass(unsigned char *a, unsigned char *b, size_t bytes, int kind, i
 
 int main(int argc, char **argv)
 {
-    double gib = argc > 1 ? atof(argv[1]) : 4.0;
-    if (gib <= 0 || gib > 64) {
-        fprintf(stderr, "host_membw: GiB %s out of range (accepted: 0 < GiB <= 64)\n", argv[1]);
-        return 2;
-    }
-    size_t bytes = (size_t)(gib * (double)(1u << 30));
+    size_t bytes = hostbench_gib_arg(argc, argv, "host_membw", 4.0, 64);
     unsigned char *a =
         mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     unsigned char *b =

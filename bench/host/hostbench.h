@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -49,6 +50,22 @@ static inline int hostbench_cmp_double(const void *x, const void *y)
 {
     double a = *(const double *)x, b = *(const double *)y;
     return (a > b) - (a < b);
+}
+
+/* The tools' one argument, GiB: 0 < GiB <= @p most (the default @p dflt when absent). Returns
+ * the bytes; exits 2 with a message naming what is accepted otherwise. */
+static inline size_t hostbench_gib_arg(int argc, char **argv, const char *prog, double dflt,
+                                       double most)
+{
+    char *end = NULL;
+    double gib = argc > 1 ? strtod(argv[1], &end) : dflt;
+    if (argc > 1 && (end == argv[1] || *end != '\0'))
+        gib = -1;
+    if (!(gib > 0 && gib <= most)) {
+        fprintf(stderr, "%s: GiB %s out of range (accepted: 0 < GiB <= %g)\n", prog, argv[1], most);
+        exit(2);
+    }
+    return (size_t)(gib * (double)(1u << 30));
 }
 
 /* Sorts @p v in place; the middle value (the mean of the two middle ones for an even @p n). */
