@@ -296,7 +296,8 @@ static void *worker_run(void *arg)
     uint64_t sum = 0;
     while (!atomic_load_explicit(w->stop, memory_order_relaxed)) {
         size_t n = span - at < CPU_CHUNK ? span - at : CPU_CHUNK;
-        sum += hostbench_pass(w->kind, w->buf + at, w->buf + span + at, n);
+        unsigned char *to = w->kind == HOSTBENCH_COPY ? w->buf + span + at : NULL;
+        sum += hostbench_pass(w->kind, w->buf + at, to, n);
         atomic_fetch_add_explicit(&w->done, n, memory_order_relaxed);
         at = at + n == span ? 0 : at + n;
     }
