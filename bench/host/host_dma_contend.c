@@ -277,6 +277,7 @@ struct worker {
     int kind;
     atomic_uint_least64_t done; /* bytes read, written or copied so far */
     const atomic_int *stop;
+    uint64_t sum; /* the read's sum, for hostbench_sink after the join */
 };
 
 /* Maps and touches a worker's buffer from its own thread (first touch places its pages). */
@@ -301,7 +302,7 @@ static void *worker_run(void *arg)
         atomic_fetch_add_explicit(&w->done, n, memory_order_relaxed);
         at = at + n == span ? 0 : at + n;
     }
-    hostbench_sink += sum;
+    w->sum = sum;
     return NULL;
 }
 
@@ -318,8 +319,10 @@ static void start_threads(struct worker *w, int n, void *(*fn)(void *))
 
 static void join_threads(struct worker *w, int n)
 {
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         pthread_join(w[i].th, NULL);
+        hostbench_sink += w[i].sum;
+    }
 }
 
 static uint64_t cpu_done(struct worker *w, int n)
