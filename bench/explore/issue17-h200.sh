@@ -4,8 +4,10 @@
 # bandwidth (bench/host/host_membw) and pinning (bench/host/bench_pin); storage (`ferry bench
 # io`) on a tmpfs file and a disk file; `ferry run --workload copy --input F --output G` (cmp
 # checked) and `ferry run --bytes 16G` from both trees interleaved; a sweep of depth and batch
-# size; the simulator's predictions of the same runs. Writes under $OUT; prints a table last.
-# STEPS=... limits the steps (build tests host io files gen sweep sim; default all).
+# size; the simulator's predictions of the same runs; the host's memory shared by the DMA and
+# the CPU (bench/host/host_dma_contend: the round trip while 0-16 threads read, write or copy;
+# CONTEND_ARGS adds to its arguments). Writes under $OUT; prints a table last.
+# STEPS=... limits the steps (build tests host contend io files gen sweep sim; default all).
 set -u
 export PATH=/usr/local/cuda/bin:$PATH
 root=$PWD/.carry/root
@@ -13,7 +15,7 @@ export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu LIBRARY_PATH=$root/usr/lib
 export CPATH=$root/usr/include PYTHONPATH=$root/usr/lib/python3/dist-packages
 cfg="-G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_WITH_CUDA=ON -DCMAKE_PREFIX_PATH=$root/usr"
 cfg="$cfg -DCMAKE_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu -DCMAKE_INCLUDE_PATH=$root/usr/include"
-steps=${STEPS:-build tests host io files gen sweep sim}
+steps=${STEPS:-build tests host contend io files gen sweep sim}
 rounds=${ROUNDS:-3}
 has() { case " $steps " in *" $1 "*) return 0 ;; esac; return 1; }
 new=build-gpu/ferry base=build-base/ferry
@@ -21,6 +23,7 @@ shm=/dev/shm/ferry-issue17
 mkdir -p $shm
 trap 'rm -rf $shm /var/tmp/ferry-issue17' EXIT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/machine.txt
+{ date -u +%FT%TZ; git rev-parse HEAD 2>/dev/null || echo "commit: no git here"; } >>$OUT/machine.txt
 nproc >>$OUT/machine.txt; free -g | head -2 >>$OUT/machine.txt
 cat /sys/kernel/mm/transparent_hugepage/enabled >>$OUT/machine.txt
 df -h /dev/shm /var/tmp >>$OUT/machine.txt
@@ -52,6 +55,15 @@ if has host; then
   build-gpu/bench/host_membw 4 >$OUT/host-membw.jsonl 2>&1
   build-gpu/bench/bench_pin 4 >$OUT/pin.jsonl 2>&1
   tail -3 $OUT/pin.jsonl
+fi
+if has contend; then
+  # about 80 s with the defaults (3 modes x 7 thread counts x 3.5 s, and 20 GiB touched first)
+  # shellcheck disable=SC2086
+  build-gpu/bench/host_dma_contend ${CONTEND_ARGS:-} >$OUT/contend.jsonl 2>$OUT/contend.err
+  rc=$?
+  echo "contend rc=$rc"
+  [ $rc = 0 ] || tail -5 $OUT/contend.err
+  grep -E "^(largest total|read|write|copy): " $OUT/contend.err
 fi
 if has io; then
   for where in $shm /var/tmp/ferry-issue17; do
@@ -112,6 +124,12 @@ for r in rows('host-membw.jsonl'):
     best[r['kind']] = max(best.get(r['kind'], (0, 0)), (r['gbps'], r['threads']))
 for k, (g, t) in best.items():
     print('host memory %-5s best %.1f GB/s at %d threads' % (k, g, t))
+cont = rows('contend.jsonl')
+if cont:
+    top = max(cont, key=lambda r: r['total_gbps'])
+    print('host memory under DMA: largest total %.1f GB/s (%s, %d threads: H2D %.1f D2H %.1f '
+          'CPU %.1f)' % (top['total_gbps'], top['mode'], top['threads'], top['h2d_gbps'],
+                         top['d2h_gbps'], top['cpu_traffic_gbps']))
 for r in rows('io.jsonl'):
     print('bench io %-5s %s %.2f GB/s direct=%s' % (r.get('mode'), r.get('file'),
           r.get('gbps', 0), r.get('direct')))

@@ -11,33 +11,21 @@
 
 #include <ferry.h>
 
+#include "hostbench.h"
+
 static double now_ms(void)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
-static int cmp(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
+    return hostbench_now_s() * 1e3;
 }
 
 static double med3(double *v)
 {
-    qsort(v, 3, sizeof *v, cmp);
-    return v[1];
+    return hostbench_median(v, 3);
 }
 
 int main(int argc, char **argv)
 {
-    double gib = argc > 1 ? atof(argv[1]) : 4.0;
-    if (gib <= 0 || gib > 256) {
-        fprintf(stderr, "bench_pin: GiB %s out of range (accepted: 0 < GiB <= 256)\n", argv[1]);
-        return 2;
-    }
-    size_t bytes = (size_t)(gib * (double)(1u << 30));
+    size_t bytes = hostbench_gib_arg(argc, argv, "bench_pin", 4.0, 256);
     ferry_runtime_config_t rc = FERRY_RUNTIME_CONFIG_INIT;
     ferry_runtime_t *rt = NULL;
     ferry_device_t *dev = NULL;

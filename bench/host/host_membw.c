@@ -9,10 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 
-enum { READ, WRITE, COPY };
-static const char *const kind_name[] = {"read", "write", "copy"};
+#include "hostbench.h"
 
 struct part {
     unsigned char *a, *b;
@@ -21,31 +19,10 @@ struct part {
     uint64_t sum;
 };
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static void *work(void *arg)
 {
     struct part *p = arg;
-    if (p->kind == READ) {
-        const uint64_t *w = (const uint64_t *)p->a;
-        uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        for (size_t i = 0; i + 4 <= p->n / 8; i += 4) {
-            s0 += w[i];
-            s1 += w[i + 1];
-            s2 += w[i + 2];
-            s3 += w[i + 3];
-        }
-        p->sum = s0 + s1 + s2 + s3;
-    } else if (p->kind == WRITE) {
-        memset(p->a, (int)(p->n & 0x7f), p->n);
-    } else {
-        memcpy(p->b, p->a, p->n);
-    }
+    p->sum = hostbench_pass(p->kind, p->a, p->b, p->n);
     return NULL;
 }
 
@@ -54,7 +31,7 @@ static double pass(unsigned char *a, unsigned char *b, size_t bytes, int kind, i
     struct part part[16];
     pthread_t th[16];
     size_t share = bytes / (size_t)nt / 4096 * 4096;
-    double t0 = now_s();
+    double t0 = hostbench_now_s();
     for (int i = 0; i < nt; i++) {
         part[i] = (struct part){a + (size_t)i * share, b + (size_t)i * share, share, kind, 0};
         pthread_create(&th[i], NULL, work, &part[i]);
@@ -64,26 +41,14 @@ static double pass(unsigned char *a, unsigned char *b, size_t bytes, int kind, i
         pthread_join(th[i], NULL);
         s += part[i].sum;
     }
-    double t = now_s() - t0;
-    if (s == 42)
-        fprintf(stderr, "-");
+    double t = hostbench_now_s() - t0;
+    hostbench_sink += s;
     return (double)share * (double)nt / t / 1e9;
-}
-
-static int cmp(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
 }
 
 int main(int argc, char **argv)
 {
-    double gib = argc > 1 ? atof(argv[1]) : 4.0;
-    if (gib <= 0 || gib > 64) {
-        fprintf(stderr, "host_membw: GiB %s out of range (accepted: 0 < GiB <= 64)\n", argv[1]);
-        return 2;
-    }
-    size_t bytes = (size_t)(gib * (double)(1u << 30));
+    size_t bytes = hostbench_gib_arg(argc, argv, "host_membw", 4.0, 64);
     unsigned char *a =
         mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     unsigned char *b =
@@ -97,18 +62,19 @@ int main(int argc, char **argv)
     memset(a, 1, bytes);
     memset(b, 2, bytes);
     const int threads[] = {1, 2, 4, 8, 16};
-    for (int k = READ; k <= COPY; k++)
+    for (int k = HOSTBENCH_READ; k <= HOSTBENCH_COPY; k++)
         for (size_t t = 0; t < sizeof threads / sizeof *threads; t++) {
             double r[5];
             pass(a, b, bytes, k, threads[t]);
             for (int i = 0; i < 5; i++)
                 r[i] = pass(a, b, bytes, k, threads[t]);
-            qsort(r, 5, sizeof *r, cmp);
+            double med = hostbench_median(r, 5);
             /* copy moves each byte twice through memory (read + write): gbps counts bytes
              * copied, traffic_gbps both */
             printf("{\"kind\":\"%s\",\"threads\":%d,\"bytes\":%zu,\"gbps\":%.2f,"
                    "\"traffic_gbps\":%.2f,\"min\":%.2f,\"max\":%.2f}\n",
-                   kind_name[k], threads[t], bytes, r[2], k == COPY ? 2 * r[2] : r[2], r[0], r[4]);
+                   hostbench_kind_name[k], threads[t], bytes, med,
+                   k == HOSTBENCH_COPY ? 2 * med : med, r[0], r[4]);
             fflush(stdout);
         }
     return 0;
