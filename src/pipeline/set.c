@@ -580,13 +580,17 @@ int ferry__pset_submit(struct ferry__pset *s, const ferry_batch_t *batch, ferry_
     return 0;
 }
 
+/* A call that would wait for the set's own thread, made on it: refused with @why. */
+static int refuse_own(const struct ferry__pset *s, const char *fn, const char *why)
+{
+    return ferry__error(FERRY_EBUSY, "%s: called from a callback of pipeline '%s' #%u: %s", fn,
+                        s->h->stage_name, s->h->serial, why);
+}
+
 int ferry__pset_drain(struct ferry__pset *s)
 {
     if (on_own_thread(s->h))
-        return ferry__error(FERRY_EBUSY,
-                            "ferry_pipeline_drain: called from a callback of "
-                            "pipeline '%s' #%u: it would wait for itself",
-                            s->h->stage_name, s->h->serial);
+        return refuse_own(s, "ferry_pipeline_drain", "it would wait for itself");
     pthread_mutex_lock(&s->lock);
     uint64_t target = s->submitted;
     pthread_mutex_unlock(&s->lock);
@@ -615,11 +619,8 @@ int ferry__pset_close(struct ferry__pset *s)
     }
     if (on_own_thread(s->h)) {
         pthread_mutex_unlock(&s->lock);
-        return ferry__error(FERRY_EBUSY,
-                            "ferry_pipeline_close: called from a callback of "
-                            "pipeline '%s' #%u: it is shut to new batches; close "
-                            "it again from another thread",
-                            s->h->stage_name, s->h->serial);
+        return refuse_own(s, "ferry_pipeline_close",
+                          "it is shut to new batches; close it again from another thread");
     }
     if (s->inflight > 0 || s->entering > 0) {
         unsigned n = s->inflight, e = s->entering;
@@ -660,11 +661,9 @@ int ferry__pset_destroy(struct ferry__pset *s)
         pthread_mutex_lock(&s->lock);
         s->shut = true;
         pthread_mutex_unlock(&s->lock);
-        return ferry__error(FERRY_EBUSY,
-                            "ferry_pipeline_destroy: called from a callback of "
-                            "pipeline '%s' #%u: it is shut to new batches, but it "
-                            "can be freed only from another thread",
-                            s->h->stage_name, s->h->serial);
+        return refuse_own(s, "ferry_pipeline_destroy",
+                          "it is shut to new batches, but it can be freed only from another "
+                          "thread");
     }
     while (ferry__pset_close(s) == FERRY_EBUSY) {
         pthread_mutex_lock(&s->lock);

@@ -6,7 +6,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "internal.h"
+#include "testlib.h"
 
 static const ferry_backend_ops_t *be = &ferry__sim_backend;
 
@@ -20,11 +23,12 @@ struct fixture {
     unsigned char *host_in, *host_out;
 };
 
-static int setup(void **state)
+/* The fixture on the profile at @path: a device, 2 streams, 3 timing events, BYTES each way. */
+static struct fixture *fixture_on(const char *path)
 {
     struct fixture *f = calloc(1, sizeof(*f));
-    if (f == NULL || (f->dev = simtest_open(FERRY_TEST_PROFILE)) == NULL)
-        return -1;
+    if (f == NULL || (f->dev = simtest_open(path)) == NULL)
+        return NULL;
     f->host_in = malloc(BYTES);
     f->host_out = malloc(BYTES);
     if (f->host_in == NULL || f->host_out == NULL ||
@@ -32,15 +36,21 @@ static int setup(void **state)
         be->host_register(f->dev, f->host_out, BYTES) != 0 ||
         be->mem_alloc(f->dev, BYTES, &f->dev_in) != 0 ||
         be->mem_alloc(f->dev, BYTES, &f->dev_out) != 0)
-        return -1;
+        return NULL;
     for (int i = 0; i < 2; i++)
         if (be->stream_create(f->dev, 0, &f->s[i]) != 0 ||
             be->event_create(f->dev, FERRY_BE_EVENT_TIMING, &f->end[i]) != 0)
-            return -1;
+            return NULL;
     if (be->event_create(f->dev, FERRY_BE_EVENT_TIMING, &f->start) != 0)
-        return -1;
+        return NULL;
+    return f;
+}
+
+static int setup(void **state)
+{
+    struct fixture *f = fixture_on(FERRY_TEST_PROFILE);
     *state = f;
-    return 0;
+    return f != NULL ? 0 : -1;
 }
 
 static int teardown(void **state)
@@ -85,6 +95,18 @@ static double one_direction(struct fixture *f, int dir)
     return (double)BYTES / (double)elapsed(f, 1);
 }
 
+/* GB/s in total of one copy of BYTES each way at once, each on its own stream. */
+static double both_directions(struct fixture *f)
+{
+    assert_int_equal(be->event_record(f->start, f->s[0]), 0);
+    assert_int_equal(be->memcpy_h2d(f->s[0], f->dev_in, f->host_in, BYTES), 0);
+    assert_int_equal(be->memcpy_d2h(f->s[1], f->host_out, f->dev_out, BYTES), 0);
+    assert_int_equal(be->event_record(f->end[0], f->s[0]), 0);
+    assert_int_equal(be->event_record(f->end[1], f->s[1]), 0);
+    double total = 2.0 * (double)BYTES / (double)elapsed(f, 2);
+    return total;
+}
+
 static void test_both_directions_share_the_link(void **state)
 {
     struct fixture *f = *state;
@@ -98,12 +120,7 @@ static void test_both_directions_share_the_link(void **state)
     memset(f->host_out, 0, BYTES);
 
     /* Both at once, each on its own stream. */
-    assert_int_equal(be->event_record(f->start, f->s[0]), 0);
-    assert_int_equal(be->memcpy_h2d(f->s[0], f->dev_in, f->host_in, BYTES), 0);
-    assert_int_equal(be->memcpy_d2h(f->s[1], f->host_out, f->dev_out, BYTES), 0);
-    assert_int_equal(be->event_record(f->end[0], f->s[0]), 0);
-    assert_int_equal(be->event_record(f->end[1], f->s[1]), 0);
-    double total = 2.0 * (double)BYTES / (double)elapsed(f, 2);
+    double total = both_directions(f);
     double ratio = total / ((h2d + d2h) / 2.0);
     printf("one direction: H2D %.2f GB/s, D2H %.2f GB/s; both at once: %.2f GB/s in total, "
            "%.3fx one direction (FACTS.md: 93.5-99.7 GB/s, 1.7-1.8x)\n",
@@ -166,44 +183,18 @@ static void test_rates_change_when_a_direction_stops(void **state)
 static void test_host_memory_caps_the_copies(void **state)
 {
     (void)state;
-    FILE *in = fopen(FERRY_TEST_PROFILE, "r");
-    assert_non_null(in);
-    static char text[1 << 16];
-    size_t n = fread(text, 1, sizeof(text) - 1, in);
-    fclose(in);
-    text[n] = '\0';
-    char *at = strstr(text, "\"gbps\": 150,");
-    assert_non_null(at); /* the H200 profile's host_memory.gbps */
-    memcpy(at, "\"gbps\": 40, ", strlen("\"gbps\": 150,"));
-    char path[] = "/tmp/ferry-hostmem-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, text, n), (ssize_t)n);
-    close(fd);
-    struct fixture *f = calloc(1, sizeof(*f));
-    assert_non_null(f);
-    assert_non_null(f->dev = simtest_open(path));
+    cJSON *root = test_profile_json();
+    cJSON *hm = cJSON_GetObjectItemCaseSensitive(root, "host_memory");
+    assert_non_null(hm); /* the H200 profile's host */
+    cJSON_ReplaceItemInObjectCaseSensitive(hm, "gbps", cJSON_CreateNumber(40));
+    char path[64];
+    test_write_json(root, "/tmp/ferry-hostmem-XXXXXX", path, sizeof(path));
+    cJSON_Delete(root);
+    struct fixture *f = fixture_on(path);
     unlink(path);
-    f->host_in = malloc(BYTES);
-    f->host_out = malloc(BYTES);
-    assert_non_null(f->host_in);
-    assert_non_null(f->host_out);
-    assert_int_equal(be->host_register(f->dev, f->host_in, BYTES), 0);
-    assert_int_equal(be->host_register(f->dev, f->host_out, BYTES), 0);
-    assert_int_equal(be->mem_alloc(f->dev, BYTES, &f->dev_in), 0);
-    assert_int_equal(be->mem_alloc(f->dev, BYTES, &f->dev_out), 0);
-    for (int i = 0; i < 2; i++) {
-        assert_int_equal(be->stream_create(f->dev, 0, &f->s[i]), 0);
-        assert_int_equal(be->event_create(f->dev, FERRY_BE_EVENT_TIMING, &f->end[i]), 0);
-    }
-    assert_int_equal(be->event_create(f->dev, FERRY_BE_EVENT_TIMING, &f->start), 0);
+    assert_non_null(f);
     double h2d = one_direction(f, FERRY_SIM_H2D);
-    assert_int_equal(be->event_record(f->start, f->s[0]), 0);
-    assert_int_equal(be->memcpy_h2d(f->s[0], f->dev_in, f->host_in, BYTES), 0);
-    assert_int_equal(be->memcpy_d2h(f->s[1], f->host_out, f->dev_out, BYTES), 0);
-    assert_int_equal(be->event_record(f->end[0], f->s[0]), 0);
-    assert_int_equal(be->event_record(f->end[1], f->s[1]), 0);
-    double total = 2.0 * (double)BYTES / (double)elapsed(f, 2);
+    double total = both_directions(f);
     printf("host memory 40 GB/s: H2D alone %.2f GB/s, both directions %.2f GB/s in total\n", h2d,
            total);
     /* the copies' latency takes a little off the 40 */

@@ -45,6 +45,18 @@ static void profile_of(int n, char *path, size_t len)
     cJSON_Delete(root);
 }
 
+/* A runtime on @n simulated H200s (with the options @kv), its devices opened into @devs. */
+static ferry_runtime_t *set_runtime(int n, const char *const *kv, ferry_device_t **devs)
+{
+    char path[64];
+    profile_of(n, path, sizeof(path));
+    ferry_runtime_t *rt = test_sim_runtime_on(path, kv);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(ferry_device_get(rt, i, &devs[i]), 0);
+    unlink(path); /* read when a device opens */
+    return rt;
+}
+
 /* Stream NB batches of @batch bytes of random floats through scale on @devs (@n of them: a
  * set when n > 1, else the one device's own pipeline); check every output against the CPU
  * reference and every callback once. Returns the stats. */
@@ -110,13 +122,8 @@ static ferry_pipeline_stats_t stream(ferry_device_t **devs, unsigned n, size_t b
 static void test_two_devices_double_the_rate(void **state)
 {
     (void)state;
-    char path[64];
-    profile_of(2, path, sizeof(path));
-    ferry_runtime_t *rt = test_sim_runtime_on(path, NULL);
     ferry_device_t *devs[2];
-    for (int i = 0; i < 2; i++)
-        assert_int_equal(ferry_device_get(rt, i, &devs[i]), 0);
-    unlink(path); /* read when a device opens */
+    ferry_runtime_t *rt = set_runtime(2, NULL, devs);
     ferry_pipeline_stats_t one = stream(devs, 1, 32u << 20, NULL);
     ferry_pipeline_t *p = NULL;
     ferry_pipeline_stats_t two = stream(devs, 2, 32u << 20, &p);
@@ -170,13 +177,8 @@ static int gen_bytes(void *slot, size_t bytes, size_t offset, void *arg)
 static void test_odd_sizes_and_prepare(void **state)
 {
     (void)state;
-    char path[64];
-    profile_of(3, path, sizeof(path));
-    ferry_runtime_t *rt = test_sim_runtime_on(path, NULL);
     ferry_device_t *devs[3];
-    for (int i = 0; i < 3; i++)
-        assert_int_equal(ferry_device_get(rt, i, &devs[i]), 0);
-    unlink(path);
+    ferry_runtime_t *rt = set_runtime(3, NULL, devs);
     ferry_stage_t st = test_cpu_stage("copy", test_cpu_copy);
     ferry_pipeline_config_t pc = test_pipeline_config(NULL, &st, 1u << 20);
     pc.devices = devs;
@@ -222,14 +224,9 @@ static void test_odd_sizes_and_prepare(void **state)
 static void test_sticky_devices_leave(void **state)
 {
     (void)state;
-    char path[64];
-    profile_of(2, path, sizeof(path));
     const char *kv[] = {"inject", "sticky@n=6", NULL};
-    ferry_runtime_t *rt = test_sim_runtime_on(path, kv);
     ferry_device_t *devs[2];
-    for (int i = 0; i < 2; i++)
-        assert_int_equal(ferry_device_get(rt, i, &devs[i]), 0);
-    unlink(path);
+    ferry_runtime_t *rt = set_runtime(2, kv, devs);
     ferry_pipeline_t *p = NULL;
     ferry_pipeline_stats_t s = stream(devs, 2, 8u << 20, &p);
     assert_true(s.gpu_lost);
@@ -417,13 +414,8 @@ static void probe_done(const ferry_batch_result_t *r, void *arg)
 static void test_calls_from_a_callback(void **state)
 {
     (void)state;
-    char path[64];
-    profile_of(2, path, sizeof(path));
-    ferry_runtime_t *rt = test_sim_runtime_on(path, NULL);
     ferry_device_t *devs[2];
-    for (int i = 0; i < 2; i++)
-        assert_int_equal(ferry_device_get(rt, i, &devs[i]), 0);
-    unlink(path); /* read when a device opens */
+    ferry_runtime_t *rt = set_runtime(2, NULL, devs);
     ferry_stage_t st = test_cpu_stage("copy", test_cpu_copy);
     ferry_pipeline_config_t pc = test_pipeline_config(NULL, &st, 1u << 20);
     pc.devices = devs;
