@@ -55,6 +55,8 @@ expect_in "--devices 0,0: twice" "$TMP/err" "named twice"
 expect_rc "--devices 0,cpu" 2 "$FERRY" run --bytes 1M --devices 0,cpu
 expect_in "--devices 0,cpu: not built" "$TMP/err" "the CPU as a device of a set is not built yet"
 expect_rc "--devices 0,," 2 "$FERRY" run --bytes 1M --devices 0,,
+expect_rc "--devices all --trace" 2 "$FERRY" run --bytes 1M --devices all --trace "$TMP/t.json"
+expect_in "--trace over a set: refused before the run" "$TMP/err" "writes no trace yet"
 expect_rc "--devices 5" 1 "$FERRY" run --bytes 1M --devices 5
 expect_in "--devices 5: the backend's count" "$TMP/err" "device 5 does not exist"
 finish
