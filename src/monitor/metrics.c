@@ -427,37 +427,87 @@ static const char *stream_kind(char k)
     return k == 'h' ? "h2d" : k == 'c' ? "compute" : k == 'd' ? "d2h" : "all";
 }
 
-/* One family's samples for the @n attached pipelines (@st their stats, @lab their labels). */
-static void write_family(ferry_metrics_t *m, FILE *f, const pl_family_t *fam,
-                         const ferry_pipeline_stats_t *st, char (*lab)[256], size_t n)
+/* One row of the pipeline series: a pipeline of one device, or one device of a set (its own
+ * pipeline's figures, device="N"); @owner: whose batch-latency histogram the row carries (a
+ * set's is the whole set's, on its first row, device="all"; NULL: none). */
+typedef struct pl_row {
+    ferry_pipeline_stats_t st;
+    char lab[256];
+    const void *owner;
+    bool latency_only; /* a set's device="all" row: its latency histogram, nothing else */
+} pl_row_t;
+
+/* One family's samples for the @n rows. */
+static void write_family(FILE *f, const pl_family_t *fam, const pl_row_t *rows, size_t n)
 {
     head(f, fam->name, fam->type, fam->help);
-    if (fam->how == PL_LATENCY) {
-        size_t k = 0;
-        for (attached_t *a = m->pipelines; a != NULL; a = a->next, k++) {
-            uint64_t counts[FERRY__LAT_BUCKETS + 1], sum_ns = 0, count = 0;
-            (void)ferry__lat_hist_read_owner(a->p, counts, &sum_ns, &count);
-            put_histogram(f, fam->name, lab[k], ferry__lat_bounds_s, FERRY__LAT_BUCKETS, counts,
-                          (double)sum_ns / 1e9);
-        }
-        return;
-    }
     for (size_t k = 0; k < n; k++) {
+        const ferry_pipeline_stats_t *st = &rows[k].st;
+        if (fam->how == PL_LATENCY) {
+            if (rows[k].owner == NULL)
+                continue;
+            uint64_t counts[FERRY__LAT_BUCKETS + 1], sum_ns = 0, count = 0;
+            (void)ferry__lat_hist_read_owner(rows[k].owner, counts, &sum_ns, &count);
+            put_histogram(f, fam->name, rows[k].lab, ferry__lat_bounds_s, FERRY__LAT_BUCKETS,
+                          counts, (double)sum_ns / 1e9);
+            continue;
+        }
+        if (rows[k].latency_only)
+            continue;
         if (fam->how == PL_STREAMS) {
-            for (unsigned s = 0; s < st[k].streams; s++) {
+            for (unsigned s = 0; s < st->streams; s++) {
                 char extra[64];
                 snprintf(extra, sizeof(extra), "stream=\"%u\",kind=\"%s\"", s,
-                         stream_kind(st[k].stream_kind[s]));
-                put_sample(f, fam->name, "", lab[k], extra, (double)st[k].stream_busy_ns[s] / 1e9);
+                         stream_kind(st->stream_kind[s]));
+                put_sample(f, fam->name, "", rows[k].lab, extra,
+                           (double)st->stream_busy_ns[s] / 1e9);
             }
             continue;
         }
-        if (fam->how == PL_LINKED && st[k].link_samples == 0)
+        if (fam->how == PL_LINKED && st->link_samples == 0)
             continue;
         for (size_t j = 0; j < 3 && fam->series[j].type != PL_NONE; j++)
-            put_sample(f, fam->name, "", lab[k], fam->series[j].label,
-                       field_value(&st[k], &fam->series[j]));
+            put_sample(f, fam->name, "", rows[k].lab, fam->series[j].label,
+                       field_value(st, &fam->series[j]));
     }
+}
+
+/* pipeline="NAME",device="DEV" into @lab. */
+static void row_label(char *lab, size_t len, const char *name, const char *dev)
+{
+    size_t at = 0;
+    snprintf(lab, len, "pipeline=\"");
+    at = strlen(lab);
+    append_escaped(lab, &at, len - 32, name);
+    snprintf(lab + at, len - at, "\",device=\"%s\"", dev);
+}
+
+/* The rows of attached pipeline @p into @rows (room for @cap); returns how many. A set's rows
+ * are its devices'; its latency histogram (batches span devices) goes on a row of its own that
+ * carries nothing else, device="all". */
+static size_t pipeline_rows(const attached_t *a, pl_row_t *rows, size_t cap)
+{
+    unsigned n = ferry_pipeline_devices(a->p);
+    size_t k = 0;
+    char dev[16];
+    if (n <= 1 && cap > 0) {
+        ferry_pipeline_device_stats_t d = FERRY_PIPELINE_DEVICE_STATS_INIT;
+        ferry_pipeline_device_stats(a->p, 0, &d);
+        rows[0].st = d.stats;
+        snprintf(dev, sizeof(dev), "%d", d.index);
+        row_label(rows[0].lab, sizeof(rows[0].lab), a->label, dev);
+        rows[0].owner = a->p;
+        return 1;
+    }
+    for (unsigned i = 0; i < n && k < cap; i++, k++) {
+        ferry_pipeline_device_stats_t d = FERRY_PIPELINE_DEVICE_STATS_INIT;
+        ferry_pipeline_device_stats(a->p, i, &d);
+        rows[k].st = d.stats;
+        snprintf(dev, sizeof(dev), "%d", d.index);
+        row_label(rows[k].lab, sizeof(rows[k].lab), a->label, dev);
+        rows[k].owner = NULL;
+    }
+    return k;
 }
 
 /* The attached pipelines' series, family by family (pl_families). */
@@ -465,31 +515,25 @@ static void write_pipelines(ferry_metrics_t *m, FILE *f)
 {
     size_t n = 0;
     for (attached_t *a = m->pipelines; a != NULL; a = a->next)
-        n++;
+        n += ferry_pipeline_devices(a->p) + 1;
     if (n == 0)
         return;
-    ferry_pipeline_stats_t *st = calloc(n, sizeof(*st));
-    char(*lab)[256] = calloc(n, sizeof(*lab));
-    if (st == NULL || lab == NULL) {
-        free(st);
-        free(lab);
+    pl_row_t *rows = calloc(n, sizeof(*rows));
+    if (rows == NULL)
         return;
+    size_t k = 0;
+    for (attached_t *a = m->pipelines; a != NULL; a = a->next) {
+        k += pipeline_rows(a, rows + k, n - k);
+        if (ferry_pipeline_devices(a->p) > 1 && k < n) { /* the set's latency row */
+            memset(&rows[k].st, 0, sizeof(rows[k].st));
+            row_label(rows[k].lab, sizeof(rows[k].lab), a->label, "all");
+            rows[k].latency_only = true;
+            rows[k++].owner = a->p;
+        }
     }
-    size_t i = 0;
-    for (attached_t *a = m->pipelines; a != NULL; a = a->next, i++) {
-        st[i].size = sizeof(st[i]);
-        ferry_pipeline_stats(a->p, &st[i]);
-        size_t at = 0;
-        strcpy(lab[i], "pipeline=\"");
-        at = strlen(lab[i]);
-        append_escaped(lab[i], &at, sizeof(lab[i]) - 2, a->label);
-        lab[i][at++] = '"';
-        lab[i][at] = '\0';
-    }
-    for (size_t k = 0; k < sizeof(pl_families) / sizeof(pl_families[0]); k++)
-        write_family(m, f, &pl_families[k], st, lab, n);
-    free(st);
-    free(lab);
+    for (size_t i = 0; i < sizeof(pl_families) / sizeof(pl_families[0]); i++)
+        write_family(f, &pl_families[i], rows, k);
+    free(rows);
 }
 
 int ferry_metrics_write(ferry_metrics_t *m, FILE *f)

@@ -24,6 +24,7 @@
 #include "core/runtime.h"
 #include "pipeline/pipeline_internal.h"
 #include "pipeline/set.h"
+#include "monitor/latency.h"
 #include "sched/perfmodel.h"
 
 #define PSET_DEFAULT_INFLIGHT_PER_DEVICE 16
@@ -47,6 +48,7 @@ struct pset_batch {
     ferry_batch_where_t where;
     uint32_t chunks;
     uint64_t submit_ns, done_ns;
+    uint64_t lat_ns;    /* the longest part's, submit to done on its device's clock */
     pset_batch_t *next; /* the done list */
     pset_part_t parts[];
 };
@@ -86,6 +88,7 @@ struct ferry__pset {
     ferry_pipeline_stats_t final;
     bool final_ready;
     ferry_perfmodel_t *model; /* slot i: device i; stage 0: the set's stage */
+    ferry__lat_hist_t lat;    /* batch latency (metrics, device="all"), owner h */
     char model_path[512];     /* option perf_model: loaded at create, saved at close */
 };
 
@@ -264,6 +267,8 @@ static void part_end(struct ferry__pset *s, pset_part_t *pt, const ferry_batch_r
             b->submit_ns = r->submit_ns;
         if (r->done_ns > b->done_ns)
             b->done_ns = r->done_ns;
+        if (r->done_ns > r->submit_ns && r->done_ns - r->submit_ns > b->lat_ns)
+            b->lat_ns = r->done_ns - r->submit_ns;
     }
     if (--b->left == 0) {
         b->next = NULL;
@@ -316,6 +321,7 @@ static void *completion_main(void *arg)
                                     .submit_ns = b->submit_ns,
                                     .done_ns = b->done_ns};
         b->cb(&res, b->arg);
+        ferry__lat_hist_observe(&s->lat, b->lat_ns);
         pthread_mutex_lock(&s->lock);
         s->done_gpu += res.where == FERRY_DONE_GPU;
         s->done_cpu += res.where == FERRY_DONE_CPU;
@@ -333,6 +339,7 @@ static void *completion_main(void *arg)
 
 static void set_free(struct ferry__pset *s)
 {
+    ferry__lat_hist_unregister(&s->lat);
     ferry__perf_destroy(s->model);
     free(s->d);
     pthread_cond_destroy(&s->cv);
@@ -486,6 +493,7 @@ int ferry__pset_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **ou
         set_free(s);
         return ferry__rt_fail(rt, rc);
     }
+    ferry__lat_hist_register(&s->lat, h);
     h->child.is_live = child_is_live;
     h->child.destroy = child_destroy;
     ferry__rt_child_add(rt, &h->child);

@@ -8,7 +8,7 @@ version=$("$FERRY" --version | sed 's/^ferry //')
 expect_rc "run with --metrics-file" 0 "$FERRY" run --backend sim --bytes 16M --metrics-file "$TMP/m.prom"
 expect_in "build info" "$TMP/m.prom" "ferry_build_info{version=\"$version\"} 1"
 expect_in "build info is a gauge" "$TMP/m.prom" "# TYPE ferry_build_info gauge"
-expect_in "bucket 0.00025 short" "$TMP/m.prom" 'ferry_pipeline_batch_latency_seconds_bucket{pipeline="run",le="0.00025"}'
+expect_in "bucket 0.00025 short" "$TMP/m.prom" 'ferry_pipeline_batch_latency_seconds_bucket{pipeline="run",device="0",le="0.00025"}'
 expect_in "bucket 0.1 short" "$TMP/m.prom" 'le="0.1"}'
 expect_not_in "no 17-digit bounds" "$TMP/m.prom" "00000000001"
 if python3 - "$TMP/m.prom" <<'PYEOF'; then ok "every number is the shortest that reads back"; else bad "a number is longer than it needs"; fi

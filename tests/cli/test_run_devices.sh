@@ -39,6 +39,12 @@ expect_in "three devices: a line each" "$TMP/out" "device 2"
 # every device goes sticky: no batch lost, each says it left
 expect_rc "sticky on every device" 0 "$FERRY" run --bytes 256M --devices all --inject sticky@n=4 --json
 json_check "sticky: verified, both left" "$TMP/out" "j['verified'] and all(d['left'] and 'sticky' in d['left_why'] for d in j['devices'])"
+# metrics: a series per device (device="N"), the set's batch latency once (device="all")
+expect_rc "metrics of a set" 0 "$FERRY" run --bytes 64M --devices all --metrics-file "$TMP/m.prom" --quiet
+expect_in "metrics: device 0" "$TMP/m.prom" 'ferry_pipeline_transfer_bytes_total{pipeline="run",device="0",direction="h2d"}'
+expect_in "metrics: device 1" "$TMP/m.prom" 'ferry_pipeline_transfer_bytes_total{pipeline="run",device="1",direction="h2d"}'
+expect_in "metrics: the set's latency" "$TMP/m.prom" 'ferry_pipeline_batch_latency_seconds_count{pipeline="run",device="all"}'
+expect_not_in "metrics: no bytes for all" "$TMP/m.prom" 'ferry_pipeline_transfer_bytes_total{pipeline="run",device="all"'
 # the performance model saved at close and loaded by the next run; a broken one is refused
 expect_rc "--perf-model (new file)" 0 "$FERRY" run --bytes 256M --devices all --perf-model "$TMP/pm.json" --quiet
 json_check "perf model saved" "$TMP/pm.json" "j['format'] == 'ferry-perfmodel-1' and len(j['devices']) == 2 and all(e['count'] > 0 for e in j['entries'])"
