@@ -46,6 +46,21 @@ typedef struct ferry__trace_layout {
  * FERRY_EIO. */
 int ferry__trace_write_json(const char *path, const ferry__trace_layout_t *lay,
                             const ferry__trace_rec_t *recs, size_t nrecs, uint64_t t0);
+
+/* One device's records in a trace of several (a set of devices): its layout, its records
+ * (times relative to its own @t0, on its own clock) and its index, which names its tracks
+ * ("device 1: streams") and keeps its flows apart. */
+typedef struct ferry__trace_part {
+    ferry__trace_layout_t lay;
+    const ferry__trace_rec_t *recs;
+    size_t n;
+    uint64_t t0;
+    int index;
+} ferry__trace_part_t;
+/* Write @nparts devices' records into one trace at @path: two processes (streams, engines) per
+ * device. Returns 0 or FERRY_EIO. */
+int ferry__trace_write_json_parts(const char *path, const ferry__trace_part_t *parts,
+                                  size_t nparts);
 /* Record @r as a public op record, times relative to @t0. */
 ferry_op_record_t ferry__trace_op_record(const ferry__trace_rec_t *r, uint64_t t0);
 

@@ -338,6 +338,11 @@ static inline bool on_own_thread(const ferry_pipeline_t *p)
     return ferry__pipe_own_thread == p;
 }
 
+/* @p's trace layout and a copy of its records (freed by the caller), for a set's trace
+ * (trace_out.c). FERRY_ESTATE when tracing is off. */
+int ferry__pipe_trace_snapshot(ferry_pipeline_t *p, ferry__trace_part_t *out,
+                               ferry__trace_rec_t **copy);
+
 static inline void trace_add(ferry_pipeline_t *p, const trace_rec_t *r)
 {
     if (!ferry__trace_push(&p->api.trace, r)) {

@@ -782,6 +782,20 @@ int ferry__pset_device_stats(struct ferry__pset *s, unsigned i, ferry_pipeline_d
     return 0;
 }
 
+int ferry__pset_write_trace(struct ferry__pset *s, const char *path)
+{
+    ferry__trace_part_t parts[FERRY_MAX_DEVICE_SET];
+    ferry__trace_rec_t *copies[FERRY_MAX_DEVICE_SET] = {0};
+    int rc = 0;
+    for (unsigned i = 0; rc == 0 && i < s->n; i++)
+        rc = ferry__pipe_trace_snapshot(s->d[i].pl, &parts[i], &copies[i]);
+    if (rc == 0)
+        rc = ferry__trace_write_json_parts(path, parts, s->n);
+    for (unsigned i = 0; i < s->n; i++)
+        free(copies[i]);
+    return rc;
+}
+
 /* ---- the device calls on any pipeline ------------------------------------------------ */
 
 unsigned ferry_pipeline_devices(ferry_pipeline_t *p)

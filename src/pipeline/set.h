@@ -20,6 +20,8 @@ int ferry__pset_destroy(struct ferry__pset *s);
 /* @out's size is checked by the caller; fills sizeof(ferry_pipeline_stats_t) at most. */
 void ferry__pset_stats(struct ferry__pset *s, ferry_pipeline_stats_t *out);
 unsigned ferry__pset_devices(const struct ferry__pset *s);
+/* ferry_pipeline_write_trace on a set: every device's records in one file. */
+int ferry__pset_write_trace(struct ferry__pset *s, const char *path);
 int ferry__pset_device_stats(struct ferry__pset *s, unsigned i, ferry_pipeline_device_stats_t *out);
 
 #endif

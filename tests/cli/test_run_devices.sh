@@ -39,6 +39,10 @@ expect_in "three devices: a line each" "$TMP/out" "device 2"
 # every device goes sticky: no batch lost, each says it left
 expect_rc "sticky on every device" 0 "$FERRY" run --bytes 256M --devices all --inject sticky@n=4 --json
 json_check "sticky: verified, both left" "$TMP/out" "j['verified'] and all(d['left'] and 'sticky' in d['left_why'] for d in j['devices'])"
+# one trace with two processes per device, each device's ops on its own tracks
+expect_rc "--trace over a set" 0 "$FERRY" run --bytes 64M --devices all --trace "$TMP/t.json" --quiet
+json_check "trace: both devices' tracks" "$TMP/t.json" "j['otherData']['devices'] == 2 and {e['args']['name'] for e in j['traceEvents'] if e.get('name') == 'process_name'} >= {'device 0: streams', 'device 1: engines'}"
+json_check "trace: ops of both devices" "$TMP/t.json" "len({e['pid'] for e in j['traceEvents'] if e.get('ph') == 'X'}) == 4"
 # metrics: a series per device (device="N"), the set's batch latency once (device="all")
 expect_rc "metrics of a set" 0 "$FERRY" run --bytes 64M --devices all --metrics-file "$TMP/m.prom" --quiet
 expect_in "metrics: device 0" "$TMP/m.prom" 'ferry_pipeline_transfer_bytes_total{pipeline="run",device="0",direction="h2d"}'
@@ -61,8 +65,6 @@ expect_in "--devices 0,0: twice" "$TMP/err" "named twice"
 expect_rc "--devices 0,cpu" 2 "$FERRY" run --bytes 1M --devices 0,cpu
 expect_in "--devices 0,cpu: not built" "$TMP/err" "the CPU as a device of a set is not built yet"
 expect_rc "--devices 0,," 2 "$FERRY" run --bytes 1M --devices 0,,
-expect_rc "--devices all --trace" 2 "$FERRY" run --bytes 1M --devices all --trace "$TMP/t.json"
-expect_in "--trace over a set: refused before the run" "$TMP/err" "writes no trace yet"
 expect_rc "--devices 5" 1 "$FERRY" run --bytes 1M --devices 5
 expect_in "--devices 5: the backend's count" "$TMP/err" "device 5 does not exist"
 finish

@@ -287,11 +287,6 @@ static int open_pipeline(run_ctx_t *c)
         return cli_usage_error(run_cmd, "--devices: %s", ferry_last_error());
     if (e != 0)
         return cli_fail(run_cmd, "%s", ferry_last_error());
-    if (ndev > 1 && c->ro.trace != NULL) /* refused before the run, not after it */
-        return cli_usage_error(run_cmd,
-                               "--trace: a run over %u devices writes no trace yet; trace one "
-                               "of them (--devices N)",
-                               ndev);
     c->dev = devs[0];
     ferry_workload_params_t wp = FERRY_WORKLOAD_PARAMS_INIT;
     wp.intensity = (unsigned)c->ro.intensity;
