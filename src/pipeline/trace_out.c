@@ -66,22 +66,13 @@ int ferry_pipeline_write_trace(ferry_pipeline_t *p, const char *path)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_write_trace: NULL argument");
     if (p->set != NULL)
         return ferry__pset_write_trace(p->set, path);
-    int rc = lock_traced(p, "ferry_pipeline_write_trace");
-    if (rc != 0)
-        return rc;
-    ferry__trace_layout_t lay = {
-        .backend = p->dev->ops->name,
-        .device = p->dev->props.name,
-        .simulated = p->dev->props.simulated,
-        .single = p->plan.single,
-        .ncopy = p->plan.ncopy,
-        .ncomp = p->plan.ncomp,
-        .nstreams = p->plan.nstreams,
-        .stream_kind = p->stream_kind,
-    };
-    rc =
-        ferry__trace_write_json(path, &lay, p->api.trace.recs, p->api.trace.n, p->comp.first_start);
-    pthread_mutex_unlock(&p->lock);
+    /* written from a copy, so that the file is written without the lock */
+    ferry__trace_part_t part;
+    ferry__trace_rec_t *copy = NULL;
+    int rc = ferry__pipe_trace_snapshot(p, &part, &copy);
+    if (rc == 0)
+        rc = ferry__trace_write_json(path, &part.lay, part.recs, part.n, part.t0);
+    free(copy);
     return rc;
 }
 
