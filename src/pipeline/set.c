@@ -529,11 +529,12 @@ int ferry__pset_submit(struct ferry__pset *s, const ferry_batch_t *batch, ferry_
             break;
         if (s->nonblocking || own) {
             s->full_eagain++;
+            unsigned n = s->inflight; /* read under the lock, for the message */
             pthread_mutex_unlock(&s->lock);
             return ferry__error(own && !s->nonblocking ? FERRY_EBUSY : FERRY_EAGAIN,
                                 "ferry_pipeline_submit: the set's %u batches in flight are at "
                                 "its queue depth%s",
-                                s->inflight, own ? " (from its own callback: cannot wait)" : "");
+                                n, own ? " (from its own callback: cannot wait)" : "");
         }
         s->full_waits++;
         pthread_cond_wait(&s->cv, &s->lock);
