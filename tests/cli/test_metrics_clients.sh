@@ -5,7 +5,7 @@
 # clients still attached (the idle ones are closed after 5 s by then; the slow one stays) the
 # server must close the slow client's connection and the process exit within 1 s of its job's
 # end (the end of the job: when the "metrics on" line was read plus the run's own wall_s).
-# Sanitizer builds (FERRY_TEST_SCALE=sanitizer) run 1G instead of 4G and allow the process 5 s
+# Sanitizer builds (FERRY_TEST_SCALE=sanitizer) run 1G instead of 8G and allow the process 5 s
 # to exit, as LeakSanitizer scans the heap at exit; the server's bound stays 1 s. Bounded:
 # connections opened within 10 s, each scrape within 5 s, the run within 300 s.
 . "$(dirname "$0")/lib.sh"
@@ -16,7 +16,7 @@ import json, os, re, socket, subprocess, sys, threading, time
 ferry = sys.argv[1]
 sanitizer = os.environ.get("FERRY_TEST_SCALE") == "sanitizer"
 exit_bound = 5.0 if sanitizer else 1.0
-proc = subprocess.Popen([ferry, "run", "--bytes", "1G" if sanitizer else "4G", "--json", "--metrics-addr", "127.0.0.1:0"],
+proc = subprocess.Popen([ferry, "run", "--bytes", "1G" if sanitizer else "8G", "--json", "--metrics-addr", "127.0.0.1:0"],
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 seen = {}
 def read_err():
