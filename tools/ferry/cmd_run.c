@@ -505,7 +505,8 @@ static int finish(run_ctx_t *c, double wall)
     if (ro->trace && ferry_pipeline_write_trace(c->pl, ro->trace) != 0)
         return cli_fail(run_cmd, "%s", ferry_last_error());
     if (c->st.t.io_error)
-        return cli_fail(run_cmd, "writing --output %s: %s", ro->output, strerror(c->st.t.io_error));
+        return cli_fail(run_cmd, "writing --output %s: %s", ro->output,
+                        c->st.io_why[0] ? c->st.io_why : strerror(c->st.t.io_error));
     bool ok = !ro->signal && c->st.t.failed == 0 && c->st.t.mismatched == 0 &&
               c->st.callbacks == c->nbatches && c->st.t.done_bytes == c->total &&
               (ro->verify_mode != RUN_VERIFY_FULL || c->st.t.verified_bytes == c->total);

@@ -83,6 +83,7 @@ typedef struct run_state {
      * freed once its write completes (run_files.c) */
     ferry_file_t *sink;
     bool sink_stop, sink_started;
+    char io_why[256]; /* the first output error's text ("": only t.io_error's errno) */
 } run_state_t;
 
 typedef struct cb_ctx {

@@ -126,23 +126,43 @@ bool run_feed_file(run_feed_t *fd, cli_progress_t *bar)
     return !failed;
 }
 
+/* The first error of the output, with its text (st->lock held). */
+static void sink_error(run_state_t *st, int err, const char *why)
+{
+    if (st->t.io_error)
+        return;
+    st->t.io_error = err;
+    snprintf(st->io_why, sizeof(st->io_why), "%s", why);
+}
+
 int run_sink_write(run_state_t *st, ring_entry_t *e)
 {
     int rc =
         ferry_file_write_async(st->sink, e->out, e->bytes, e->offset, (uint64_t)(e - st->ring));
-    return rc == 0 ? 0 : rc == FERRY_ENOMEM ? ENOMEM : EIO;
+    if (rc == 0)
+        return 0;
+    pthread_mutex_lock(&st->lock);
+    sink_error(st, rc == FERRY_ENOMEM ? ENOMEM : EIO, ferry_last_error());
+    pthread_mutex_unlock(&st->lock);
+    return rc == FERRY_ENOMEM ? ENOMEM : EIO;
 }
 
 static void *sink_main(void *arg)
 {
     run_state_t *st = arg;
     for (;;) {
+        /* read before the wait: once set, every write has been started (the verifiers have
+         * stopped), so a wait that then finds nothing in flight means all are done. A wait
+         * that found nothing before the flag was set says nothing of writes started since. */
+        pthread_mutex_lock(&st->lock);
+        bool stopping = st->sink_stop;
+        pthread_mutex_unlock(&st->lock);
         ferry_file_completion_t c;
         int w = ferry_file_wait(st->sink, &c, 100);
         if (w == 0) {
             pthread_mutex_lock(&st->lock);
-            if (c.error != 0 && !st->t.io_error)
-                st->t.io_error = c.sys_errno ? c.sys_errno : EIO;
+            if (c.error != 0)
+                sink_error(st, c.sys_errno ? c.sys_errno : EIO, ferry_last_error());
             st->freeq[st->nfree++] = (size_t)c.tag;
             pthread_cond_signal(&st->cv_free);
             pthread_mutex_unlock(&st->lock);
@@ -150,12 +170,13 @@ static void *sink_main(void *arg)
         }
         if (w == FERRY_ETIMEDOUT)
             continue;
-        pthread_mutex_lock(&st->lock);
-        bool stop = st->sink_stop || w != FERRY_ESTATE;
-        if (w != FERRY_ESTATE && !st->t.io_error)
-            st->t.io_error = EIO;
-        pthread_mutex_unlock(&st->lock);
-        if (stop)
+        if (w != FERRY_ESTATE) { /* io_uring itself failed: what is in flight is lost */
+            pthread_mutex_lock(&st->lock);
+            sink_error(st, EIO, ferry_last_error());
+            pthread_mutex_unlock(&st->lock);
+            return NULL;
+        }
+        if (stopping)
             return NULL;
         /* nothing in flight: the verifiers start writes without waking this thread, which
          * looks again in 1 ms (a write of a batch takes longer) */
@@ -181,7 +202,7 @@ void run_sink_stop(run_state_t *st, pthread_t *th)
         pthread_join(*th, NULL);
         st->sink_started = false;
     }
-    if (st->sink != NULL && ferry_file_close(st->sink) != 0 && !st->t.io_error)
-        st->t.io_error = EIO;
+    if (st->sink != NULL && ferry_file_close(st->sink) != 0)
+        sink_error(st, EIO, ferry_last_error()); /* the other threads have stopped */
     st->sink = NULL;
 }
