@@ -495,74 +495,67 @@ static void machine_of(int n, double gbps, char *path, size_t len)
     cJSON_Delete(root);
 }
 
+/* The batches of the machine tests: 32 MiB, or 8 MiB under sanitizers (ThreadSanitizer takes
+ * about a minute per 384 MiB streamed; smaller batches sit a little further below the links). */
+static size_t machine_batch(void)
+{
+    const char *scale = getenv("FERRY_TEST_SCALE");
+    return scale != NULL && strcmp(scale, "sanitizer") == 0 ? 8u << 20 : 32u << 20;
+}
+
 /* The host memory traffic of a run: bytes both ways per second of virtual time, GB/s. */
 static double traffic(ferry_pipeline_stats_t s)
 {
     return s.gbps_h2d + s.gbps_d2h;
 }
 
-/* Four H200s in a host that serves 200 GB/s, under the 4 x ~95 their links move: the set draws
- * no more than the host (model rounding aside) and reaches at least 95% of it. The host is the
- * machine's for ferry_device_host. */
+/* Four H200s in a host that serves 200 GB/s, under the 4 x ~95 their links move. Device 0
+ * open alone has the whole host: its link is the limit. With the four open, the set draws no
+ * more than the host (model rounding aside) and reaches at least 95% of it; the share is
+ * static, so device 0 streaming alone now has a quarter. The host is the machine's for
+ * ferry_device_host. */
 static void test_machine_host_caps_the_set(void **state)
 {
     (void)state;
-    ferry_runtime_t *rt1 = test_sim_runtime();
-    ferry_device_t *one;
-    assert_int_equal(ferry_device_get(rt1, 0, &one), 0);
-    double link = traffic(stream(&one, 1, 32u << 20, NULL)); /* one H200 on its own profile */
-    assert_int_equal(ferry_runtime_destroy(rt1), 0);
     const double host = 200.0;
     char path[64];
     machine_of(4, host, path, sizeof(path));
     ferry_runtime_t *rt = test_sim_runtime_on(path, NULL);
     ferry_device_t *devs[4];
-    for (int i = 0; i < 4; i++)
+    assert_int_equal(ferry_device_get(rt, 0, &devs[0]), 0);
+    double link = traffic(stream(devs, 1, machine_batch(), NULL));
+    for (int i = 1; i < 4; i++)
         assert_int_equal(ferry_device_get(rt, i, &devs[i]), 0);
     unlink(path);
     ferry_host_props_t h = FERRY_HOST_PROPS_INIT;
     assert_int_equal(ferry_device_host(devs[3], &h), 0);
     assert_true(h.modelled && h.memory_gbps == host);
-    double set = traffic(stream(devs, 4, 32u << 20, NULL));
+    double set = traffic(stream(devs, 4, machine_batch(), NULL));
+    double quarter = traffic(stream(devs, 1, machine_batch(), NULL));
     double want = 4 * link < host ? 4 * link : host;
-    print_message("one H200 %.1f GB/s; four in a %.0f GB/s host %.1f GB/s (%.1f%% of %.1f)\n", link,
-                  host, set, set / want * 100, want);
-    assert_true(link > 90 && link < 100);
+    print_message("one H200 open %.1f GB/s; four in a %.0f GB/s host %.1f GB/s (%.1f%% of %.1f); "
+                  "one of four open %.1f\n",
+                  link, host, set, set / want * 100, want, quarter);
+    assert_true(link > 80 && link < 100); /* its link, not a share: ~95 on 32 MiB batches */
     assert_true(set <= 1.02 * host);
     assert_true(set >= 0.95 * want);
+    assert_true(quarter >= 0.95 * host / 4 && quarter <= 1.02 * host / 4);
     assert_int_equal(ferry_runtime_destroy(rt), 0);
 }
 
-/* The share is static and follows the devices open: one device open of a 100 GB/s host has it
- * all (its link, ~95, is the limit), two open halve it even for the one that streams; the two
- * together reach the host. A host above the links leaves two devices at twice one. */
-static void test_machine_host_shares(void **state)
+/* A host above the links leaves two devices of a machine at twice one. */
+static void test_machine_host_above_links(void **state)
 {
     (void)state;
     char path[64];
-    machine_of(2, 100.0, path, sizeof(path));
+    machine_of(2, 1000.0, path, sizeof(path));
     ferry_runtime_t *rt = test_sim_runtime_on(path, NULL);
     ferry_device_t *devs[2];
-    assert_int_equal(ferry_device_get(rt, 0, &devs[0]), 0);
-    double alone = traffic(stream(devs, 1, 32u << 20, NULL));
-    assert_int_equal(ferry_device_get(rt, 1, &devs[1]), 0);
-    double half = traffic(stream(devs, 1, 32u << 20, NULL));
-    double both = traffic(stream(devs, 2, 32u << 20, NULL));
-    unlink(path);
-    print_message("100 GB/s host: one open %.1f, one of two open %.1f, both %.1f GB/s\n", alone,
-                  half, both);
-    assert_true(alone > 90 && alone <= 100 * 1.02);
-    assert_true(half > 0.95 * 50 && half <= 50 * 1.02);
-    assert_true(both > 0.95 * 100 && both <= 100 * 1.02);
-    assert_int_equal(ferry_runtime_destroy(rt), 0);
-
-    machine_of(2, 1000.0, path, sizeof(path));
-    rt = test_sim_runtime_on(path, NULL);
     for (int i = 0; i < 2; i++)
         assert_int_equal(ferry_device_get(rt, i, &devs[i]), 0);
     unlink(path);
-    double r1 = stream(devs, 1, 32u << 20, NULL).gbps_h2d;
-    double r2 = stream(devs, 2, 32u << 20, NULL).gbps_h2d;
+    double r1 = stream(devs, 1, machine_batch(), NULL).gbps_h2d;
+    double r2 = stream(devs, 2, machine_batch(), NULL).gbps_h2d;
     print_message("1000 GB/s host: one %.2f, two %.2f GB/s each way: %.3fx\n", r1, r2, r2 / r1);
     assert_true(r2 >= 1.95 * r1);
     assert_int_equal(ferry_runtime_destroy(rt), 0);
@@ -573,4 +566,4 @@ TEST_MAIN(NULL, NULL, cmocka_unit_test(test_two_devices_double_the_rate),
           cmocka_unit_test(test_mixed_rig), cmocka_unit_test(test_bad_machines),
           cmocka_unit_test(test_bad_sets), cmocka_unit_test(test_calls_from_a_callback),
           cmocka_unit_test(test_machine_host_caps_the_set),
-          cmocka_unit_test(test_machine_host_shares))
+          cmocka_unit_test(test_machine_host_above_links))
