@@ -322,6 +322,9 @@ static void test_bad_machines(void **state)
          "\"devices\": [{\"profile\": \"x\", \"count\": 0}]}",
          "count"},
         {"{\"format\": \"ferry-machine-1\", \"name\": \"m\", \"source\": \"s\", "
+         "\"devices\": [{\"profile\": \"x\", \"count\": 8.2e14}]}",
+         "count"},
+        {"{\"format\": \"ferry-machine-1\", \"name\": \"m\", \"source\": \"s\", "
          "\"devices\": [{\"profile\": 5}]}",
          "profile"},
         {"{\"format\": \"ferry-machine-1\", \"name\": \"m\", \"source\": \"s\", "

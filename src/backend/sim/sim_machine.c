@@ -140,8 +140,9 @@ static int machine_entry(const char *path, const cJSON *e, int i, char *dev_path
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "count");
     *count = 1;
     if (c != NULL) {
-        if (!cJSON_IsNumber(c) || c->valuedouble != (double)(int)c->valuedouble ||
-            c->valueint < 1 || c->valueint > 64)
+        /* the range first: a double beyond int's is no int to compare with (undefined) */
+        if (!cJSON_IsNumber(c) || !(c->valuedouble >= 1 && c->valuedouble <= 64) ||
+            c->valuedouble != (double)(int)c->valuedouble)
             return ferry__error(FERRY_EPARSE, "%s: key \"%scount\" must be an integer in [1, 64]",
                                 path, where);
         *count = c->valueint;
