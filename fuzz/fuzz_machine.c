@@ -7,10 +7,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char path[256];
-    int total = 0;
+    struct ferry_sim_machine m;
     if (ferry__sim_is_machine((const char *)data, size))
-        (void)ferry__sim_machine_parse((const char *)data, size, "dir/fuzz.json", 1, path,
-                                       sizeof(path), &total);
+        (void)ferry__sim_machine_parse((const char *)data, size, "dir/fuzz.json", 1, &m);
     return 0;
 }

@@ -3,7 +3,8 @@
 # H200s (a profile with "devices": 2 and 3). The output is verified in full; the summary and
 # --json give each device's bytes, share, parts and the scheduler's rate; two devices move about
 # twice the bytes of one in the same (virtual) time; a sticky fault on every device loses no
-# batch and says which devices left; bad lists are refused naming what is accepted.
+# batch and says which devices left; eight H200s of a machine stay under its host memory; bad
+# lists are refused naming what is accepted.
 . "$(dirname "$0")/lib.sh"
 
 PROFILE=${FERRY_PROFILE:?the H200 profile}
@@ -57,6 +58,10 @@ json_check "loaded: both devices rated from the start" "$TMP/out" "all(d['model_
 echo '{"format": "ferry-perfmodel-1", "devices": 3}' >"$TMP/bad.json"
 expect_rc "--perf-model broken" 1 "$FERRY" run --bytes 64M --devices all --perf-model "$TMP/bad.json"
 expect_in "broken: names the file" "$TMP/err" "bad.json"
+# eight H200s in one host (profiles/h200x8.json): the set draws no more than its host memory
+H8=$(dirname "$PROFILE")/h200x8.json
+expect_rc "h200x8, all devices" 0 "$FERRY" run --backend sim --profile "$H8" --devices all --bytes $big --json
+json_check "h200x8: eight devices, verified, under the host's 563.2 GB/s" "$TMP/out" "j['verified'] and len(j['devices']) == 8 and j['gbps_h2d'] + j['gbps_d2h'] <= 1.02 * 563.2"
 # bad lists
 expect_rc "--devices x" 2 "$FERRY" run --bytes 1M --devices x
 expect_in "--devices x: says what is accepted" "$TMP/err" "accepted: all, or device indices"

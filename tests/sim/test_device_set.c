@@ -4,7 +4,8 @@
  * least 1.95x one (both measured here, virtual time); the shares follow the rates; prepare
  * sees offsets in the whole batch; a sticky fault on every device leaves none of the set and
  * loses no batch; bad sets are refused with the reason; the calls from a callback follow a
- * pipeline's rules. */
+ * pipeline's rules. A machine's host memory is shared by its devices: a set stays under it and
+ * reaches it, and a host above the links does not slow two devices. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,6 +290,13 @@ static void test_mixed_rig(void **state)
     assert_int_equal(ferry_runtime_destroy(rt), 0);
 }
 
+/* A machine of one device (a profile that does not exist: the machine is refused first) with
+ * the section host_memory @host and the source @src. */
+#define MACHINE_HOST(host, src)                                                                    \
+    "{\"format\": \"ferry-machine-1\", \"name\": \"m\", \"source\": " src                          \
+    ", \"host_memory\": " host ", \"devices\": [{\"profile\": \"x\"}]}"
+#define SRC_BOTH "{\"devices\": \"d\", \"host_memory\": \"h\"}"
+
 /* Machine profiles are parsed as strictly as device profiles: each bad one is refused naming
  * the file and the key, when the runtime counts its devices or opens one. */
 static void test_bad_machines(void **state)
@@ -314,11 +322,35 @@ static void test_bad_machines(void **state)
          "\"devices\": [{\"profile\": \"x\", \"count\": 0}]}",
          "count"},
         {"{\"format\": \"ferry-machine-1\", \"name\": \"m\", \"source\": \"s\", "
+         "\"devices\": [{\"profile\": \"x\", \"count\": 8.2e14}]}",
+         "count"},
+        {"{\"format\": \"ferry-machine-1\", \"name\": \"m\", \"source\": \"s\", "
          "\"devices\": [{\"profile\": 5}]}",
          "profile"},
         {"{\"format\": \"ferry-machine-1\", \"name\": \"m\", \"source\": \"s\", "
          "\"devices\": [{\"profile\": \"/nonexistent/h.json\"}]}",
          "/nonexistent/h.json"},
+        /* host_memory: a figure with its source, a number in (0, 1e5] */
+        {MACHINE_HOST("{\"gbps\": 100}", "\"s\""), "source.host_memory"},
+        {MACHINE_HOST("{\"gbps\": 100}", "{\"devices\": \"d\"}"), "source.host_memory"},
+        {MACHINE_HOST("{\"gbps\": 100}", "{\"devices\": \"d\", \"host_memory\": \"\"}"),
+         "source.host_memory"},
+        {MACHINE_HOST("{\"gbps\": 100}", "{\"host_memory\": \"h\"}"), "source.devices"},
+        {MACHINE_HOST("{\"gbps\": 100}", "{\"devices\": \"d\", \"host_memory\": \"h\", "
+                                         "\"cpu\": \"c\"}"),
+         "source.cpu"},
+        {MACHINE_HOST("{\"gbps\": 100}", "{\"devices\": \"d\", \"host_memory\": 5}"),
+         "source.host_memory"},
+        {MACHINE_HOST("100", SRC_BOTH), "{\"gbps\": X}"},
+        {MACHINE_HOST("{}", SRC_BOTH), "host_memory.gbps"},
+        {MACHINE_HOST("{\"gbps\": \"fast\"}", SRC_BOTH), "host_memory.gbps\" must be a number > 0"},
+        {MACHINE_HOST("{\"gbps\": 0}", SRC_BOTH), "host_memory.gbps\" must be a number > 0"},
+        {MACHINE_HOST("{\"gbps\": -5}", SRC_BOTH), "host_memory.gbps\" must be a number > 0"},
+        {MACHINE_HOST("{\"gbps\": 1e6}", SRC_BOTH), "<= 100000"},
+        {MACHINE_HOST("{\"gbps\": 100, \"read_gbps\": 50}", SRC_BOTH), "host_memory.read_gbps"},
+        {"{\"format\": \"ferry-machine-1\", \"name\": \"m\", \"source\": {\"devices\": \"d\", "
+         "\"host_memory\": \"h\"}, \"devices\": [{\"profile\": \"x\"}]}",
+         "without a section \"host_memory\""},
     };
     char path[] = "/tmp/ferry-machine-XXXXXX";
     int fd = mkstemp(path);
@@ -447,7 +479,94 @@ static void test_calls_from_a_callback(void **state)
     assert_int_equal(ferry_runtime_destroy(rt), 0);
 }
 
+/* A machine of @n simulated H200s (the in-tree device profile) whose host serves @gbps, in a
+ * temporary file (@path; the caller unlinks). */
+static void machine_of(int n, double gbps, char *path, size_t len)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "format", "ferry-machine-1");
+    cJSON_AddStringToObject(root, "name", "test machine");
+    cJSON *src = cJSON_AddObjectToObject(root, "source");
+    cJSON_AddStringToObject(src, "devices", "the in-tree H200");
+    cJSON_AddStringToObject(src, "host_memory", "a figure for the test");
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(root, "host_memory"), "gbps", gbps);
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "profile", FERRY_TEST_PROFILE);
+    cJSON_AddNumberToObject(e, "count", n);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "devices"), e);
+    test_write_json(root, "/tmp/ferry-machine-XXXXXX", path, len);
+    cJSON_Delete(root);
+}
+
+/* The batches of the machine tests: 32 MiB, or 8 MiB under sanitizers (ThreadSanitizer takes
+ * about a minute per 384 MiB streamed; smaller batches sit a little further below the links). */
+static size_t machine_batch(void)
+{
+    const char *scale = getenv("FERRY_TEST_SCALE");
+    return scale != NULL && strcmp(scale, "sanitizer") == 0 ? 8u << 20 : 32u << 20;
+}
+
+/* The host memory traffic of a run: bytes both ways per second of virtual time, GB/s. */
+static double traffic(ferry_pipeline_stats_t s)
+{
+    return s.gbps_h2d + s.gbps_d2h;
+}
+
+/* Four H200s in a host that serves 200 GB/s, under the 4 x ~95 their links move. Device 0
+ * open alone has the whole host: its link is the limit. With the four open, the set draws no
+ * more than the host (model rounding aside) and reaches at least 95% of it; the share is
+ * static, so device 0 streaming alone now has a quarter. The host is the machine's for
+ * ferry_device_host. */
+static void test_machine_host_caps_the_set(void **state)
+{
+    (void)state;
+    const double host = 200.0;
+    char path[64];
+    machine_of(4, host, path, sizeof(path));
+    ferry_runtime_t *rt = test_sim_runtime_on(path, NULL);
+    ferry_device_t *devs[4];
+    assert_int_equal(ferry_device_get(rt, 0, &devs[0]), 0);
+    double link = traffic(stream(devs, 1, machine_batch(), NULL));
+    for (int i = 1; i < 4; i++)
+        assert_int_equal(ferry_device_get(rt, i, &devs[i]), 0);
+    unlink(path);
+    ferry_host_props_t h = FERRY_HOST_PROPS_INIT;
+    assert_int_equal(ferry_device_host(devs[3], &h), 0);
+    assert_true(h.modelled && h.memory_gbps == host);
+    double set = traffic(stream(devs, 4, machine_batch(), NULL));
+    double quarter = traffic(stream(devs, 1, machine_batch(), NULL));
+    double want = 4 * link < host ? 4 * link : host;
+    print_message("one H200 open %.1f GB/s; four in a %.0f GB/s host %.1f GB/s (%.1f%% of %.1f); "
+                  "one of four open %.1f\n",
+                  link, host, set, set / want * 100, want, quarter);
+    assert_true(link > 80 && link < 100); /* its link, not a share: ~95 on 32 MiB batches */
+    assert_true(set <= 1.02 * host);
+    assert_true(set >= 0.95 * want);
+    assert_true(quarter >= 0.95 * host / 4 && quarter <= 1.02 * host / 4);
+    assert_int_equal(ferry_runtime_destroy(rt), 0);
+}
+
+/* A host above the links leaves two devices of a machine at twice one. */
+static void test_machine_host_above_links(void **state)
+{
+    (void)state;
+    char path[64];
+    machine_of(2, 1000.0, path, sizeof(path));
+    ferry_runtime_t *rt = test_sim_runtime_on(path, NULL);
+    ferry_device_t *devs[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(ferry_device_get(rt, i, &devs[i]), 0);
+    unlink(path);
+    double r1 = stream(devs, 1, machine_batch(), NULL).gbps_h2d;
+    double r2 = stream(devs, 2, machine_batch(), NULL).gbps_h2d;
+    print_message("1000 GB/s host: one %.2f, two %.2f GB/s each way: %.3fx\n", r1, r2, r2 / r1);
+    assert_true(r2 >= 1.95 * r1);
+    assert_int_equal(ferry_runtime_destroy(rt), 0);
+}
+
 TEST_MAIN(NULL, NULL, cmocka_unit_test(test_two_devices_double_the_rate),
           cmocka_unit_test(test_odd_sizes_and_prepare), cmocka_unit_test(test_sticky_devices_leave),
           cmocka_unit_test(test_mixed_rig), cmocka_unit_test(test_bad_machines),
-          cmocka_unit_test(test_bad_sets), cmocka_unit_test(test_calls_from_a_callback))
+          cmocka_unit_test(test_bad_sets), cmocka_unit_test(test_calls_from_a_callback),
+          cmocka_unit_test(test_machine_host_caps_the_set),
+          cmocka_unit_test(test_machine_host_above_links))

@@ -77,6 +77,11 @@ struct ferry_sim_profile {
      * machine; rates of a parallel sequential read and write (0 when absent or not measured) */
     char storage_kind[32];
     double storage_read_gbps, storage_write_gbps;
+    /* Set when loaded as a device of a machine profile with a host_memory section: the
+     * machine's file (resolved, so that every device of it names the same one) and its
+     * host_memory.gbps, which the machine's open devices share (sim_host.c). "" and 0 else. */
+    char machine_path[256];
+    double machine_memory_gbps;
 };
 
 /* Load and validate the profile at @path into @out. Strict: an unreadable file is FERRY_EIO, a
@@ -92,12 +97,18 @@ int ferry__sim_profile_parse(const char *text, size_t len, const char *name,
  * device profile per device, whose devices field becomes the machine's count. An index past
  * the count loads the first device's (the caller refuses the index). */
 int ferry__sim_profile_load_device(const char *path, int index, struct ferry_sim_profile *out);
-/* Machine profiles (sim_machine.c): whether @text is one, and its device @index's profile path
- * (relative paths resolved against @path's directory; past the count, the first device's)
- * with the machine's device count in *@total. FERRY_EPARSE names the file and key. */
+/* A machine profile as read for one of its devices. */
+struct ferry_sim_machine {
+    int total;               /* the machine's devices */
+    double host_memory_gbps; /* section host_memory's gbps; 0 when absent */
+    char dev_path[256];      /* the device's profile (past the count, the first device's) */
+};
+/* Machine profiles (sim_machine.c): whether @text is one, and what device @index of it needs
+ * (relative paths resolved against @path's directory) in *@out, written only on success.
+ * FERRY_EPARSE names the file and key. */
 bool ferry__sim_is_machine(const char *text, size_t len);
 int ferry__sim_machine_parse(const char *text, size_t len, const char *path, int index,
-                             char *dev_path, size_t dev_path_len, int *total);
+                             struct ferry_sim_machine *out);
 /* Load the built-in profile, h200.json from the first of: the profiles of the tree the program
  * was installed in (<prefix>/share/ferry/profiles, <prefix> found from /proc/self/exe), those of
  * the tree the library was installed in (found with dladdr), FERRY_SOURCE_PROFILE_DIR,

@@ -219,14 +219,18 @@ static int sim_device_open(int index, const ferry_be_open_params_t *params, ferr
     rc = ferry__sim_model_init(dev);
     if (rc != 0)
         goto out_free;
+    if ((rc = ferry__sim_host_attach(dev)) != 0)
+        goto out_model;
     if (ferry__mutex_init_adaptive(&dev->mu) != 0) {
         rc = ferry__error(FERRY_ENOMEM, "sim: cannot create the device mutex");
-        goto out_model;
+        goto out_host;
     }
     ferry_log(FERRY_LOG_INFO, "sim", "device %d open: %s, profile %s, %d hardware queues", index,
               dev->prof.name, dev->prof.path, dev->conns);
     *out = dev;
     return 0;
+out_host:
+    ferry__sim_host_detach(dev);
 out_model:
     ferry__sim_model_fini(dev);
 out_free:
@@ -246,6 +250,7 @@ static void sim_device_close(ferry_be_device_t *dev)
     free(dev->regs);
     unlock(dev);
     pthread_mutex_destroy(&dev->mu);
+    ferry__sim_host_detach(dev);
     free(dev);
 }
 
@@ -269,22 +274,6 @@ static int sim_device_props(ferry_be_device_t *dev, ferry_device_props_t *out)
     snprintf(out->runtime_version, sizeof(out->runtime_version), "simulated");
     snprintf(out->profile, sizeof(out->profile), "%s", p->path);
     return 0;
-}
-
-static void sim_host_props(ferry_be_device_t *dev, ferry_host_props_t *out)
-{
-    const struct ferry_sim_profile *p = &dev->prof;
-    out->modelled = true;
-    if (p->host_threads > 0)
-        out->threads = p->host_threads;
-    out->memory_gbps = p->host_memory_gbps;
-    out->thread_read_gbps = p->host_thread_read_gbps;
-    out->read_gbps = p->host_read_gbps;
-    out->write_gbps = p->host_write_gbps;
-    out->copy_gbps = p->host_copy_gbps;
-    snprintf(out->storage_kind, sizeof(out->storage_kind), "%s", p->storage_kind);
-    out->storage_read_gbps = p->storage_read_gbps;
-    out->storage_write_gbps = p->storage_write_gbps;
 }
 
 static uint64_t sim_now_ns(ferry_be_device_t *dev)
@@ -895,5 +884,5 @@ const ferry_backend_ops_t ferry__sim_backend = {
     .host_device_ptr = sim_host_device_ptr,
     .heartbeat = sim_heartbeat,
     .link_rate = sim_link_rate,
-    .host_props = sim_host_props,
+    .host_props = ferry__sim_host_props,
 };

@@ -240,7 +240,8 @@ int ferry__sim_alloc_fault(struct ferry_be_device *dev)
  * equally; while both directions transfer, each gets bidir_factor of it (FACTS.md: 93.5-99.7 GB/s
  * in total, 1.7-1.8x one direction). Pageable copies are further capped at their own rate.
  * The host's memory (profile section host_memory) serves every copy's bytes: when the copies
- * together would draw more than it serves, each is slowed in proportion. */
+ * together would draw more than it serves, each is slowed in proportion. On a machine whose
+ * profile has host_memory, the device's share of the machine's (sim_host.c) caps them too. */
 static void rerate(struct ferry_be_device *dev)
 {
     int active[2] = {0, 0};
@@ -264,7 +265,7 @@ static void rerate(struct ferry_be_device *dev)
             total += e->rate;
         }
     }
-    double mem = dev->prof.host_memory_gbps;
+    double mem = ferry__sim_host_cap(dev);
     double scale = mem > 0.0 && total > mem ? mem / total : 1.0;
     for (int d = 0; d < 2; d++)
         for (int i = 0; i < dev->dirs[d].n; i++) {

@@ -173,6 +173,10 @@ struct ferry_be_device {
      * ns) from share_from until share_until. */
     uint64_t share_from[2], share_until[2];
     double share_gbps[2];
+    /* The machine's host memory this device shares (sim_host.c; NULL: not a device of a
+     * machine with a host_memory section) and its copy demand there, MB/s. */
+    struct sim_host *host;
+    uint64_t host_demand;
     /* The bytes the model's copies moved, per direction, by completion time: link_rate. */
     ferry__rate_ring_t link_ring[2];
     uint64_t mem_used;
@@ -215,6 +219,15 @@ void ferry__sim_stream_free(struct ferry_be_stream *s);
  * caller to free. Both under the device lock. */
 struct ferry_be_event *ferry__sim_event_new(struct ferry_be_device *dev, bool timing);
 void ferry__sim_event_unlink(struct ferry_be_event *e);
+
+/* The host memory of a machine profile, shared by its open devices (sim_host.c): join it at
+ * open (0, or FERRY_ENOMEM) and leave it at close, without the device lock; the cap on the sum
+ * of the device's copy rates now, GB/s (0: none), min(the profile's own host_memory.gbps, the
+ * device's share); what ferry_device_host reports. */
+int ferry__sim_host_attach(struct ferry_be_device *dev);
+void ferry__sim_host_detach(struct ferry_be_device *dev);
+double ferry__sim_host_cap(const struct ferry_be_device *dev);
+void ferry__sim_host_props(ferry_be_device_t *dev, ferry_host_props_t *out);
 
 /* The link's traffic in direction @dir over the last FERRY_LINK_WINDOW_NS (less early on):
  * the model's copies and an injected share fault, bytes per second. 0 with the window, or

@@ -560,21 +560,29 @@ int ferry__sim_profile_load_device(const char *path, int index, struct ferry_sim
         free(text);
         return rc;
     }
-    char dev_path[sizeof(out->path)];
-    int total = 0;
-    rc = ferry__sim_machine_parse(text, len, path, index, dev_path, sizeof(dev_path), &total);
+    struct ferry_sim_machine m;
+    rc = ferry__sim_machine_parse(text, len, path, index, &m);
     free(text);
     struct ferry_sim_profile p;
     if (rc == 0)
-        rc = ferry__sim_profile_load(dev_path, &p);
+        rc = ferry__sim_profile_load(m.dev_path, &p);
     if (rc == 0 && p.devices != 1)
         rc = ferry__error(FERRY_EPARSE,
                           "%s: device profile %s of a machine has \"devices\": %d; a machine "
                           "counts its devices with \"count\"",
-                          path, dev_path, p.devices);
+                          path, m.dev_path, p.devices);
     if (rc != 0)
         return rc;
-    p.devices = total;
+    p.devices = m.total;
+    p.machine_memory_gbps = m.host_memory_gbps;
+    if (m.host_memory_gbps > 0.0) {
+        /* The devices of one machine file share its host: one name for it, however reached. */
+        char real[PATH_MAX];
+        const char *name = realpath(path, real) != NULL ? real : path;
+        if (strlen(name) >= sizeof(p.machine_path))
+            return ferry__error(FERRY_EINVAL, "%s: the machine's path is too long", path);
+        memcpy(p.machine_path, name, strlen(name) + 1);
+    }
     *out = p;
     return 0;
 }
