@@ -219,11 +219,11 @@ typedef struct ferry_pool_stats {
 FERRY_EXTERN int ferry_pool_bytes_for(size_t stages, size_t largest_chunk, size_t *out);
 
 /** Create a pinned host pool for @p dev: host memory allocated and registered (pinned) once,
- *  here, and never again. Its slots count as registered memory: a pipeline on @p dev copies
- *  batches in them directly, without staging (ferry_host_unregister refuses them). @p cfg is read
- * during the call only; NULL means defaults. On error *out is untouched. Returns 0, FERRY_EINVAL,
- * FERRY_ERANGE, FERRY_ENOMEM or FERRY_EBACKEND (pinning refused, unless cfg->pageable_fallback).
- * Thread-safe. */
+ *  here, and never again. Its slots count as registered memory: a pipeline on any device of
+ *  @p dev's runtime copies batches in them directly, without staging (ferry_host_unregister refuses
+ * them). @p cfg is read during the call only; NULL means defaults. On error *out is untouched.
+ * Returns 0, FERRY_EINVAL, FERRY_ERANGE, FERRY_ENOMEM or FERRY_EBACKEND (pinning refused, unless
+ * cfg->pageable_fallback). Thread-safe. */
 FERRY_EXTERN int ferry_pool_create(ferry_device_t *dev, const ferry_pool_config_t *cfg,
                                    ferry_pool_t **out);
 /** Destroy @p pool. Slots still handed out become invalid. NULL is a no-op. */
@@ -242,18 +242,21 @@ FERRY_EXTERN bool ferry_pool_owns(const ferry_pool_t *pool, const void *p, size_
 /** Fill @p out (caller sets size). Returns 0 or FERRY_EINVAL. Thread-safe. */
 FERRY_EXTERN int ferry_pool_stats(ferry_pool_t *pool, ferry_pool_stats_t *out);
 
-/** Pin caller memory [p, p + bytes) for @p dev so that copies from it skip staging. Returns 0,
- *  FERRY_EINVAL or FERRY_EBACKEND (pinning refused, e.g. the memlock limit). Thread-safe. */
+/** Pin caller memory [p, p + bytes) through @p dev so that copies from it skip staging, on
+ *  every device of @p dev's runtime (pinned memory is portable: a pipeline over a device set
+ *  copies it directly on each device). Returns 0, FERRY_EINVAL or FERRY_EBACKEND (pinning
+ *  refused, e.g. the memlock limit). Thread-safe. */
 FERRY_EXTERN int ferry_host_register(ferry_device_t *dev, void *p, size_t bytes);
-/** Undo ferry_host_register. Returns 0 or FERRY_EINVAL (not registered). */
+/** Undo ferry_host_register, through the device that registered @p p. Returns 0 or
+ *  FERRY_EINVAL (not registered through @p dev). */
 FERRY_EXTERN int ferry_host_unregister(ferry_device_t *dev, void *p);
-/** Allocate @p bytes (1 .. 1T) of host memory for @p dev's copies, pinned: the memory to use
- *  for batch buffers. It is zeroed and page-aligned, from 2 MiB up 2 MiB-aligned on
- *  transparent huge pages where the system allows them; on a GPU it is touched by up to 8
- *  threads on the calling thread's NUMA node, then registered as ferry_host_register does (4
- *  GiB in 0.35 s on the H200's host, 8x faster than 4 KiB pages touched by one thread). On the
- *  simulator, which pins nothing, pages come as they are first used. It stays valid until
- * ferry_host_free, which must come before
+/** Allocate @p bytes (1 .. 1T) of host memory for the copies of @p dev and of every other device
+ *  of its runtime, pinned: the memory to use for batch buffers. It is zeroed and page-aligned, from
+ * 2 MiB up 2 MiB-aligned on transparent huge pages where the system allows them; on a GPU it is
+ * touched by up to 8 threads on the calling thread's NUMA node, then registered as
+ * ferry_host_register does (4 GiB in 0.35 s on the H200's host, 8x faster than 4 KiB pages touched
+ * by one thread). On the simulator, which pins nothing, pages come as they are first used. It stays
+ * valid until ferry_host_free, which must come before
  *  @p dev's runtime is destroyed; ferry_host_unregister refuses it. Allocating takes time in
  *  proportion to @p bytes (touching and pinning): do it once, up front. On error *out is
  *  untouched. Returns 0, FERRY_EINVAL (NULL, 0 or over 1T bytes), FERRY_ENOMEM or

@@ -170,6 +170,15 @@ void test_profile_with_pin_limit(char *path, size_t len, long long limit)
     cJSON_Delete(root);
 }
 
+void test_profile_with_devices(char *path, size_t len, int n)
+{
+    cJSON *root = test_profile_json();
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "devices");
+    cJSON_AddNumberToObject(root, "devices", n);
+    test_write_json(root, "/tmp/ferry-devices-profile-XXXXXX", path, len);
+    cJSON_Delete(root);
+}
+
 uint64_t test_now_ns(void)
 {
     struct timespec ts;

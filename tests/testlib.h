@@ -48,6 +48,9 @@ ferry_runtime_t *test_sim_runtime_on(const char *profile, const char *const *kv)
 /* The in-tree profile with host.pin_limit_bytes set to @limit (as a locked-memory limit would),
  * written to a temporary file whose path goes to @path. The caller unlinks it. */
 void test_profile_with_pin_limit(char *path, size_t len, long long limit);
+/* The in-tree profile with "devices": @n (a machine of @n H200s), in a temporary file at @path
+ * (the caller unlinks it). */
+void test_profile_with_devices(char *path, size_t len, int n);
 /* Fixtures that fail the test when the library refuses: device 0 of @rt, a pipeline made
  * from @cfg (closed by the caller), a workload by name with its default parameters (destroyed by
  * the caller). */

@@ -76,8 +76,10 @@ int ferry__rt_track(ferry_device_t *dev, void *p, size_t n, int kind, const char
  * Returns 0 or FERRY_EINVAL (no such range of that kind on @dev; message prefixed by @who). */
 int ferry__rt_untrack(ferry_device_t *dev, void *p, int kind, const char *who);
 
-/* True when [p, p + n) lies inside one range registered for @dev with ferry_host_register,
- * or inside a ferry_pool's slab. */
+/* True when [p, p + n) lies inside one range registered with ferry_host_register or
+ * ferry_host_alloc, or inside a ferry_pool's slab, on any device of @dev's runtime: pinned
+ * memory is portable (the CUDA backend registers with unified addressing, mapped and portable
+ * to every device), so each device of a set copies it directly. */
 bool ferry__rt_is_registered(ferry_device_t *dev, const void *p, size_t n);
 
 /* Copy the calling thread's last error into @rt's last-error text and return @code. */

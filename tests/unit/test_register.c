@@ -2,8 +2,10 @@
  * and a pipeline copies straight from and to registered buffers (nothing staged or copied
  * out), while unregistered buffers are staged through its pinned slots. ferry_host_alloc's
  * memory: aligned, zeroed, pinned, copied without staging, and freed by ferry_host_free
- * alone. */
+ * alone. Pinned memory is portable: registered through one device, every device of the
+ * runtime (and a set of them) copies it without staging. */
 #include <string.h>
+#include <unistd.h>
 
 #include "core/host_mem.h"
 #include "testlib.h"
@@ -63,6 +65,52 @@ static void test_registered_buffers_skip_staging(void **state)
     free(out);
     free(in2);
     free(out2);
+    ferry_runtime_destroy(rt);
+}
+
+static void test_registered_for_every_device(void **state)
+{
+    (void)state;
+    char path[64];
+    test_profile_with_devices(path, sizeof(path), 2);
+    ferry_runtime_t *rt = test_sim_runtime_on(path, NULL);
+    ferry_device_t *devs[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(ferry_device_get(rt, i, &devs[i]), 0);
+    unlink(path);
+    const size_t n = 8u << 20;
+    unsigned char *in = malloc(n), *out = NULL;
+    uint64_t rs = test_seed(13);
+    test_fill_random(in, n, &rs);
+    assert_int_equal(ferry_host_register(devs[0], in, n), 0);
+    assert_int_equal(ferry_host_alloc(devs[0], n, (void **)&out), 0);
+    ferry_stage_t s = test_cpu_stage(NULL, test_cpu_copy);
+    /* device 1's own pipeline, then a set of both: nothing staged, nothing copied out */
+    for (int set = 0; set < 2; set++) {
+        ferry_pipeline_config_t cfg = test_pipeline_config(set ? NULL : devs[1], &s, 1 << 20);
+        if (set) {
+            cfg.devices = devs;
+            cfg.ndevices = 2;
+        }
+        ferry_pipeline_t *p = test_pipeline(&cfg);
+        memset(out, 0, n);
+        int failed = 0;
+        test_submit_one(p, in, out, n, test_count_failed, &failed);
+        ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
+        assert_int_equal(ferry_pipeline_stats(p, &st), 0);
+        assert_int_equal(st.staged_bytes, 0);
+        assert_int_equal(st.copied_out_bytes, 0);
+        assert_memory_equal(out, in, n);
+        assert_int_equal(failed, 0);
+        assert_int_equal(ferry_pipeline_close(p), 0);
+        ferry_pipeline_destroy(p);
+    }
+    /* taken back only through the device that pinned it */
+    assert_int_equal(ferry_host_unregister(devs[1], in), FERRY_EINVAL);
+    assert_int_equal(ferry_host_free(devs[1], out), FERRY_EINVAL);
+    assert_int_equal(ferry_host_unregister(devs[0], in), 0);
+    assert_int_equal(ferry_host_free(devs[0], out), 0);
+    free(in);
     ferry_runtime_destroy(rt);
 }
 
@@ -146,4 +194,5 @@ static void test_host_map_and_touch(void **state)
 
 TEST_MAIN(NULL, NULL, cmocka_unit_test(test_host_map_and_touch),
           cmocka_unit_test(test_register_rules),
-          cmocka_unit_test(test_registered_buffers_skip_staging), cmocka_unit_test(test_host_alloc))
+          cmocka_unit_test(test_registered_buffers_skip_staging),
+          cmocka_unit_test(test_registered_for_every_device), cmocka_unit_test(test_host_alloc))
