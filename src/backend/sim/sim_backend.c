@@ -1,7 +1,7 @@
-/* The sim backend's ops table: argument checks, device memory (host memory counted against the
- * profile), pinned ranges, CUDA_DEVICE_MAX_CONNECTIONS, and the host's virtual clock: each call
- * that submits work costs the profile's host time, and calls that wait run the model forward
- * instead of sleeping. The model itself lives in sim_model.c. */
+/* The sim backend's ops table: argument checks, CUDA_DEVICE_MAX_CONNECTIONS, and the host's virtual
+ * clock: each call that submits work costs the profile's host time, and calls that wait run the
+ * model forward instead of sleeping. The model itself lives in sim_model.c, memory (device
+ * allocations and registered host memory) in sim_memory.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,8 +11,6 @@
 #include "base/base.h"
 #include "ferry/connections.h"
 
-/* cudaMalloc returns at least 256-byte aligned memory; kernels may rely on it. */
-#define SIM_DEV_ALIGN 256
 /* The documented range of CUDA_DEVICE_MAX_CONNECTIONS, and what was seen to work above it. */
 #define SIM_CONNS_MAX_DOC  32
 #define SIM_CONNS_MAX_SEEN 64
@@ -55,7 +53,7 @@ static int read_connections(const char *var, int dflt)
 
 /* After a sticky fault every call fails, as CUDA's do after an illegal address (FACTS.md: no
  * recovery inside the process). Under the device lock. */
-static int sticky_fail(const char *what)
+int ferry__sim_sticky_fail(const char *what)
 {
     return ferry__error(FERRY_ESTICKY,
                         "sim: %s: the context was corrupted by an injected sticky fault; no call "
@@ -68,7 +66,7 @@ static int sticky_fail(const char *what)
 static struct sim_op *op_new(ferry_be_stream_t *s, enum sim_op_kind kind, const char *what, int *rc)
 {
     if (s->dev->sticky) {
-        *rc = sticky_fail(what);
+        *rc = ferry__sim_sticky_fail(what);
         return NULL;
     }
     struct sim_op *op = ferry__sim_op_new(s, kind);
@@ -95,62 +93,6 @@ static void op_submit(struct ferry_be_device *dev, struct sim_op *op, uint64_t n
     charge(dev, ns);
     ferry__sim_submit(dev, op);
     unlock(dev);
-}
-
-/* ---- address ranges ---------------------------------------------------------------------- */
-
-/* Index of the last range starting at or below @p, or -1. */
-static long range_floor(const struct sim_alloc *a, size_t n, uintptr_t p)
-{
-    long lo = 0, hi = (long)n - 1, best = -1;
-    while (lo <= hi) {
-        long mid = (lo + hi) / 2;
-        if (a[mid].p <= p) {
-            best = mid;
-            lo = mid + 1;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    return best;
-}
-
-static bool range_inside(const struct sim_alloc *a, size_t n, const void *p, size_t bytes)
-{
-    uintptr_t u = (uintptr_t)p;
-    long i = range_floor(a, n, u);
-    return i >= 0 && u - a[i].p <= a[i].bytes && bytes <= a[i].bytes - (u - a[i].p);
-}
-
-static int range_insert(struct sim_alloc **a, size_t *n, size_t *cap, void *p, size_t bytes)
-{
-    if (*n == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 16;
-        struct sim_alloc *na = realloc(*a, ncap * sizeof(**a));
-        if (na == NULL)
-            return FERRY_ENOMEM;
-        *a = na;
-        *cap = ncap;
-    }
-    long i = range_floor(*a, *n, (uintptr_t)p) + 1;
-    memmove(&(*a)[i + 1], &(*a)[i], (*n - (size_t)i) * sizeof(**a));
-    (*a)[i].p = (uintptr_t)p;
-    (*a)[i].bytes = bytes;
-    (*n)++;
-    return 0;
-}
-
-/* Index of the range starting exactly at @p, or -1. */
-static long range_find(const struct sim_alloc *a, size_t n, const void *p)
-{
-    long i = range_floor(a, n, (uintptr_t)p);
-    return i >= 0 && a[i].p == (uintptr_t)p ? i : -1;
-}
-
-static void range_remove(struct sim_alloc *a, size_t *n, long i)
-{
-    memmove(&a[i], &a[i + 1], (*n - (size_t)i - 1) * sizeof(*a));
-    (*n)--;
 }
 
 /* ---- devices ----------------------------------------------------------------------------- */
@@ -244,10 +186,7 @@ static void sim_device_close(ferry_be_device_t *dev)
         return;
     lock(dev);
     ferry__sim_model_fini(dev);
-    for (size_t i = 0; i < dev->nallocs; i++)
-        free((void *)dev->allocs[i].p);
-    free(dev->allocs);
-    free(dev->regs);
+    ferry__sim_memory_fini(dev);
     unlock(dev);
     pthread_mutex_destroy(&dev->mu);
     ferry__sim_host_detach(dev);
@@ -284,142 +223,6 @@ static uint64_t sim_now_ns(ferry_be_device_t *dev)
     uint64_t t = dev->now;
     unlock(dev);
     return t;
-}
-
-/* ---- host memory ------------------------------------------------------------------------- */
-
-static uint64_t per_gib_ns(uint64_t ns_per_gib, size_t bytes)
-{
-    return (uint64_t)((double)ns_per_gib * (double)bytes / 1073741824.0);
-}
-
-static int sim_host_register(ferry_be_device_t *dev, void *p, size_t bytes)
-{
-    if (dev == NULL || p == NULL || bytes == 0)
-        return ferry__error(FERRY_EINVAL, "sim: host_register: NULL device or pointer, or 0 bytes");
-    int rc = 0;
-    lock(dev);
-    uintptr_t u = (uintptr_t)p;
-    long i = range_floor(dev->regs, dev->nregs, u + bytes - 1);
-    if (i >= 0 && dev->regs[i].p + dev->regs[i].bytes > u) {
-        rc = ferry__error(FERRY_EINVAL,
-                          "sim: host_register: [%p, +%zu) overlaps a registered range at %p "
-                          "(cudaErrorHostMemoryAlreadyRegistered)",
-                          p, bytes, (void *)dev->regs[i].p);
-        goto out_unlock;
-    }
-    uint64_t lim = dev->prof.pin_limit_bytes;
-    if (lim != 0 && (bytes > lim || dev->reg_bytes > lim - bytes)) {
-        rc = ferry__error(FERRY_EBACKEND,
-                          "sim: cannot pin %zu bytes of host memory: %llu bytes are pinned and "
-                          "the profile's host.pin_limit_bytes is %llu (as a locked-memory "
-                          "limit refuses it)",
-                          bytes, (unsigned long long)dev->reg_bytes, (unsigned long long)lim);
-        goto out_unlock;
-    }
-    if (range_insert(&dev->regs, &dev->nregs, &dev->cap_regs, p, bytes) != 0) {
-        rc = ferry__error(FERRY_ENOMEM, "sim: host_register: out of memory");
-        goto out_unlock;
-    }
-    dev->reg_bytes += bytes;
-    /* FACTS.md: cudaHostRegister of 1 GiB took 49 ms. */
-    charge(dev, per_gib_ns(dev->prof.register_ns_per_gib, bytes));
-out_unlock:
-    unlock(dev);
-    return rc;
-}
-
-static int sim_host_unregister(ferry_be_device_t *dev, void *p)
-{
-    if (dev == NULL || p == NULL)
-        return ferry__error(FERRY_EINVAL, "sim: host_unregister: NULL device or pointer");
-    int rc = 0;
-    lock(dev);
-    long i = range_find(dev->regs, dev->nregs, p);
-    if (i < 0) {
-        rc = ferry__error(FERRY_EINVAL,
-                          "sim: host_unregister: %p is not the start of a "
-                          "registered range (cudaErrorHostMemoryNotRegistered)",
-                          p);
-        goto out_unlock;
-    }
-    /* Copies in flight may still read or write the range: let them finish first. */
-    ferry__sim_drain(dev);
-    charge(dev, per_gib_ns(dev->prof.unregister_ns_per_gib, dev->regs[i].bytes));
-    dev->reg_bytes -= dev->regs[i].bytes;
-    range_remove(dev->regs, &dev->nregs, i);
-out_unlock:
-    unlock(dev);
-    return rc;
-}
-
-/* ---- device memory ----------------------------------------------------------------------- */
-
-static int sim_mem_alloc(ferry_be_device_t *dev, size_t bytes, void **out)
-{
-    if (dev == NULL || out == NULL || bytes == 0)
-        return ferry__error(FERRY_EINVAL, "sim: mem_alloc: NULL device or out, or 0 bytes");
-    int rc = 0;
-    lock(dev);
-    if (dev->sticky) {
-        rc = sticky_fail("mem_alloc");
-        goto out_unlock;
-    }
-    if (ferry__sim_alloc_fault(dev) != 0) {
-        rc = ferry__error(FERRY_EDEVMEM,
-                          "sim: mem_alloc of %zu bytes: injected allocation failure "
-                          "(cudaErrorMemoryAllocation)",
-                          bytes);
-        goto out_unlock;
-    }
-    if (bytes > dev->prof.memory_bytes - dev->mem_used) {
-        rc = ferry__error(FERRY_EDEVMEM,
-                          "sim: mem_alloc of %zu bytes: device memory exhausted (%llu of %llu "
-                          "bytes in use, profile %s)",
-                          bytes, (unsigned long long)dev->mem_used,
-                          (unsigned long long)dev->prof.memory_bytes, dev->prof.path);
-        goto out_unlock;
-    }
-    void *p = NULL;
-    size_t rounded = (bytes + SIM_DEV_ALIGN - 1) / SIM_DEV_ALIGN * SIM_DEV_ALIGN;
-    if (rounded < bytes || posix_memalign(&p, SIM_DEV_ALIGN, rounded) != 0) {
-        rc = ferry__error(FERRY_ENOMEM,
-                          "sim: mem_alloc of %zu bytes: the host memory backing the simulated "
-                          "device is exhausted",
-                          bytes);
-        goto out_unlock;
-    }
-    if (range_insert(&dev->allocs, &dev->nallocs, &dev->cap_allocs, p, bytes) != 0) {
-        free(p);
-        rc = ferry__error(FERRY_ENOMEM, "sim: mem_alloc: out of memory");
-        goto out_unlock;
-    }
-    dev->mem_used += bytes;
-    if (dev->mem_used > dev->stats.mem_peak)
-        dev->stats.mem_peak = dev->mem_used;
-    *out = p;
-out_unlock:
-    unlock(dev);
-    return rc;
-}
-
-static void sim_mem_free(ferry_be_device_t *dev, void *p)
-{
-    if (dev == NULL || p == NULL)
-        return;
-    lock(dev);
-    long i = range_find(dev->allocs, dev->nallocs, p);
-    if (i < 0) {
-        ferry_log(FERRY_LOG_WARN, "sim", "mem_free(%p): not a device allocation; ignored", p);
-        goto out_unlock;
-    }
-    /* cudaFree synchronises the device; work in flight may still use the memory. */
-    ferry__sim_drain(dev);
-    dev->mem_used -= dev->allocs[i].bytes;
-    range_remove(dev->allocs, &dev->nallocs, i);
-    free(p);
-out_unlock:
-    unlock(dev);
 }
 
 /* ---- streams ----------------------------------------------------------------------------- */
@@ -645,7 +448,7 @@ static int sim_event_time_ns(ferry_be_event_t *e, uint64_t *out)
         *out = e->last->end_ns;
     unlock(dev);
     if (rc == FERRY_ESTICKY)
-        return sticky_fail("event_time_ns");
+        return ferry__sim_sticky_fail("event_time_ns");
     if (rc != 0)
         return ferry__error(rc, "sim: event_time_ns: the event has not completed yet");
     return 0;
@@ -664,10 +467,10 @@ static int sim_memcpy(ferry_be_stream_t *s, int dir, void *dst, const void *src,
     int rc = 0;
     lock(dev);
     if (dev->sticky) {
-        rc = sticky_fail(names[dir]);
+        rc = ferry__sim_sticky_fail(names[dir]);
         goto out_unlock;
     }
-    if (bytes > 0 && !range_inside(dev->allocs, dev->nallocs, dev_ptr, bytes)) {
+    if (bytes > 0 && !ferry__sim_dev_inside(dev, dev_ptr, bytes)) {
         rc = ferry__error(FERRY_EINVAL,
                           "sim: %s: device range [%p, +%zu) is not inside one "
                           "device allocation",
@@ -682,7 +485,7 @@ static int sim_memcpy(ferry_be_stream_t *s, int dir, void *dst, const void *src,
     if (op == NULL)
         goto out_unlock;
     op->u.copy.dir = dir;
-    op->u.copy.pinned = range_inside(dev->regs, dev->nregs, host_ptr, bytes);
+    op->u.copy.pinned = ferry__sim_pinned(host_ptr, bytes);
     op->u.copy.dst = dst;
     op->u.copy.src = src;
     op->u.copy.bytes = bytes;
@@ -792,24 +595,6 @@ static int sim_abort_kernels(ferry_be_device_t *dev, const volatile uint64_t *wo
     return n;
 }
 
-/* Registered host memory is its own device address here (as with unified addressing). */
-static int sim_host_device_ptr(ferry_be_device_t *dev, void *host, void **out)
-{
-    if (dev == NULL || host == NULL || out == NULL)
-        return ferry__error(FERRY_EINVAL, "sim: host_device_ptr: NULL argument");
-    lock(dev);
-    long i = range_floor(dev->regs, dev->nregs, (uintptr_t)host);
-    bool reg = i >= 0 && dev->regs[i].p + dev->regs[i].bytes > (uintptr_t)host;
-    unlock(dev);
-    if (!reg)
-        return ferry__error(FERRY_EINVAL,
-                            "sim: host_device_ptr: %p is not in registered host memory "
-                            "(cudaErrorInvalidValue)",
-                            host);
-    *out = host;
-    return 0;
-}
-
 static int heartbeat_store(const ferry_kernel_args_t *a, void *user)
 {
     (void)user;
@@ -861,10 +646,10 @@ const ferry_backend_ops_t ferry__sim_backend = {
     .device_close = sim_device_close,
     .device_props = sim_device_props,
     .now_ns = sim_now_ns,
-    .host_register = sim_host_register,
-    .host_unregister = sim_host_unregister,
-    .mem_alloc = sim_mem_alloc,
-    .mem_free = sim_mem_free,
+    .host_register = ferry__sim_host_register,
+    .host_unregister = ferry__sim_host_unregister,
+    .mem_alloc = ferry__sim_mem_alloc,
+    .mem_free = ferry__sim_mem_free,
     .stream_create = sim_stream_create,
     .stream_destroy = sim_stream_destroy,
     .stream_native = sim_stream_native,
@@ -881,7 +666,7 @@ const ferry_backend_ops_t ferry__sim_backend = {
     .launch = sim_launch,
     .mem_info = sim_mem_info,
     .abort_kernels = sim_abort_kernels,
-    .host_device_ptr = sim_host_device_ptr,
+    .host_device_ptr = ferry__sim_host_device_ptr,
     .heartbeat = sim_heartbeat,
     .link_rate = sim_link_rate,
     .host_props = ferry__sim_host_props,

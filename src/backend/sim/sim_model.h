@@ -135,6 +135,7 @@ struct sim_wave {
 struct sim_alloc {
     uintptr_t p;
     size_t bytes;
+    const struct ferry_be_device *owner; /* registered host memory: the device it came through */
 };
 
 struct ferry_be_device {
@@ -153,9 +154,9 @@ struct ferry_be_device {
     struct sim_wave *waves; /* min-heap on (end_ns, order) */
     int nwaves, cap_waves;
     uint64_t order;
-    /* memory: sorted by address */
-    struct sim_alloc *allocs, *regs;
-    size_t nallocs, cap_allocs, nregs, cap_regs;
+    /* device memory, sorted by address (registered host memory is the process's: sim_backend.c) */
+    struct sim_alloc *allocs;
+    size_t nallocs, cap_allocs;
     uint64_t reg_bytes; /* host bytes registered now (host.pin_limit_bytes) */
     int copy_conns;     /* CUDA_DEVICE_MAX_COPY_CONNECTIONS as read at open (memory only) */
     /* The fault schedule (option inject) and its state. */
@@ -224,6 +225,21 @@ void ferry__sim_event_unlink(struct ferry_be_event *e);
  * open (0, or FERRY_ENOMEM) and leave it at close, without the device lock; the cap on the sum
  * of the device's copy rates now, GB/s (0: none), min(the profile's own host_memory.gbps, the
  * device's share); what ferry_device_host reports. */
+/* sim_memory.c: the ops of memory (sim_backend.c's table), and what the other ops ask of it.
+ * dev_inside: [p, p + bytes) lies in one of @dev's allocations (under its lock); pinned: in one
+ * registered host range, whichever device registered it; memory_fini: @dev's close frees its
+ * allocations and drops the host ranges registered through it. */
+int ferry__sim_host_register(ferry_be_device_t *dev, void *p, size_t bytes);
+int ferry__sim_host_unregister(ferry_be_device_t *dev, void *p);
+int ferry__sim_mem_alloc(ferry_be_device_t *dev, size_t bytes, void **out);
+void ferry__sim_mem_free(ferry_be_device_t *dev, void *p);
+int ferry__sim_host_device_ptr(ferry_be_device_t *dev, void *host, void **out);
+bool ferry__sim_dev_inside(const struct ferry_be_device *dev, const void *p, size_t bytes);
+bool ferry__sim_pinned(const void *p, size_t bytes);
+void ferry__sim_memory_fini(struct ferry_be_device *dev);
+/* The error of every call after a sticky fault (sim_backend.c). */
+int ferry__sim_sticky_fail(const char *what);
+
 int ferry__sim_host_attach(struct ferry_be_device *dev);
 void ferry__sim_host_detach(struct ferry_be_device *dev);
 double ferry__sim_host_cap(const struct ferry_be_device *dev);
