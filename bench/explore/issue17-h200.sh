@@ -7,7 +7,10 @@
 # size; the simulator's predictions of the same runs; the host's memory shared by the DMA and
 # the CPU (bench/host/host_dma_contend: the round trip while 0-16 threads read, write or copy;
 # CONTEND_ARGS adds to its arguments). Writes under $OUT; prints a table last.
-# STEPS=... limits the steps (build tests host contend io files gen sweep sim; default all).
+# the file read by 8 threads of preadv, 8 MiB each (the issue's peer for storage: "peer"); the
+# round-trip ceiling in the same lease (`ferry bench pipeline`, 16 MiB chunks: "ceiling").
+# STEPS=... limits the steps (build tests host contend io peer files ceiling gen sweep sim;
+# default all).
 set -u
 export PATH=/usr/local/cuda/bin:$PATH
 root=$PWD/.carry/root
@@ -15,7 +18,7 @@ export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu LIBRARY_PATH=$root/usr/lib
 export CPATH=$root/usr/include PYTHONPATH=$root/usr/lib/python3/dist-packages
 cfg="-G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_WITH_CUDA=ON -DCMAKE_PREFIX_PATH=$root/usr"
 cfg="$cfg -DCMAKE_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu -DCMAKE_INCLUDE_PATH=$root/usr/include"
-steps=${STEPS:-build tests host contend io files gen sweep sim}
+steps=${STEPS:-build tests host contend io peer files ceiling gen sweep sim}
 rounds=${ROUNDS:-3}
 has() { case " $steps " in *" $1 "*) return 0 ;; esac; return 1; }
 new=build-gpu/ferry base=build-base/ferry
@@ -75,6 +78,35 @@ if has io; then
     [ $where = $shm ] || rm -f $where/in.bin
   done
 fi
+if has peer; then
+  [ -f $shm/in.bin ] || $new bench io --write --bytes 4G $shm/in.bin >/dev/null
+  for r in 1 2 3; do
+    python3 - $shm/in.bin $r >>$OUT/peer.jsonl <<'PY'
+import json, os, sys, threading, time
+path, rnd = sys.argv[1], int(sys.argv[2])
+fd = os.open(path, os.O_RDONLY)
+n = os.fstat(fd).st_size
+req, nthreads = 8 << 20, 8
+nxt = iter(range(0, n, req))
+lock = threading.Lock()
+def work():
+    buf = bytearray(req)
+    while True:
+        with lock:
+            off = next(nxt, None)
+        if off is None:
+            return
+        os.preadv(fd, [buf], off)
+t0 = time.perf_counter()
+ts = [threading.Thread(target=work) for _ in range(nthreads)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+dt = time.perf_counter() - t0
+print(json.dumps({'what': 'preadv', 'threads': nthreads, 'request_bytes': req, 'bytes': n,
+                  'seconds': dt, 'gbps': n / dt / 1e9, 'round': rnd}))
+PY
+  done
+fi
 if has files; then
   [ -f $shm/in.bin ] || $new bench io --write --bytes 4G $shm/in.bin >/dev/null
   for r in $(seq 1 "$rounds"); do
@@ -87,6 +119,10 @@ if has files; then
     done
   done | tee $OUT/files-cmp.txt
   rm -f $shm/out.bin
+fi
+if has ceiling; then
+  $new bench pipeline --backend cuda --chunks 16M --streams 2 --intensity 0 --json \
+    >$OUT/ceiling.json 2>$OUT/ceiling.err
 fi
 if has gen; then
   for r in $(seq 1 "$rounds"); do
@@ -133,6 +169,16 @@ if cont:
 for r in rows('io.jsonl'):
     print('bench io %-5s %s %.2f GB/s direct=%s' % (r.get('mode'), r.get('file'),
           r.get('gbps', 0), r.get('direct')))
+for r in rows('peer.jsonl'):
+    print('peer %s %d threads %.2f GB/s' % (r['what'], r['threads'], r['gbps']))
+cj = os.path.join(out, 'ceiling.json')
+if os.path.exists(cj):
+    try:
+        c = json.load(open(cj))
+        print('ceiling %.2f GB/s round trip; bench pipeline 16M %.2f (%.1f%%)' % (
+            c['ceiling_gbps'], c['results'][0]['gbps_h2d'], 100 * c['results'][0]['fraction']))
+    except (ValueError, KeyError, IndexError) as e:
+        print('ceiling: unreadable (%s)' % e)
 def e2e(r):
     return r.get('end_to_end_gbps') or (r['bytes'] / r['wall_s'] / 1e9 if r.get('wall_s') else 0)
 for name in ('files.jsonl', 'gen.jsonl'):

@@ -2,8 +2,9 @@
  * writes of whole batches straight into and out of the caller's buffers, many io_uring requests
  * in flight, completions in the order they finish), and storage alone as fio's sequential jobs
  * measure it (ferry_io_bench, `ferry bench io`; docs/benchmarks.md). Both use O_DIRECT where
- * the file system allows it and buffered I/O with the same requests in flight where it refuses
- * it (tmpfs). */
+ * the file system allows it and buffered I/O with the same requests in flight (on io_uring's
+ * worker threads) where it refuses it or keeps its files in the page cache alone (tmpfs, ramfs:
+ * O_DIRECT bypasses nothing there). */
 #ifndef FERRY_IO_H
 #define FERRY_IO_H
 
@@ -39,7 +40,8 @@ typedef struct ferry_io_bench_result {
     size_t request_bytes; /* as used */
     unsigned depth;       /* as configured (a file of fewer requests has fewer in flight) */
     bool direct;          /* every request went with O_DIRECT; false: the file system refused
-                             it (on open or on a request) and the file went buffered */
+                             it (on open or on a request) or keeps the file in the page cache
+                             (tmpfs), and the file went buffered */
 } ferry_io_bench_result_t;
 #define FERRY_IO_BENCH_RESULT_INIT FERRY_SIZED_INIT(ferry_io_bench_result_t)
 
@@ -67,9 +69,10 @@ typedef struct ferry_file ferry_file_t;
 #define FERRY_FILE_EXCL     0x4u /* WRITE: refuse an existing file (FERRY_EINVAL) */
 #define FERRY_FILE_TRUNCATE 0x8u /* WRITE: an existing file starts empty */
 /* Every request O_DIRECT, or refused: the open fails with FERRY_ENOTSUP where the file system
- * refuses O_DIRECT, and a request whose buffer, length or offset is not a multiple of 4 KiB
- * fails with FERRY_EINVAL. Without it, O_DIRECT is asked for and what cannot go with it (a
- * misaligned buffer, offset or tail; a file system that refuses it) goes buffered. */
+ * refuses O_DIRECT or keeps files in the page cache alone (tmpfs, ramfs), and a request whose
+ * buffer, length or offset is not a multiple of 4 KiB fails with FERRY_EINVAL. Without it, O_DIRECT
+ * is asked for and what cannot go with it (a misaligned buffer, offset or tail; a file system that
+ * refuses it) goes buffered. */
 #define FERRY_FILE_DIRECT_ONLY 0x10u
 
 typedef struct ferry_file_config {
@@ -97,8 +100,8 @@ typedef struct ferry_file_completion {
  *  without blocking). On success *out owns the file until ferry_file_close; on error *out is
  *  untouched. Returns 0, FERRY_EINVAL (NULL, flags or a value out of range, not a regular file,
  *  an existing file with FERRY_FILE_EXCL), FERRY_ENOTSUP (FERRY_FILE_DIRECT_ONLY where the file
- *  system refuses O_DIRECT), FERRY_ENOMEM or FERRY_EIO (open or io_uring set-up failed); the
- *  last error names the file and the errno text. Thread-safe. */
+ *  system refuses O_DIRECT, or on tmpfs), FERRY_ENOMEM or FERRY_EIO (open or io_uring set-up
+ * failed); the last error names the file and the errno text. Thread-safe. */
 FERRY_EXTERN int ferry_file_open(const char *path, unsigned flags, const ferry_file_config_t *cfg,
                                  ferry_file_t **out);
 

@@ -41,7 +41,9 @@ int bench_io(const bench_opts_t *bo)
     char b[32], rq[32];
     printf("# io %s '%s': %s, requests of %s, depth %u, %s\n", mode, bo->file,
            cli_bytes(r.bytes, b, sizeof(b)), cli_bytes(r.request_bytes, rq, sizeof(rq)), r.depth,
-           r.direct ? "O_DIRECT" : "buffered (the file system refused O_DIRECT)");
+           r.direct ? "O_DIRECT"
+                    : "buffered (the file system refused O_DIRECT, or keeps the file in the page "
+                      "cache: tmpfs)");
     printf("%.2f GB/s  %llu bytes in %.3f s\n", r.gbps, (unsigned long long)r.bytes, r.seconds);
     return CLI_OK;
 }
