@@ -134,10 +134,12 @@ if has gen; then
   done
 fi
 if has sweep; then
-  for d in 8 16 32; do
-    for bb in 64M 128M 256M; do
+  # SWEEP: depth:batch pairs, each run ROUNDS times, the rounds interleaved
+  for r in $(seq 1 "$rounds"); do
+    for db in ${SWEEP:-8:64M 16:64M 32:64M 8:128M 16:128M 32:128M 16:256M 32:256M}; do
+      d=${db%%:*} bb=${db#*:}
       $new run --backend cuda --bytes 16G --depth $d --batch-bytes $bb --json 2>>$OUT/sweep.err \
-        | js "{'depth':$d,'batch':'$bb'}" >>$OUT/sweep.jsonl
+        | js "{'depth':$d,'batch':'$bb','round':$r}" >>$OUT/sweep.jsonl
     done
   done
 fi
@@ -189,9 +191,13 @@ for name in ('files.jsonl', 'gen.jsonl'):
             print('%-11s %-4s transport %6.2f  end-to-end %6.2f  ok %s  bound %s' % (
                 name[:-6], t, st.median(r['gbps_h2d'] for r in v), st.median(e2e(r) for r in v),
                 all(r['ok'] for r in v), v[-1].get('bound', '-')))
+sw = {}
 for r in rows('sweep.jsonl'):
-    print('sweep depth %2d batch %4s transport %6.2f end-to-end %6.2f bound %s' % (
-        r['depth'], r['batch'], r['gbps_h2d'], e2e(r), r.get('bound', '-')))
+    sw.setdefault((r['depth'], r['batch']), []).append(r)
+for (d, bb), v in sorted(sw.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+    print('sweep depth %2d batch %4s transport %6.2f end-to-end %6.2f (median of %d) bound %s' % (
+        d, bb, st.median(r['gbps_h2d'] for r in v), st.median(e2e(r) for r in v), len(v),
+        v[-1].get('bound', '-')))
 # the simulator's prediction for the profile's host against the GPU's end to end (same shapes)
 for r in rows('sim.jsonl'):
     p = r.get('predicted') or {}
