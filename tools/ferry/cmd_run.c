@@ -447,12 +447,10 @@ static bool submit_batches(run_ctx_t *c, cli_progress_t *bar)
     bool failed = false;
     for (unsigned long long i = 0; i < c->nbatches; i++) {
         pthread_mutex_lock(&st->lock);
-        /* a wait while finished batches queue for a verifier is verification holding the run */
-        uint64_t w0 = st->nfree == 0 && st->dcount > 0 ? run_now_ns() : 0;
+        /* a wait while finished batches queue for a verifier is verification holding the run,
+         * one while the output's writes hold the entries storage */
         while (st->nfree == 0 && st->signal == 0)
-            pthread_cond_wait(&st->cv_free, &st->lock);
-        if (w0)
-            st->verify_wait_ns += run_now_ns() - w0;
+            run_wait_free(st);
         /* a signal, or an output stream that cannot be written: submit nothing more */
         if (st->signal != 0 || (st->ordered && st->t.io_error)) {
             pthread_mutex_unlock(&st->lock);

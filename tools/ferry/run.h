@@ -70,8 +70,10 @@ typedef struct run_state {
     uint64_t last_seq;  /* the last batch's number (UINT64_MAX: a stream, not known) */
     unsigned verifiers; /* verifier threads running */
     /* what held the run (run_report.c's bound): time the submitter waited for a free ring
-     * entry while finished batches queued for a verifier, and time it spent reading --input */
-    uint64_t verify_wait_ns, read_ns;
+     * entry while finished batches queued for a verifier, time it waited for one while the
+     * output file's writes held the entries, and time it spent reading --input */
+    uint64_t verify_wait_ns, write_wait_ns, read_ns;
+    unsigned writes; /* output file writes in flight (the sink's) */
     int outfd;
     /* A stream output (stdout, a device) is written in batch order: the verifier that finds
      * the next batch ready writes it and those after it, one writer at a time. */
@@ -145,6 +147,9 @@ bool run_verify_batch(const run_state_t *st, const ring_entry_t *e, unsigned cha
                       run_totals_t *t);
 /* CLOCK_MONOTONIC in ns. */
 uint64_t run_now_ns(void);
+/* Wait on cv_free once (st->lock held), the time charged to what holds the ring's entries:
+ * finished batches queued for a verifier (verify_wait_ns) or output writes (write_wait_ns). */
+void run_wait_free(run_state_t *st);
 /* "full", "sample" or "off". */
 const char *run_verify_name(run_verify_t v);
 /* Threads for helpers (data generation, verification): the CPUs but two, at most

@@ -89,11 +89,9 @@ bool run_feed_file(run_feed_t *fd, cli_progress_t *bar)
             bool done = stop || failed || next >= fd->nbatches;
             if (!done) {
                 /* no entry free, none being read: a wait while finished batches queue for a
-                 * verifier is verification holding the run (run_report.c's bound) */
-                uint64_t w0 = st->dcount > 0 ? run_now_ns() : 0;
-                pthread_cond_wait(&st->cv_free, &st->lock);
-                if (w0)
-                    st->verify_wait_ns += run_now_ns() - w0;
+                 * verifier is verification holding the run, one while the output's writes
+                 * hold the entries is storage (run_report.c's bound) */
+                run_wait_free(st);
             }
             pthread_mutex_unlock(&st->lock);
             if (done)
@@ -137,11 +135,15 @@ static void sink_error(run_state_t *st, int err, const char *why)
 
 int run_sink_write(run_state_t *st, ring_entry_t *e)
 {
+    pthread_mutex_lock(&st->lock);
+    st->writes++;
+    pthread_mutex_unlock(&st->lock);
     int rc =
         ferry_file_write_async(st->sink, e->out, e->bytes, e->offset, (uint64_t)(e - st->ring));
     if (rc == 0)
         return 0;
     pthread_mutex_lock(&st->lock);
+    st->writes--;
     sink_error(st, rc == FERRY_ENOMEM ? ENOMEM : EIO, ferry_last_error());
     pthread_mutex_unlock(&st->lock);
     return rc == FERRY_ENOMEM ? ENOMEM : EIO;
@@ -163,6 +165,7 @@ static void *sink_main(void *arg)
             pthread_mutex_lock(&st->lock);
             if (c.error != 0)
                 sink_error(st, c.sys_errno ? c.sys_errno : EIO, ferry_last_error());
+            st->writes--;
             st->freeq[st->nfree++] = (size_t)c.tag;
             pthread_cond_signal(&st->cv_free);
             pthread_mutex_unlock(&st->lock);

@@ -17,6 +17,7 @@ typedef struct run_bound {
     double verify_busy;    /* the verifiers' time checking over theirs in the run (0..1) */
     double verify_wait;    /* share of the wall time submission waited on verification */
     double read_share;     /* share of the wall time submission spent reading --input */
+    double write_share;    /* share of it submission waited for --output's writes */
     const char *bound;     /* link, kernel, verification, storage, host or simulator */
     char why[200];
     const char *device_bound; /* what held the device's part: kernel or link */
@@ -42,6 +43,7 @@ static void find_bound(const run_outcome_t *o, bool simulated, run_bound_t *b)
     if (wall > 0 && o->st != NULL) {
         b->verify_wait = (double)o->st->verify_wait_ns / 1e9 / wall;
         b->read_share = (double)o->st->read_ns / 1e9 / wall;
+        b->write_share = (double)o->st->write_wait_ns / 1e9 / wall;
     }
     double u_c = el > 0 ? (double)s->busy_compute_ns / 1e9 / el : 0;
     double u_copy =
@@ -50,10 +52,12 @@ static void find_bound(const run_outcome_t *o, bool simulated, run_bound_t *b)
             : 0;
     bool kernel = u_c >= 0.9 && u_c > u_copy;
     b->device_bound = kernel ? "kernel" : "link";
-    if (b->read_share >= 0.5 && b->read_share >= b->verify_busy) {
+    double storage = b->read_share + b->write_share;
+    if (storage >= 0.5 && storage >= b->verify_busy) {
         b->bound = "storage";
-        snprintf(b->why, sizeof(b->why), "reading --input took %.0f%% of the run",
-                 b->read_share * 100);
+        snprintf(b->why, sizeof(b->why),
+                 "reading --input took %.0f%% of the run, waiting for --output's writes %.0f%%",
+                 b->read_share * 100, b->write_share * 100);
     } else if (b->verify_busy >= 0.9 || b->verify_wait >= 0.1) {
         b->bound = "verification";
         snprintf(b->why, sizeof(b->why),
@@ -193,6 +197,7 @@ static void json_verify(json_t *j, const run_opts_t *ro, const run_totals_t *t,
     json_key_double(j, "verify_busy", b->verify_busy, 4);
     json_key_double(j, "verify_wait", b->verify_wait, 4);
     json_key_double(j, "read_share", b->read_share, 4);
+    json_key_double(j, "write_share", b->write_share, 4);
     json_key_double(j, "transport_gbps", b->transport_gbps, 3);
     json_key_double(j, "end_to_end_gbps", b->e2e_gbps, 3);
     json_key_str(j, "bound", b->bound);

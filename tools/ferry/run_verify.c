@@ -90,6 +90,17 @@ uint64_t run_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+void run_wait_free(run_state_t *st)
+{
+    uint64_t *to = st->dcount > 0   ? &st->verify_wait_ns
+                   : st->writes > 0 ? &st->write_wait_ns
+                                    : NULL;
+    uint64_t w0 = to != NULL ? run_now_ns() : 0;
+    pthread_cond_wait(&st->cv_free, &st->lock);
+    if (to != NULL)
+        *to += run_now_ns() - w0;
+}
+
 /* Whether --verify checks batch @e: all, one in RUN_VERIFY_SAMPLE_EVERY and the last (a
  * stream's last is the short one, where it ends short), or none. */
 static bool to_check(const run_state_t *st, const ring_entry_t *e)
