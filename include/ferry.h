@@ -590,6 +590,9 @@ typedef struct ferry_pipeline_stats {
     /* Failure records (option failure_log) that could not be written (the file's write
      * failed: a full disk, /dev/full); a warning names the file once. */
     uint64_t failure_log_errors;
+    /* A device of a set whose GPU path ended: its chunks that went to the set's other devices
+     * instead of its CPU path (on a set: summed over the devices). */
+    uint64_t chunks_moved;
 } ferry_pipeline_stats_t;
 #define FERRY_PIPELINE_STATS_INIT FERRY_SIZED_INIT(ferry_pipeline_stats_t)
 
@@ -614,6 +617,7 @@ typedef struct ferry_pipeline_device_stats {
     bool left;          /* it left the set: no new parts */
     char why[128];      /* why it left */
     ferry_pipeline_stats_t stats; /* the device's own pipeline */
+    uint64_t bytes_moved;         /* bytes of its parts that other devices ran after it left */
 } ferry_pipeline_device_stats_t;
 #define FERRY_PIPELINE_DEVICE_STATS_INIT                                                           \
     {                                                                                              \

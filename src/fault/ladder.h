@@ -60,7 +60,8 @@ typedef struct ferry__failure_rec {
     int blocks;
     const void *host_in, *out, *d_in, *d_out;
     int err;
-    const char *msg, *action; /* action: "retry", "cpu" or "failed" */
+    const char *msg, *action; /* action: "retry", "cpu", "device" (another of a set's) or
+                                 "failed" */
     bool gpu_lost;
 } ferry__failure_rec_t;
 

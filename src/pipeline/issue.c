@@ -289,6 +289,19 @@ void ferry__pipe_issue_light(ferry_pipeline_t *p, batch_rec_t *b, slot_t *const 
 static void cpu_direct(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c0, uint32_t c1)
 {
     int rc = 0;
+    if (p->handback != NULL && c1 > c0) { /* a set's member: to another device, if any */
+        size_t off = (size_t)c0 * p->plan.chunk, end = (size_t)c1 * p->plan.chunk;
+        if (end > b->b.bytes)
+            end = b->b.bytes;
+        if (p->handback(p->owner, b->arg, off, end - off)) {
+            atomic_fetch_add_explicit(&p->sh.chunks_moved, c1 - c0, memory_order_relaxed);
+            if (atomic_fetch_sub_explicit(&b->chunks_left, c1 - c0, memory_order_acq_rel) ==
+                c1 - c0)
+                push_ready(p, b);
+            poke(p, false);
+            return;
+        }
+    }
     if (p->stage.cpu == NULL) {
         rc = ferry__error(FERRY_ESTICKY,
                           "pipeline: the GPU path has ended and stage '%s' has no "

@@ -769,6 +769,7 @@ static void fill_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
         out->chunks_retried = p->api.chunks_retried_seen;
     out->failure_log_errors =
         atomic_load_explicit(&p->comp.flog.write_errors, memory_order_relaxed);
+    out->chunks_moved = atomic_load_explicit(&p->sh.chunks_moved, memory_order_relaxed);
     out->gpu_lost = atomic_load_explicit(&p->sh.gpu_lost, memory_order_relaxed) != 0;
     out->batches_failed = atomic_load_explicit(&p->sh.failed, memory_order_relaxed);
     out->elapsed_ns =

@@ -237,6 +237,7 @@ struct ferry__pipe_shared {
     _Atomic uint64_t chunks_issued;
     _Atomic uint64_t staged_bytes;
     _Atomic uint64_t chunks_cpu_direct; /* CPU chunks that needed no slot */
+    _Atomic uint64_t chunks_moved;      /* a set's member: chunks handed back (handback) */
     /* Simulator only: the device clock as last read by a pipeline thread. */
     _Atomic uint64_t clock_seen;
     /* The completion thread's side. */
@@ -265,6 +266,14 @@ struct ferry_pipeline {
     ferry_device_t *dev;
     /* A set of devices (set.c): every public call goes there; nothing below is used. */
     struct ferry__pset *set;
+    /* A set's member (set.c sets both once it is made, before its first part): the chunks
+     * its GPU path can no longer run, once it has ended, are offered back to the set that owns
+     * it: [off, off + bytes) of the batch whose callback argument is @cb_arg, to run on another
+     * device. True: the set took them (this pipeline neither runs nor writes them); false:
+     * nowhere else to go, the CPU path takes them. Called on the issuing or completion thread,
+     * without the pipeline's lock. */
+    bool (*handback)(struct ferry__pset *owner, void *cb_arg, size_t off, size_t bytes);
+    struct ferry__pset *owner;
     /* Lifetime. close shuts the pipeline (submits refused from then on) and, once nothing is
      * in flight, releases its threads, streams and memory; the handle itself lives until
      * ferry_pipeline_destroy or the runtime's destroy, so that every call on a closed

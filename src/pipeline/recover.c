@@ -181,6 +181,24 @@ void ferry__pipe_batch_cpu_result(batch_rec_t *b, uint32_t ok, int rc)
     }
 }
 
+/* A set's member whose GPU path ended with a sticky error: the chunk goes to another device of
+ * the set, if one is left, instead of this one's CPU path (a failure record says so). Not after
+ * a hang, whose abandoned chunks may still be written by their kernel (guard_late_copy), nor
+ * for a batch whose input a prepare callback made (it would be asked for it again). */
+static bool hand_back(ferry_pipeline_t *p, slot_t *s, int err, const char *msg, uint64_t now)
+{
+    batch_rec_t *b = s->batch;
+    if (p->handback == NULL || s->abandoned || b->b.prepare != NULL ||
+        !atomic_load_explicit(&p->sh.gpu_lost, memory_order_acquire) ||
+        atomic_load_explicit(&p->sh.hang_lost, memory_order_acquire) ||
+        !p->handback(p->owner, b->arg, s->offset, s->bytes))
+        return false;
+    atomic_fetch_add_explicit(&p->sh.chunks_moved, s->nsub, memory_order_relaxed);
+    if (!s->gpu_skipped)
+        ferry__pipe_write_failure_record(p, s, err, msg, "device", now);
+    return true;
+}
+
 /* A chunk's GPU attempt failed (@err): the ladder's level 2. A sticky error ends the GPU path
  * for every later chunk. The stage's CPU function, if any, produces the output from the chunk's
  * host input; otherwise the batch fails with the reason. Completion thread. */
@@ -195,10 +213,15 @@ void ferry__pipe_fall_back(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now
         ferry_log(FERRY_LOG_ERROR, "pipeline",
                   "sticky error (%s): the GPU path of this process has ended; every batch in "
                   "flight and every later one runs on the %s",
-                  msg, p->stage.cpu ? "stage's CPU function" : "CPU (no CPU function: they fail)");
+                  msg,
+                  p->handback != NULL ? "set's other devices, or the CPU when none is left"
+                  : p->stage.cpu      ? "stage's CPU function"
+                                      : "CPU (no CPU function: they fail)");
     if (err != FERRY_ESTICKY && !s->gpu_skipped &&
         !atomic_load_explicit(&p->sh.gpu_lost, memory_order_acquire))
         ferry__ladder_step_down(&p->ladder);
+    if (hand_back(p, s, err, msg, now))
+        return;
     int rc = err;
     const char *action = "failed";
     uint32_t ok = 0;

@@ -35,6 +35,11 @@ typedef struct pset_part {
     pset_batch_t *b;
     unsigned dev;
     size_t off, bytes;
+    /* under the set's lock: what of it went to other devices after this one left (handback),
+     * bytes and chunks; heap: a part made by handback, freed when it ends */
+    size_t moved;
+    uint32_t moved_chunks;
+    bool heap;
 } pset_part_t;
 
 struct pset_batch {
@@ -65,6 +70,7 @@ typedef struct pset_dev {
     double vbusy;      /* a simulated device: the device time of every part given it, ns */
     uint64_t last_done_ns;
     uint64_t bytes, parts, parts_cpu;
+    uint64_t bytes_moved; /* of its parts, run by other devices after it left */
     bool left;
     char why[128];
 } pset_dev_t;
@@ -222,6 +228,29 @@ static unsigned plan_parts(struct ferry__pset *s, size_t bytes, pset_part_t *par
 
 /* ---- completion ------------------------------------------------------------------------- */
 
+static bool gpu_ended(const ferry_pipeline_t *pl)
+{
+    return pl == NULL || atomic_load_explicit(&pl->sh.gpu_lost, memory_order_acquire) ||
+           atomic_load_explicit(&pl->sh.hang_lost, memory_order_acquire);
+}
+
+/* Device @i leaves the set when its GPU path has ended: no new parts. Under the set's lock. */
+static void check_left(struct ferry__pset *s, unsigned i)
+{
+    pset_dev_t *d = &s->d[i];
+    ferry_pipeline_t *pl = d->pl;
+    if (d->left || pl == NULL || !gpu_ended(pl))
+        return;
+    d->left = true;
+    ferry__perf_exclude(s->model, (int)i, true);
+    snprintf(d->why, sizeof(d->why), "%s",
+             atomic_load_explicit(&pl->sh.hang_lost, memory_order_acquire)
+                 ? "a kernel hung: its GPU path ended"
+                 : "a sticky error: its GPU path ended");
+    ferry_log(FERRY_LOG_WARN, "pipeline", "device %d (%s) left the set: %s", d->index, d->name,
+              d->why);
+}
+
 /* Part @pt ended: count it, learn from it, and hand its batch on when it was the last. */
 static void part_end(struct ferry__pset *s, pset_part_t *pt, const ferry_batch_result_t *r,
                      int status)
@@ -229,40 +258,30 @@ static void part_end(struct ferry__pset *s, pset_part_t *pt, const ferry_batch_r
     pset_batch_t *b = pt->b;
     pset_dev_t *d = &s->d[pt->dev];
     ferry_batch_where_t where = r != NULL ? r->where : FERRY_DONE_FAILED;
+    bool heap = pt->heap;
     pthread_mutex_lock(&s->lock);
     d->held -= pt->bytes;
-    if (r != NULL && status == 0) {
-        d->bytes += pt->bytes;
+    size_t ran = pt->bytes - pt->moved; /* what this device did of it */
+    if (r != NULL && status == 0 && (ran > 0 || pt->bytes == 0)) {
+        d->bytes += ran;
         d->parts++;
         d->parts_cpu += where == FERRY_DONE_CPU;
         uint64_t from = r->submit_ns > d->last_done_ns ? r->submit_ns : d->last_done_ns;
-        if (where == FERRY_DONE_GPU && pt->bytes >= s->chunk && r->done_ns > from) {
+        if (where == FERRY_DONE_GPU && pt->moved == 0 && pt->bytes >= s->chunk &&
+            r->done_ns > from) {
             ferry__perf_record(s->model, (int)pt->dev, 0, pt->bytes, r->done_ns - from);
             d->last_bytes = pt->bytes;
         }
         if (r->done_ns > d->last_done_ns)
             d->last_done_ns = r->done_ns;
     }
-    /* a device whose GPU path ended takes no new parts */
-    ferry_pipeline_t *pl = d->pl;
-    if (!d->left && pl != NULL &&
-        (atomic_load_explicit(&pl->sh.gpu_lost, memory_order_acquire) ||
-         atomic_load_explicit(&pl->sh.hang_lost, memory_order_acquire))) {
-        d->left = true;
-        ferry__perf_exclude(s->model, (int)pt->dev, true);
-        snprintf(d->why, sizeof(d->why), "%s",
-                 atomic_load_explicit(&pl->sh.hang_lost, memory_order_acquire)
-                     ? "a kernel hung: its GPU path ended"
-                     : "a sticky error: its GPU path ended");
-        ferry_log(FERRY_LOG_WARN, "pipeline", "device %d (%s) left the set: %s", d->index, d->name,
-                  d->why);
-    }
+    check_left(s, pt->dev);
     if (status != 0 && b->status == 0)
         b->status = status;
-    if (where > b->where)
+    if (where > b->where && ran > 0) /* a part moved whole says nothing of where it ran */
         b->where = where;
     if (r != NULL) {
-        b->chunks += r->chunks;
+        b->chunks += r->chunks > pt->moved_chunks ? r->chunks - pt->moved_chunks : 0;
         if (b->submit_ns == 0 || r->submit_ns < b->submit_ns)
             b->submit_ns = r->submit_ns;
         if (r->done_ns > b->done_ns)
@@ -280,6 +299,8 @@ static void part_end(struct ferry__pset *s, pset_part_t *pt, const ferry_batch_r
         pthread_cond_broadcast(&s->cv);
     }
     pthread_mutex_unlock(&s->lock);
+    if (heap)
+        free(pt);
 }
 
 static void part_done(const ferry_batch_result_t *r, void *arg)
@@ -293,6 +314,81 @@ static int part_prepare(void *slot, size_t bytes, size_t offset, void *arg)
 {
     pset_part_t *pt = arg;
     return pt->b->batch.prepare(slot, bytes, pt->off + offset, pt->b->batch.prepare_arg);
+}
+
+/* Hand part @pt to its device's pipeline. */
+static int submit_part(struct ferry__pset *s, pset_part_t *pt)
+{
+    const ferry_batch_t *in = &pt->b->batch;
+    ferry_batch_t sub = FERRY_BATCH_INIT;
+    sub.bytes = pt->bytes;
+    sub.user = in->user;
+    if (in->in != NULL)
+        sub.in = (const unsigned char *)in->in + pt->off;
+    if (in->out != NULL)
+        sub.out = (unsigned char *)in->out + pt->off;
+    if (in->prepare != NULL) {
+        sub.prepare = part_prepare;
+        sub.prepare_arg = pt;
+    }
+    return ferry_pipeline_submit(s->d[pt->dev].pl, &sub, part_done, pt, NULL);
+}
+
+/* A device's GPU path ended (its pipeline's handback, pipeline_internal.h): [off, off + bytes)
+ * of part @arg goes, as a part of its own, to the device expected to finish it first among
+ * those still in the set, so that a device lost mid-run costs the set that device alone and
+ * not the CPU's rate for what it held. False when no device is left (or the part was
+ * refused): the lost device's CPU path runs it. On the lost device's issuing or completion
+ * thread; the submit may wait for room in the other device's queue, which drains on its own. */
+static bool part_handback(struct ferry__pset *s, void *arg, size_t off, size_t bytes)
+{
+    pset_part_t *pt = arg;
+    pset_batch_t *b = pt->b;
+    pset_part_t *np = calloc(1, sizeof(*np));
+    if (np == NULL)
+        return false;
+    double r[FERRY_MAX_DEVICE_SET];
+    pthread_mutex_lock(&s->lock);
+    check_left(s, pt->dev);
+    plan_rates(s, bytes > s->chunk ? bytes : s->chunk, r);
+    unsigned best = s->n;
+    double tbest = 0;
+    for (unsigned i = 0; i < s->n; i++) {
+        if (s->d[i].left || gpu_ended(s->d[i].pl))
+            continue;
+        double t = (s->virt ? s->d[i].vbusy : (double)s->d[i].held / r[i]) + (double)bytes / r[i];
+        if (best == s->n || t < tbest) {
+            best = i;
+            tbest = t;
+        }
+    }
+    if (best == s->n || s->released) {
+        pthread_mutex_unlock(&s->lock);
+        free(np);
+        return false;
+    }
+    *np = (pset_part_t){.b = b, .dev = best, .off = pt->off + off, .bytes = bytes, .heap = true};
+    uint32_t chunks = (uint32_t)((bytes + s->chunk - 1) / s->chunk);
+    b->left++; /* @pt has not ended: the batch cannot complete under it */
+    pt->moved += bytes;
+    pt->moved_chunks += chunks;
+    s->d[pt->dev].bytes_moved += bytes;
+    s->d[best].held += bytes;
+    s->d[best].vbusy += (double)bytes / r[best];
+    pthread_mutex_unlock(&s->lock);
+    int rc = submit_part(s, np);
+    if (rc == 0)
+        return true;
+    pthread_mutex_lock(&s->lock);
+    b->left--;
+    pt->moved -= bytes;
+    pt->moved_chunks -= chunks;
+    s->d[pt->dev].bytes_moved -= bytes;
+    s->d[best].held -= bytes;
+    s->d[best].vbusy -= (double)bytes / r[best];
+    pthread_mutex_unlock(&s->lock);
+    free(np);
+    return false;
 }
 
 /* The set's completion thread: the callers' callbacks, one at a time. */
@@ -468,6 +564,10 @@ int ferry__pset_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **ou
         s->virt |= p.simulated;
         snprintf(d[i].name, sizeof(d[i].name), "%s", p.name);
         rc = ferry_pipeline_create(&one, &d[i].pl);
+        if (rc == 0) {
+            d[i].pl->owner = s;
+            d[i].pl->handback = part_handback;
+        }
     }
     if (rc == 0)
         rc = model_open(s, rt);
@@ -566,21 +666,9 @@ int ferry__pset_submit(struct ferry__pset *s, const ferry_batch_t *batch, ferry_
     if (id != NULL)
         *id = b->id;
     for (unsigned i = 0; i < np; i++) {
-        pset_part_t *pt = &b->parts[i];
-        ferry_batch_t sub = FERRY_BATCH_INIT;
-        sub.bytes = pt->bytes;
-        sub.user = in.user;
-        if (in.in != NULL)
-            sub.in = (const unsigned char *)in.in + pt->off;
-        if (in.out != NULL)
-            sub.out = (unsigned char *)in.out + pt->off;
-        if (in.prepare != NULL) {
-            sub.prepare = part_prepare;
-            sub.prepare_arg = pt;
-        }
-        int rc = ferry_pipeline_submit(s->d[pt->dev].pl, &sub, part_done, pt, NULL);
+        int rc = submit_part(s, &b->parts[i]);
         if (rc != 0) /* not taken: the part fails, the batch with it, its callback still runs */
-            part_end(s, pt, NULL, rc);
+            part_end(s, &b->parts[i], NULL, rc);
     }
     pthread_mutex_lock(&s->lock);
     if (--s->entering == 0)
@@ -711,6 +799,7 @@ static void fill_stats(struct ferry__pset *s, ferry_pipeline_stats_t *out)
             sum.chunks_retried += st.chunks_retried;
             sum.bw_alerts += st.bw_alerts;
             sum.failure_log_errors += st.failure_log_errors;
+            sum.chunks_moved += st.chunks_moved;
             sum.gpu_lost |= st.gpu_lost;
             sum.gpu_hung |= st.gpu_hung;
             sum.host_pinned &= st.host_pinned;
@@ -777,6 +866,7 @@ int ferry__pset_device_stats(struct ferry__pset *s, unsigned i, ferry_pipeline_d
     o.share = all > 0 ? (double)d->bytes / (double)all : 0;
     o.model_gbps = dev_rate(s, i, d->last_bytes); /* bytes per ns is GB/s */
     o.left = d->left;
+    o.bytes_moved = d->bytes_moved;
     snprintf(o.why, sizeof(o.why), "%s", d->why);
     pthread_mutex_unlock(&s->lock);
     ferry__sized_copy_out(out, &o, sizeof(o));

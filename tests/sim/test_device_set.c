@@ -252,6 +252,67 @@ static void test_sticky_devices_leave(void **state)
     assert_int_equal(ferry_runtime_destroy(rt), 0);
 }
 
+/* One device of three goes sticky at its 10th kernel (dev=1): it leaves the set, and what it held
+ * (parts queued, chunks in flight) runs on the other two instead of its CPU path: every batch
+ * once and right, no chunk on the CPU, the bytes it gave up counted as moved, and the set keeps
+ * about the rate of the two left (at least 1.5x one device: its clock, as theirs, is virtual). */
+static void test_lost_device_moves_to_others(void **state)
+{
+    (void)state;
+    const char *kv[] = {"inject", "sticky@n=10:dev=1", NULL};
+    ferry_device_t *devs[3];
+    ferry_runtime_t *rt = set_runtime(3, kv, devs);
+    ferry_pipeline_t *p = NULL;
+    const char *scale = getenv("FERRY_TEST_SCALE");
+    size_t batch = scale != NULL && strcmp(scale, "sanitizer") == 0 ? 8u << 20 : 16u << 20;
+    ferry_pipeline_stats_t s = stream(devs, 3, batch, &p);
+    assert_true(s.gpu_lost);
+    assert_int_equal(s.chunks_cpu, 0);
+    assert_int_equal(s.batches_done_cpu, 0);
+    assert_true(s.chunks_moved > 0);
+    uint64_t bytes = 0;
+    for (unsigned i = 0; i < 3; i++) {
+        ferry_pipeline_device_stats_t d = FERRY_PIPELINE_DEVICE_STATS_INIT;
+        assert_int_equal(ferry_pipeline_device_stats(p, i, &d), 0);
+        print_message("device %u: left %d (%s), %llu bytes, %llu parts (%llu on the CPU), %llu "
+                      "moved\n",
+                      i, d.left, d.why, (unsigned long long)d.bytes, (unsigned long long)d.parts,
+                      (unsigned long long)d.parts_cpu, (unsigned long long)d.bytes_moved);
+        assert_int_equal(d.left, i == 1);
+        assert_int_equal(d.parts_cpu, 0);
+        assert_true(i == 1 ? d.bytes_moved > 0 : d.bytes_moved == 0);
+        bytes += d.bytes;
+    }
+    assert_int_equal(bytes, (uint64_t)NB * batch); /* each byte counted once */
+    double one = 47.0; /* an H200 of the profile alone, GB/s each way (test_two_devices...) */
+    print_message("set of three, one lost: %.1f GB/s\n", s.gbps_h2d);
+    assert_true(s.gbps_h2d >= 1.5 * one);
+    assert_int_equal(ferry_pipeline_destroy(p), 0);
+    assert_int_equal(ferry_runtime_destroy(rt), 0);
+}
+
+/* A fault schedule's dev= past the devices the profile simulates is refused, naming it. */
+static void test_inject_dev_out_of_range(void **state)
+{
+    (void)state;
+    char path[64];
+    test_profile_with_devices(path, sizeof(path), 2);
+    ferry_options_t *o = NULL;
+    assert_int_equal(ferry_options_create(&o), 0);
+    assert_int_equal(ferry_options_set(o, "inject", "sticky@n=3:dev=2"), 0);
+    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
+    cfg.backend = "sim";
+    cfg.profile = path;
+    cfg.options = o;
+    ferry_runtime_t *rt = NULL;
+    assert_int_equal(ferry_runtime_create(&cfg, &rt), FERRY_EINVAL);
+    assert_null(rt);
+    assert_non_null(strstr(ferry_last_error(), "dev=2"));
+    assert_non_null(strstr(ferry_last_error(), "accepted: dev=0 to 1"));
+    ferry_options_destroy(o);
+    unlink(path);
+}
+
 /* A mixed rig (profiles/h200-a100.json: an H200 beside an A100 PCIe on a Gen4 link, half its
  * rate): the set reaches at least 95% of the sum of the two alone, the H200 taking about two
  * thirds of the bytes. */
@@ -569,4 +630,6 @@ TEST_MAIN(NULL, NULL, cmocka_unit_test(test_two_devices_double_the_rate),
           cmocka_unit_test(test_mixed_rig), cmocka_unit_test(test_bad_machines),
           cmocka_unit_test(test_bad_sets), cmocka_unit_test(test_calls_from_a_callback),
           cmocka_unit_test(test_machine_host_caps_the_set),
-          cmocka_unit_test(test_machine_host_above_links))
+          cmocka_unit_test(test_machine_host_above_links),
+          cmocka_unit_test(test_lost_device_moves_to_others),
+          cmocka_unit_test(test_inject_dev_out_of_range))

@@ -1,9 +1,10 @@
 /* Device sets over random configurations and fault mixes, many seeds: 1 to 4 simulated H200s,
  * random chunk and batch sizes (not multiples of anything), generated or copied input, random
- * queue depth and blocking mode, and faults (kernel errors, sticky errors, hangs, slow links)
- * drawn per seed. Whatever happens, every accepted batch is called back exactly once, its
- * output is bit-exact, and the set closes. A bounded budget (seeds), a quarter under
- * sanitizers (FERRY_TEST_SCALE=sanitizer). FERRY_TEST_SEED repeats one seed. */
+ * queue depth and blocking mode, and faults (kernel errors, sticky errors, hangs, slow links;
+ * on every device or on one, whose work then moves to the others) drawn per seed. Whatever happens,
+ * every accepted batch is called back exactly once, its output is bit-exact, and the set closes. A
+ * bounded budget (seeds), a quarter under sanitizers (FERRY_TEST_SCALE=sanitizer). FERRY_TEST_SEED
+ * repeats one seed. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -53,8 +54,13 @@ static void one_seed(uint64_t seed)
                                          "kernel@p=0.02,sticky@n=20",
                                          "hang@n=9",
                                          "slow@n=3:x=4",
-                                         "kernel@p=0.1,hang@p=0.02"};
+                                         "kernel@p=0.1,hang@p=0.02",
+                                         "sticky@n=5:dev=0",
+                                         "kernel@p=0.05,sticky@n=9:dev=1",
+                                         "hang@n=6:dev=0,sticky@n=12:dev=1"};
     const char *inject = faults[test_rand_range(&rng, 0, sizeof(faults) / sizeof(faults[0]) - 1)];
+    if (ndev < 2 && strstr(inject, "dev=1") != NULL) /* no device 1: the one device instead */
+        inject = "sticky@n=5:dev=0";
     char depth[16];
     snprintf(depth, sizeof(depth), "%u", (unsigned)test_rand_range(&rng, 1, 4 * ndev + 4));
     const char *kv[] = {"inject", inject, "queue_depth", depth, NULL};

@@ -42,7 +42,23 @@ static void test_spec_parser(void **state)
     assert_int_equal(s.f[1].dirs, 3);
     assert_int_equal(s.f[1].for_ns, 1000000000ull);
     assert_int_equal(s.f[2].dirs, 2);
-    static const char *const bad[] = {"share@n=1",
+    /* dev=: one device of a set; every device without it */
+    assert_int_equal(
+        ferry__fault_spec_parse("sticky@n=3:dev=1,kernel@p=0.1,slow@n=1:x=2:dev=0:for=1ms", &s), 0);
+    assert_int_equal(s.n, 3);
+    assert_int_equal(s.f[0].dev, 1);
+    assert_int_equal(s.f[1].dev, -1);
+    assert_int_equal(s.f[2].dev, 0);
+    assert_true(s.f[2].factor == 2);
+    ferry__fault_spec_for_device(&s, 0);
+    assert_int_equal(s.n, 2); /* device 0 keeps the kernel and slow items, in order */
+    assert_int_equal(s.f[0].kind, FERRY_FAULT_KERNEL);
+    assert_int_equal(s.f[1].kind, FERRY_FAULT_SLOW);
+    static const char *const bad[] = {"sticky@n=1:dev=",
+                                      "sticky@n=1:dev=-1",
+                                      "sticky@n=1:dev=1024",
+                                      "sticky@n=1:dev=a",
+                                      "share@n=1",
                                       "share@n=1:gbps=0",
                                       "share@n=1:gbps=1001",
                                       "share@n=1:gbps=x",

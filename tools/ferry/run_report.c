@@ -120,18 +120,24 @@ static void print_devices(ferry_pipeline_t *pl, json_t *j)
             json_key_double(j, "share", d.share, 4);
             json_key_uint(j, "parts", d.parts);
             json_key_uint(j, "parts_cpu", d.parts_cpu);
+            json_key_uint(j, "bytes_moved", d.bytes_moved);
             json_key_double(j, "gbps", gbps, 3);
             json_key_double(j, "model_gbps", d.model_gbps, 3);
             json_key_bool(j, "left", d.left);
             json_key_str(j, "left_why", d.why);
             json_object_end(j);
         } else {
-            char b[32];
+            char b[32], m[64] = "";
+            if (d.bytes_moved > 0) {
+                char mb[32];
+                snprintf(m, sizeof(m), "; %s moved to other devices",
+                         cli_bytes(d.bytes_moved, mb, sizeof(mb)));
+            }
             printf("  device %-3d %s: %s, %.1f%% of the bytes, %.1f GB/s, %llu part(s) (%llu on "
-                   "the CPU), model %.1f GB/s%s%s\n",
+                   "the CPU), model %.1f GB/s%s%s%s\n",
                    d.index, d.name, cli_bytes(d.bytes, b, sizeof(b)), d.share * 100, gbps,
                    (unsigned long long)d.parts, (unsigned long long)d.parts_cpu, d.model_gbps,
-                   d.left ? "; left the set: " : "", d.why);
+                   d.left ? "; left the set: " : "", d.why, m);
         }
     }
     if (j != NULL)
@@ -156,6 +162,7 @@ static const char *stream_kind_key(char k)
 static void json_health(json_t *j, const ferry_pipeline_stats_t *s)
 {
     json_key_uint(j, "chunks_cpu", s->chunks_cpu);
+    json_key_uint(j, "chunks_moved", s->chunks_moved);
     json_key_uint(j, "failure_records", s->failure_records);
     json_key_bool(j, "gpu_lost", s->gpu_lost);
     json_key_bool(j, "gpu_hung", s->gpu_hung);
@@ -407,7 +414,12 @@ void run_print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t
                "stopped polling %llu, the watchdog stopped %llu (the log says when)\n",
                (unsigned long long)s->heartbeat_stalls, (unsigned long long)s->completion_stalls,
                (unsigned long long)s->watchdog_stalls);
-    if (s->gpu_lost)
+    if (s->gpu_lost && s->chunks_moved > 0)
+        printf("  faults     %s ended a device's GPU path: %llu of its chunks moved to the "
+               "set's other devices, %llu ran on the CPU\n",
+               s->gpu_hung ? "a hung kernel (it ignored the abort flag)" : "a sticky error",
+               (unsigned long long)s->chunks_moved, (unsigned long long)s->chunks_cpu);
+    else if (s->gpu_lost)
         printf("  faults     %s ended the GPU path: later chunks ran on the CPU fallback\n",
                s->gpu_hung ? "a hung kernel (it ignored the abort flag)" : "a sticky error");
     if (s->failure_records > 0 || s->chunks_cpu > 0) {

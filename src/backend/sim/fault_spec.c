@@ -11,8 +11,8 @@
 
 #define ACCEPTED                                                                                   \
     "KIND@TRIGGER[:PARAM...] with KIND kernel|sticky|alloc|slow|share|hang|hang-hard, TRIGGER "    \
-    "batch=N|n=K|time=DUR|p=X, PARAM x=F|for=DUR (slow), gbps=R|dir=h2d|d2h|both|for=DUR "         \
-    "(share), items separated by ','"
+    "batch=N|n=K|time=DUR|p=X, PARAM dev=I (any kind), x=F|for=DUR (slow), "                       \
+    "gbps=R|dir=h2d|d2h|both|for=DUR (share), items separated by ','"
 
 static const char *const kinds[] = {"kernel", "sticky",    "alloc", "slow",
                                     "hang",   "hang-hard", "share"};
@@ -81,6 +81,7 @@ static int parse_item(char *item, struct ferry_fault *f)
     snprintf(shown, sizeof(shown), "%s", item);
     memset(f, 0, sizeof(*f));
     f->factor = 1;
+    f->dev = -1;
     char *at = strchr(item, '@');
     if (at == NULL)
         return fail(FERRY_EPARSE, shown, "no '@TRIGGER'");
@@ -134,10 +135,17 @@ static int parse_item(char *item, struct ferry_fault *f)
         if (peq == NULL)
             return fail(FERRY_EPARSE, shown, "a parameter needs NAME=VALUE");
         *peq = '\0';
-        if (f->kind != FERRY_FAULT_SLOW && f->kind != FERRY_FAULT_SHARE)
-            return fail(FERRY_EPARSE, shown, "only slow and share faults take parameters");
         bool share = f->kind == FERRY_FAULT_SHARE;
-        if (share && strcmp(params, "gbps") == 0) {
+        uint64_t dev = 0;
+        if (strcmp(params, "dev") == 0) {
+            if (ferry__parse_u64(peq + 1, &dev) != 0 || dev > 1023)
+                return fail(FERRY_ERANGE, shown, "dev= takes a device index, 0 to 1023");
+            f->dev = (int)dev;
+        } else if (f->kind != FERRY_FAULT_SLOW && !share) {
+            return fail(FERRY_EPARSE, shown,
+                        "kernel, sticky, alloc and hang faults take dev= alone; slow and share "
+                        "faults their own parameters too");
+        } else if (share && strcmp(params, "gbps") == 0) {
             if (!parse_real(peq + 1, &f->gbps) || !(f->gbps > 0) || f->gbps > 1000)
                 return fail(FERRY_ERANGE, shown, "gbps= takes a rate above 0, at most 1000 GB/s");
         } else if (share && strcmp(params, "dir") == 0) {
@@ -168,6 +176,15 @@ static int parse_item(char *item, struct ferry_fault *f)
     if (f->kind == FERRY_FAULT_SHARE && f->dirs == 0)
         f->dirs = 1;
     return 0;
+}
+
+void ferry__fault_spec_for_device(struct ferry_fault_spec *spec, int index)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < spec->n; i++)
+        if (spec->f[i].dev < 0 || spec->f[i].dev == index)
+            spec->f[k++] = spec->f[i];
+    spec->n = k;
 }
 
 int ferry__fault_spec_parse(const char *text, struct ferry_fault_spec *out)

@@ -7,7 +7,8 @@
  *            | n=K          the K-th kernel launched, allocation made or copy started (1-based)
  *            | time=DUR     the first kernel or copy that ends at or after DUR of device time
  *            | p=X          each kernel (or copy, for slow) with probability X in (0, 1]
- *   PARAM   := x=F          slow: copies take F times longer (F > 1, at most 1000)
+ *   PARAM   := dev=I        any kind: on device I alone (its index in the runtime), not on all
+ *            | x=F          slow: copies take F times longer (F > 1, at most 1000)
  *            | for=DUR      slow, share: for this long (default: to the end)
  *            | gbps=R       share: another process moves R GB/s on the link (0 < R <= 1000)
  *            | dir=D        share: in direction h2d (the default), d2h or both
@@ -53,6 +54,7 @@ struct ferry_fault {
     uint64_t for_ns; /* slow, share; 0: to the end */
     double gbps;     /* share: the other process's rate, GB/s */
     unsigned dirs;   /* share: bit 0 H2D, bit 1 D2H */
+    int dev;         /* dev=: the one device it applies to; -1: every device */
     bool fired;      /* one-shot triggers fire once */
 };
 
@@ -65,5 +67,7 @@ struct ferry_fault_spec {
  * the item. An empty text is an empty schedule. */
 int ferry__fault_spec_parse(const char *text, struct ferry_fault_spec *out);
 const char *ferry__fault_kind_name(enum ferry_fault_kind k);
+/* Keep the items of @spec that apply to device @index (dev= absent or equal), in order. */
+void ferry__fault_spec_for_device(struct ferry_fault_spec *spec, int index);
 
 #endif

@@ -154,6 +154,16 @@ static int sim_device_open(int index, const ferry_be_open_params_t *params, ferr
                              : "";
     if ((rc = ferry__fault_spec_parse(inject, &dev->faults)) != 0)
         goto out_free;
+    for (size_t i = 0; i < dev->faults.n; i++)
+        if (dev->faults.f[i].dev >= dev->prof.devices) {
+            rc = ferry__error(FERRY_EINVAL,
+                              "option inject: item %zu names dev=%d, but profile %s simulates "
+                              "%d device%s (accepted: dev=0 to %d)",
+                              i + 1, dev->faults.f[i].dev, dev->prof.path, dev->prof.devices,
+                              dev->prof.devices == 1 ? "" : "s", dev->prof.devices - 1);
+            goto out_free;
+        }
+    ferry__fault_spec_for_device(&dev->faults, index);
     dev->fault_rng = (params != NULL ? params->seed : 1) ^ 0x5deece66dull;
     if (dev->faults.n > 0)
         ferry_log(FERRY_LOG_INFO, "sim", "device %d: %zu injected fault(s): %s", index,
