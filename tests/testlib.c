@@ -65,7 +65,7 @@ ferry_runtime_t *test_sim_runtime_with(const char *const *kv)
     return test_sim_runtime_on(FERRY_TEST_PROFILE, kv);
 }
 
-ferry_runtime_t *test_sim_runtime_on(const char *profile, const char *const *kv)
+int test_sim_runtime_create(const char *profile, const char *const *kv, ferry_runtime_t **out)
 {
     /* No options object without options: NULL lets the runtime read the environment. */
     ferry_options_t *o = NULL;
@@ -78,9 +78,15 @@ ferry_runtime_t *test_sim_runtime_on(const char *profile, const char *const *kv)
     cfg.backend = "sim";
     cfg.profile = profile;
     cfg.options = o;
-    ferry_runtime_t *rt = NULL;
-    int rc = ferry_runtime_create(&cfg, &rt);
+    int rc = ferry_runtime_create(&cfg, out);
     ferry_options_destroy(o);
+    return rc;
+}
+
+ferry_runtime_t *test_sim_runtime_on(const char *profile, const char *const *kv)
+{
+    ferry_runtime_t *rt = NULL;
+    int rc = test_sim_runtime_create(profile, kv, &rt);
     if (rc != 0)
         fail_msg("ferry_runtime_create(sim): %s: %s", ferry_err_name(rc), ferry_last_error());
     return rt;

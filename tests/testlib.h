@@ -45,6 +45,8 @@ ferry_runtime_t *test_sim_runtime(void);
 ferry_runtime_t *test_sim_runtime_with(const char *const *kv);
 /* The same on the profile at @profile. */
 ferry_runtime_t *test_sim_runtime_on(const char *profile, const char *const *kv);
+/* As test_sim_runtime_on, returning ferry_runtime_create's code instead of failing the test. */
+int test_sim_runtime_create(const char *profile, const char *const *kv, ferry_runtime_t **out);
 /* The in-tree profile with host.pin_limit_bytes set to @limit (as a locked-memory limit would),
  * written to a temporary file whose path goes to @path. The caller unlinks it. */
 void test_profile_with_pin_limit(char *path, size_t len, long long limit);

@@ -189,16 +189,8 @@ static void test_pageable(void **state)
     (void)state;
     char path[64];
     test_profile_with_pin_limit(path, sizeof(path), 4096);
-    ferry_options_t *o = NULL;
-    assert_int_equal(ferry_options_create(&o), 0);
-    assert_int_equal(ferry_options_set(o, "op_timing", "all"), 0);
-    ferry_runtime_config_t c = FERRY_RUNTIME_CONFIG_INIT;
-    c.backend = "sim";
-    c.profile = path;
-    c.options = o;
-    ferry_runtime_t *rt = NULL;
-    assert_int_equal(ferry_runtime_create(&c, &rt), 0);
-    ferry_options_destroy(o);
+    const char *kv[] = {"op_timing", "all", NULL};
+    ferry_runtime_t *rt = test_sim_runtime_on(path, kv);
     unlink(path);
     seen_t s = {0};
     ferry_pipeline_stats_t st = stream(rt, 8u << 20, 256u << 20, &s);

@@ -297,19 +297,12 @@ static void test_inject_dev_out_of_range(void **state)
     (void)state;
     char path[64];
     test_profile_with_devices(path, sizeof(path), 2);
-    ferry_options_t *o = NULL;
-    assert_int_equal(ferry_options_create(&o), 0);
-    assert_int_equal(ferry_options_set(o, "inject", "sticky@n=3:dev=2"), 0);
-    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
-    cfg.backend = "sim";
-    cfg.profile = path;
-    cfg.options = o;
+    const char *kv[] = {"inject", "sticky@n=3:dev=2", NULL};
     ferry_runtime_t *rt = NULL;
-    assert_int_equal(ferry_runtime_create(&cfg, &rt), FERRY_EINVAL);
+    assert_int_equal(test_sim_runtime_create(path, kv, &rt), FERRY_EINVAL);
     assert_null(rt);
     assert_non_null(strstr(ferry_last_error(), "dev=2"));
     assert_non_null(strstr(ferry_last_error(), "accepted: dev=0 to 1"));
-    ferry_options_destroy(o);
     unlink(path);
 }
 

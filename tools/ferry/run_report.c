@@ -291,6 +291,28 @@ static void print_json(const run_opts_t *ro, ferry_runtime_t *rt, const ferry_de
     json_end(&j);
 }
 
+/* The summary's lines on a lost GPU path and the failed attempts. */
+static void print_faults(const run_opts_t *ro, const ferry_pipeline_stats_t *s)
+{
+    const char *why = s->gpu_hung ? "a hung kernel (it ignored the abort flag)" : "a sticky error";
+    if (s->gpu_lost && s->chunks_moved > 0)
+        printf("  faults     %s ended a device's GPU path: %llu of its chunks moved to the "
+               "set's other devices, %llu ran on the CPU\n",
+               why, (unsigned long long)s->chunks_moved, (unsigned long long)s->chunks_cpu);
+    else if (s->gpu_lost)
+        printf("  faults     %s ended the GPU path: later chunks ran on the CPU fallback\n", why);
+    const char *flog = ro->opts ? ferry_options_get_str(ro->opts, "failure_log") : NULL;
+    if (s->failure_records > 0 || s->chunks_cpu > 0)
+        printf("  failures   %llu failed GPU attempt(s), %llu chunk(s) then done by a GPU retry, "
+               "%llu on the CPU; records: %s\n",
+               (unsigned long long)s->failure_records, (unsigned long long)s->chunks_retried,
+               (unsigned long long)s->chunks_cpu,
+               flog && flog[0] ? flog : "none (set --failure-log FILE)");
+    if (s->failure_log_errors > 0)
+        printf("  failures   %llu record(s) could not be written to %s\n",
+               (unsigned long long)s->failure_log_errors, flog ? flog : "the failure log");
+}
+
 /* The summary's verify line: what --verify checked and what it found. */
 static void print_verify_line(const run_opts_t *ro, const run_totals_t *t)
 {
@@ -414,26 +436,7 @@ void run_print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t
                "stopped polling %llu, the watchdog stopped %llu (the log says when)\n",
                (unsigned long long)s->heartbeat_stalls, (unsigned long long)s->completion_stalls,
                (unsigned long long)s->watchdog_stalls);
-    if (s->gpu_lost && s->chunks_moved > 0)
-        printf("  faults     %s ended a device's GPU path: %llu of its chunks moved to the "
-               "set's other devices, %llu ran on the CPU\n",
-               s->gpu_hung ? "a hung kernel (it ignored the abort flag)" : "a sticky error",
-               (unsigned long long)s->chunks_moved, (unsigned long long)s->chunks_cpu);
-    else if (s->gpu_lost)
-        printf("  faults     %s ended the GPU path: later chunks ran on the CPU fallback\n",
-               s->gpu_hung ? "a hung kernel (it ignored the abort flag)" : "a sticky error");
-    if (s->failure_records > 0 || s->chunks_cpu > 0) {
-        const char *flog = ro->opts ? ferry_options_get_str(ro->opts, "failure_log") : NULL;
-        printf("  failures   %llu failed GPU attempt(s), %llu chunk(s) then done by a GPU retry, "
-               "%llu on the CPU; records: %s\n",
-               (unsigned long long)s->failure_records, (unsigned long long)s->chunks_retried,
-               (unsigned long long)s->chunks_cpu,
-               flog && flog[0] ? flog : "none (set --failure-log FILE)");
-    }
-    if (s->failure_log_errors > 0)
-        printf("  failures   %llu record(s) could not be written to %s\n",
-               (unsigned long long)s->failure_log_errors,
-               ro->opts ? ferry_options_get_str(ro->opts, "failure_log") : "the failure log");
+    print_faults(ro, s);
     if (ro->signal)
         printf("  stopped    by %s after %s of %s %s; %s\n", run_signal_name(ro->signal),
                cli_bytes(t->done_bytes, b1, sizeof(b1)), cli_bytes(total, b2, sizeof(b2)),
