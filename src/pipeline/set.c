@@ -24,10 +24,13 @@
 #include "core/runtime.h"
 #include "pipeline/pipeline_internal.h"
 #include "pipeline/set.h"
+#include "pipeline/set_cpu.h"
 #include "monitor/latency.h"
 #include "sched/perfmodel.h"
 
 #define PSET_DEFAULT_INFLIGHT_PER_DEVICE 16
+/* The CPU's chunk when the set has no GPU to take it from. */
+#define PSET_CPU_CHUNK (4u << 20)
 
 typedef struct pset_batch pset_batch_t;
 
@@ -35,6 +38,7 @@ typedef struct pset_part {
     pset_batch_t *b;
     unsigned dev;
     size_t off, bytes;
+    double plan_ns; /* the device time it was expected to take (plan_parts) */
 } pset_part_t;
 
 struct pset_batch {
@@ -44,6 +48,7 @@ struct pset_batch {
     ferry_done_fn cb;
     void *arg;
     unsigned nparts, left; /* left: under the set's lock */
+    unsigned cpu_parts;    /* parts the CPU device ran (not a fallback) */
     int status;
     ferry_batch_where_t where;
     uint32_t chunks;
@@ -55,7 +60,8 @@ struct pset_batch {
 
 typedef struct pset_dev {
     ferry_device_t *dev;
-    ferry_pipeline_t *pl;
+    ferry_pipeline_t *pl; /* a GPU's pipeline; NULL for the CPU */
+    ferry__cpudev_t *cpu; /* the CPU as a device (FERRY_DEVICE_CPU); NULL for a GPU */
     char name[128];
     int index;
     /* under the set's lock */
@@ -129,9 +135,19 @@ static void plan_rates(const struct ferry__pset *s, size_t bytes, double *r)
         qsort(ratio, nk, sizeof(double), cmp_double);
         k = ratio[nk / 2];
     }
+    double sum = 0;
+    for (unsigned i = 0; i < s->n; i++) {
+        if (r[i] <= 0 && s->d[i].cpu == NULL)
+            r[i] = s->d[i].link_gbps > 0 ? k * s->d[i].link_gbps : k;
+        sum += s->d[i].cpu == NULL ? r[i] : 0;
+    }
+    /* The CPU before it has measured a part: about one chunk of one batch, so that it
+     * measures one, and nothing more while that is in flight (a slow CPU then takes nothing). */
     for (unsigned i = 0; i < s->n; i++)
         if (r[i] <= 0)
-            r[i] = s->d[i].link_gbps > 0 ? k * s->d[i].link_gbps : k;
+            r[i] = s->d[i].held > 0              ? 1e-9
+                   : sum > 0 && bytes > s->chunk ? sum * (double)s->chunk / (double)bytes
+                                                 : 1.0;
 }
 
 /* Cut @bytes into parts (at most one per device, contiguous, whole chunks but the last, in
@@ -205,16 +221,19 @@ static unsigned plan_parts(struct ferry__pset *s, size_t bytes, pset_part_t *par
             end = bytes;
         if (end <= off)
             continue;
-        parts[np++] = (pset_part_t){.dev = i, .off = off, .bytes = end - off};
+        parts[np++] = (pset_part_t){
+            .dev = i, .off = off, .bytes = end - off, .plan_ns = (double)(end - off) / r[i]};
         s->d[i].held += end - off;
-        s->d[i].vbusy += (double)(end - off) / r[i];
+        s->d[i].vbusy += parts[np - 1].plan_ns;
         off = end;
     }
     if (np == 0) { /* an empty batch: to the earliest device */
         parts[np++] = (pset_part_t){.dev = ord[0], .off = 0, .bytes = 0};
     } else if (off < bytes) { /* rounding left a tail: the last part takes it */
         s->d[parts[np - 1].dev].held += bytes - off;
-        s->d[parts[np - 1].dev].vbusy += (double)(bytes - off) / r[parts[np - 1].dev];
+        double more = (double)(bytes - off) / r[parts[np - 1].dev];
+        s->d[parts[np - 1].dev].vbusy += more;
+        parts[np - 1].plan_ns += more;
         parts[np - 1].bytes += bytes - off;
     }
     return np;
@@ -234,12 +253,17 @@ static void part_end(struct ferry__pset *s, pset_part_t *pt, const ferry_batch_r
     if (r != NULL && status == 0) {
         d->bytes += pt->bytes;
         d->parts++;
-        d->parts_cpu += where == FERRY_DONE_CPU;
+        d->parts_cpu += where == FERRY_DONE_CPU && d->cpu == NULL; /* a GPU's fallback */
         uint64_t from = r->submit_ns > d->last_done_ns ? r->submit_ns : d->last_done_ns;
-        if (where == FERRY_DONE_GPU && pt->bytes >= s->chunk && r->done_ns > from) {
+        if (where == (d->cpu != NULL ? FERRY_DONE_CPU : FERRY_DONE_GPU) && pt->bytes >= s->chunk &&
+            r->done_ns > from) {
             ferry__perf_record(s->model, (int)pt->dev, 0, pt->bytes, r->done_ns - from);
             d->last_bytes = pt->bytes;
         }
+        /* a simulated device's backlog is what it was given at the rates expected then: what
+         * it took instead corrects it (a rate that changed, the CPU's modelled clock) */
+        if (s->virt && r->done_ns > from)
+            d->vbusy += (double)(r->done_ns - from) - pt->plan_ns;
         if (r->done_ns > d->last_done_ns)
             d->last_done_ns = r->done_ns;
     }
@@ -259,7 +283,9 @@ static void part_end(struct ferry__pset *s, pset_part_t *pt, const ferry_batch_r
     }
     if (status != 0 && b->status == 0)
         b->status = status;
-    if (where > b->where)
+    if (d->cpu != NULL && where == FERRY_DONE_CPU)
+        b->cpu_parts++; /* the CPU device's own work, not a fallback: see completion_main */
+    else if (where > b->where)
         b->where = where;
     if (r != NULL) {
         b->chunks += r->chunks;
@@ -313,7 +339,9 @@ static void *completion_main(void *arg)
         pthread_mutex_unlock(&s->lock);
         ferry_batch_result_t res = {.id = b->id,
                                     .status = b->status,
-                                    .where = b->status != 0 ? FERRY_DONE_FAILED : b->where,
+                                    .where = b->status != 0              ? FERRY_DONE_FAILED
+                                             : b->cpu_parts == b->nparts ? FERRY_DONE_CPU
+                                                                         : b->where,
                                     .in = b->batch.in,
                                     .out = b->batch.out,
                                     .bytes = b->batch.bytes,
@@ -339,6 +367,8 @@ static void *completion_main(void *arg)
 
 static void set_free(struct ferry__pset *s)
 {
+    for (unsigned i = 0; s->d != NULL && i < s->n; i++)
+        ferry__cpudev_destroy(s->d[i].cpu);
     ferry__lat_hist_unregister(&s->lat);
     ferry__perf_destroy(s->model);
     free(s->d);
@@ -404,14 +434,16 @@ static int model_open(struct ferry__pset *s, ferry_runtime_t *rt)
         ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
         ferry_device_props(s->d[i].dev, &p);
         char name[FERRY_PERF_NAME + 64]; /* truncated to FERRY_PERF_NAME by the model */
-        if (p.pci_bus_id[0])
+        if (p.index == FERRY_DEVICE_CPU) /* its rate depends on its threads */
+            snprintf(name, sizeof(name), "cpu %u threads", ferry__cpudev_lanes(s->d[i].cpu));
+        else if (p.pci_bus_id[0])
             snprintf(name, sizeof(name), "%.46s %.16s", p.name, p.pci_bus_id);
         else
             snprintf(name, sizeof(name), "%.56s #%d", p.name, p.index);
         rc = ferry__perf_name_device(s->model, (int)i, name);
     }
     if (rc == 0)
-        rc = ferry__perf_name_stage(s->model, 0, s->d[0].pl->stage_name);
+        rc = ferry__perf_name_stage(s->model, 0, s->h->stage_name);
     const char *path = rt->opts != NULL ? ferry__opt_str(rt->opts, FERRY__OPT_perf_model) : "";
     if (rc == 0 && path != NULL && path[0] != '\0') {
         snprintf(s->model_path, sizeof(s->model_path), "%s", path);
@@ -422,6 +454,79 @@ static int model_open(struct ferry__pset *s, ferry_runtime_t *rt)
             ferry_log(FERRY_LOG_WARN, "pipeline",
                       "perf_model %s: %u entries of other devices or stages not applied", path,
                       skipped);
+    }
+    return rc;
+}
+
+/* The CPU device's threads (option cpu_threads; 0: half the host's threads, at least 1, the
+ * others being for staging, verification and completions) and, with simulated GPUs, the rate
+ * it may move bytes through the modelled host's memory: the host's copy rate, and at most half
+ * of what the host's memory has left beyond the GPUs' copies at their links' rates both ways (a
+ * CPU stage reads and writes each byte). The simulated GPUs and the CPU keep clocks of their
+ * own, so this is a static share, not a contention model (docs/devices.md). */
+static void set_cpu_model(struct ferry__pset *s, int first_gpu, unsigned *lanes, double *mem)
+{
+    unsigned want = (unsigned)ferry__opt_i64(s->rt->opts, FERRY__OPT_cpu_threads);
+    ferry_device_t *g = first_gpu >= 0 ? s->d[first_gpu].dev : NULL;
+    if (g == NULL && s->virt && ferry_device_get(s->rt, 0, &g) != 0)
+        g = NULL; /* the modelled host is the first simulated device's */
+    ferry_host_props_t h = FERRY_HOST_PROPS_INIT;
+    if (g != NULL)
+        ferry_device_host(g, &h);
+    else
+        h.threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    *lanes = want ? want : h.threads > 1 ? (unsigned)h.threads / 2 : 1;
+    *mem = 0;
+    if (!s->virt || !h.modelled)
+        return;
+    double cap = h.copy_gbps;
+    if (h.memory_gbps > 0) {
+        double left = h.memory_gbps;
+        for (unsigned i = 0; i < s->n; i++)
+            if (s->d[i].index != FERRY_DEVICE_CPU)
+                left -= 2 * s->d[i].link_gbps;
+        left = left > 0.1 * h.memory_gbps ? left : 0.1 * h.memory_gbps;
+        cap = cap > 0 && cap < left / 2 ? cap : left / 2;
+    }
+    *mem = cap;
+}
+
+/* The chunk size, the stage's name and the handle's serial from the first GPU's pipeline
+ * (@first_gpu; -1: the CPU alone, whose chunk is the config's, the option's or
+ * PSET_CPU_CHUNK, at the stage's granularity); then the CPU device, when the set has it. */
+static int set_cpu_open(struct ferry__pset *s, const ferry_pipeline_config_t *cfg, int first_gpu)
+{
+    const ferry_options_t *o = s->rt->opts;
+    ferry_stage_t st;
+    int rc = cfg->stage != NULL
+                 ? ferry__config_import(&st, sizeof(st), cfg->stage, &ferry__cfg_stage, o)
+                 : ferry__error(FERRY_EINVAL, "ferry_pipeline_create: cfg->stage is NULL");
+    if (rc != 0)
+        return rc;
+    if (first_gpu >= 0) {
+        ferry_pipeline_t *pl = s->d[first_gpu].pl;
+        ferry_pipeline_stats_t ps = FERRY_PIPELINE_STATS_INIT;
+        ferry_pipeline_stats(pl, &ps);
+        s->chunk = ps.chunk_bytes > 0 ? ps.chunk_bytes : 1;
+        snprintf(s->h->stage_name, sizeof(s->h->stage_name), "%s", pl->stage_name);
+        s->h->serial = pl->serial;
+    } else {
+        size_t c =
+            cfg->chunk_bytes ? cfg->chunk_bytes : (size_t)ferry__opt_i64(o, FERRY__OPT_chunk_bytes);
+        c = c ? c : PSET_CPU_CHUNK;
+        size_t g = st.granularity > 1 ? st.granularity : 1;
+        s->chunk = c >= g ? c - c % g : g;
+        snprintf(s->h->stage_name, sizeof(s->h->stage_name), "%s", st.name ? st.name : "stage");
+    }
+    for (unsigned i = 0; rc == 0 && i < s->n; i++) {
+        if (s->d[i].index != FERRY_DEVICE_CPU)
+            continue;
+        unsigned lanes = 0;
+        double mem = 0;
+        set_cpu_model(s, first_gpu, &lanes, &mem);
+        rc = ferry__cpudev_create(&st, s->chunk, lanes, s->virt, mem, &s->d[i].cpu);
+        if (rc == 0)
+            snprintf(s->d[i].name, sizeof(s->d[i].name), "CPU (%u threads)", lanes);
     }
     return rc;
 }
@@ -458,6 +563,8 @@ int ferry__pset_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **ou
     one.ndevices = 0;
     one.queue_depth = s->max_inflight; /* a part is never refused for room */
     one.nonblocking = 0;
+    s->virt = (rt->ops->caps & FERRY_BE_CAP_VIRTUAL_CLOCK) != 0;
+    int first_gpu = -1;
     for (unsigned i = 0; i < s->n && rc == 0; i++) {
         one.device = cfg->devices[i];
         d[i].dev = cfg->devices[i];
@@ -465,19 +572,18 @@ int ferry__pset_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **ou
         ferry_device_props(d[i].dev, &p);
         d[i].index = p.index;
         d[i].link_gbps = p.link_gbps;
-        s->virt |= p.simulated;
         snprintf(d[i].name, sizeof(d[i].name), "%s", p.name);
+        if (p.index == FERRY_DEVICE_CPU)
+            continue; /* made below, once the chunk size is known */
+        first_gpu = first_gpu < 0 ? (int)i : first_gpu;
         rc = ferry_pipeline_create(&one, &d[i].pl);
     }
     if (rc == 0)
+        rc = set_cpu_open(s, cfg, first_gpu);
+    if (rc == 0)
         rc = model_open(s, rt);
     if (rc == 0) {
-        ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
-        ferry_pipeline_stats(d[0].pl, &st);
-        s->chunk = st.chunk_bytes > 0 ? st.chunk_bytes : 1;
-        snprintf(h->stage_name, sizeof(h->stage_name), "%s", d[0].pl->stage_name);
-        h->serial = d[0].pl->serial;
-        h->dev = cfg->devices[0];
+        h->dev = cfg->devices[first_gpu >= 0 ? first_gpu : 0];
         /* the caller's nonblocking, or the option's (the devices' pipelines always block) */
         ferry_pipeline_config_t full;
         if (ferry__config_import(&full, sizeof(full), cfg, &ferry__cfg_pipeline, rt->opts) == 0)
@@ -489,7 +595,8 @@ int ferry__pset_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **ou
     }
     if (rc != 0) {
         for (unsigned i = 0; i < s->n; i++)
-            ferry_pipeline_destroy(d[i].pl);
+            if (d[i].pl != NULL)
+                ferry_pipeline_destroy(d[i].pl);
         set_free(s);
         return ferry__rt_fail(rt, rc);
     }
@@ -578,7 +685,9 @@ int ferry__pset_submit(struct ferry__pset *s, const ferry_batch_t *batch, ferry_
             sub.prepare = part_prepare;
             sub.prepare_arg = pt;
         }
-        int rc = ferry_pipeline_submit(s->d[pt->dev].pl, &sub, part_done, pt, NULL);
+        int rc = s->d[pt->dev].cpu != NULL
+                     ? ferry__cpudev_submit(s->d[pt->dev].cpu, &sub, b->id, pt->off, part_done, pt)
+                     : ferry_pipeline_submit(s->d[pt->dev].pl, &sub, part_done, pt, NULL);
         if (rc != 0) /* not taken: the part fails, the batch with it, its callback still runs */
             part_end(s, pt, NULL, rc);
     }
@@ -608,6 +717,8 @@ int ferry__pset_drain(struct ferry__pset *s)
     for (unsigned i = 0; i < s->n; i++)
         if (s->d[i].pl != NULL)
             ferry_pipeline_drain(s->d[i].pl);
+        else if (s->d[i].cpu != NULL)
+            ferry__cpudev_drain(s->d[i].cpu);
     pthread_mutex_lock(&s->lock);
     while (s->completed < target)
         pthread_cond_wait(&s->cv, &s->lock);
@@ -649,6 +760,10 @@ int ferry__pset_close(struct ferry__pset *s)
         pthread_join(s->thread, NULL);
     /* every part's callback has returned once its pipeline drains */
     for (unsigned i = 0; i < s->n; i++) {
+        if (s->d[i].cpu != NULL)
+            ferry__cpudev_drain(s->d[i].cpu);
+        if (s->d[i].pl == NULL)
+            continue;
         ferry_pipeline_drain(s->d[i].pl);
         ferry_pipeline_close(s->d[i].pl);
     }
@@ -682,7 +797,8 @@ int ferry__pset_destroy(struct ferry__pset *s)
         ferry__pset_drain(s);
     }
     for (unsigned i = 0; i < s->n; i++)
-        ferry_pipeline_destroy(s->d[i].pl);
+        if (s->d[i].pl != NULL)
+            ferry_pipeline_destroy(s->d[i].pl);
     ferry__rt_child_remove(s->rt, &s->h->child);
     set_free(s);
     return 0;
@@ -690,14 +806,27 @@ int ferry__pset_destroy(struct ferry__pset *s)
 
 /* The set's figures: its own batch counts; the devices' bytes, chunks and faults summed; time
  * the longest device's (the devices run side by side); rates over it. */
+/* Device @i's own figures: its pipeline's, or the CPU device's. */
+static void dev_stats(struct ferry__pset *s, unsigned i, ferry_pipeline_stats_t *out)
+{
+    if (s->d[i].cpu != NULL)
+        ferry__cpudev_stats(s->d[i].cpu, out);
+    else
+        ferry_pipeline_stats(s->d[i].pl, out);
+}
+
 static void fill_stats(struct ferry__pset *s, ferry_pipeline_stats_t *out)
 {
     ferry_pipeline_stats_t sum = FERRY_PIPELINE_STATS_INIT;
-    for (unsigned i = 0; i < s->n; i++) {
+    unsigned base = 0; /* the plan (chunk, depth, streams): the first GPU's */
+    while (base + 1 < s->n && s->d[base].pl == NULL)
+        base++;
+    for (unsigned k = 0; k < s->n; k++) {
+        unsigned i = k == 0 ? base : k <= base ? k - 1 : k;
         ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
-        ferry_pipeline_stats(s->d[i].pl, &st);
-        if (i == 0)
-            sum = st; /* the plan (chunk, depth, streams), the first device's */
+        dev_stats(s, i, &st);
+        if (k == 0)
+            sum = st;
         else {
             sum.chunks += st.chunks;
             sum.bytes_h2d += st.bytes_h2d;
@@ -763,7 +892,7 @@ int ferry__pset_device_stats(struct ferry__pset *s, unsigned i, ferry_pipeline_d
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_device_stats: device %u of a set of %u",
                             i, s->n);
     ferry_pipeline_device_stats_t o = FERRY_PIPELINE_DEVICE_STATS_INIT;
-    ferry_pipeline_stats(s->d[i].pl, &o.stats);
+    dev_stats(s, i, &o.stats);
     pthread_mutex_lock(&s->lock);
     pset_dev_t *d = &s->d[i];
     uint64_t all = 0;
@@ -788,10 +917,12 @@ int ferry__pset_write_trace(struct ferry__pset *s, const char *path)
     ferry__trace_part_t parts[FERRY_MAX_DEVICE_SET];
     ferry__trace_rec_t *copies[FERRY_MAX_DEVICE_SET] = {0};
     int rc = 0;
+    unsigned np = 0; /* the GPUs' (the CPU device records no ops) */
     for (unsigned i = 0; rc == 0 && i < s->n; i++)
-        rc = ferry__pipe_trace_snapshot(s->d[i].pl, &parts[i], &copies[i]);
+        if (s->d[i].pl != NULL)
+            rc = ferry__pipe_trace_snapshot(s->d[i].pl, &parts[np], &copies[np]), np++;
     if (rc == 0)
-        rc = ferry__trace_write_json_parts(path, parts, s->n);
+        rc = ferry__trace_write_json_parts(path, parts, np);
     for (unsigned i = 0; i < s->n; i++)
         free(copies[i]);
     return rc;
