@@ -425,9 +425,11 @@ int ferry_devices_select(ferry_runtime_t *rt, const char *spec, ferry_device_t *
         for (int a = 0; rc == 0 && a < na; a++) {
             for (unsigned j = 0; rc == 0 && j < k; j++)
                 if (idx[j] == add[a])
-                    rc = ferry__error(FERRY_EINVAL, "devices \"%s\": %s%d is named twice", spec,
-                                      add[a] == FERRY_DEVICE_CPU ? "the CPU, device " : "device ",
-                                      add[a]);
+                    rc =
+                        add[a] == FERRY_DEVICE_CPU
+                            ? ferry__error(FERRY_EINVAL, "devices \"%s\": cpu is named twice", spec)
+                            : ferry__error(FERRY_EINVAL, "devices \"%s\": device %d is named twice",
+                                           spec, add[a]);
             if (rc == 0 && k == FERRY_MAX_DEVICE_SET)
                 rc = ferry__error(FERRY_EINVAL, "devices \"%s\": more than %d devices", spec,
                                   FERRY_MAX_DEVICE_SET);

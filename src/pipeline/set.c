@@ -22,87 +22,18 @@
 
 #include "base/config.h"
 #include "core/runtime.h"
-#include "pipeline/pipeline_internal.h"
 #include "pipeline/set.h"
-#include "pipeline/set_cpu.h"
-#include "monitor/latency.h"
-#include "sched/perfmodel.h"
+#include "pipeline/set_internal.h"
 
 #define PSET_DEFAULT_INFLIGHT_PER_DEVICE 16
 /* The CPU's chunk when the set has no GPU to take it from. */
 #define PSET_CPU_CHUNK (4u << 20)
 
-typedef struct pset_batch pset_batch_t;
-
-typedef struct pset_part {
-    pset_batch_t *b;
-    unsigned dev;
-    size_t off, bytes;
-    double plan_ns; /* the device time it was expected to take (plan_parts) */
-} pset_part_t;
-
-struct pset_batch {
-    struct ferry__pset *s;
-    uint64_t id;
-    ferry_batch_t batch; /* the caller's */
-    ferry_done_fn cb;
-    void *arg;
-    unsigned nparts, left; /* left: under the set's lock */
-    unsigned cpu_parts;    /* parts the CPU device ran (not a fallback) */
-    int status;
-    ferry_batch_where_t where;
-    uint32_t chunks;
-    uint64_t submit_ns, done_ns;
-    uint64_t lat_ns;    /* the longest part's, submit to done on its device's clock */
-    pset_batch_t *next; /* the done list */
-    pset_part_t parts[];
-};
-
-typedef struct pset_dev {
-    ferry_device_t *dev;
-    ferry_pipeline_t *pl; /* a GPU's pipeline; NULL for the CPU */
-    ferry__cpudev_t *cpu; /* the CPU as a device (FERRY_DEVICE_CPU); NULL for a GPU */
-    char name[128];
-    int index;
-    /* under the set's lock */
-    uint64_t held;     /* bytes of parts submitted and not completed */
-    size_t last_bytes; /* its latest measured part's size (the rate read out); 0: none yet */
-    double link_gbps;  /* the link's theoretical rate per direction (0: unknown), the prior */
-    double vbusy;      /* a simulated device: the device time of every part given it, ns */
-    uint64_t last_done_ns;
-    uint64_t bytes, parts, parts_cpu;
-    bool left;
-    char why[128];
-} pset_dev_t;
-
-struct ferry__pset {
-    ferry_pipeline_t *h; /* the handle callers hold: h->set == this */
-    ferry_runtime_t *rt;
-    size_t chunk;
-    unsigned n;
-    pset_dev_t *d;
-    pthread_mutex_t lock;
-    pthread_cond_t cv; /* room, completions, the thread's work */
-    unsigned max_inflight, inflight, entering;
-    bool virt; /* simulated devices: each on its own virtual clock */
-    bool nonblocking, shut, released, stop;
-    uint64_t next_id, submitted, completed;
-    uint64_t done_gpu, done_cpu, failed, full_waits, full_eagain;
-    pset_batch_t *done_head, *done_tail;
-    pthread_t thread;
-    bool thread_started;
-    ferry_pipeline_stats_t final;
-    bool final_ready;
-    ferry_perfmodel_t *model; /* slot i: device i; stage 0: the set's stage */
-    ferry__lat_hist_t lat;    /* batch latency (metrics, device="all"), owner h */
-    char model_path[512];     /* option perf_model: loaded at create, saved at close */
-};
-
 /* ---- the rate model ------------------------------------------------------------------- */
 
 /* Device @i's rate for parts of @bytes, bytes per ns, from the performance model (sched/
  * perfmodel.h: a trimmed window of its parts' service times); 0 before it has measured one. */
-static double dev_rate(const struct ferry__pset *s, unsigned i, size_t bytes)
+double ferry__pset_dev_rate(const struct ferry__pset *s, unsigned i, size_t bytes)
 {
     uint64_t ns = 0;
     if (bytes == 0 || ferry__perf_predict(s->model, (int)i, 0, bytes, &ns) != 0 || ns == 0)
@@ -128,7 +59,7 @@ static void plan_rates(const struct ferry__pset *s, size_t bytes, double *r)
     double ratio[FERRY_MAX_DEVICE_SET];
     unsigned nk = 0;
     for (unsigned i = 0; i < s->n; i++)
-        if ((r[i] = dev_rate(s, i, bytes)) > 0 && s->d[i].link_gbps > 0)
+        if ((r[i] = ferry__pset_dev_rate(s, i, bytes)) > 0 && s->d[i].link_gbps > 0)
             ratio[nk++] = r[i] / s->d[i].link_gbps;
     double k = 1.0;
     if (nk > 0) {
@@ -726,8 +657,6 @@ int ferry__pset_drain(struct ferry__pset *s)
     return 0;
 }
 
-static void fill_stats(struct ferry__pset *s, ferry_pipeline_stats_t *out);
-
 int ferry__pset_close(struct ferry__pset *s)
 {
     pthread_mutex_lock(&s->lock);
@@ -768,7 +697,7 @@ int ferry__pset_close(struct ferry__pset *s)
         ferry_pipeline_close(s->d[i].pl);
     }
     ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
-    fill_stats(s, &st);
+    ferry__pset_fill_stats(s, &st);
     if (s->model_path[0] != '\0' && ferry__perf_save_file(s->model, s->model_path) != 0)
         ferry_log(FERRY_LOG_WARN, "pipeline", "perf_model: %s", ferry_last_error());
     pthread_mutex_lock(&s->lock);
@@ -801,162 +730,5 @@ int ferry__pset_destroy(struct ferry__pset *s)
             ferry_pipeline_destroy(s->d[i].pl);
     ferry__rt_child_remove(s->rt, &s->h->child);
     set_free(s);
-    return 0;
-}
-
-/* The set's figures: its own batch counts; the devices' bytes, chunks and faults summed; time
- * the longest device's (the devices run side by side); rates over it. */
-/* Device @i's own figures: its pipeline's, or the CPU device's. */
-static void dev_stats(struct ferry__pset *s, unsigned i, ferry_pipeline_stats_t *out)
-{
-    if (s->d[i].cpu != NULL)
-        ferry__cpudev_stats(s->d[i].cpu, out);
-    else
-        ferry_pipeline_stats(s->d[i].pl, out);
-}
-
-static void fill_stats(struct ferry__pset *s, ferry_pipeline_stats_t *out)
-{
-    ferry_pipeline_stats_t sum = FERRY_PIPELINE_STATS_INIT;
-    unsigned base = 0; /* the plan (chunk, depth, streams): the first GPU's */
-    while (base + 1 < s->n && s->d[base].pl == NULL)
-        base++;
-    for (unsigned k = 0; k < s->n; k++) {
-        unsigned i = k == 0 ? base : k <= base ? k - 1 : k;
-        ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
-        dev_stats(s, i, &st);
-        if (k == 0)
-            sum = st;
-        else {
-            sum.chunks += st.chunks;
-            sum.bytes_h2d += st.bytes_h2d;
-            sum.bytes_d2h += st.bytes_d2h;
-            sum.staged_bytes += st.staged_bytes;
-            sum.copied_out_bytes += st.copied_out_bytes;
-            sum.chunks_timed += st.chunks_timed;
-            sum.chunks_cpu += st.chunks_cpu;
-            sum.failure_records += st.failure_records;
-            sum.deadlines_passed += st.deadlines_passed;
-            sum.chunks_retried += st.chunks_retried;
-            sum.bw_alerts += st.bw_alerts;
-            sum.failure_log_errors += st.failure_log_errors;
-            sum.gpu_lost |= st.gpu_lost;
-            sum.gpu_hung |= st.gpu_hung;
-            sum.host_pinned &= st.host_pinned;
-            sum.slots_in_use += st.slots_in_use;
-#define MAXF(f) sum.f = st.f > sum.f ? st.f : sum.f
-            MAXF(elapsed_ns);
-            MAXF(busy_h2d_ns);
-            MAXF(busy_compute_ns);
-            MAXF(busy_d2h_ns);
-            MAXF(ladder_level);
-#undef MAXF
-        }
-    }
-    pthread_mutex_lock(&s->lock);
-    sum.batches_submitted = s->submitted;
-    sum.batches_done_gpu = s->done_gpu;
-    sum.batches_done_cpu = s->done_cpu;
-    sum.batches_failed = s->failed;
-    sum.queue_full_waits = s->full_waits;
-    sum.queue_full_eagain = s->full_eagain;
-    sum.queue_depth = s->max_inflight;
-    pthread_mutex_unlock(&s->lock);
-    double el = (double)sum.elapsed_ns;
-    sum.gbps_h2d = el > 0 ? (double)sum.bytes_h2d / el : 0;
-    sum.gbps_d2h = el > 0 ? (double)sum.bytes_d2h / el : 0;
-    sum.overlap =
-        el > 0 ? (double)(sum.busy_h2d_ns + sum.busy_compute_ns + sum.busy_d2h_ns) / el : 0;
-    *out = sum;
-}
-
-void ferry__pset_stats(struct ferry__pset *s, ferry_pipeline_stats_t *out)
-{
-    pthread_mutex_lock(&s->lock);
-    bool fin = s->final_ready;
-    if (fin)
-        *out = s->final;
-    pthread_mutex_unlock(&s->lock);
-    if (!fin)
-        fill_stats(s, out);
-}
-
-unsigned ferry__pset_devices(const struct ferry__pset *s)
-{
-    return s->n;
-}
-
-int ferry__pset_device_stats(struct ferry__pset *s, unsigned i, ferry_pipeline_device_stats_t *out)
-{
-    if (i >= s->n)
-        return ferry__error(FERRY_EINVAL, "ferry_pipeline_device_stats: device %u of a set of %u",
-                            i, s->n);
-    ferry_pipeline_device_stats_t o = FERRY_PIPELINE_DEVICE_STATS_INIT;
-    dev_stats(s, i, &o.stats);
-    pthread_mutex_lock(&s->lock);
-    pset_dev_t *d = &s->d[i];
-    uint64_t all = 0;
-    for (unsigned j = 0; j < s->n; j++)
-        all += s->d[j].bytes;
-    o.index = d->index;
-    snprintf(o.name, sizeof(o.name), "%s", d->name);
-    o.bytes = d->bytes;
-    o.parts = d->parts;
-    o.parts_cpu = d->parts_cpu;
-    o.share = all > 0 ? (double)d->bytes / (double)all : 0;
-    o.model_gbps = dev_rate(s, i, d->last_bytes); /* bytes per ns is GB/s */
-    o.left = d->left;
-    snprintf(o.why, sizeof(o.why), "%s", d->why);
-    pthread_mutex_unlock(&s->lock);
-    ferry__sized_copy_out(out, &o, sizeof(o));
-    return 0;
-}
-
-int ferry__pset_write_trace(struct ferry__pset *s, const char *path)
-{
-    ferry__trace_part_t parts[FERRY_MAX_DEVICE_SET];
-    ferry__trace_rec_t *copies[FERRY_MAX_DEVICE_SET] = {0};
-    int rc = 0;
-    unsigned np = 0; /* the GPUs' (the CPU device records no ops) */
-    for (unsigned i = 0; rc == 0 && i < s->n; i++)
-        if (s->d[i].pl != NULL)
-            rc = ferry__pipe_trace_snapshot(s->d[i].pl, &parts[np], &copies[np]), np++;
-    if (rc == 0)
-        rc = ferry__trace_write_json_parts(path, parts, np);
-    for (unsigned i = 0; i < s->n; i++)
-        free(copies[i]);
-    return rc;
-}
-
-/* ---- the device calls on any pipeline ------------------------------------------------ */
-
-unsigned ferry_pipeline_devices(ferry_pipeline_t *p)
-{
-    return p == NULL ? 0 : p->set != NULL ? ferry__pset_devices(p->set) : 1;
-}
-
-int ferry_pipeline_device_stats(ferry_pipeline_t *p, unsigned i, ferry_pipeline_device_stats_t *out)
-{
-    if (p == NULL || out == NULL || out->size < offsetof(ferry_pipeline_device_stats_t, stats))
-        return ferry__error(FERRY_EINVAL, "ferry_pipeline_device_stats: NULL argument or size "
-                                          "not set (use FERRY_PIPELINE_DEVICE_STATS_INIT)");
-    if (p->set != NULL)
-        return ferry__pset_device_stats(p->set, i, out);
-    if (i != 0)
-        return ferry__error(FERRY_EINVAL,
-                            "ferry_pipeline_device_stats: device %u of a pipeline "
-                            "of one device",
-                            i);
-    ferry_pipeline_device_stats_t o = FERRY_PIPELINE_DEVICE_STATS_INIT;
-    ferry_pipeline_stats(p, &o.stats);
-    o.index = p->dev->props.index;
-    snprintf(o.name, sizeof(o.name), "%s", p->dev->props.name);
-    o.bytes = o.stats.bytes_h2d;
-    o.parts = o.stats.batches_done_gpu + o.stats.batches_done_cpu;
-    o.parts_cpu = o.stats.batches_done_cpu;
-    o.share = 1.0;
-    o.model_gbps = o.stats.gbps_h2d;
-    o.left = o.stats.gpu_lost || o.stats.gpu_hung;
-    ferry__sized_copy_out(out, &o, sizeof(o));
     return 0;
 }
