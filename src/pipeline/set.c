@@ -28,6 +28,8 @@
 #define PSET_DEFAULT_INFLIGHT_PER_DEVICE 16
 /* The CPU's chunk when the set has no GPU to take it from. */
 #define PSET_CPU_CHUNK (4u << 20)
+/* The CPU's first part beside other devices (plan_parts). */
+#define PSET_CPU_PROBE (256u << 10)
 
 /* ---- the rate model ------------------------------------------------------------------- */
 
@@ -66,32 +68,55 @@ static void plan_rates(const struct ferry__pset *s, size_t bytes, double *r)
         qsort(ratio, nk, sizeof(double), cmp_double);
         k = ratio[nk / 2];
     }
-    double sum = 0;
-    for (unsigned i = 0; i < s->n; i++) {
-        if (r[i] <= 0 && s->d[i].cpu == NULL)
-            r[i] = s->d[i].link_gbps > 0 ? k * s->d[i].link_gbps : k;
-        sum += s->d[i].cpu == NULL ? r[i] : 0;
-    }
-    /* The CPU before it has measured a part: about one chunk of one batch, so that it
-     * measures one, and nothing more while that is in flight (a slow CPU then takes nothing). */
     for (unsigned i = 0; i < s->n; i++)
         if (r[i] <= 0)
-            r[i] = s->d[i].held > 0              ? 1e-9
-                   : sum > 0 && bytes > s->chunk ? sum * (double)s->chunk / (double)bytes
-                                                 : 1.0;
+            r[i] = s->d[i].cpu != NULL     ? 1.0 /* alone (cpu_probe: else no work) */
+                   : s->d[i].link_gbps > 0 ? k * s->d[i].link_gbps
+                                           : k;
+}
+
+/* The CPU device while it has no measured part (-1: none, or measured): it gets no share of a
+ * batch until its probe comes back, so that a CPU far slower than the GPUs (a compute-heavy
+ * stage) holds nothing but the probe. */
+static int cpu_probe(const struct ferry__pset *s)
+{
+    for (unsigned i = 0; i < s->n; i++)
+        if (s->d[i].cpu != NULL && !s->d[i].left && ferry__pset_dev_rate(s, i, s->chunk) <= 0)
+            return (int)i;
+    return -1;
 }
 
 /* Cut @bytes into parts (at most one per device, contiguous, whole chunks but the last, in
- * device order)
- * written to @parts; returns how many. Under the lock; adds the parts to the devices' held
- * bytes. */
-static unsigned plan_parts(struct ferry__pset *s, size_t bytes, pset_part_t *parts)
+ * device order) written to @parts; returns how many; *@probe_bytes > 0 when the CPU device
+ * (*@probe_dev) is to time a copy of the batch's last *@probe_bytes (probe_start). Under the
+ * lock; adds the parts to the devices' held bytes. */
+static unsigned plan_parts(struct ferry__pset *s, size_t bytes, pset_part_t *parts,
+                           unsigned *probe_dev, size_t *probe_bytes)
 {
     double r[FERRY_MAX_DEVICE_SET], t[FERRY_MAX_DEVICE_SET], share[FERRY_MAX_DEVICE_SET];
     plan_rates(s, bytes / s->n > s->chunk ? bytes / s->n : s->chunk, r);
     bool any = false;
     for (unsigned i = 0; i < s->n; i++)
         any |= !s->d[i].left;
+    /* The CPU without a measured part takes no share while another device is there: it times
+     * a copy of the batch's tail (PSET_CPU_PROBE bytes, one probe at a time, probe_start) that
+     * no batch waits for, and the model predicts its parts from that (proportionally to
+     * bytes, sched/perfmodel.h). A whole chunk as its first part held a run for as long as a
+     * slow CPU took on it (16 MiB of fma at intensity 200: 7.1 GB/s where the GPU alone made
+     * 47.5), and a probe of 256 KiB inside the batch still did on a short run (128 MiB of it:
+     * 19.5 GB/s, the probe 6.9 ms of the CPU's clock). */
+    int probe = cpu_probe(s);
+    unsigned others = 0;
+    for (unsigned i = 0; i < s->n; i++)
+        others += (int)i != probe && (!any || !s->d[i].left);
+    size_t pb = bytes < PSET_CPU_PROBE ? bytes : PSET_CPU_PROBE;
+    pb -= pb % s->gran;
+    *probe_bytes = 0;
+    if (probe >= 0 && others > 0 && !s->d[probe].probing && pb > 0) {
+        *probe_dev = (unsigned)probe;
+        *probe_bytes = pb;
+        s->d[probe].probing = true;
+    }
     /* the devices that take work (every one when all have left: their pipelines run on the
      * CPU), by expected start */
     unsigned ord[FERRY_MAX_DEVICE_SET], k = 0;
@@ -103,7 +128,7 @@ static unsigned plan_parts(struct ferry__pset *s, size_t bytes, pset_part_t *par
          * its own clock. */
         t[i] = s->virt ? s->d[i].vbusy : (double)s->d[i].held / r[i];
         share[i] = 0;
-        if (!any || !s->d[i].left)
+        if ((!any || !s->d[i].left) && ((int)i != probe || others == 0))
             ord[k++] = i;
     }
     for (unsigned a = 1; a < k; a++) /* insertion sort: a handful of devices */
@@ -186,8 +211,10 @@ static void part_end(struct ferry__pset *s, pset_part_t *pt, const ferry_batch_r
         d->parts++;
         d->parts_cpu += where == FERRY_DONE_CPU && d->cpu == NULL; /* a GPU's fallback */
         uint64_t from = r->submit_ns > d->last_done_ns ? r->submit_ns : d->last_done_ns;
-        if (where == (d->cpu != NULL ? FERRY_DONE_CPU : FERRY_DONE_GPU) && pt->bytes >= s->chunk &&
-            r->done_ns > from) {
+        /* a GPU's parts of less than a chunk are mostly its fixed costs; the CPU has none
+         * worth the name */
+        if (where == (d->cpu != NULL ? FERRY_DONE_CPU : FERRY_DONE_GPU) &&
+            (pt->bytes >= s->chunk || (d->cpu != NULL && pt->bytes > 0)) && r->done_ns > from) {
             ferry__perf_record(s->model, (int)pt->dev, 0, pt->bytes, r->done_ns - from);
             d->last_bytes = pt->bytes;
         }
@@ -243,6 +270,58 @@ static void part_done(const ferry_batch_result_t *r, void *arg)
 {
     pset_part_t *pt = arg;
     part_end(pt->b->s, pt, r, r->status);
+}
+
+/* The CPU's probe came back: its time is the CPU's first sample, and on a virtual clock its
+ * backlog (its threads were busy with it). */
+static void probe_done(const ferry_batch_result_t *r, void *arg)
+{
+    struct ferry__pset *s = arg;
+    pthread_mutex_lock(&s->lock);
+    for (unsigned i = 0; i < s->n; i++) {
+        pset_dev_t *d = &s->d[i];
+        if (d->cpu == NULL)
+            continue;
+        d->probing = false;
+        if (r->status != 0 || r->done_ns <= r->submit_ns)
+            break;
+        uint64_t from = r->submit_ns > d->last_done_ns ? r->submit_ns : d->last_done_ns;
+        if (r->done_ns > from &&
+            ferry__perf_record(s->model, (int)i, 0, r->bytes, r->done_ns - from) == 0)
+            d->last_bytes = r->bytes;
+        if (s->virt && r->done_ns > from)
+            d->vbusy += (double)(r->done_ns - from);
+        if (r->done_ns > d->last_done_ns)
+            d->last_done_ns = r->done_ns;
+    }
+    pthread_mutex_unlock(&s->lock);
+    free((void *)r->in); /* the copy probe_start made, its output after it */
+}
+
+/* Give the CPU device @dev a copy of the last @bytes of @in (zeros for a batch that a
+ * prepare fills: the CPU functions' time does not depend on the values), to time; nothing
+ * waits for it. Not given: the CPU takes no work until a later batch probes it again. */
+static void probe_start(struct ferry__pset *s, unsigned dev, const ferry_batch_t *in, size_t bytes)
+{
+    unsigned char *buf = calloc(2, bytes);
+    int rc = FERRY_ENOMEM;
+    if (buf != NULL) {
+        if (in->in != NULL)
+            memcpy(buf, (const unsigned char *)in->in + (in->bytes - bytes), bytes);
+        ferry_batch_t b = FERRY_BATCH_INIT;
+        b.in = buf;
+        b.out = buf + bytes;
+        b.bytes = bytes;
+        b.user = in->user;
+        rc = ferry__cpudev_submit(s->d[dev].cpu, &b, UINT64_MAX, in->bytes - bytes, true,
+                                  probe_done, s);
+    }
+    if (rc != 0) {
+        free(buf);
+        pthread_mutex_lock(&s->lock);
+        s->d[dev].probing = false;
+        pthread_mutex_unlock(&s->lock);
+    }
 }
 
 /* A part's chunks are filled by the caller's prepare at their offsets in the whole batch. */
@@ -434,6 +513,7 @@ static int set_cpu_open(struct ferry__pset *s, const ferry_pipeline_config_t *cf
                  : ferry__error(FERRY_EINVAL, "ferry_pipeline_create: cfg->stage is NULL");
     if (rc != 0)
         return rc;
+    s->gran = st.granularity > 1 ? st.granularity : 1;
     if (first_gpu >= 0) {
         ferry_pipeline_t *pl = s->d[first_gpu].pl;
         ferry_pipeline_stats_t ps = FERRY_PIPELINE_STATS_INIT;
@@ -447,6 +527,7 @@ static int set_cpu_open(struct ferry__pset *s, const ferry_pipeline_config_t *cf
         c = c ? c : PSET_CPU_CHUNK;
         size_t g = st.granularity > 1 ? st.granularity : 1;
         s->chunk = c >= g ? c - c % g : g;
+
         snprintf(s->h->stage_name, sizeof(s->h->stage_name), "%s", st.name ? st.name : "stage");
     }
     for (unsigned i = 0; rc == 0 && i < s->n; i++) {
@@ -578,11 +659,14 @@ int ferry__pset_submit(struct ferry__pset *s, const ferry_batch_t *batch, ferry_
         pthread_cond_wait(&s->cv, &s->lock);
     }
     pset_part_t parts[FERRY_MAX_DEVICE_SET];
-    unsigned np = plan_parts(s, in.bytes, parts);
+    unsigned probe_dev = 0;
+    size_t probe_bytes = 0;
+    unsigned np = plan_parts(s, in.bytes, parts, &probe_dev, &probe_bytes);
     pset_batch_t *b = calloc(1, sizeof(*b) + np * sizeof(pset_part_t));
     if (b == NULL) {
         for (unsigned i = 0; i < np; i++)
             s->d[parts[i].dev].held -= parts[i].bytes;
+        s->d[probe_dev].probing &= probe_bytes == 0;
         pthread_mutex_unlock(&s->lock);
         return ferry__error(FERRY_ENOMEM, "ferry_pipeline_submit: a batch record");
     }
@@ -603,6 +687,8 @@ int ferry__pset_submit(struct ferry__pset *s, const ferry_batch_t *batch, ferry_
     pthread_mutex_unlock(&s->lock);
     if (id != NULL)
         *id = b->id;
+    if (probe_bytes > 0) /* first: the CPU holds no part while it probes */
+        probe_start(s, probe_dev, &in, probe_bytes);
     for (unsigned i = 0; i < np; i++) {
         pset_part_t *pt = &b->parts[i];
         ferry_batch_t sub = FERRY_BATCH_INIT;
@@ -617,11 +703,13 @@ int ferry__pset_submit(struct ferry__pset *s, const ferry_batch_t *batch, ferry_
             sub.prepare_arg = pt;
         }
         int rc = s->d[pt->dev].cpu != NULL
-                     ? ferry__cpudev_submit(s->d[pt->dev].cpu, &sub, b->id, pt->off, part_done, pt)
+                     ? ferry__cpudev_submit(s->d[pt->dev].cpu, &sub, b->id, pt->off, false,
+                                            part_done, pt)
                      : ferry_pipeline_submit(s->d[pt->dev].pl, &sub, part_done, pt, NULL);
         if (rc != 0) /* not taken: the part fails, the batch with it, its callback still runs */
             part_end(s, pt, NULL, rc);
     }
+
     pthread_mutex_lock(&s->lock);
     if (--s->entering == 0)
         pthread_cond_broadcast(&s->cv);

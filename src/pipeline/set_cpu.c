@@ -12,15 +12,18 @@
 #include "pipeline/set_cpu.h"
 
 #define CPUDEV_MAX_THREADS 256
+#define CPUDEV_MIN_PIECE   (64u << 10)
 
 typedef struct cpart {
     ferry_batch_t b;
     uint64_t batch_id;
     size_t base_off;
+    size_t piece; /* bytes per chunk run: the chunk, or less to spread a small part */
     uint32_t nchunks, next, left;
     int status;
     uint64_t submit_ns, done_ns;
     uint64_t work_ns; /* its chunks' time, summed */
+    bool probe;       /* timed, not counted (ferry__cpudev_submit) */
     ferry_done_fn cb;
     void *arg;
     struct cpart *next_part;
@@ -57,15 +60,19 @@ static void account(ferry__cpudev_t *c, cpart_t *p, size_t n, uint64_t t0, uint6
 {
     uint64_t dur = t1 > t0 ? t1 - t0 : 1;
     p->work_ns += dur;
-    c->busy_ns += dur;
-    c->chunks++;
-    c->bytes += n;
+    if (!p->probe) {
+        c->busy_ns += dur;
+        c->chunks++;
+        c->bytes += n;
+    }
     if (c->virt)
         return; /* placed on the clock when the part ends (place) */
-    if (!c->any || t0 < c->first_ns)
-        c->first_ns = t0;
-    c->any = true;
-    c->last_ns = t1 > c->last_ns ? t1 : c->last_ns;
+    if (!p->probe) {
+        if (!c->any || t0 < c->first_ns)
+            c->first_ns = t0;
+        c->any = true;
+        c->last_ns = t1 > c->last_ns ? t1 : c->last_ns;
+    }
     p->done_ns = t1 > p->done_ns ? t1 : p->done_ns;
 }
 
@@ -77,7 +84,7 @@ static void place(ferry__cpudev_t *c, cpart_t *p)
     double t = (double)p->work_ns / (double)c->lanes;
     if (c->mem_bpns > 0 && (double)p->b.bytes / c->mem_bpns > t)
         t = (double)p->b.bytes / c->mem_bpns;
-    c->any = true;
+    c->any |= !p->probe; /* a probe alone: no elapsed time of the device's own work */
     p->submit_ns = c->last_ns;
     c->last_ns += (uint64_t)t + 1;
     p->done_ns = c->last_ns;
@@ -88,8 +95,8 @@ static void place(ferry__cpudev_t *c, cpart_t *p)
 static int run_chunk(ferry__cpudev_t *c, cpart_t *p, uint32_t k, uint64_t seq, unsigned char *tmp,
                      uint64_t *t0, uint64_t *t1)
 {
-    size_t off = (size_t)k * c->chunk;
-    size_t n = p->b.bytes - off < c->chunk ? p->b.bytes - off : c->chunk;
+    size_t off = (size_t)k * p->piece;
+    size_t n = p->b.bytes - off < p->piece ? p->b.bytes - off : p->piece;
     const void *in = p->b.in != NULL ? (const unsigned char *)p->b.in + off : NULL;
     int rc = 0;
     if (p->b.prepare != NULL) {
@@ -151,9 +158,9 @@ static void *cpudev_main(void *arg)
         uint64_t t0 = 0, t1 = 0;
         int rc = tmp != NULL ? run_chunk(c, p, k, seq, tmp, &t0, &t1)
                              : ferry__error(FERRY_ENOMEM, "the CPU device: no scratch memory");
-        size_t off = (size_t)k * c->chunk;
+        size_t off = (size_t)k * p->piece;
         pthread_mutex_lock(&c->lock);
-        account(c, p, p->b.bytes - off < c->chunk ? p->b.bytes - off : c->chunk, t0, t1);
+        account(c, p, p->b.bytes - off < p->piece ? p->b.bytes - off : p->piece, t0, t1);
         if (rc != 0 && p->status == 0)
             p->status = rc > 0 || rc < FERRY_ERR_MIN_ ? FERRY_EKERNEL : rc;
         if (--p->left == 0) {
@@ -200,7 +207,7 @@ int ferry__cpudev_create(const ferry_stage_t *stage, size_t chunk, unsigned lane
 }
 
 int ferry__cpudev_submit(ferry__cpudev_t *c, const ferry_batch_t *part, uint64_t batch_id,
-                         size_t base_off, ferry_done_fn cb, void *arg)
+                         size_t base_off, bool probe, ferry_done_fn cb, void *arg)
 {
     cpart_t *p = calloc(1, sizeof(*p));
     if (p == NULL)
@@ -208,7 +215,15 @@ int ferry__cpudev_submit(ferry__cpudev_t *c, const ferry_batch_t *part, uint64_t
     p->b = *part;
     p->batch_id = batch_id;
     p->base_off = base_off;
-    p->nchunks = (uint32_t)((part->bytes + c->chunk - 1) / c->chunk);
+    p->probe = probe;
+    /* a part smaller than a chunk per thread (the probe) is spread over the threads, in
+     * pieces of at least CPUDEV_MIN_PIECE at the stage's granularity */
+    size_t g = c->stage.granularity > 1 ? c->stage.granularity : 1;
+    size_t piece = (part->bytes + c->nthreads - 1) / c->nthreads;
+    piece = piece > CPUDEV_MIN_PIECE ? piece : CPUDEV_MIN_PIECE;
+    piece = (piece + g - 1) / g * g;
+    p->piece = piece < c->chunk ? piece : c->chunk;
+    p->nchunks = (uint32_t)((part->bytes + p->piece - 1) / p->piece);
     p->left = p->nchunks;
     p->cb = cb;
     p->arg = arg;

@@ -25,12 +25,14 @@ int ferry__cpudev_create(const ferry_stage_t *stage, size_t chunk, unsigned lane
                          double mem_gbps, ferry__cpudev_t **out);
 
 /* Run @part (in, out or prepare as in a batch; prepare is called with offsets within the part)
- * of batch @batch_id, whose first byte is at @base_off in its batch, chunk by chunk; @cb(@arg)
+ * of batch @batch_id, whose first byte is at @base_off in its batch, chunk by chunk (in pieces
+ * spread over the threads when it is smaller than a chunk each); a @probe takes the device's
+ * time but is left out of its figures (bytes, chunks, elapsed); @cb(@arg)
  * runs once, on one of the device's threads (on this one for an empty part), with where
  * FERRY_DONE_CPU or FERRY_DONE_FAILED and submit_ns and done_ns on the device's clock.
  * Returns 0 or FERRY_ENOMEM (@cb not called). */
 int ferry__cpudev_submit(ferry__cpudev_t *c, const ferry_batch_t *part, uint64_t batch_id,
-                         size_t base_off, ferry_done_fn cb, void *arg);
+                         size_t base_off, bool probe, ferry_done_fn cb, void *arg);
 
 /* Wait until every part submitted has called back. */
 void ferry__cpudev_drain(ferry__cpudev_t *c);

@@ -51,6 +51,7 @@ typedef struct pset_dev {
     uint64_t last_done_ns;
     uint64_t bytes, parts, parts_cpu;
     bool left;
+    bool probing; /* the CPU device: its probe is out (set.c, probe_start) */
     char why[128];
 } pset_dev_t;
 
@@ -58,6 +59,7 @@ struct ferry__pset {
     ferry_pipeline_t *h; /* the handle callers hold: h->set == this */
     ferry_runtime_t *rt;
     size_t chunk;
+    size_t gran; /* the stage's granularity (1: bytes) */
     unsigned n;
     pset_dev_t *d;
     pthread_mutex_t lock;
