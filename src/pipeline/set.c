@@ -102,7 +102,7 @@ static unsigned plan_parts(struct ferry__pset *s, size_t bytes, pset_part_t *par
      * a copy of the batch's tail (PSET_CPU_PROBE bytes, one probe at a time, probe_start) that
      * no batch waits for, and the model predicts its parts from that (proportionally to
      * bytes, sched/perfmodel.h). A whole chunk as its first part held a run for as long as a
-     * slow CPU took on it (16 MiB of fma at intensity 200: 7.1 GB/s where the GPU alone made
+     * slow CPU took on it (16 MiB of fma at intensity 200: 6.1 GB/s where the GPU alone made
      * 47.5), and a probe of 256 KiB inside the batch still did on a short run (128 MiB of it:
      * 19.5 GB/s, the probe 6.9 ms of the CPU's clock). */
     int probe = cpu_probe(s);
