@@ -31,18 +31,20 @@ void ferry__pset_fill_stats(struct ferry__pset *s, ferry_pipeline_stats_t *out)
         if (k == 0)
             sum = st;
         else {
-            sum.chunks += st.chunks;
-            sum.bytes_h2d += st.bytes_h2d;
-            sum.bytes_d2h += st.bytes_d2h;
-            sum.staged_bytes += st.staged_bytes;
-            sum.copied_out_bytes += st.copied_out_bytes;
-            sum.chunks_timed += st.chunks_timed;
-            sum.chunks_cpu += st.chunks_cpu;
-            sum.failure_records += st.failure_records;
-            sum.deadlines_passed += st.deadlines_passed;
-            sum.chunks_retried += st.chunks_retried;
-            sum.bw_alerts += st.bw_alerts;
-            sum.failure_log_errors += st.failure_log_errors;
+#define SUMF(f) sum.f += st.f
+            SUMF(chunks);
+            SUMF(bytes_h2d);
+            SUMF(bytes_d2h);
+            SUMF(staged_bytes);
+            SUMF(copied_out_bytes);
+            SUMF(chunks_timed);
+            SUMF(chunks_cpu);
+            SUMF(failure_records);
+            SUMF(deadlines_passed);
+            SUMF(chunks_retried);
+            SUMF(bw_alerts);
+            SUMF(failure_log_errors);
+#undef SUMF
             sum.gpu_lost |= st.gpu_lost;
             sum.gpu_hung |= st.gpu_hung;
             sum.host_pinned &= st.host_pinned;

@@ -6,9 +6,9 @@
 # held whole runs; the light ones (copy, scale) are where the CPU takes a real share.
 . "$(dirname "$0")/lib.sh"
 
-# sanitizer builds (FERRY_TEST_SCALE=sanitizer) move a quarter of the bytes
+# sanitizer builds (FERRY_TEST_SCALE=sanitizer) move an eighth of the bytes
 big=1G heavy=64M heaviest=32M
-[ "${FERRY_TEST_SCALE:-}" = sanitizer ] && big=256M heavy=16M heaviest=8M
+[ "${FERRY_TEST_SCALE:-}" = sanitizer ] && big=128M heavy=8M heaviest=4M
 while read -r name bytes args; do
   expect_rc "$name, device 0" 0 "$FERRY" run --backend sim --bytes "$bytes" $args --devices 0 --json
   cp "$TMP/out" "$TMP/one.json"

@@ -158,16 +158,23 @@ static void test_cpu_alone(void **state)
     }
 }
 
+/* A set of @devs copying in chunks of 1 MiB. */
+static ferry_pipeline_t *set_of(ferry_device_t **devs, unsigned n)
+{
+    static ferry_stage_t st;
+    st = test_cpu_stage("copy", test_cpu_copy);
+    ferry_pipeline_config_t pc = test_pipeline_config(NULL, &st, 1u << 20);
+    pc.devices = devs;
+    pc.ndevices = n;
+    return test_pipeline(&pc);
+}
+
 /* The set takes work on the GPU and the CPU: bytes verified, the CPU probed (a rate). */
 static void test_gpu_and_cpu(void **state)
 {
     (void)state;
     ferry_device_t *devs[2] = {test_dev, cpu_dev()};
-    ferry_stage_t st = test_cpu_stage("copy", test_cpu_copy);
-    ferry_pipeline_config_t pc = test_pipeline_config(NULL, &st, 1u << 20);
-    pc.devices = devs;
-    pc.ndevices = 2;
-    ferry_pipeline_t *p = test_pipeline(&pc);
+    ferry_pipeline_t *p = set_of(devs, 2);
     tally_t t;
     run_verified(p, 16, 6u << 20, &t);
     ferry_pipeline_device_stats_t d = FERRY_PIPELINE_DEVICE_STATS_INIT;
