@@ -75,14 +75,19 @@ static void plan_rates(const struct ferry__pset *s, size_t bytes, double *r)
                                            : k;
 }
 
-/* The CPU device while it has no measured part (-1: none, or measured): it gets no share of a
- * batch until its probe comes back, so that a CPU far slower than the GPUs (a compute-heavy
- * stage) holds nothing but the probe. */
+/* The CPU device while it is not calibrated (-1: none, or calibrated): it gets no share of a
+ * batch until a probe of a whole chunk has come back (or its rate came from a saved model, or
+ * it has run parts), so that a CPU slower than its first guess holds nothing. */
 static int cpu_probe(const struct ferry__pset *s)
 {
-    for (unsigned i = 0; i < s->n; i++)
-        if (s->d[i].cpu != NULL && !s->d[i].left && ferry__pset_dev_rate(s, i, s->chunk) <= 0)
+    for (unsigned i = 0; i < s->n; i++) {
+        const pset_dev_t *d = &s->d[i];
+        if (d->cpu == NULL || d->left)
+            continue;
+        bool rated = ferry__pset_dev_rate(s, i, s->chunk) > 0;
+        if (!rated || (d->probed > 0 && d->probed < s->chunk && d->parts == 0))
             return (int)i;
+    }
     return -1;
 }
 
@@ -98,18 +103,28 @@ static unsigned plan_parts(struct ferry__pset *s, size_t bytes, pset_part_t *par
     bool any = false;
     for (unsigned i = 0; i < s->n; i++)
         any |= !s->d[i].left;
-    /* The CPU without a measured part takes no share while another device is there: it times
-     * a copy of the batch's tail (PSET_CPU_PROBE bytes, one probe at a time, probe_start) that
-     * no batch waits for, and the model predicts its parts from that (proportionally to
-     * bytes, sched/perfmodel.h). A whole chunk as its first part held a run for as long as a
-     * slow CPU took on it (16 MiB of fma at intensity 200: 6.1 GB/s where the GPU alone made
-     * 47.5), and a probe of 256 KiB inside the batch still did on a short run (128 MiB of it:
-     * 19.5 GB/s, the probe 6.9 ms of the CPU's clock). */
+    /* The CPU takes no share while another device is there until it is calibrated: it times a
+     * copy of the batch's tail that no batch waits for (one probe at a time, probe_start):
+     * first PSET_CPU_PROBE bytes, from which the model predicts its parts (proportionally to
+     * bytes, sched/perfmodel.h); then, only when that predicts a share of at least half a
+     * chunk, a whole chunk, as its parts will be (a small probe runs in the caches: under
+     * AddressSanitizer 256 KiB of scale predicted 3x the rate of its 8 MiB parts, and one such
+     * part held a short run at 0.7x the GPU alone). A whole chunk as its first part held a run for
+     * as long as a slow CPU took on it (16 MiB of fma at intensity 200: 6.1 GB/s where the GPU
+     * alone made 47.5), and a probe of 256 KiB inside the batch still did on a short run (128 MiB
+     * of it: 19.5 GB/s, the probe 6.9 ms of the CPU's clock). */
     int probe = cpu_probe(s);
     unsigned others = 0;
     for (unsigned i = 0; i < s->n; i++)
         others += (int)i != probe && (!any || !s->d[i].left);
     size_t pb = bytes < PSET_CPU_PROBE ? bytes : PSET_CPU_PROBE;
+    if (probe >= 0 && s->d[probe].probed > 0) { /* the chunk's probe, if worth it */
+        double others_r = 0;
+        for (unsigned i = 0; i < s->n; i++)
+            others_r += (int)i != probe && (!any || !s->d[i].left) ? r[i] : 0;
+        double cpu_share = (double)bytes * r[probe] / (others_r + r[probe]);
+        pb = cpu_share * 2 >= (double)s->chunk ? (bytes < s->chunk ? bytes : s->chunk) : 0;
+    }
     pb -= pb % s->gran;
     *probe_bytes = 0;
     if (probe >= 0 && others > 0 && !s->d[probe].probing && pb > 0) {
@@ -287,8 +302,10 @@ static void probe_done(const ferry_batch_result_t *r, void *arg)
             break;
         uint64_t from = r->submit_ns > d->last_done_ns ? r->submit_ns : d->last_done_ns;
         if (r->done_ns > from &&
-            ferry__perf_record(s->model, (int)i, 0, r->bytes, r->done_ns - from) == 0)
+            ferry__perf_record(s->model, (int)i, 0, r->bytes, r->done_ns - from) == 0) {
             d->last_bytes = r->bytes;
+            d->probed = r->bytes > d->probed ? r->bytes : d->probed;
+        }
         if (s->virt && r->done_ns > from)
             d->vbusy += (double)(r->done_ns - from);
         if (r->done_ns > d->last_done_ns)

@@ -51,7 +51,8 @@ typedef struct pset_dev {
     uint64_t last_done_ns;
     uint64_t bytes, parts, parts_cpu;
     bool left;
-    bool probing; /* the CPU device: its probe is out (set.c, probe_start) */
+    bool probing;  /* the CPU device: its probe is out (set.c, probe_start) */
+    size_t probed; /* the CPU device: its largest probe measured */
     char why[128];
 } pset_dev_t;
 
