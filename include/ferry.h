@@ -115,8 +115,16 @@ FERRY_EXTERN const ferry_options_t *ferry_runtime_options(const ferry_runtime_t 
 /** Number of devices the backend offers (>= 1 on a created runtime), or a negative code. */
 FERRY_EXTERN int ferry_device_count(ferry_runtime_t *rt);
 /** Borrow device @p index of @p rt (owned by the runtime). Returns 0, FERRY_EINVAL or
- *  FERRY_ENODEV; the first call for an index opens the device. Thread-safe. */
+ *  FERRY_ENODEV; the first call for an index opens the device. Thread-safe.
+ *  @p index FERRY_DEVICE_CPU is the host's CPU as a device: a device of pipeline sets
+ *  (ferry_pipeline_config_t.devices, or .device alone), where it runs the stage's CPU function
+ *  on whole chunks on threads of its own (option cpu_threads; docs/devices.md). It has no
+ *  memory, streams or copies: ferry_pool_create, ferry_host_register, ferry_host_alloc,
+ *  ferry_bench_copy, ferry_calibrate and ferry_connections_measure on it return
+ *  FERRY_ENOTSUP. Its props: backend "cpu", index FERRY_DEVICE_CPU, simulated false; its clock
+ *  CLOCK_MONOTONIC (a set on simulated GPUs keeps a virtual clock for it of its own). */
 FERRY_EXTERN int ferry_device_get(ferry_runtime_t *rt, int index, ferry_device_t **out);
+#define FERRY_DEVICE_CPU (-1)
 
 typedef struct ferry_device_props {
     size_t size;              /* sizeof(ferry_device_props_t), set by the caller (INIT macro) */
@@ -152,9 +160,10 @@ FERRY_EXTERN bool ferry_device_is_simulated(const ferry_device_t *dev);
 /** The device's clock in nanoseconds: virtual on sim, CLOCK_MONOTONIC on cuda. */
 FERRY_EXTERN uint64_t ferry_device_now_ns(ferry_device_t *dev);
 
-/** The devices named by @p spec: "all" (every device of the backend) or indices separated by
- *  commas ("0,2"); NULL reads the runtime's option `devices`, and when that is empty the one
- *  device of option `device`. Opens them and writes up to @p max to @p out, their count to
+/** The devices named by @p spec: "all" (every device of the backend), indices, and "cpu" (the
+ *  CPU as a device, FERRY_DEVICE_CPU), separated by commas ("0,2", "all,cpu"); NULL reads the
+ * runtime's option `devices`, and when that is empty the one device of option `device`. Opens them
+ * and writes up to @p max to @p out, their count to
  *  @p n. Returns 0, FERRY_EINVAL (a bad spec, named with what is accepted; an index twice;
  *  more than @p max), FERRY_ENODEV (an index the backend does not have). Thread-safe. */
 FERRY_EXTERN int ferry_devices_select(ferry_runtime_t *rt, const char *spec, ferry_device_t **out,

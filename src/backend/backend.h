@@ -191,6 +191,8 @@ const ferry_backend_ops_t *ferry__backend_find(const char *name);
 /* Built-in backends (the cuda one exists only when built with FERRY_WITH_CUDA). */
 extern const ferry_backend_ops_t ferry__sim_backend;
 extern const ferry_backend_ops_t ferry__cuda_backend;
+/* The CPU device's table (backend/cpu/cpu_backend.c): no operations. */
+extern const ferry_backend_ops_t ferry__cpu_device_ops;
 
 /* A device (ferry_device_t): a backend's device handle and what the runtime knows of it.
  * Defined here, below the runtime, so that the wrappers in backend.c reach a device's backend

@@ -252,6 +252,7 @@ int ferry_runtime_destroy(ferry_runtime_t *rt)
         free(d);
     }
     free(rt->devs);
+    free(rt->cpu_dev);
     free(rt->regs);
     ferry_options_destroy(rt->opts);
     pthread_rwlock_destroy(&rt->reg_lock);
@@ -287,13 +288,39 @@ int ferry_device_count(ferry_runtime_t *rt)
     return rt->ndev;
 }
 
+/* The CPU as a device (FERRY_DEVICE_CPU): made at the first call, freed with the runtime. */
+static int cpu_device(ferry_runtime_t *rt, ferry_device_t **out)
+{
+    pthread_mutex_lock(&rt->lock);
+    ferry_device_t *d = rt->cpu_dev;
+    if (d == NULL && (d = calloc(1, sizeof(*d))) != NULL) {
+        d->rt = rt;
+        d->ops = &ferry__cpu_device_ops;
+        d->index = FERRY_DEVICE_CPU;
+        d->props.size = sizeof(d->props);
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        char name[64];
+        snprintf(name, sizeof(name), "CPU (%ld threads)", cpus > 0 ? cpus : 1);
+        ferry__be_props_begin(&d->props, name, "cpu", FERRY_DEVICE_CPU, false);
+        rt->cpu_dev = d;
+    }
+    pthread_mutex_unlock(&rt->lock);
+    if (d == NULL)
+        return ferry__rt_fail(rt, ferry__error(FERRY_ENOMEM, "ferry_device_get: out of memory"));
+    *out = d;
+    return 0;
+}
+
 int ferry_device_get(ferry_runtime_t *rt, int index, ferry_device_t **out)
 {
     if (rt == NULL || out == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_device_get: NULL argument");
+    if (index == FERRY_DEVICE_CPU)
+        return cpu_device(rt, out);
     if (index < 0 || index >= rt->ndev)
         return ferry__rt_fail(rt, ferry__error(FERRY_ENODEV,
-                                               "device %d does not exist (backend %s has %d)",
+                                               "device %d does not exist (backend %s has %d; "
+                                               "the CPU is FERRY_DEVICE_CPU)",
                                                index, rt->ops->name, rt->ndev));
     int rc = 0;
     pthread_mutex_lock(&rt->lock);
@@ -356,12 +383,9 @@ static int select_index(ferry_runtime_t *rt, const char *tok, size_t len, const 
         v = v * 10 + (tok[i] - '0');
     if (len == 0 || i < len)
         return ferry__error(FERRY_EINVAL,
-                            "devices \"%s\": \"%.*s\" is not a device; accepted: all, or "
-                            "device indices separated by commas (0,2)%s",
-                            spec, (int)len, tok,
-                            len == 3 && memcmp(tok, "cpu", 3) == 0
-                                ? " (the CPU as a device of a set is not built yet)"
-                                : "");
+                            "devices \"%s\": \"%.*s\" is not a device; accepted: all, cpu, "
+                            "or device indices, separated by commas (0,2 or all,cpu)",
+                            spec, (int)len, tok);
     if (v >= rt->ndev)
         return ferry__error(FERRY_ENODEV,
                             "devices \"%s\": device %ld does not exist (backend "
@@ -386,28 +410,35 @@ int ferry_devices_select(ferry_runtime_t *rt, const char *spec, ferry_device_t *
     int idx[FERRY_MAX_DEVICE_SET];
     unsigned k = 0;
     int rc = 0;
-    if (strcmp(spec, "all") == 0) {
-        for (int i = 0; i < rt->ndev && k < FERRY_MAX_DEVICE_SET; i++)
-            idx[k++] = i;
-    } else {
-        for (const char *p = spec; rc == 0;) {
-            const char *c = strchr(p, ',');
-            size_t len = c != NULL ? (size_t)(c - p) : strlen(p);
-            int v = 0;
-            rc = select_index(rt, p, len, spec, &v);
+    for (const char *p = spec; rc == 0;) {
+        const char *c = strchr(p, ',');
+        size_t len = c != NULL ? (size_t)(c - p) : strlen(p);
+        int add[FERRY_MAX_DEVICE_SET], na = 1;
+        if (len == 3 && memcmp(p, "all", 3) == 0) {
+            for (na = 0; na < rt->ndev && na < FERRY_MAX_DEVICE_SET; na++)
+                add[na] = na;
+        } else if (len == 3 && memcmp(p, "cpu", 3) == 0) {
+            add[0] = FERRY_DEVICE_CPU;
+        } else {
+            rc = select_index(rt, p, len, spec, &add[0]);
+        }
+        for (int a = 0; rc == 0 && a < na; a++) {
             for (unsigned j = 0; rc == 0 && j < k; j++)
-                if (idx[j] == v)
-                    rc = ferry__error(FERRY_EINVAL, "devices \"%s\": device %d is named twice",
-                                      spec, v);
+                if (idx[j] == add[a])
+                    rc =
+                        add[a] == FERRY_DEVICE_CPU
+                            ? ferry__error(FERRY_EINVAL, "devices \"%s\": cpu is named twice", spec)
+                            : ferry__error(FERRY_EINVAL, "devices \"%s\": device %d is named twice",
+                                           spec, add[a]);
             if (rc == 0 && k == FERRY_MAX_DEVICE_SET)
                 rc = ferry__error(FERRY_EINVAL, "devices \"%s\": more than %d devices", spec,
                                   FERRY_MAX_DEVICE_SET);
             if (rc == 0)
-                idx[k++] = v;
-            if (c == NULL)
-                break;
-            p = c + 1;
+                idx[k++] = add[a];
         }
+        if (c == NULL)
+            break;
+        p = c + 1;
     }
     if (rc == 0 && k > max)
         rc = ferry__error(FERRY_EINVAL, "devices \"%s\": %u devices, room for %u", spec, k, max);

@@ -27,7 +27,8 @@ struct ferry_runtime {
     pthread_mutex_t lock;
     char last_error[512];
     int ndev;
-    ferry_device_t **devs; /* opened lazily */
+    ferry_device_t **devs;   /* opened lazily */
+    ferry_device_t *cpu_dev; /* FERRY_DEVICE_CPU, made at its first ferry_device_get */
     /* Host ranges pinned with ferry_host_register, sorted by start, under reg_lock: the
      * pipeline copies from and to them directly instead of staging. */
     pthread_rwlock_t reg_lock;

@@ -318,6 +318,14 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     int rc = ferry__config_import(&c, sizeof(c), cfg, &ferry__cfg_pipeline, NULL);
     if (rc != 0)
         return rc;
+    if (c.device != NULL && c.device->index == FERRY_DEVICE_CPU && c.devices == NULL) {
+        /* the CPU alone: a set of one (its device runs only in sets) */
+        ferry_device_t *only[1] = {c.device};
+        c.devices = only;
+        c.ndevices = 1;
+        c.device = NULL;
+        return ferry__pset_create(&c, out);
+    }
     if (c.ndevices > 0 || c.devices != NULL)
         return ferry__pset_create(&c, out);
     if (c.device == NULL)

@@ -472,6 +472,9 @@ void ferry__pipe_write_failure_record(ferry_pipeline_t *p, const slot_t *s, int 
 void ferry__pipe_wd_hang(void *ctx, const ferry__wd_head_t *h, uint64_t now, uint64_t since_abort,
                          bool heartbeat_stalled);
 size_t ferry__pipe_sub_bytes(const ferry_pipeline_t *p, const slot_t *s, uint32_t i, size_t *at);
+/* The stage's CPU function on @a (through an aligned buffer when the pointers are not aligned
+ * for the stage's granularity). The one place every CPU path runs it: recover.c. */
+int ferry__stage_cpu_run(const ferry_stage_t *st, ferry_kernel_args_t *a);
 int ferry__pipe_cpu_chunk(ferry_pipeline_t *p, const batch_rec_t *b, const void *in, void *out,
                           size_t n, size_t off, uint32_t chunk, uint32_t attempt, uint64_t seq);
 void ferry__pipe_batch_cpu_result(batch_rec_t *b, uint32_t ok, int rc);

@@ -128,14 +128,14 @@ int ferry__pipe_retry_on_gpu(ferry_pipeline_t *p, slot_t *s)
  * float for 4): the user's own pointers may not be aligned for them (the CPU path hands over
  * the batch's in and out, at any address), so then the chunk goes through an aligned buffer.
  * The GPU path never needs it: device buffers are 256-byte aligned. */
-static int cpu_run(ferry_pipeline_t *p, ferry_kernel_args_t *a)
+int ferry__stage_cpu_run(const ferry_stage_t *st, ferry_kernel_args_t *a)
 {
-    size_t g = p->stage.granularity; /* imported at create: 0 when the caller's stage lacks it */
+    size_t g = st->granularity; /* imported at create: 0 when the caller's stage lacks it */
     size_t align = 1;
     while (align < 16 && g % (align * 2) == 0 && g >= align * 2)
         align *= 2; /* the largest power of two dividing g, up to 16 */
     if (align == 1 || (((uintptr_t)a->in | (uintptr_t)a->out) & (align - 1)) == 0)
-        return p->stage.cpu(a, p->stage.user);
+        return st->cpu(a, st->user);
     size_t span = (a->bytes + 15) & ~(size_t)15;
     unsigned char *tmp = NULL;
     if (posix_memalign((void **)&tmp, 16, 2 * span + 16) != 0)
@@ -144,7 +144,7 @@ static int cpu_run(ferry_pipeline_t *p, ferry_kernel_args_t *a)
     memcpy(tmp, a->in, a->bytes);
     b.in = tmp;
     b.out = tmp + span;
-    int rc = p->stage.cpu(&b, p->stage.user);
+    int rc = st->cpu(&b, st->user);
     if (rc == 0)
         memcpy(a->out, tmp + span, a->bytes);
     free(tmp);
@@ -167,7 +167,7 @@ int ferry__pipe_cpu_chunk(ferry_pipeline_t *p, const batch_rec_t *b, const void 
                                 .attempt = attempt,
                                 .seq = seq,
                                 .batch_user = b->b.user};
-    return cpu_run(p, &args);
+    return ferry__stage_cpu_run(&p->stage, &args);
 }
 
 /* What the CPU did for @b: @ok more chunks done there, and @rc the first error to keep. */

@@ -14,7 +14,8 @@
  * one hands it to the set's own completion thread, which calls the caller's callback, so that a
  * set's callbacks run one at a time, on one thread, as a pipeline's do. The set bounds the
  * batches in flight (queue_depth) and every device's pipeline has a queue that deep, so a part
- * is never refused for room. */
+ * is never refused for room. How a batch is cut (the rates, the CPU's probe, water filling) is
+ * set_plan.c's. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,209 +23,12 @@
 
 #include "base/config.h"
 #include "core/runtime.h"
-#include "pipeline/pipeline_internal.h"
 #include "pipeline/set.h"
-#include "monitor/latency.h"
-#include "sched/perfmodel.h"
+#include "pipeline/set_internal.h"
 
 #define PSET_DEFAULT_INFLIGHT_PER_DEVICE 16
-
-typedef struct pset_batch pset_batch_t;
-
-typedef struct pset_part {
-    pset_batch_t *b;
-    unsigned dev;
-    size_t off, bytes;
-    /* under the set's lock: what of it went to other devices after this one left (handback),
-     * bytes and chunks; heap: a part made by handback, freed when it ends */
-    size_t moved;
-    uint32_t moved_chunks;
-    bool heap;
-} pset_part_t;
-
-struct pset_batch {
-    struct ferry__pset *s;
-    uint64_t id;
-    ferry_batch_t batch; /* the caller's */
-    ferry_done_fn cb;
-    void *arg;
-    unsigned nparts, left; /* left: under the set's lock */
-    int status;
-    ferry_batch_where_t where;
-    uint32_t chunks;
-    uint64_t submit_ns, done_ns;
-    uint64_t lat_ns;    /* the longest part's, submit to done on its device's clock */
-    pset_batch_t *next; /* the done list */
-    pset_part_t parts[];
-};
-
-typedef struct pset_dev {
-    ferry_device_t *dev;
-    ferry_pipeline_t *pl;
-    char name[128];
-    int index;
-    /* under the set's lock */
-    uint64_t held;     /* bytes of parts submitted and not completed */
-    size_t last_bytes; /* its latest measured part's size (the rate read out); 0: none yet */
-    double link_gbps;  /* the link's theoretical rate per direction (0: unknown), the prior */
-    double vbusy;      /* a simulated device: the device time of every part given it, ns */
-    uint64_t last_done_ns;
-    uint64_t bytes, parts, parts_cpu;
-    uint64_t bytes_moved; /* of its parts, run by other devices after it left */
-    bool left;
-    char why[128];
-} pset_dev_t;
-
-struct ferry__pset {
-    ferry_pipeline_t *h; /* the handle callers hold: h->set == this */
-    ferry_runtime_t *rt;
-    size_t chunk;
-    unsigned n;
-    pset_dev_t *d;
-    pthread_mutex_t lock;
-    pthread_cond_t cv; /* room, completions, the thread's work */
-    unsigned max_inflight, inflight, entering;
-    bool virt; /* simulated devices: each on its own virtual clock */
-    bool nonblocking, shut, released, stop;
-    uint64_t next_id, submitted, completed;
-    uint64_t done_gpu, done_cpu, failed, full_waits, full_eagain;
-    pset_batch_t *done_head, *done_tail;
-    pthread_t thread;
-    bool thread_started;
-    ferry_pipeline_stats_t final;
-    bool final_ready;
-    ferry_perfmodel_t *model; /* slot i: device i; stage 0: the set's stage */
-    ferry__lat_hist_t lat;    /* batch latency (metrics, device="all"), owner h */
-    char model_path[512];     /* option perf_model: loaded at create, saved at close */
-};
-
-/* ---- the rate model ------------------------------------------------------------------- */
-
-/* Device @i's rate for parts of @bytes, bytes per ns, from the performance model (sched/
- * perfmodel.h: a trimmed window of its parts' service times); 0 before it has measured one. */
-static double dev_rate(const struct ferry__pset *s, unsigned i, size_t bytes)
-{
-    uint64_t ns = 0;
-    if (bytes == 0 || ferry__perf_predict(s->model, (int)i, 0, bytes, &ns) != 0 || ns == 0)
-        return 0;
-    return (double)bytes / (double)ns;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Every device's rate for parts of about @bytes, in @r: its own measured one; before it has
- * one, its link's theoretical rate scaled by what the measured devices reach of theirs (the
- * median of those ratios; 1 when none has measured): a Gen4 card beside a Gen5 one starts at
- * half the share, and both are corrected by their first parts. (Holding back batches until
- * every device had measured one cost 1.5-3% on short runs and made the split depend on the
- * host's timing; the link's rate is a good enough start for the copies, and a compute-bound
- * stage corrects it within the batches in flight.) */
-static void plan_rates(const struct ferry__pset *s, size_t bytes, double *r)
-{
-    double ratio[FERRY_MAX_DEVICE_SET];
-    unsigned nk = 0;
-    for (unsigned i = 0; i < s->n; i++)
-        if ((r[i] = dev_rate(s, i, bytes)) > 0 && s->d[i].link_gbps > 0)
-            ratio[nk++] = r[i] / s->d[i].link_gbps;
-    double k = 1.0;
-    if (nk > 0) {
-        qsort(ratio, nk, sizeof(double), cmp_double);
-        k = ratio[nk / 2];
-    }
-    for (unsigned i = 0; i < s->n; i++)
-        if (r[i] <= 0)
-            r[i] = s->d[i].link_gbps > 0 ? k * s->d[i].link_gbps : k;
-}
-
-/* Cut @bytes into parts (at most one per device, contiguous, whole chunks but the last, in
- * device order)
- * written to @parts; returns how many. Under the lock; adds the parts to the devices' held
- * bytes. */
-static unsigned plan_parts(struct ferry__pset *s, size_t bytes, pset_part_t *parts)
-{
-    double r[FERRY_MAX_DEVICE_SET], t[FERRY_MAX_DEVICE_SET], share[FERRY_MAX_DEVICE_SET];
-    plan_rates(s, bytes / s->n > s->chunk ? bytes / s->n : s->chunk, r);
-    bool any = false;
-    for (unsigned i = 0; i < s->n; i++)
-        any |= !s->d[i].left;
-    /* the devices that take work (every one when all have left: their pipelines run on the
-     * CPU), by expected start */
-    unsigned ord[FERRY_MAX_DEVICE_SET], k = 0;
-    for (unsigned i = 0; i < s->n; i++) {
-        /* A GPU's backlog is what it holds now. Simulated devices each keep their own virtual
-         * clock, which runs at the speed this CPU simulates them, not at their modelled rates,
-         * and the clocks of two devices do not compare: a simulated device's backlog is the
-         * device time of all the work given it, so that the devices finish together, each on
-         * its own clock. */
-        t[i] = s->virt ? s->d[i].vbusy : (double)s->d[i].held / r[i];
-        share[i] = 0;
-        if (!any || !s->d[i].left)
-            ord[k++] = i;
-    }
-    for (unsigned a = 1; a < k; a++) /* insertion sort: a handful of devices */
-        for (unsigned b = a; b > 0 && t[ord[b]] < t[ord[b - 1]]; b--) {
-            unsigned x = ord[b];
-            ord[b] = ord[b - 1];
-            ord[b - 1] = x;
-        }
-    if (bytes <= s->chunk || k == 1) {
-        unsigned best = ord[0];
-        for (unsigned j = 1; j < k; j++)
-            if (t[ord[j]] + (double)bytes / r[ord[j]] < t[best] + (double)bytes / r[best])
-                best = ord[j];
-        share[best] = (double)bytes;
-    } else {
-        /* water filling: the first m devices by start all finish at T */
-        double sum_r = 0, sum_tr = 0, T = 0;
-        unsigned m = 0;
-        while (m < k) {
-            sum_r += r[ord[m]];
-            sum_tr += t[ord[m]] * r[ord[m]];
-            m++;
-            T = ((double)bytes + sum_tr) / sum_r;
-            if (m == k || T <= t[ord[m]])
-                break;
-        }
-        for (unsigned j = 0; j < m; j++)
-            share[ord[j]] = (T - t[ord[j]]) * r[ord[j]];
-    }
-    /* contiguous ranges in device order */
-    unsigned np = 0;
-    size_t off = 0;
-    double cum = 0;
-    for (unsigned i = 0; i < s->n && off < bytes; i++) {
-        if (share[i] <= 0)
-            continue;
-        cum += share[i];
-        /* the nearest chunk boundary (whole chunks are the cheapest to move: cutting at an
-         * eighth of a chunk measured 0.6% lower on the mixed rig): what rounding leaves, the
-         * devices' backlogs even out over the next batches */
-        size_t end = (size_t)((cum + (double)s->chunk / 2) / (double)s->chunk) * s->chunk;
-        bool last = true;
-        for (unsigned j = i + 1; j < s->n; j++)
-            last &= share[j] <= 0;
-        if (last || end > bytes)
-            end = bytes;
-        if (end <= off)
-            continue;
-        parts[np++] = (pset_part_t){.dev = i, .off = off, .bytes = end - off};
-        s->d[i].held += end - off;
-        s->d[i].vbusy += (double)(end - off) / r[i];
-        off = end;
-    }
-    if (np == 0) { /* an empty batch: to the earliest device */
-        parts[np++] = (pset_part_t){.dev = ord[0], .off = 0, .bytes = 0};
-    } else if (off < bytes) { /* rounding left a tail: the last part takes it */
-        s->d[parts[np - 1].dev].held += bytes - off;
-        s->d[parts[np - 1].dev].vbusy += (double)(bytes - off) / r[parts[np - 1].dev];
-        parts[np - 1].bytes += bytes - off;
-    }
-    return np;
-}
+/* The CPU's chunk when the set has no GPU to take it from. */
+#define PSET_CPU_CHUNK (4u << 20)
 
 /* ---- completion ------------------------------------------------------------------------- */
 
@@ -265,20 +69,28 @@ static void part_end(struct ferry__pset *s, pset_part_t *pt, const ferry_batch_r
     if (r != NULL && status == 0 && (ran > 0 || pt->bytes == 0)) {
         d->bytes += ran;
         d->parts++;
-        d->parts_cpu += where == FERRY_DONE_CPU;
+        d->parts_cpu += where == FERRY_DONE_CPU && d->cpu == NULL; /* a GPU's fallback */
         uint64_t from = r->submit_ns > d->last_done_ns ? r->submit_ns : d->last_done_ns;
-        if (where == FERRY_DONE_GPU && pt->moved == 0 && pt->bytes >= s->chunk &&
-            r->done_ns > from) {
+        /* a GPU's parts of less than a chunk are mostly its fixed costs; the CPU has none
+         * worth the name; a part partly moved away measures nothing */
+        if (where == (d->cpu != NULL ? FERRY_DONE_CPU : FERRY_DONE_GPU) && pt->moved == 0 &&
+            (pt->bytes >= s->chunk || (d->cpu != NULL && pt->bytes > 0)) && r->done_ns > from) {
             ferry__perf_record(s->model, (int)pt->dev, 0, pt->bytes, r->done_ns - from);
             d->last_bytes = pt->bytes;
         }
+        /* a simulated device's backlog is what it was given at the rates expected then: what
+         * it took instead corrects it (a rate that changed, the CPU's modelled clock) */
+        if (s->virt && r->done_ns > from)
+            d->vbusy += (double)(r->done_ns - from) - pt->plan_ns;
         if (r->done_ns > d->last_done_ns)
             d->last_done_ns = r->done_ns;
     }
     check_left(s, pt->dev);
     if (status != 0 && b->status == 0)
         b->status = status;
-    if (where > b->where && ran > 0) /* a part moved whole says nothing of where it ran */
+    if (d->cpu != NULL && where == FERRY_DONE_CPU)
+        b->cpu_parts++; /* the CPU device's own work, not a fallback: see completion_main */
+    else if (where > b->where && ran > 0) /* a part moved whole says nothing of where it ran */
         b->where = where;
     if (r != NULL) {
         b->chunks += r->chunks > pt->moved_chunks ? r->chunks - pt->moved_chunks : 0;
@@ -309,6 +121,60 @@ static void part_done(const ferry_batch_result_t *r, void *arg)
     part_end(pt->b->s, pt, r, r->status);
 }
 
+/* The CPU's probe came back: its time is the CPU's first sample, and on a virtual clock its
+ * backlog (its threads were busy with it). */
+static void probe_done(const ferry_batch_result_t *r, void *arg)
+{
+    struct ferry__pset *s = arg;
+    pthread_mutex_lock(&s->lock);
+    for (unsigned i = 0; i < s->n; i++) {
+        pset_dev_t *d = &s->d[i];
+        if (d->cpu == NULL)
+            continue;
+        d->probing = false;
+        if (r->status != 0 || r->done_ns <= r->submit_ns)
+            break;
+        uint64_t from = r->submit_ns > d->last_done_ns ? r->submit_ns : d->last_done_ns;
+        if (r->done_ns > from &&
+            ferry__perf_record(s->model, (int)i, 0, r->bytes, r->done_ns - from) == 0) {
+            d->last_bytes = r->bytes;
+            d->probed = r->bytes > d->probed ? r->bytes : d->probed;
+        }
+        if (s->virt && r->done_ns > from)
+            d->vbusy += (double)(r->done_ns - from);
+        if (r->done_ns > d->last_done_ns)
+            d->last_done_ns = r->done_ns;
+    }
+    pthread_mutex_unlock(&s->lock);
+    free((void *)r->in); /* the copy probe_start made, its output after it */
+}
+
+/* Give the CPU device @dev a copy of the last @bytes of @in (zeros for a batch that a
+ * prepare fills: the CPU functions' time does not depend on the values), to time; nothing
+ * waits for it. Not given: the CPU takes no work until a later batch probes it again. */
+static void probe_start(struct ferry__pset *s, unsigned dev, const ferry_batch_t *in, size_t bytes)
+{
+    unsigned char *buf = calloc(2, bytes);
+    int rc = FERRY_ENOMEM;
+    if (buf != NULL) {
+        if (in->in != NULL)
+            memcpy(buf, (const unsigned char *)in->in + (in->bytes - bytes), bytes);
+        ferry_batch_t b = FERRY_BATCH_INIT;
+        b.in = buf;
+        b.out = buf + bytes;
+        b.bytes = bytes;
+        b.user = in->user;
+        rc = ferry__cpudev_submit(s->d[dev].cpu, &b, UINT64_MAX, in->bytes - bytes, true,
+                                  probe_done, s);
+    }
+    if (rc != 0) {
+        free(buf);
+        pthread_mutex_lock(&s->lock);
+        s->d[dev].probing = false;
+        pthread_mutex_unlock(&s->lock);
+    }
+}
+
 /* A part's chunks are filled by the caller's prepare at their offsets in the whole batch. */
 static int part_prepare(void *slot, size_t bytes, size_t offset, void *arg)
 {
@@ -331,7 +197,10 @@ static int submit_part(struct ferry__pset *s, pset_part_t *pt)
         sub.prepare = part_prepare;
         sub.prepare_arg = pt;
     }
-    return ferry_pipeline_submit(s->d[pt->dev].pl, &sub, part_done, pt, NULL);
+    return s->d[pt->dev].cpu != NULL
+               ? ferry__cpudev_submit(s->d[pt->dev].cpu, &sub, pt->b->id, pt->off, false, part_done,
+                                      pt)
+               : ferry_pipeline_submit(s->d[pt->dev].pl, &sub, part_done, pt, NULL);
 }
 
 /* A device's GPU path ended (its pipeline's handback, pipeline_internal.h): [off, off + bytes)
@@ -350,7 +219,7 @@ static bool part_handback(struct ferry__pset *s, void *arg, size_t off, size_t b
     double r[FERRY_MAX_DEVICE_SET];
     pthread_mutex_lock(&s->lock);
     check_left(s, pt->dev);
-    plan_rates(s, bytes > s->chunk ? bytes : s->chunk, r);
+    ferry__pset_plan_rates(s, bytes > s->chunk ? bytes : s->chunk, r);
     unsigned best = s->n;
     double tbest = 0;
     for (unsigned i = 0; i < s->n; i++) {
@@ -409,7 +278,9 @@ static void *completion_main(void *arg)
         pthread_mutex_unlock(&s->lock);
         ferry_batch_result_t res = {.id = b->id,
                                     .status = b->status,
-                                    .where = b->status != 0 ? FERRY_DONE_FAILED : b->where,
+                                    .where = b->status != 0              ? FERRY_DONE_FAILED
+                                             : b->cpu_parts == b->nparts ? FERRY_DONE_CPU
+                                                                         : b->where,
                                     .in = b->batch.in,
                                     .out = b->batch.out,
                                     .bytes = b->batch.bytes,
@@ -435,6 +306,8 @@ static void *completion_main(void *arg)
 
 static void set_free(struct ferry__pset *s)
 {
+    for (unsigned i = 0; s->d != NULL && i < s->n; i++)
+        ferry__cpudev_destroy(s->d[i].cpu);
     ferry__lat_hist_unregister(&s->lat);
     ferry__perf_destroy(s->model);
     free(s->d);
@@ -500,14 +373,16 @@ static int model_open(struct ferry__pset *s, ferry_runtime_t *rt)
         ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
         ferry_device_props(s->d[i].dev, &p);
         char name[FERRY_PERF_NAME + 64]; /* truncated to FERRY_PERF_NAME by the model */
-        if (p.pci_bus_id[0])
+        if (p.index == FERRY_DEVICE_CPU) /* its rate depends on its threads */
+            snprintf(name, sizeof(name), "cpu %u threads", ferry__cpudev_lanes(s->d[i].cpu));
+        else if (p.pci_bus_id[0])
             snprintf(name, sizeof(name), "%.46s %.16s", p.name, p.pci_bus_id);
         else
             snprintf(name, sizeof(name), "%.56s #%d", p.name, p.index);
         rc = ferry__perf_name_device(s->model, (int)i, name);
     }
     if (rc == 0)
-        rc = ferry__perf_name_stage(s->model, 0, s->d[0].pl->stage_name);
+        rc = ferry__perf_name_stage(s->model, 0, s->h->stage_name);
     const char *path = rt->opts != NULL ? ferry__opt_str(rt->opts, FERRY__OPT_perf_model) : "";
     if (rc == 0 && path != NULL && path[0] != '\0') {
         snprintf(s->model_path, sizeof(s->model_path), "%s", path);
@@ -518,6 +393,81 @@ static int model_open(struct ferry__pset *s, ferry_runtime_t *rt)
             ferry_log(FERRY_LOG_WARN, "pipeline",
                       "perf_model %s: %u entries of other devices or stages not applied", path,
                       skipped);
+    }
+    return rc;
+}
+
+/* The CPU device's threads (option cpu_threads; 0: half the host's threads, at least 1, the
+ * others being for staging, verification and completions) and, with simulated GPUs, the rate
+ * it may move bytes through the modelled host's memory: the host's copy rate, and at most half
+ * of what the host's memory has left beyond the GPUs' copies at their links' rates both ways (a
+ * CPU stage reads and writes each byte). The simulated GPUs and the CPU keep clocks of their
+ * own, so this is a static share, not a contention model (docs/devices.md). */
+static void set_cpu_model(struct ferry__pset *s, int first_gpu, unsigned *lanes, double *mem)
+{
+    unsigned want = (unsigned)ferry__opt_i64(s->rt->opts, FERRY__OPT_cpu_threads);
+    ferry_device_t *g = first_gpu >= 0 ? s->d[first_gpu].dev : NULL;
+    if (g == NULL && s->virt && ferry_device_get(s->rt, 0, &g) != 0)
+        g = NULL; /* the modelled host is the first simulated device's */
+    ferry_host_props_t h = FERRY_HOST_PROPS_INIT;
+    if (g != NULL)
+        ferry_device_host(g, &h);
+    else
+        h.threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    *lanes = want ? want : h.threads > 1 ? (unsigned)h.threads / 2 : 1;
+    *mem = 0;
+    if (!s->virt || !h.modelled)
+        return;
+    double cap = h.copy_gbps;
+    if (h.memory_gbps > 0) {
+        double left = h.memory_gbps;
+        for (unsigned i = 0; i < s->n; i++)
+            if (s->d[i].index != FERRY_DEVICE_CPU)
+                left -= 2 * s->d[i].link_gbps;
+        left = left > 0.1 * h.memory_gbps ? left : 0.1 * h.memory_gbps;
+        cap = cap > 0 && cap < left / 2 ? cap : left / 2;
+    }
+    *mem = cap;
+}
+
+/* The chunk size, the stage's name and the handle's serial from the first GPU's pipeline
+ * (@first_gpu; -1: the CPU alone, whose chunk is the config's, the option's or
+ * PSET_CPU_CHUNK, at the stage's granularity); then the CPU device, when the set has it. */
+static int set_cpu_open(struct ferry__pset *s, const ferry_pipeline_config_t *cfg, int first_gpu)
+{
+    const ferry_options_t *o = s->rt->opts;
+    ferry_stage_t st;
+    int rc = cfg->stage != NULL
+                 ? ferry__config_import(&st, sizeof(st), cfg->stage, &ferry__cfg_stage, o)
+                 : ferry__error(FERRY_EINVAL, "ferry_pipeline_create: cfg->stage is NULL");
+    if (rc != 0)
+        return rc;
+    s->gran = st.granularity > 1 ? st.granularity : 1;
+    if (first_gpu >= 0) {
+        ferry_pipeline_t *pl = s->d[first_gpu].pl;
+        ferry_pipeline_stats_t ps = FERRY_PIPELINE_STATS_INIT;
+        ferry_pipeline_stats(pl, &ps);
+        s->chunk = ps.chunk_bytes > 0 ? ps.chunk_bytes : 1;
+        snprintf(s->h->stage_name, sizeof(s->h->stage_name), "%s", pl->stage_name);
+        s->h->serial = pl->serial;
+    } else {
+        size_t c =
+            cfg->chunk_bytes ? cfg->chunk_bytes : (size_t)ferry__opt_i64(o, FERRY__OPT_chunk_bytes);
+        c = c ? c : PSET_CPU_CHUNK;
+        size_t g = st.granularity > 1 ? st.granularity : 1;
+        s->chunk = c >= g ? c - c % g : g;
+
+        snprintf(s->h->stage_name, sizeof(s->h->stage_name), "%s", st.name ? st.name : "stage");
+    }
+    for (unsigned i = 0; rc == 0 && i < s->n; i++) {
+        if (s->d[i].index != FERRY_DEVICE_CPU)
+            continue;
+        unsigned lanes = 0;
+        double mem = 0;
+        set_cpu_model(s, first_gpu, &lanes, &mem);
+        rc = ferry__cpudev_create(&st, s->chunk, lanes, s->virt, mem, &s->d[i].cpu);
+        if (rc == 0)
+            snprintf(s->d[i].name, sizeof(s->d[i].name), "CPU (%u threads)", lanes);
     }
     return rc;
 }
@@ -554,6 +504,8 @@ int ferry__pset_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **ou
     one.ndevices = 0;
     one.queue_depth = s->max_inflight; /* a part is never refused for room */
     one.nonblocking = 0;
+    s->virt = (rt->ops->caps & FERRY_BE_CAP_VIRTUAL_CLOCK) != 0;
+    int first_gpu = -1;
     for (unsigned i = 0; i < s->n && rc == 0; i++) {
         one.device = cfg->devices[i];
         d[i].dev = cfg->devices[i];
@@ -561,8 +513,10 @@ int ferry__pset_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **ou
         ferry_device_props(d[i].dev, &p);
         d[i].index = p.index;
         d[i].link_gbps = p.link_gbps;
-        s->virt |= p.simulated;
         snprintf(d[i].name, sizeof(d[i].name), "%s", p.name);
+        if (p.index == FERRY_DEVICE_CPU)
+            continue; /* made below, once the chunk size is known */
+        first_gpu = first_gpu < 0 ? (int)i : first_gpu;
         rc = ferry_pipeline_create(&one, &d[i].pl);
         if (rc == 0) {
             d[i].pl->owner = s;
@@ -570,14 +524,11 @@ int ferry__pset_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **ou
         }
     }
     if (rc == 0)
+        rc = set_cpu_open(s, cfg, first_gpu);
+    if (rc == 0)
         rc = model_open(s, rt);
     if (rc == 0) {
-        ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
-        ferry_pipeline_stats(d[0].pl, &st);
-        s->chunk = st.chunk_bytes > 0 ? st.chunk_bytes : 1;
-        snprintf(h->stage_name, sizeof(h->stage_name), "%s", d[0].pl->stage_name);
-        h->serial = d[0].pl->serial;
-        h->dev = cfg->devices[0];
+        h->dev = cfg->devices[first_gpu >= 0 ? first_gpu : 0];
         /* the caller's nonblocking, or the option's (the devices' pipelines always block) */
         ferry_pipeline_config_t full;
         if (ferry__config_import(&full, sizeof(full), cfg, &ferry__cfg_pipeline, rt->opts) == 0)
@@ -589,7 +540,8 @@ int ferry__pset_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **ou
     }
     if (rc != 0) {
         for (unsigned i = 0; i < s->n; i++)
-            ferry_pipeline_destroy(d[i].pl);
+            if (d[i].pl != NULL)
+                ferry_pipeline_destroy(d[i].pl);
         set_free(s);
         return ferry__rt_fail(rt, rc);
     }
@@ -640,11 +592,14 @@ int ferry__pset_submit(struct ferry__pset *s, const ferry_batch_t *batch, ferry_
         pthread_cond_wait(&s->cv, &s->lock);
     }
     pset_part_t parts[FERRY_MAX_DEVICE_SET];
-    unsigned np = plan_parts(s, in.bytes, parts);
+    unsigned probe_dev = 0;
+    size_t probe_bytes = 0;
+    unsigned np = ferry__pset_plan_parts(s, in.bytes, parts, &probe_dev, &probe_bytes);
     pset_batch_t *b = calloc(1, sizeof(*b) + np * sizeof(pset_part_t));
     if (b == NULL) {
         for (unsigned i = 0; i < np; i++)
             s->d[parts[i].dev].held -= parts[i].bytes;
+        s->d[probe_dev].probing &= probe_bytes == 0;
         pthread_mutex_unlock(&s->lock);
         return ferry__error(FERRY_ENOMEM, "ferry_pipeline_submit: a batch record");
     }
@@ -665,11 +620,14 @@ int ferry__pset_submit(struct ferry__pset *s, const ferry_batch_t *batch, ferry_
     pthread_mutex_unlock(&s->lock);
     if (id != NULL)
         *id = b->id;
+    if (probe_bytes > 0) /* first: the CPU holds no part while it probes */
+        probe_start(s, probe_dev, &in, probe_bytes);
     for (unsigned i = 0; i < np; i++) {
         int rc = submit_part(s, &b->parts[i]);
         if (rc != 0) /* not taken: the part fails, the batch with it, its callback still runs */
             part_end(s, &b->parts[i], NULL, rc);
     }
+
     pthread_mutex_lock(&s->lock);
     if (--s->entering == 0)
         pthread_cond_broadcast(&s->cv);
@@ -696,14 +654,14 @@ int ferry__pset_drain(struct ferry__pset *s)
     for (unsigned i = 0; i < s->n; i++)
         if (s->d[i].pl != NULL)
             ferry_pipeline_drain(s->d[i].pl);
+        else if (s->d[i].cpu != NULL)
+            ferry__cpudev_drain(s->d[i].cpu);
     pthread_mutex_lock(&s->lock);
     while (s->completed < target)
         pthread_cond_wait(&s->cv, &s->lock);
     pthread_mutex_unlock(&s->lock);
     return 0;
 }
-
-static void fill_stats(struct ferry__pset *s, ferry_pipeline_stats_t *out);
 
 int ferry__pset_close(struct ferry__pset *s)
 {
@@ -737,11 +695,15 @@ int ferry__pset_close(struct ferry__pset *s)
         pthread_join(s->thread, NULL);
     /* every part's callback has returned once its pipeline drains */
     for (unsigned i = 0; i < s->n; i++) {
+        if (s->d[i].cpu != NULL)
+            ferry__cpudev_drain(s->d[i].cpu);
+        if (s->d[i].pl == NULL)
+            continue;
         ferry_pipeline_drain(s->d[i].pl);
         ferry_pipeline_close(s->d[i].pl);
     }
     ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
-    fill_stats(s, &st);
+    ferry__pset_fill_stats(s, &st);
     if (s->model_path[0] != '\0' && ferry__perf_save_file(s->model, s->model_path) != 0)
         ferry_log(FERRY_LOG_WARN, "pipeline", "perf_model: %s", ferry_last_error());
     pthread_mutex_lock(&s->lock);
@@ -770,152 +732,9 @@ int ferry__pset_destroy(struct ferry__pset *s)
         ferry__pset_drain(s);
     }
     for (unsigned i = 0; i < s->n; i++)
-        ferry_pipeline_destroy(s->d[i].pl);
+        if (s->d[i].pl != NULL)
+            ferry_pipeline_destroy(s->d[i].pl);
     ferry__rt_child_remove(s->rt, &s->h->child);
     set_free(s);
-    return 0;
-}
-
-/* The set's figures: its own batch counts; the devices' bytes, chunks and faults summed; time
- * the longest device's (the devices run side by side); rates over it. */
-static void fill_stats(struct ferry__pset *s, ferry_pipeline_stats_t *out)
-{
-    ferry_pipeline_stats_t sum = FERRY_PIPELINE_STATS_INIT;
-    for (unsigned i = 0; i < s->n; i++) {
-        ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
-        ferry_pipeline_stats(s->d[i].pl, &st);
-        if (i == 0)
-            sum = st; /* the plan (chunk, depth, streams), the first device's */
-        else {
-            sum.chunks += st.chunks;
-            sum.bytes_h2d += st.bytes_h2d;
-            sum.bytes_d2h += st.bytes_d2h;
-            sum.staged_bytes += st.staged_bytes;
-            sum.copied_out_bytes += st.copied_out_bytes;
-            sum.chunks_timed += st.chunks_timed;
-            sum.chunks_cpu += st.chunks_cpu;
-            sum.failure_records += st.failure_records;
-            sum.deadlines_passed += st.deadlines_passed;
-            sum.chunks_retried += st.chunks_retried;
-            sum.bw_alerts += st.bw_alerts;
-            sum.failure_log_errors += st.failure_log_errors;
-            sum.chunks_moved += st.chunks_moved;
-            sum.gpu_lost |= st.gpu_lost;
-            sum.gpu_hung |= st.gpu_hung;
-            sum.host_pinned &= st.host_pinned;
-            sum.slots_in_use += st.slots_in_use;
-#define MAXF(f) sum.f = st.f > sum.f ? st.f : sum.f
-            MAXF(elapsed_ns);
-            MAXF(busy_h2d_ns);
-            MAXF(busy_compute_ns);
-            MAXF(busy_d2h_ns);
-            MAXF(ladder_level);
-#undef MAXF
-        }
-    }
-    pthread_mutex_lock(&s->lock);
-    sum.batches_submitted = s->submitted;
-    sum.batches_done_gpu = s->done_gpu;
-    sum.batches_done_cpu = s->done_cpu;
-    sum.batches_failed = s->failed;
-    sum.queue_full_waits = s->full_waits;
-    sum.queue_full_eagain = s->full_eagain;
-    sum.queue_depth = s->max_inflight;
-    pthread_mutex_unlock(&s->lock);
-    double el = (double)sum.elapsed_ns;
-    sum.gbps_h2d = el > 0 ? (double)sum.bytes_h2d / el : 0;
-    sum.gbps_d2h = el > 0 ? (double)sum.bytes_d2h / el : 0;
-    sum.overlap =
-        el > 0 ? (double)(sum.busy_h2d_ns + sum.busy_compute_ns + sum.busy_d2h_ns) / el : 0;
-    *out = sum;
-}
-
-void ferry__pset_stats(struct ferry__pset *s, ferry_pipeline_stats_t *out)
-{
-    pthread_mutex_lock(&s->lock);
-    bool fin = s->final_ready;
-    if (fin)
-        *out = s->final;
-    pthread_mutex_unlock(&s->lock);
-    if (!fin)
-        fill_stats(s, out);
-}
-
-unsigned ferry__pset_devices(const struct ferry__pset *s)
-{
-    return s->n;
-}
-
-int ferry__pset_device_stats(struct ferry__pset *s, unsigned i, ferry_pipeline_device_stats_t *out)
-{
-    if (i >= s->n)
-        return ferry__error(FERRY_EINVAL, "ferry_pipeline_device_stats: device %u of a set of %u",
-                            i, s->n);
-    ferry_pipeline_device_stats_t o = FERRY_PIPELINE_DEVICE_STATS_INIT;
-    ferry_pipeline_stats(s->d[i].pl, &o.stats);
-    pthread_mutex_lock(&s->lock);
-    pset_dev_t *d = &s->d[i];
-    uint64_t all = 0;
-    for (unsigned j = 0; j < s->n; j++)
-        all += s->d[j].bytes;
-    o.index = d->index;
-    snprintf(o.name, sizeof(o.name), "%s", d->name);
-    o.bytes = d->bytes;
-    o.parts = d->parts;
-    o.parts_cpu = d->parts_cpu;
-    o.share = all > 0 ? (double)d->bytes / (double)all : 0;
-    o.model_gbps = dev_rate(s, i, d->last_bytes); /* bytes per ns is GB/s */
-    o.left = d->left;
-    o.bytes_moved = d->bytes_moved;
-    snprintf(o.why, sizeof(o.why), "%s", d->why);
-    pthread_mutex_unlock(&s->lock);
-    ferry__sized_copy_out(out, &o, sizeof(o));
-    return 0;
-}
-
-int ferry__pset_write_trace(struct ferry__pset *s, const char *path)
-{
-    ferry__trace_part_t parts[FERRY_MAX_DEVICE_SET];
-    ferry__trace_rec_t *copies[FERRY_MAX_DEVICE_SET] = {0};
-    int rc = 0;
-    for (unsigned i = 0; rc == 0 && i < s->n; i++)
-        rc = ferry__pipe_trace_snapshot(s->d[i].pl, &parts[i], &copies[i]);
-    if (rc == 0)
-        rc = ferry__trace_write_json_parts(path, parts, s->n);
-    for (unsigned i = 0; i < s->n; i++)
-        free(copies[i]);
-    return rc;
-}
-
-/* ---- the device calls on any pipeline ------------------------------------------------ */
-
-unsigned ferry_pipeline_devices(ferry_pipeline_t *p)
-{
-    return p == NULL ? 0 : p->set != NULL ? ferry__pset_devices(p->set) : 1;
-}
-
-int ferry_pipeline_device_stats(ferry_pipeline_t *p, unsigned i, ferry_pipeline_device_stats_t *out)
-{
-    if (p == NULL || out == NULL || out->size < offsetof(ferry_pipeline_device_stats_t, stats))
-        return ferry__error(FERRY_EINVAL, "ferry_pipeline_device_stats: NULL argument or size "
-                                          "not set (use FERRY_PIPELINE_DEVICE_STATS_INIT)");
-    if (p->set != NULL)
-        return ferry__pset_device_stats(p->set, i, out);
-    if (i != 0)
-        return ferry__error(FERRY_EINVAL,
-                            "ferry_pipeline_device_stats: device %u of a pipeline "
-                            "of one device",
-                            i);
-    ferry_pipeline_device_stats_t o = FERRY_PIPELINE_DEVICE_STATS_INIT;
-    ferry_pipeline_stats(p, &o.stats);
-    o.index = p->dev->props.index;
-    snprintf(o.name, sizeof(o.name), "%s", p->dev->props.name);
-    o.bytes = o.stats.bytes_h2d;
-    o.parts = o.stats.batches_done_gpu + o.stats.batches_done_cpu;
-    o.parts_cpu = o.stats.batches_done_cpu;
-    o.share = 1.0;
-    o.model_gbps = o.stats.gbps_h2d;
-    o.left = o.stats.gpu_lost || o.stats.gpu_hung;
-    ferry__sized_copy_out(out, &o, sizeof(o));
     return 0;
 }

@@ -64,11 +64,14 @@ expect_rc "h200x8, all devices" 0 "$FERRY" run --backend sim --profile "$H8" --d
 json_check "h200x8: eight devices, verified, under the host's 563.2 GB/s" "$TMP/out" "j['verified'] and len(j['devices']) == 8 and j['gbps_h2d'] + j['gbps_d2h'] <= 1.02 * 563.2"
 # bad lists
 expect_rc "--devices x" 2 "$FERRY" run --bytes 1M --devices x
-expect_in "--devices x: says what is accepted" "$TMP/err" "accepted: all, or device indices"
+expect_in "--devices x: says what is accepted" "$TMP/err" "accepted: all, cpu, or device indices"
 expect_rc "--devices 0,0" 2 "$FERRY" run --bytes 1M --devices 0,0
 expect_in "--devices 0,0: twice" "$TMP/err" "named twice"
-expect_rc "--devices 0,cpu" 2 "$FERRY" run --bytes 1M --devices 0,cpu
-expect_in "--devices 0,cpu: not built" "$TMP/err" "the CPU as a device of a set is not built yet"
+# the CPU as one more device: its own summary line, the output verified
+expect_rc "--devices 0,cpu" 0 "$FERRY" run --bytes 64M --devices 0,cpu
+expect_in "--devices 0,cpu: the CPU's line" "$TMP/out" "device cpu"
+expect_in "--devices 0,cpu: verified" "$TMP/out" "verify     OK"
+expect_rc "--devices cpu,cpu" 2 "$FERRY" run --bytes 1M --devices cpu,cpu
 expect_rc "--devices 0,," 2 "$FERRY" run --bytes 1M --devices 0,,
 expect_rc "--devices 5" 1 "$FERRY" run --bytes 1M --devices 5
 expect_in "--devices 5: the backend's count" "$TMP/err" "device 5 does not exist"

@@ -1,10 +1,12 @@
 /* Device sets over random configurations and fault mixes, many seeds: 1 to 4 simulated H200s,
  * random chunk and batch sizes (not multiples of anything), generated or copied input, random
  * queue depth and blocking mode, and faults (kernel errors, sticky errors, hangs, slow links;
- * on every device or on one, whose work then moves to the others) drawn per seed. Whatever happens,
- * every accepted batch is called back exactly once, its output is bit-exact, and the set closes. A
- * bounded budget (seeds), a quarter under sanitizers (FERRY_TEST_SCALE=sanitizer). FERRY_TEST_SEED
- * repeats one seed. */
+ * on every device or on one, whose work then moves to the others) drawn per seed; a third of
+ * the seeds add the CPU as one more device (FERRY_DEVICE_CPU, its parts run by the stage's CPU
+ * function; when every GPU has left, it takes them all). Whatever happens, every accepted batch
+ * is called back exactly once, its output is bit-exact, and the set closes. A bounded budget
+ * (seeds), a quarter under sanitizers (FERRY_TEST_SCALE=sanitizer). FERRY_TEST_SEED repeats one
+ * seed. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -72,21 +74,32 @@ static void one_seed(uint64_t seed)
     test_write_json(root, "/tmp/ferry-setfuzz-XXXXXX", path, sizeof(path));
     cJSON_Delete(root);
     ferry_runtime_t *rt = test_sim_runtime_on(path, kv);
-    ferry_device_t *devs[4];
+    ferry_device_t *devs[5];
     for (int i = 0; i < ndev; i++)
         assert_int_equal(ferry_device_get(rt, i, &devs[i]), 0);
+    /* drawn apart from rng, so that the seeds without the CPU keep their configurations */
+    bool with_cpu = (seed * 0x2545f4914f6cdd1dull >> 33) % 3 == 0;
+    if (with_cpu) {
+        assert_int_equal(ferry_device_get(rt, FERRY_DEVICE_CPU, &devs[ndev]), 0);
+        /* first or last: the CPU's place in the list changes the parts' order */
+        if (seed % 2 == 0) {
+            ferry_device_t *c = devs[ndev];
+            memmove(&devs[1], &devs[0], (size_t)ndev * sizeof(devs[0]));
+            devs[0] = c;
+        }
+    }
     unlink(path);
 
     ferry_stage_t st = test_cpu_stage("copy", test_cpu_copy);
     ferry_pipeline_config_t pc = test_pipeline_config(NULL, &st, chunk);
     pc.devices = devs;
-    pc.ndevices = (unsigned)ndev;
+    pc.ndevices = (unsigned)ndev + with_cpu;
     pc.nonblocking = (int)test_rand_range(&rng, 0, 1);
     ferry_pipeline_t *p = test_pipeline(&pc);
     print_message(
-        "seed %llu: %d device(s), chunk %zu, %u batch(es) up to %zu, '%s', depth %s, %s\n",
-        (unsigned long long)seed, ndev, chunk, nb, maxb, inject, depth,
-        pc.nonblocking ? "nonblocking" : "blocking");
+        "seed %llu: %d device(s)%s, chunk %zu, %u batch(es) up to %zu, '%s', depth %s, %s\n",
+        (unsigned long long)seed, ndev, with_cpu ? " and the CPU" : "", chunk, nb, maxb, inject,
+        depth, pc.nonblocking ? "nonblocking" : "blocking");
 
     size_t sizes[MAX_BATCHES];
     unsigned char *in[MAX_BATCHES], *out[MAX_BATCHES];

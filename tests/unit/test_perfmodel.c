@@ -117,6 +117,25 @@ static void test_buckets(void **state)
     ferry__perf_destroy(m);
 }
 
+/* The CPU device's probe (pipeline/set.c): one sample of 256 KiB is all a device has, and
+ * every larger size is predicted from it in proportion to bytes (16 and 32 MiB: 64x and 128x
+ * its time), so that a CPU a hundred times slower than the GPU is seen as such at the chunk
+ * sizes it would be given. A later sample at 32 MiB makes 4 MiB a line through both points. */
+static void test_small_probe(void **state)
+{
+    (void)state;
+    ferry_perfmodel_t *m = model_new();
+    size_t probe = 256u << 10;
+    ferry__perf_record(m, 0, 0, probe, 6900000); /* fma at intensity 200: 38 MB/s */
+    assert_near((double)predict(m, 0, 0, 16 * MIB), 64 * 6900000.0, 0.001, "16 MiB from 256 KiB");
+    assert_near((double)predict(m, 0, 0, 32 * MIB), 128 * 6900000.0, 0.001, "32 MiB from 256 KiB");
+    assert_near((double)predict(m, 0, 0, 64u << 10), 6900000.0 / 4, 0.001, "64 KiB");
+    ferry__perf_record(m, 0, 0, 32 * MIB, 100 * 6900000ull); /* larger parts a little faster */
+    double lo = 6900000.0, hi = 100 * 6900000.0, x = (4.0 * MIB - probe) / (32.0 * MIB - probe);
+    assert_near((double)predict(m, 0, 0, 4 * MIB), lo + (hi - lo) * x, 0.001, "4 MiB between");
+    ferry__perf_destroy(m);
+}
+
 /* ---- a virtual-time machine of devices that run their queues in order -------------------- */
 
 #define SIM_DEVS  8
@@ -573,7 +592,7 @@ static void test_threads(void **state)
 }
 
 TEST_MAIN(NULL, NULL, cmocka_unit_test(test_spike), cmocka_unit_test(test_lasting_slowdown),
-          cmocka_unit_test(test_buckets),
+          cmocka_unit_test(test_buckets), cmocka_unit_test(test_small_probe),
           cmocka_unit_test_setup_teardown(test_share_two_rates, fx_setup, fx_teardown),
           cmocka_unit_test_setup_teardown(test_share_spiky, fx_setup, fx_teardown),
           cmocka_unit_test_setup_teardown(test_share_spiky_of_8, fx_setup, fx_teardown),

@@ -41,7 +41,16 @@ static void test_runtime_bad_input(void **state)
     ferry_device_t *d = NULL;
     assert_int_equal(ferry_device_get(test_rt, 1, &d), FERRY_ENODEV);
     assert_non_null(strstr(ferry_runtime_last_error(test_rt), "device 1"));
-    assert_int_equal(ferry_device_get(test_rt, -1, &d), FERRY_ENODEV);
+    assert_int_equal(ferry_device_get(test_rt, -2, &d), FERRY_ENODEV);
+    /* -1 is the CPU as a device: no memory of its own, so no pinned pool on it */
+    ferry_device_t *cpu = NULL;
+    assert_int_equal(ferry_device_get(test_rt, FERRY_DEVICE_CPU, &cpu), 0);
+    ferry_device_props_t cp = FERRY_DEVICE_PROPS_INIT;
+    assert_int_equal(ferry_device_props(cpu, &cp), 0);
+    assert_string_equal(cp.backend, "cpu");
+    assert_int_equal(cp.index, FERRY_DEVICE_CPU);
+    void *mem = NULL;
+    assert_int_equal(ferry_host_alloc(cpu, 4096, &mem), FERRY_ENOTSUP);
     assert_int_equal(ferry_device_get(test_rt, 0, NULL), FERRY_EINVAL);
     ferry_device_props_t p = {0};
     assert_int_equal(ferry_device_props(test_dev, &p), FERRY_EINVAL);

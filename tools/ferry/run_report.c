@@ -127,17 +127,23 @@ static void print_devices(ferry_pipeline_t *pl, json_t *j)
             json_key_str(j, "left_why", d.why);
             json_object_end(j);
         } else {
-            char b[32], m[64] = "";
+            char b[32], idx[16], fb[48] = "", m[64] = "";
+            if (d.index == FERRY_DEVICE_CPU)
+                snprintf(idx, sizeof(idx), "cpu");
+            else
+                snprintf(idx, sizeof(idx), "%d", d.index);
+            if (d.index != FERRY_DEVICE_CPU) /* a GPU's parts its CPU fallback finished */
+                snprintf(fb, sizeof(fb), " (%llu on the CPU)", (unsigned long long)d.parts_cpu);
             if (d.bytes_moved > 0) {
                 char mb[32];
                 snprintf(m, sizeof(m), "; %s moved to other devices",
                          cli_bytes(d.bytes_moved, mb, sizeof(mb)));
             }
-            printf("  device %-3d %s: %s, %.1f%% of the bytes, %.1f GB/s, %llu part(s) (%llu on "
-                   "the CPU), model %.1f GB/s%s%s%s\n",
-                   d.index, d.name, cli_bytes(d.bytes, b, sizeof(b)), d.share * 100, gbps,
-                   (unsigned long long)d.parts, (unsigned long long)d.parts_cpu, d.model_gbps,
-                   d.left ? "; left the set: " : "", d.why, m);
+            printf("  device %-3s %s: %s, %.1f%% of the bytes, %.1f GB/s, %llu part(s)%s, model "
+                   "%.1f GB/s%s%s%s\n",
+                   idx, d.name, cli_bytes(d.bytes, b, sizeof(b)), d.share * 100, gbps,
+                   (unsigned long long)d.parts, fb, d.model_gbps, d.left ? "; left the set: " : "",
+                   d.why, m);
         }
     }
     if (j != NULL)

@@ -1,0 +1,102 @@
+/* What set.c and set_stats.c share of a set pipeline: its batches, parts and devices. */
+#ifndef FERRY_PIPELINE_SET_INTERNAL_H
+#define FERRY_PIPELINE_SET_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "monitor/latency.h"
+#include "pipeline/pipeline_internal.h"
+#include "pipeline/set_cpu.h"
+#include "sched/perfmodel.h"
+
+typedef struct pset_batch pset_batch_t;
+
+typedef struct pset_part {
+    pset_batch_t *b;
+    unsigned dev;
+    size_t off, bytes;
+    double plan_ns; /* the device time it was expected to take (plan_parts) */
+    /* under the set's lock: what of it went to other devices after this one left (handback),
+     * bytes and chunks; heap: a part made by handback, freed when it ends */
+    size_t moved;
+    uint32_t moved_chunks;
+    bool heap;
+} pset_part_t;
+
+struct pset_batch {
+    struct ferry__pset *s;
+    uint64_t id;
+    ferry_batch_t batch; /* the caller's */
+    ferry_done_fn cb;
+    void *arg;
+    unsigned nparts, left; /* left: under the set's lock */
+    unsigned cpu_parts;    /* parts the CPU device ran (not a fallback) */
+    int status;
+    ferry_batch_where_t where;
+    uint32_t chunks;
+    uint64_t submit_ns, done_ns;
+    uint64_t lat_ns;    /* the longest part's, submit to done on its device's clock */
+    pset_batch_t *next; /* the done list */
+    pset_part_t parts[];
+};
+
+typedef struct pset_dev {
+    ferry_device_t *dev;
+    ferry_pipeline_t *pl; /* a GPU's pipeline; NULL for the CPU */
+    ferry__cpudev_t *cpu; /* the CPU as a device (FERRY_DEVICE_CPU); NULL for a GPU */
+    char name[128];
+    int index;
+    /* under the set's lock */
+    uint64_t held;     /* bytes of parts submitted and not completed */
+    size_t last_bytes; /* its latest measured part's size (the rate read out); 0: none yet */
+    double link_gbps;  /* the link's theoretical rate per direction (0: unknown), the prior */
+    double vbusy;      /* a simulated device: the device time of every part given it, ns */
+    uint64_t last_done_ns;
+    uint64_t bytes, parts, parts_cpu;
+    uint64_t bytes_moved; /* of its parts, run by other devices after it left */
+    bool left;
+    bool probing;  /* the CPU device: its probe is out (set.c, probe_start) */
+    size_t probed; /* the CPU device: its largest probe measured */
+    char why[128];
+} pset_dev_t;
+
+struct ferry__pset {
+    ferry_pipeline_t *h; /* the handle callers hold: h->set == this */
+    ferry_runtime_t *rt;
+    size_t chunk;
+    size_t gran; /* the stage's granularity (1: bytes) */
+    unsigned n;
+    pset_dev_t *d;
+    pthread_mutex_t lock;
+    pthread_cond_t cv; /* room, completions, the thread's work */
+    unsigned max_inflight, inflight, entering;
+    bool virt; /* simulated devices: each on its own virtual clock */
+    bool nonblocking, shut, released, stop;
+    uint64_t next_id, submitted, completed;
+    uint64_t done_gpu, done_cpu, failed, full_waits, full_eagain;
+    pset_batch_t *done_head, *done_tail;
+    pthread_t thread;
+    bool thread_started;
+    ferry_pipeline_stats_t final;
+    bool final_ready;
+    ferry_perfmodel_t *model; /* slot i: device i; stage 0: the set's stage */
+    ferry__lat_hist_t lat;    /* batch latency (metrics, device="all"), owner h */
+    char model_path[512];     /* option perf_model: loaded at create, saved at close */
+};
+
+/* Device @i's rate for parts of @bytes, bytes per ns, from the performance model; 0 before it
+ * has measured one (set.c). */
+double ferry__pset_dev_rate(const struct ferry__pset *s, unsigned i, size_t bytes);
+/* Each device's rate for parts of @bytes into @r (bytes per ns; a prior for a device not yet
+ * measured), and the parts of a batch of @bytes into @parts: how many; *@probe_bytes > 0 when
+ * the CPU device (*@probe_dev) is to time a copy of the batch's tail first. Under the set's
+ * lock; plan_parts adds the parts to the devices' held bytes (set_plan.c). */
+void ferry__pset_plan_rates(const struct ferry__pset *s, size_t bytes, double *r);
+unsigned ferry__pset_plan_parts(struct ferry__pset *s, size_t bytes, pset_part_t *parts,
+                                unsigned *probe_dev, size_t *probe_bytes);
+/* The set's figures now (set_stats.c). */
+void ferry__pset_fill_stats(struct ferry__pset *s, ferry_pipeline_stats_t *out);
+
+#endif

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The CPU as a device of a set never makes a run slower: every workload ferry ships, on the
+# simulated H200, `--devices 0,cpu` moves at least 0.98x the GB/s of `--devices 0` (virtual
+# time), with every byte verified. The compute-heavy ones (fma at its default intensity and at
+# 200, where the CPU is a hundred times slower than the GPU) are the case that a slow CPU part
+# held whole runs; the light ones (copy, scale) are where the CPU takes a real share.
+. "$(dirname "$0")/lib.sh"
+
+# sanitizer builds (FERRY_TEST_SCALE=sanitizer) move an eighth of the bytes
+big=1G heavy=64M heaviest=32M
+[ "${FERRY_TEST_SCALE:-}" = sanitizer ] && big=128M heavy=8M heaviest=4M
+while read -r name bytes args; do
+  expect_rc "$name, device 0" 0 "$FERRY" run --backend sim --bytes "$bytes" $args --devices 0 --json
+  cp "$TMP/out" "$TMP/one.json"
+  expect_rc "$name, devices 0,cpu" 0 "$FERRY" run --backend sim --bytes "$bytes" $args --devices 0,cpu --json
+  cp "$TMP/out" "$TMP/two.json"
+  json_check "$name, 0,cpu: verified, both devices listed" "$TMP/two.json" "j['verified'] and [d['index'] for d in j['devices']] == [0, -1]"
+  python3 - "$TMP/one.json" "$TMP/two.json" "$name" <<'PY' && ok "$name: 0,cpu >= 0.98x 0" || bad "$name: 0,cpu under 0.98x 0"
+import json, sys
+one, two = (json.load(open(f)) for f in sys.argv[1:3])
+r = two['gbps_h2d'] / one['gbps_h2d']
+cpu = two['devices'][1]
+print('# %s: 0 %.2f GB/s, 0,cpu %.2f GB/s (%.3fx; the CPU %.1f%% of the bytes, model %.2f GB/s)'
+      % (sys.argv[3], one['gbps_h2d'], two['gbps_h2d'], r, 100 * cpu['share'], cpu['model_gbps']))
+sys.exit(0 if r >= 0.98 else 1)
+PY
+done <<LIST
+copy $big --workload copy
+scale $big --workload scale
+fma-3 $big --workload fma --intensity 3
+fma-64 $heavy --workload fma
+fma-200 $heaviest --workload fma --intensity 200
+LIST
+finish
