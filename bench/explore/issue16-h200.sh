@@ -6,12 +6,8 @@
 # ferry run with two copy streams, sampled and every chunk timed (issue 15, point 16).
 # Writes under $OUT; prints a table last.
 set -u
-export PATH=/usr/local/cuda/bin:$PATH
-root=$PWD/.carry/root
-export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu
-export CPATH=$root/usr/include PYTHONPATH=$root/usr/lib/python3/dist-packages
-cfg="-G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_WITH_CUDA=ON -DCMAKE_PREFIX_PATH=$root/usr"
-cfg="$cfg -DCMAKE_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu -DCMAKE_INCLUDE_PATH=$root/usr/include"
+# shellcheck source=bench/explore/carry-env.sh
+. "$(dirname "$0")/carry-env.sh"
 rounds=${ROUNDS:-3}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/machine.txt
 # shellcheck disable=SC2086

@@ -12,12 +12,8 @@
 # STEPS=... limits the steps (build tests host contend io peer files ceiling gen sweep sim;
 # default all).
 set -u
-export PATH=/usr/local/cuda/bin:$PATH
-root=$PWD/.carry/root
-export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu
-export CPATH=$root/usr/include PYTHONPATH=$root/usr/lib/python3/dist-packages
-cfg="-G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_WITH_CUDA=ON -DCMAKE_PREFIX_PATH=$root/usr"
-cfg="$cfg -DCMAKE_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu -DCMAKE_INCLUDE_PATH=$root/usr/include"
+# shellcheck source=bench/explore/carry-env.sh
+. "$(dirname "$0")/carry-env.sh"
 steps=${STEPS:-build tests host contend io peer files ceiling gen sweep sim}
 rounds=${ROUNDS:-3}
 has() { case " $steps " in *" $1 "*) return 0 ;; esac; return 1; }

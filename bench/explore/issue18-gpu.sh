@@ -4,12 +4,8 @@
 # the CPU beside it (--devices 0,cpu), ROUNDS rounds interleaved (default 3), for the scale
 # workload and a compute-heavy one (fma, intensity 64). Writes $OUT/runs.jsonl; prints a table.
 set -u
-export PATH=/usr/local/cuda/bin:$PATH
-root=$PWD/.carry/root
-export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu
-export CPATH=$root/usr/include
-cfg="-G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_WITH_CUDA=ON -DCMAKE_PREFIX_PATH=$root/usr"
-cfg="$cfg -DCMAKE_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu -DCMAKE_INCLUDE_PATH=$root/usr/include"
+# shellcheck source=bench/explore/carry-env.sh
+. "$(dirname "$0")/carry-env.sh"
 rounds=${ROUNDS:-3}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/machine.txt
 # shellcheck disable=SC2086
