@@ -9,6 +9,7 @@
 #include "monitor/latency.h"
 #include "pipeline/pipeline_internal.h"
 #include "pipeline/set_cpu.h"
+#include "pipeline/set_guard.h"
 #include "sched/perfmodel.h"
 
 typedef struct pset_batch pset_batch_t;
@@ -84,6 +85,7 @@ struct ferry__pset {
     ferry_perfmodel_t *model; /* slot i: device i; stage 0: the set's stage */
     ferry__lat_hist_t lat;    /* batch latency (metrics, device="all"), owner h */
     char model_path[512];     /* option perf_model: loaded at create, saved at close */
+    ferry__cpu_guard_t guard; /* the CPU device's trial (set_guard.h); under the lock */
 };
 
 /* Device @i's rate for parts of @bytes, bytes per ns, from the performance model; 0 before it

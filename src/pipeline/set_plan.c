@@ -69,6 +69,28 @@ static int cpu_probe(const struct ferry__pset *s)
     return -1;
 }
 
+/* The CPU device when the guard keeps it from the batch being planned (set_guard.h), else -1.
+ * The guard runs on real clocks, once the CPU is calibrated (@probe < 0), while a GPU is in the
+ * set: with none left the CPU takes the work. */
+static int cpu_benched(struct ferry__pset *s, int probe)
+{
+    int cpu = -1;
+    bool gpu = false;
+    for (unsigned i = 0; i < s->n; i++) {
+        if (s->d[i].left)
+            continue;
+        if (s->d[i].cpu != NULL)
+            cpu = (int)i;
+        else
+            gpu = true;
+    }
+    if (s->virt || cpu < 0 || !gpu || probe >= 0)
+        return -1;
+    if (s->guard.state == FERRY__GUARD_IDLE)
+        ferry__guard_start(&s->guard, s->next_id, s->inflight);
+    return ferry__guard_cpu_ok(&s->guard, s->next_id) ? -1 : cpu;
+}
+
 /* Cut @bytes into parts (at most one per device, contiguous, whole chunks but the last, in
  * device order) written to @parts; returns how many; *@probe_bytes > 0 when the CPU device
  * (*@probe_dev) is to time a copy of the batch's last *@probe_bytes (probe_start). Under the
@@ -92,6 +114,7 @@ unsigned ferry__pset_plan_parts(struct ferry__pset *s, size_t bytes, pset_part_t
      * alone made 47.5), and a probe of 256 KiB inside the batch still did on a short run (128 MiB
      * of it: 19.5 GB/s, the probe 6.9 ms of the CPU's clock). */
     int probe = cpu_probe(s);
+    int benched = cpu_benched(s, probe);
     unsigned others = 0;
     for (unsigned i = 0; i < s->n; i++)
         others += (int)i != probe && (!any || !s->d[i].left);
@@ -121,7 +144,7 @@ unsigned ferry__pset_plan_parts(struct ferry__pset *s, size_t bytes, pset_part_t
          * its own clock. */
         t[i] = s->virt ? s->d[i].vbusy : (double)s->d[i].held / r[i];
         share[i] = 0;
-        if ((!any || !s->d[i].left) && ((int)i != probe || others == 0))
+        if ((!any || !s->d[i].left) && ((int)i != probe || others == 0) && (int)i != benched)
             ord[k++] = i;
     }
     for (unsigned a = 1; a < k; a++) /* insertion sort: a handful of devices */

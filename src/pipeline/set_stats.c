@@ -114,6 +114,8 @@ int ferry__pset_device_stats(struct ferry__pset *s, unsigned i, ferry_pipeline_d
     o.left = d->left;
     o.bytes_moved = d->bytes_moved;
     snprintf(o.why, sizeof(o.why), "%s", d->why);
+    if (d->cpu != NULL)
+        snprintf(o.note, sizeof(o.note), "%s", s->guard.note);
     pthread_mutex_unlock(&s->lock);
     ferry__sized_copy_out(out, &o, sizeof(o));
     return 0;

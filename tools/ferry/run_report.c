@@ -125,6 +125,7 @@ static void print_devices(ferry_pipeline_t *pl, json_t *j)
             json_key_double(j, "model_gbps", d.model_gbps, 3);
             json_key_bool(j, "left", d.left);
             json_key_str(j, "left_why", d.why);
+            json_key_str(j, "note", d.note);
             json_object_end(j);
         } else {
             char b[32], idx[16], fb[48] = "", m[64] = "";
@@ -140,10 +141,10 @@ static void print_devices(ferry_pipeline_t *pl, json_t *j)
                          cli_bytes(d.bytes_moved, mb, sizeof(mb)));
             }
             printf("  device %-3s %s: %s, %.1f%% of the bytes, %.1f GB/s, %llu part(s)%s, model "
-                   "%.1f GB/s%s%s%s\n",
+                   "%.1f GB/s%s%s%s%s%s\n",
                    idx, d.name, cli_bytes(d.bytes, b, sizeof(b)), d.share * 100, gbps,
                    (unsigned long long)d.parts, fb, d.model_gbps, d.left ? "; left the set: " : "",
-                   d.why, m);
+                   d.why, m, d.note[0] != '\0' ? "; " : "", d.note);
         }
     }
     if (j != NULL)
