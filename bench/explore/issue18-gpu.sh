@@ -41,4 +41,6 @@ for wl in ('scale', 'fma'):
         print('%-5s %-8s transport %6.2f end-to-end %6.2f (x%.3f of one) ok %s%s' % (
             wl, how, g, e, g / st.median(base) if base else 0, all(r['ok'] for r in v),
             ' cpu share %.3f' % st.median(d['share'] for d in cpu) if cpu else ''))
+        for d in cpu:  # the guard's decision (src/pipeline/set_guard.c), one line a run
+            print('      cpu: %s' % (d.get('note') or 'no decision'))
 PY
