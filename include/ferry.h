@@ -669,10 +669,17 @@ typedef struct ferry_op_record {
     uint64_t bytes;
     uint32_t chunks; /* chunks from @chunk on that the op covers: more than 1 for a copy
                         group (option coalesce_bytes), whose kernels form one compute op */
+    unsigned device; /* the device that ran it: @i of ferry_pipeline_device_stats (0 for a
+                        pipeline of one device) */
 } ferry_op_record_t;
 
 /** Call @p fn once per op recorded for the trace so far, in the order the ops were retired
  *  (chunk by chunk, H2D then compute then D2H), with a record valid during the call only.
+ *  A set's ops come device by device (op->device), each device's on its own clock from its
+ *  own first chunk, with the set's batch ids and chunk indexes within the set's batch; a
+ *  GPU's @stream indexes its own stats' stream_kind (ferry_pipeline_device_stats); the CPU
+ *  device's parts are one compute op each (stream 0, @chunks the set's chunks it covers),
+ *  from its submission to its end, on its clock from its first part.
  *  The records are copied first, so @p fn runs without the pipeline's lock and may call
  *  ferry_pipeline_stats(). Pipelines record ops only with the `trace` option on (the first
  *  `trace_chunks` chunks when that is set). Returns 0, FERRY_EINVAL, FERRY_ESTATE (tracing

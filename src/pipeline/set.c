@@ -88,6 +88,8 @@ static void part_end(struct ferry__pset *s, pset_part_t *pt, const ferry_batch_r
     check_left(s, pt->dev);
     if (status != 0 && b->status == 0)
         b->status = status;
+    if (d->cpu != NULL && where == FERRY_DONE_CPU && r != NULL && s->trace)
+        ferry__pset_cpu_op(s, pt, r->submit_ns, r->done_ns);
     if (d->cpu != NULL && where == FERRY_DONE_CPU)
         b->cpu_parts++; /* the CPU device's own work, not a fallback: see completion_main */
     else if (where > b->where && ran > 0) /* a part moved whole says nothing of where it ran */
@@ -197,10 +199,17 @@ static int submit_part(struct ferry__pset *s, pset_part_t *pt)
         sub.prepare = part_prepare;
         sub.prepare_arg = pt;
     }
-    return s->d[pt->dev].cpu != NULL
-               ? ferry__cpudev_submit(s->d[pt->dev].cpu, &sub, pt->b->id, pt->off, false, part_done,
-                                      pt)
-               : ferry_pipeline_submit(s->d[pt->dev].pl, &sub, part_done, pt, NULL);
+    if (s->d[pt->dev].cpu != NULL)
+        return ferry__cpudev_submit(s->d[pt->dev].cpu, &sub, pt->b->id, pt->off, false, part_done,
+                                    pt);
+    uint64_t sub_id = 0;
+    int rc = ferry_pipeline_submit(s->d[pt->dev].pl, &sub, part_done, pt, &sub_id);
+    if (rc == 0 && s->trace) {
+        pthread_mutex_lock(&s->lock);
+        ferry__pset_map_part(s, pt, sub_id);
+        pthread_mutex_unlock(&s->lock);
+    }
+    return rc;
 }
 
 /* A device's GPU path ended (its pipeline's handback, pipeline_internal.h): [off, off + bytes)
@@ -312,6 +321,8 @@ static void set_free(struct ferry__pset *s)
         ferry__cpudev_destroy(s->d[i].cpu);
     ferry__lat_hist_unregister(&s->lat);
     ferry__perf_destroy(s->model);
+    for (unsigned i = 0; s->d != NULL && i < s->n; i++)
+        free(s->d[i].map);
     free(s->d);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->lock);
@@ -507,6 +518,8 @@ int ferry__pset_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **ou
     one.queue_depth = s->max_inflight; /* a part is never refused for room */
     one.nonblocking = 0;
     s->virt = (rt->ops->caps & FERRY_BE_CAP_VIRTUAL_CLOCK) != 0;
+    s->trace = ferry__opt_i64(rt->opts, FERRY__OPT_trace) != 0;
+    s->trace_chunks = (uint64_t)ferry__opt_i64(rt->opts, FERRY__OPT_trace_chunks);
     int first_gpu = -1;
     for (unsigned i = 0; i < s->n && rc == 0; i++) {
         one.device = cfg->devices[i];

@@ -22,6 +22,8 @@ void ferry__pset_stats(struct ferry__pset *s, ferry_pipeline_stats_t *out);
 unsigned ferry__pset_devices(const struct ferry__pset *s);
 /* ferry_pipeline_write_trace on a set: every device's records in one file. */
 int ferry__pset_write_trace(struct ferry__pset *s, const char *path);
+/* ferry_pipeline_ops on a set (set_ops.c). */
+int ferry__pset_ops(struct ferry__pset *s, ferry_op_fn fn, void *arg);
 int ferry__pset_device_stats(struct ferry__pset *s, unsigned i, ferry_pipeline_device_stats_t *out);
 
 #endif

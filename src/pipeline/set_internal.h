@@ -14,6 +14,15 @@
 
 typedef struct pset_batch pset_batch_t;
 
+/* A GPU's part (its pipeline's batch) in the set's batch, or one of the CPU device's parts. */
+typedef struct pset_map {
+    uint64_t id; /* the set's batch; UINT64_MAX: not known (yet) */
+    size_t off;  /* the part's offset in it */
+    size_t bytes;
+    uint32_t chunks;
+    uint64_t start_ns, end_ns; /* the CPU's part: on its clock */
+} pset_map_t;
+
 typedef struct pset_part {
     pset_batch_t *b;
     unsigned dev;
@@ -61,6 +70,10 @@ typedef struct pset_dev {
     bool probing;  /* the CPU device: its probe is out (set.c, probe_start) */
     size_t probed; /* the CPU device: its largest probe measured */
     char why[128];
+    /* while tracing: its pipeline's batch id i is part map[i] of the set's batch map[i].id
+     * (set_ops.c); the CPU device: its parts, as ops */
+    struct pset_map *map;
+    size_t nmap, capmap;
 } pset_dev_t;
 
 struct ferry__pset {
@@ -86,6 +99,8 @@ struct ferry__pset {
     ferry__lat_hist_t lat;    /* batch latency (metrics, device="all"), owner h */
     char model_path[512];     /* option perf_model: loaded at create, saved at close */
     ferry__cpu_guard_t guard; /* the CPU device's trial (set_guard.h); under the lock */
+    bool trace;               /* option trace: the devices' maps are kept (set_ops.c) */
+    uint64_t trace_chunks;    /* option trace_chunks: the CPU's ops kept for so many chunks */
 };
 
 /* Device @i's rate for parts of @bytes, bytes per ns, from the performance model; 0 before it
@@ -98,6 +113,11 @@ double ferry__pset_dev_rate(const struct ferry__pset *s, unsigned i, size_t byte
 void ferry__pset_plan_rates(const struct ferry__pset *s, size_t bytes, double *r);
 unsigned ferry__pset_plan_parts(struct ferry__pset *s, size_t bytes, pset_part_t *parts,
                                 unsigned *probe_dev, size_t *probe_bytes);
+/* While tracing (under the set's lock): part @pt went to its GPU as batch @sub_id, or the
+ * CPU device ran it from @start_ns to @end_ns (set_ops.c). */
+void ferry__pset_map_part(struct ferry__pset *s, const pset_part_t *pt, uint64_t sub_id);
+void ferry__pset_cpu_op(struct ferry__pset *s, const pset_part_t *pt, uint64_t start_ns,
+                        uint64_t end_ns);
 /* The set's figures now (set_stats.c). */
 void ferry__pset_fill_stats(struct ferry__pset *s, ferry_pipeline_stats_t *out);
 

@@ -1,6 +1,6 @@
 /* What a pipeline hands out of its trace: the Chrome trace file (ferry_pipeline_write_trace;
- * a set's gathers its devices', set.c), the ops as records (ferry_pipeline_ops), and a
- * device's snapshot for a set's trace. */
+ * a set's gathers its devices', set_stats.c), the ops as records (ferry_pipeline_ops; a
+ * set's, set_ops.c), and a device's snapshot for a set's trace and ops. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,15 +18,6 @@ static int lock_traced(ferry_pipeline_t *p, const char *who)
     pthread_mutex_unlock(&p->lock);
     return ferry__error(FERRY_ESTATE, "%s: tracing is off (set the trace option, FERRY_TRACE=1)",
                         who);
-}
-
-/* A set's ops are its devices' pipelines': ferry_pipeline_ops does not gather them. */
-static int set_untraced(const ferry_pipeline_t *p, const char *who)
-{
-    return ferry__error(FERRY_ENOTSUP,
-                        "%s: pipeline '%s' #%u drives a set of %u devices, whose ops are not "
-                        "gathered into one list (ferry_pipeline_write_trace writes them all)",
-                        who, p->stage_name, p->serial, ferry__pset_devices(p->set));
 }
 
 /* @p's layout, and a copy of its records (the caller frees *@copy), for a set's trace. */
@@ -81,7 +72,7 @@ int ferry_pipeline_ops(ferry_pipeline_t *p, ferry_op_fn fn, void *arg)
     if (p == NULL || fn == NULL)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_ops: NULL argument");
     if (p->set != NULL)
-        return set_untraced(p, "ferry_pipeline_ops");
+        return ferry__pset_ops(p->set, fn, arg);
     int rc = lock_traced(p, "ferry_pipeline_ops");
     if (rc != 0)
         return rc;

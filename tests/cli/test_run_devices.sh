@@ -44,6 +44,13 @@ json_check "sticky: verified, both left" "$TMP/out" "j['verified'] and all(d['le
 expect_rc "--trace over a set" 0 "$FERRY" run --bytes 64M --devices all --trace "$TMP/t.json" --quiet
 json_check "trace: both devices' tracks" "$TMP/t.json" "j['otherData']['devices'] == 2 and {e['args']['name'] for e in j['traceEvents'] if e.get('name') == 'process_name'} >= {'device 0: streams', 'device 1: engines'}"
 json_check "trace: ops of both devices" "$TMP/t.json" "len({e['pid'] for e in j['traceEvents'] if e.get('ph') == 'X'}) == 4"
+# the HTML report of a set: the first GPU's timeline, each device's share over time (a series
+# per device, its share in its name)
+expect_rc "--report over a set" 0 "$FERRY" run --bytes 64M --devices all --trace "$TMP/t2.json" --report "$TMP/r.html" --quiet
+expect_in "report: the devices chart" "$TMP/r.html" 'data-chart="devices"'
+expect_in "report: device 0's share" "$TMP/r.html" "device 0 NVIDIA H200"
+expect_in "report: device 1's share" "$TMP/r.html" "device 1 NVIDIA H200"
+expect_in "report: the timeline is one device's" "$TMP/r.html" "device 0 below"
 # metrics: a series per device (device="N"), the set's batch latency once (device="all")
 expect_rc "metrics of a set" 0 "$FERRY" run --bytes 64M --devices all --metrics-file "$TMP/m.prom" --quiet
 expect_in "metrics: device 0" "$TMP/m.prom" 'ferry_pipeline_transfer_bytes_total{pipeline="run",device="0",direction="h2d"}'

@@ -154,9 +154,9 @@ static void test_two_devices_double_the_rate(void **state)
     assert_true(shares > 0.999 && shares < 1.001);
     ferry_pipeline_device_stats_t d = FERRY_PIPELINE_DEVICE_STATS_INIT;
     assert_int_equal(ferry_pipeline_device_stats(p, 2, &d), FERRY_EINVAL);
-    /* tracing off: no trace (a set writes its devices' when on: cli.run_devices); no op list */
+    /* tracing off: no trace (a set writes its devices' when on: cli.run_devices), no ops */
     assert_int_equal(ferry_pipeline_write_trace(p, "/tmp/x.json"), FERRY_ESTATE);
-    assert_int_equal(ferry_pipeline_ops(p, no_op, NULL), FERRY_ENOTSUP);
+    assert_int_equal(ferry_pipeline_ops(p, no_op, NULL), FERRY_ESTATE);
     assert_int_equal(ferry_pipeline_close(p), 0);
     assert_int_equal(ferry_pipeline_close(p), 0);
     ferry_pipeline_stats_t fin = FERRY_PIPELINE_STATS_INIT;
@@ -167,6 +167,95 @@ static void test_two_devices_double_the_rate(void **state)
     memset(&rn, 0, sizeof(rn));
     assert_int_equal(ferry_pipeline_submit(p, &b, on_done, &rn, NULL), FERRY_ECLOSED);
     assert_int_equal(ferry_pipeline_destroy(p), 0);
+    assert_int_equal(ferry_runtime_destroy(rt), 0);
+}
+
+typedef struct op_tally {
+    uint64_t batch_bytes[NB_MAX]; /* per set batch: H2D bytes of the GPUs, the CPU's parts */
+    uint64_t dev_bytes[3], dev_ops[3], kinds[3][3];
+    unsigned bad;
+} op_tally_t;
+
+static void tally_op(const ferry_op_record_t *o, void *arg)
+{
+    op_tally_t *t = arg;
+    if (o->size != sizeof(*o) || o->device >= 3 || o->batch >= NB_MAX || o->end_ns < o->start_ns ||
+        (unsigned)o->kind > 2 || o->chunks < 1) {
+        t->bad++;
+        return;
+    }
+    t->kinds[o->device][o->kind]++;
+    t->dev_ops[o->device]++;
+    bool counts = o->device == 2 ? o->kind == FERRY_OP_COMPUTE : o->kind == FERRY_OP_H2D;
+    if (counts) {
+        t->batch_bytes[o->batch] += o->bytes;
+        t->dev_bytes[o->device] += o->bytes;
+    }
+}
+
+/* ferry_pipeline_ops on a set of two GPUs and the CPU, tracing on: the ops carry the set's
+ * batch ids and the device that ran them; every batch's bytes are covered once (the GPUs' H2D
+ * ops and the CPU's parts); each device's ops add up to its bytes in the device stats; the
+ * CPU's are one compute op per part. */
+static void test_set_ops(void **state)
+{
+    (void)state;
+    ferry_device_t *devs[3];
+    const char *kv[] = {"trace", "1", NULL};
+    ferry_runtime_t *rt = set_runtime(2, kv, devs);
+    assert_int_equal(ferry_device_get(rt, FERRY_DEVICE_CPU, &devs[2]), 0);
+    ferry_workload_t *wl = test_workload("scale");
+    ferry_pipeline_config_t pc = test_pipeline_config(NULL, ferry_workload_stage(wl), 4u << 20);
+    pc.devices = devs;
+    pc.ndevices = 3;
+    ferry_pipeline_t *p = test_pipeline(&pc);
+    const char *scale = getenv("FERRY_TEST_SCALE");
+    int nb = scale != NULL && strcmp(scale, "sanitizer") == 0 ? NB_MAX / 2 : NB_MAX;
+    size_t batch = 32u << 20;
+    unsigned char *in = calloc(nb, batch), *out = malloc(nb * batch);
+    assert_non_null(in);
+    assert_non_null(out);
+    run_t rn;
+    memset(&rn, 0, sizeof(rn));
+    for (int i = 0; i < nb; i++) {
+        ferry_batch_t b = FERRY_BATCH_INIT;
+        b.in = in + (size_t)i * batch;
+        b.out = out + (size_t)i * batch;
+        b.bytes = batch;
+        assert_int_equal(ferry_pipeline_submit(p, &b, on_done, &rn, NULL), 0);
+        if (i < 2) /* the CPU's probes (a tail, then a chunk) come back before the rest */
+            assert_int_equal(ferry_pipeline_drain(p), 0);
+    }
+    assert_int_equal(ferry_pipeline_drain(p), 0);
+    op_tally_t t;
+    memset(&t, 0, sizeof(t));
+    assert_int_equal(ferry_pipeline_ops(p, tally_op, &t), 0);
+    assert_int_equal(t.bad, 0);
+    for (int i = 0; i < nb; i++) {
+        if (t.batch_bytes[i] != batch)
+            fail_msg("batch %d: its ops cover %llu bytes of %zu", i,
+                     (unsigned long long)t.batch_bytes[i], batch);
+    }
+    for (unsigned i = 0; i < 3; i++) {
+        ferry_pipeline_device_stats_t d = FERRY_PIPELINE_DEVICE_STATS_INIT;
+        assert_int_equal(ferry_pipeline_device_stats(p, i, &d), 0);
+        print_message("device %d: %llu bytes in %llu parts; %llu ops, %llu bytes\n", d.index,
+                      (unsigned long long)d.bytes, (unsigned long long)d.parts,
+                      (unsigned long long)t.dev_ops[i], (unsigned long long)t.dev_bytes[i]);
+        assert_int_equal(t.dev_bytes[i], d.bytes);
+        if (i < 2) { /* a GPU: three kinds of op, H2D and D2H alike */
+            assert_true(t.kinds[i][FERRY_OP_H2D] > 0);
+            assert_int_equal(t.kinds[i][FERRY_OP_H2D], t.kinds[i][FERRY_OP_D2H]);
+        } else { /* the CPU: a compute op per part */
+            assert_true(d.parts > 0);
+            assert_int_equal(t.dev_ops[i], d.parts);
+            assert_int_equal(t.kinds[i][FERRY_OP_COMPUTE], d.parts);
+        }
+    }
+    assert_int_equal(ferry_pipeline_destroy(p), 0);
+    ferry_workload_destroy(wl);
+    free(in);
+    free(out);
     assert_int_equal(ferry_runtime_destroy(rt), 0);
 }
 
@@ -629,4 +718,4 @@ TEST_MAIN(NULL, NULL, cmocka_unit_test(test_two_devices_double_the_rate),
           cmocka_unit_test(test_machine_host_caps_the_set),
           cmocka_unit_test(test_machine_host_above_links),
           cmocka_unit_test(test_lost_device_moves_to_others),
-          cmocka_unit_test(test_inject_dev_out_of_range))
+          cmocka_unit_test(test_inject_dev_out_of_range), cmocka_unit_test(test_set_ops))

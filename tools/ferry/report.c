@@ -550,7 +550,7 @@ static void xy_ranges(const report_xy_t *c, double top, axis_t *x, axis_t *y)
     for (int s = 0; s < c->nseries; s++)
         for (int i = 0; i < c->series[s].n; i++) {
             double xv = c->series[s].x[i], yv = c->series[s].y[i];
-            if (!(xv > 0) || !isfinite(yv))
+            if (!(xv > 0 || (c->x_unit != NULL && xv == 0)) || !isfinite(yv))
                 continue;
             xmin = fmin(xmin, xv);
             xmax = fmax(xmax, xv);
@@ -558,7 +558,9 @@ static void xy_ranges(const report_xy_t *c, double top, axis_t *x, axis_t *y)
         }
     for (int l = 0; l < c->nlines; l++)
         ymax = fmax(ymax, c->lines[l].y);
-    *x = log2_axis(isfinite(xmin) ? xmin : 1, xmax, MARGIN_L, CHART_W - MARGIN_R);
+    *x = c->x_unit != NULL
+             ? linear_axis(xmax, MARGIN_L, CHART_W - MARGIN_R, 8)
+             : log2_axis(isfinite(xmin) ? xmin : 1, xmax, MARGIN_L, CHART_W - MARGIN_R);
     *y = linear_axis(ymax * 1.04, top + PLOT_H, top, 6);
 }
 
@@ -585,26 +587,29 @@ static void series_path(FILE *f, const report_series_t *s, const int *idx, const
     int k = 0;
     for (int i = 0; i < s->n; i++) {
         double xv = s->x[idx[i]], yv = s->y[idx[i]];
-        if (xv > 0 && isfinite(yv))
+        if ((xv > 0 || (!x->log2 && xv == 0)) && isfinite(yv))
             fprintf(f, "%s%.1f %.1f", k++ ? " L" : "M", axis_px(x, xv), axis_px(y, yv));
     }
     fputs("\"/>\n", f);
 }
 
 static void series_markers(FILE *f, const report_series_t *s, const axis_t *x, const axis_t *y,
-                           const char *unit)
+                           const char *unit, const char *x_unit)
 {
     char b[32];
     for (int i = 0; i < s->n; i++) {
-        if (!(s->x[i] > 0) || !isfinite(s->y[i]))
+        if (!(s->x[i] > 0 || (x_unit != NULL && s->x[i] == 0)) || !isfinite(s->y[i]))
             continue;
         fprintf(f,
                 "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\" stroke=\"%s\" "
                 "stroke-width=\"1.5\"><title>",
                 axis_px(x, s->x[i]), axis_px(y, s->y[i]), s->dashed ? "#fff" : color(s->color),
                 color(s->color));
-        escf(f, "%s: %s, %.2f %s", s->name, cli_bytes((unsigned long long)s->x[i], b, sizeof(b)),
-             s->y[i], unit ? unit : "");
+        if (x_unit != NULL)
+            snprintf(b, sizeof(b), "%.4g %s", s->x[i], x_unit);
+        else
+            cli_bytes((unsigned long long)s->x[i], b, sizeof(b));
+        escf(f, "%s: %s, %.2f %s", s->name, b, s->y[i], unit ? unit : "");
         fputs("</title></circle>\n", f);
     }
 }
@@ -635,7 +640,7 @@ static legend_item_t *xy_legend(const report_xy_t *c)
 }
 
 static void xy_series(FILE *f, const report_series_t *se, const axis_t *x, const axis_t *y,
-                      const char *unit)
+                      const char *unit, const char *x_unit)
 {
     int *idx = malloc(sizeof(int) * (size_t)(se->n + 1));
     if (idx != NULL) {
@@ -643,7 +648,7 @@ static void xy_series(FILE *f, const report_series_t *se, const axis_t *x, const
         series_path(f, se, idx, x, y);
     }
     free(idx);
-    series_markers(f, se, x, y, unit);
+    series_markers(f, se, x, y, unit, x_unit);
 }
 
 void report_xy_chart(report_t *r, const report_xy_t *c)
@@ -657,11 +662,14 @@ void report_xy_chart(report_t *r, const report_xy_t *c)
     double top = svg_open(f, c->chart, c->title, c->warning, height);
     xy_ranges(c, top, &x, &y);
     y_axis(f, &y, x.px0, x.px1, c->y_label);
-    x_bytes_axis(f, &x, y.px0, c->x_label);
+    if (c->x_unit != NULL)
+        x_linear_axis(f, &x, y.px0, top, c->x_label);
+    else
+        x_bytes_axis(f, &x, y.px0, c->x_label);
     for (int l = 0; l < c->nlines; l++)
         hline(f, &c->lines[l], &x, &y);
     for (int s = 0; s < c->nseries; s++)
-        xy_series(f, &c->series[s], &x, &y, c->y_unit);
+        xy_series(f, &c->series[s], &x, &y, c->y_unit, c->x_unit);
     if (items)
         legend(f, items, nleg, LEGEND_COLS, MARGIN_L, top + PLOT_H + MARGIN_B + 12);
     free(items);

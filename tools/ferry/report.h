@@ -39,7 +39,7 @@ void report_kv(report_t *r, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void report_table_end(report_t *r);
 
-/* A line chart over a byte-size x axis on a log scale. */
+/* A line chart over a byte-size x axis on a log scale, or a linear one from 0 (x_unit). */
 typedef struct report_series {
     const char *name;
     const double *x, *y; /* @n points, any order (drawn sorted by x); x > 0 */
@@ -64,6 +64,8 @@ typedef struct report_xy {
     const char *title;             /* over the plot */
     const char *x_label, *y_label; /* with their units */
     const char *y_unit;            /* in tooltips: "GB/s" */
+    const char *x_unit; /* NULL: x is bytes, on a log2 axis; else a linear axis from 0 in this
+                           unit (tooltips: "12.5 ms"), where x may be 0 */
     const report_series_t *series;
     int nseries;
     const report_line_t *lines;

@@ -1,6 +1,7 @@
 /* `ferry run`'s report: the summary it prints (text, or one JSON object with --json), with the
  * run's rates and what bound it, and the HTML page of --report (report.c draws it): a timeline
  * of the first chunks from the op trace, engine utilisation, and the summary as a table. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -483,6 +484,7 @@ void run_report_trace_setup(run_opts_t *ro, ferry_options_t *opts)
 typedef struct op_list {
     ferry_op_record_t *v;
     size_t n, cap, max;
+    int device; /* keep this device's ops only; -1: every device's */
 } op_list_t;
 
 /* ferry_pipeline_ops callback: keep the first @max ops (the earliest: ops come in the order
@@ -490,7 +492,7 @@ typedef struct op_list {
 static void keep_op(const ferry_op_record_t *op, void *arg)
 {
     op_list_t *l = arg;
-    if (l->n == l->max)
+    if (l->n == l->max || (l->device >= 0 && op->device != (unsigned)l->device))
         return;
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 256;
@@ -551,12 +553,28 @@ static int kind_color(char k)
     return k == 'h' ? 0 : k == 'c' ? 2 : k == 'd' ? 1 : 6;
 }
 
+/* The position of @pl's first GPU among its devices (0 for a pipeline of one device, or a set
+ * of the CPU alone). */
+static int first_gpu(ferry_pipeline_t *pl)
+{
+    unsigned n = ferry_pipeline_devices(pl);
+    for (unsigned i = 0; n > 1 && i < n; i++) {
+        ferry_pipeline_device_stats_t d = FERRY_PIPELINE_DEVICE_STATS_INIT;
+        if (ferry_pipeline_device_stats(pl, i, &d) == 0 && d.index != FERRY_DEVICE_CPU)
+            return (int)i;
+    }
+    return 0;
+}
+
 static void timeline_section(report_t *r, const run_opts_t *ro, ferry_pipeline_t *pl,
                              const ferry_pipeline_stats_t *s, bool simulated)
 {
-    /* the window's chunks, and those in flight with them (depth is at most 64) */
-    op_list_t l = {.max = 3 * ((size_t)ro->tl_chunks + 64)};
+    /* the window's chunks, and those in flight with them (depth is at most 64); of a set, its
+     * first GPU's (whose streams the set's stats name) */
+    op_list_t l = {.max = 3 * ((size_t)ro->tl_chunks + 64), .device = first_gpu(pl)};
     report_heading(r, "Timeline");
+    if (ferry_pipeline_devices(pl) > 1)
+        report_text(r, "Of the set's devices, the first GPU's: device %d below.", l.device);
     size_t shown = 0;
     uint64_t w = 0;
     if (ferry_pipeline_ops(pl, keep_op, &l) == 0)
@@ -693,6 +711,99 @@ static void summary_section(report_t *r, const run_opts_t *ro, ferry_device_t *d
     report_table_end(r);
 }
 
+#define SHARE_BINS 40
+
+/* A set's devices over time: each device's share of the bytes finished in each of SHARE_BINS
+ * intervals of the recorded ops (a GPU's D2H copies, the CPU's parts), on each device's own
+ * clock from its first chunk. A pipeline of one device: nothing. */
+static void devices_section(report_t *r, const run_opts_t *ro, ferry_pipeline_t *pl)
+{
+    unsigned n = ferry_pipeline_devices(pl);
+    if (n < 2 || n > FERRY_MAX_DEVICE_SET)
+        return;
+    report_heading(r, "Devices over time");
+    op_list_t l = {.max = SIZE_MAX, .device = -1};
+    uint64_t end = 0, last[FERRY_MAX_DEVICE_SET] = {0};
+    if (ferry_pipeline_ops(pl, keep_op, &l) == 0)
+        for (size_t i = 0; i < l.n; i++)
+            if (l.v[i].device < n && l.v[i].end_ns > last[l.v[i].device])
+                last[l.v[i].device] = l.v[i].end_ns;
+    /* with every chunk recorded (--trace), the whole run; else until the first device's
+     * records stop, so that no device looks idle for want of records */
+    for (unsigned i = 0; i < n; i++)
+        if (last[i] > 0 && (end == 0 || (ro->trace ? last[i] > end : last[i] < end)))
+            end = last[i];
+    double *x = calloc(SHARE_BINS, sizeof(double)),
+           *y = calloc((size_t)n * SHARE_BINS, sizeof(double));
+    double *all = calloc(SHARE_BINS, sizeof(double));
+    report_series_t *se = calloc(n, sizeof(*se));
+    char(*names)[512] = calloc(n, sizeof(*names));
+    if (end == 0 || x == NULL || y == NULL || all == NULL || se == NULL || names == NULL) {
+        report_text(r, "No op was recorded: nothing to show.");
+        goto out;
+    }
+    for (size_t i = 0; i < l.n; i++) {
+        const ferry_op_record_t *op = &l.v[i];
+        if (op->device >= n)
+            continue;
+        ferry_pipeline_device_stats_t d = FERRY_PIPELINE_DEVICE_STATS_INIT;
+        bool cpu =
+            ferry_pipeline_device_stats(pl, op->device, &d) == 0 && d.index == FERRY_DEVICE_CPU;
+        if (op->kind != (cpu ? FERRY_OP_COMPUTE : FERRY_OP_D2H))
+            continue;
+        if (op->end_ns > end)
+            continue;
+        size_t b = (size_t)((double)op->end_ns / (double)end * SHARE_BINS);
+        b = b >= SHARE_BINS ? SHARE_BINS - 1 : b;
+        y[(size_t)op->device * SHARE_BINS + b] += (double)op->bytes;
+        all[b] += (double)op->bytes;
+    }
+    double w = (double)end / 1e6 / SHARE_BINS; /* ms a bin */
+    for (unsigned b = 0; b < SHARE_BINS; b++)
+        x[b] = (b + 0.5) * w;
+    for (unsigned i = 0; i < n; i++) {
+        ferry_pipeline_device_stats_t d = FERRY_PIPELINE_DEVICE_STATS_INIT;
+        ferry_pipeline_device_stats(pl, i, &d);
+        for (unsigned b = 0; b < SHARE_BINS; b++)
+            y[i * SHARE_BINS + b] = all[b] > 0 ? 100 * y[i * SHARE_BINS + b] / all[b] : NAN;
+        if (d.index == FERRY_DEVICE_CPU)
+            snprintf(names[i], sizeof(names[i]), "cpu: %.1f%% of the bytes%s%s", d.share * 100,
+                     d.note[0] ? "; " : "", d.note);
+        else
+            snprintf(names[i], sizeof(names[i]), "device %d %s: %.1f%% of the bytes%s%s", d.index,
+                     d.name, d.share * 100, d.left ? "; left: " : "", d.why);
+        se[i] = (report_series_t){.name = names[i],
+                                  .x = x,
+                                  .y = y + (size_t)i * SHARE_BINS,
+                                  .n = SHARE_BINS,
+                                  .color = (int)(i % 8)};
+    }
+    report_text(
+        r,
+        "Each device's share of the bytes finished in each of %d intervals of %.3f ms: a "
+        "GPU's by its device-to-host copies, the CPU's by its parts, from the recorded ops, "
+        "each device on its own clock from its first chunk. Without --trace only each "
+        "device's first chunks are recorded, and the chart ends where the first device's records "
+        "do.",
+        SHARE_BINS, w);
+    report_xy_t c = {.chart = "devices",
+                     .title = "Share of the bytes finished, per device",
+                     .x_label = "time (ms)",
+                     .y_label = "share (%)",
+                     .y_unit = "%",
+                     .x_unit = "ms",
+                     .series = se,
+                     .nseries = (int)n};
+    report_xy_chart(r, &c);
+out:
+    free(names);
+    free(se);
+    free(all);
+    free(y);
+    free(x);
+    free(l.v);
+}
+
 int run_write_report(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t *dev,
                      ferry_pipeline_t *pl, const run_outcome_t *o)
 {
@@ -701,6 +812,7 @@ int run_write_report(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t *
         return CLI_FAIL;
     summary_section(r, ro, dev, o);
     timeline_section(r, ro, pl, o->s, ferry_device_is_simulated(dev));
+    devices_section(r, ro, pl);
     utilisation_section(r, o->s);
     return report_close(r);
 }
