@@ -203,3 +203,7 @@ for r in rows('sim.jsonl'):
         r['what'], r['gbps_h2d'], p.get('end_to_end_gbps', 0), p.get('bound', '-'), m,
         '%.3f' % (p.get('end_to_end_gbps', 0) / m) if m else '-'))
 PY
+# the device call brings back a limited number of files: the small ones go back as one archive
+# (build logs stay out: they name the machine's paths)
+(cd "$OUT" && rm -f build.log build-base.log && ls | grep -v '^results.tgz$' >.list &&
+  tar -czf results.tgz -T .list && xargs rm -f <.list && rm -f .list)
