@@ -544,7 +544,37 @@ static void print_point(const struct args *a, const struct dma *d, const struct 
     fflush(stdout);
 }
 
-/* The table, the largest total, and per mode the first N whose DMA fell below 95% of N=0's. */
+/* Per mode, a least-squares line through the DMA's rate (the mean of both ways) against the
+ * CPU's memory traffic over every point of the mode: the fraction of the DMA's rate alone
+ * (the line at 0) lost per GB/s of CPU traffic, a profile's host_memory.dma_cpu_loss
+ * (docs/simulator.md). Negative (the DMA gained) prints as measured. */
+static void loss_fit(int mode, const struct point *pt, int np)
+{
+    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (int i = 0; i < np; i++) {
+        if (pt[i].mode != mode)
+            continue;
+        double x = pt[i].traffic, y = (pt[i].h2d + pt[i].d2h) / 2;
+        n++;
+        sx += x;
+        sy += y;
+        sxx += x * x;
+        sxy += x * y;
+    }
+    double den = n * sxx - sx * sx;
+    if (n < 2 || den <= 0)
+        return;
+    double b = (n * sxy - sx * sy) / den, a = (sy - b * sx) / n;
+    if (a <= 0)
+        return;
+    fprintf(stderr,
+            "%s: the DMA loses %.2f%% of its rate alone (%.1f GB/s each way, fitted) per 10 GB/s "
+            "of CPU traffic: dma_cpu_loss %.5f (least squares over %d points)\n",
+            hostbench_kind_name[mode], -1000 * b / a, a, -b / a, (int)n);
+}
+
+/* The table, the largest total, and per mode the first N whose DMA fell below 95% of N=0's,
+ * and the DMA's loss per GB/s of CPU traffic (loss_fit). */
 static void summary(const struct args *a, const struct dma *d, const struct point *pt, int np)
 {
     if (a->dma == DMA_NONE)
@@ -591,6 +621,7 @@ static void summary(const struct args *a, const struct dma *d, const struct poin
                     hostbench_kind_name[a->modes[m]], drop->threads,
                     base->h2d > 0 ? 100 * drop->h2d / base->h2d : 0,
                     base->d2h > 0 ? 100 * drop->d2h / base->d2h : 0);
+        loss_fit(a->modes[m], pt, np);
     }
 }
 

@@ -24,6 +24,13 @@ json_check "empty file: 0 bytes" "$TMP/out" "j['bytes'] == 0 and j['gbps'] == 0"
 expect_rc "write" 0 "$FERRY" bench io "$TMP/w.bin" --write --bytes 5000001 --json
 json_check "write --json" "$TMP/out" "j['mode'] == 'write' and j['bytes'] == 5000001"
 if [ "$(stat -c %s "$TMP/w.bin")" = 5000001 ]; then ok "write: the size"; else bad "write: size $(stat -c %s "$TMP/w.bin")"; fi
+# every 8-byte little-endian word holds its offset (the last one cut at the file's end)
+python3 - "$TMP/w.bin" <<'PY' && ok "write: each word holds its offset" || bad "write: the pattern"
+import struct, sys
+d = open(sys.argv[1], 'rb').read()
+whole = b''.join(struct.pack('<Q', o) for o in range(0, len(d) + 8, 8))[:len(d)]
+sys.exit(0 if d == whole else 1)
+PY
 expect_rc "write refuses an existing file" 1 "$FERRY" bench io "$TMP/in.bin" --write --bytes 1M
 expect_in "write: why" "$TMP/err" "exists"
 if [ "$(stat -c %s "$TMP/in.bin")" = 9441281 ]; then ok "write: the existing file untouched"; else bad "write touched the existing file"; fi
