@@ -182,6 +182,9 @@ typedef struct ferry_host_props {
     double read_gbps, write_gbps, copy_gbps;      /* all threads; copy counts the bytes copied */
     char storage_kind[32];                        /* the file system the storage rates are of */
     double storage_read_gbps, storage_write_gbps; /* parallel sequential read and write */
+    /* The fraction of the DMA's rate lost per GB/s of CPU memory traffic beside it (0: not
+     * modelled): bench/host/host_dma_contend's fit, "dma_cpu_loss" */
+    double dma_cpu_loss;
 } ferry_host_props_t;
 #define FERRY_HOST_PROPS_INIT FERRY_SIZED_INIT(ferry_host_props_t)
 

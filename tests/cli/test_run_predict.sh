@@ -17,7 +17,9 @@ predict() {
   json_check "$name: $expr" "$TMP/out" "(lambda p: $expr)(j['predicted'])"
 }
 
-predict "generated, verified" "p['bound'] == 'link' and p['memory_traffic_per_byte'] == 3 and abs(p['end_to_end_gbps'] - j['transport_gbps']) < 0.01" --bytes 64M
+# generated and verified: the verifiers read 1 byte per byte beside the DMA, which loses
+# dma_cpu_loss of its rate per GB/s of that: T / (1 + loss T)
+predict "generated, verified" "p['bound'] == 'host memory' and 'DMA loses 1.34%' in p['bound_why'] and p['memory_traffic_per_byte'] == 3 and abs(p['end_to_end_gbps'] - j['transport_gbps'] / (1 + 0.00134 * j['transport_gbps'])) < 0.01" --bytes 64M
 predict "generated, not verified" "p['memory_traffic_per_byte'] == 2" --bytes 64M --verify off
 predict "generated, sampled" "abs(p['memory_traffic_per_byte'] - 2.0625) < 1e-3" --bytes 64M --verify sample
 # file to file on the profile's tmpfs: its read and write through the page cache (2 each), the
@@ -45,6 +47,12 @@ FERRY_PROFILE="$TMP/wr.json" predict "storage write 5 GB/s" "p['bound'] == 'stor
 # Few verifier threads on a slow host bound verification.
 variant "$TMP/few.json" "p['host_memory']['threads'] = 3; p['host_memory']['thread_read_gbps'] = 2"
 FERRY_PROFILE="$TMP/few.json" predict "one verifier at 2 GB/s" "p['bound'] == 'verification' and p['end_to_end_gbps'] == 2" --bytes 64M
+# Without the DMA's loss the link binds generated data; a loss out of range is refused.
+variant "$TMP/noloss.json" "del p['host_memory']['dma_cpu_loss']"
+FERRY_PROFILE="$TMP/noloss.json" predict "no DMA loss" "p['bound'] == 'link' and abs(p['end_to_end_gbps'] - j['transport_gbps']) < 0.01" --bytes 64M
+variant "$TMP/badloss.json" "p['host_memory']['dma_cpu_loss'] = 0.5"
+FERRY_PROFILE="$TMP/badloss.json" expect_rc "dma_cpu_loss 0.5" 1 "$FERRY" run --bytes 64M
+expect_in "dma_cpu_loss 0.5: names the key" "$TMP/err" "dma_cpu_loss"
 # Without the host sections: no prediction, and the summary says why.
 variant "$TMP/nohost.json" "del p['host_memory']; del p['storage']"
 FERRY_PROFILE="$TMP/nohost.json" predict "no host model" "p is None" --bytes 64M

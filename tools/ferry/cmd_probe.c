@@ -45,6 +45,9 @@ static void print_props_text(const ferry_device_props_t *p, const ferry_host_pro
                "together, "
                "one thread reads %.1f GB/s, all %.1f\n",
                h->threads, h->memory_gbps, h->thread_read_gbps, h->read_gbps);
+    if (h->modelled && h->dma_cpu_loss > 0)
+        printf("    host DMA            loses %.2f%% per 10 GB/s of CPU memory traffic beside it\n",
+               h->dma_cpu_loss * 1000);
     if (h->modelled && h->storage_read_gbps > 0)
         printf("    storage             the profile's %s: read %.1f GB/s%s\n", h->storage_kind,
                h->storage_read_gbps, h->storage_write_gbps > 0 ? "" : ", write not measured");
@@ -65,6 +68,7 @@ static void host_json(json_t *j, const ferry_host_props_t *h)
     json_key_double(j, "read_gbps", h->read_gbps, 3);
     json_key_double(j, "write_gbps", h->write_gbps, 3);
     json_key_double(j, "copy_gbps", h->copy_gbps, 3);
+    json_key_double(j, "dma_cpu_loss", h->dma_cpu_loss, 6);
     json_key_str(j, "storage_kind", h->storage_kind);
     json_key_double(j, "storage_read_gbps", h->storage_read_gbps, 3);
     json_key_double(j, "storage_write_gbps", h->storage_write_gbps, 3);

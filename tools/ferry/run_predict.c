@@ -50,12 +50,29 @@ void run_predict(const run_opts_t *ro, const ferry_host_props_t *h, double trans
     else if (ro->output_stream && !ro->output_null)
         traffic += 1.0;
     p->traffic = traffic;
+    /* the CPU's share of it: verification, and the kernel's copies of a tmpfs file or a pipe */
+    double cpu_traffic = frac * reads;
+    bool tmpfs = strcmp(h->storage_kind, "tmpfs") == 0;
+    cpu_traffic += ro->input_file ? (tmpfs ? 2.0 : 0.0) : ro->input_stream ? 2.0 : 0.0;
+    cpu_traffic += ro->output_file                         ? (tmpfs ? 2.0 : 0.0)
+                   : ro->output_stream && !ro->output_null ? 1.0
+                                                           : 0.0;
 
     snprintf(why, sizeof(why), "the simulated device's transport rate");
     limit(p, transport_gbps, device_bound, why);
     snprintf(why, sizeof(why), "%.1f bytes of host memory traffic per byte, at %.0f GB/s", traffic,
              h->memory_gbps);
     limit(p, h->memory_gbps / traffic, "host memory", why);
+    if (h->dma_cpu_loss > 0 && cpu_traffic > 0) {
+        /* The DMA slows as the CPU draws memory beside it, and the CPU's traffic follows the
+         * DMA's rate x: x = T (1 - loss cpu x), so x = T / (1 + loss cpu T). */
+        double x = transport_gbps / (1 + h->dma_cpu_loss * cpu_traffic * transport_gbps);
+        snprintf(why, sizeof(why),
+                 "the DMA loses %.2f%% per 10 GB/s of CPU memory traffic beside it (%.1f "
+                 "byte(s) per byte)",
+                 h->dma_cpu_loss * 1000, cpu_traffic);
+        limit(p, x, "host memory", why);
+    }
     if (frac > 0 && h->thread_read_gbps > 0) {
         /* the verifiers ferry run would start there (run_helper_threads) */
         unsigned v = h->threads > 2 ? (unsigned)h->threads - 2 : 1;

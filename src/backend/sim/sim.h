@@ -73,6 +73,7 @@ struct ferry_sim_profile {
     double host_thread_read_gbps;
     double host_read_gbps, host_write_gbps, host_copy_gbps; /* all threads; copy: bytes copied */
     int host_threads;
+    double host_dma_cpu_loss; /* the DMA's loss per GB/s of CPU traffic; 0: not modelled */
     /* storage (optional section): the file system files of a run are on, on the profile's
      * machine; rates of a parallel sequential read and write (0 when absent or not measured) */
     char storage_kind[32];

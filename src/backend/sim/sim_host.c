@@ -111,6 +111,7 @@ void ferry__sim_host_props(ferry_be_device_t *dev, ferry_host_props_t *out)
     out->read_gbps = p->host_read_gbps;
     out->write_gbps = p->host_write_gbps;
     out->copy_gbps = p->host_copy_gbps;
+    out->dma_cpu_loss = p->host_dma_cpu_loss;
     snprintf(out->storage_kind, sizeof(out->storage_kind), "%s", p->storage_kind);
     out->storage_read_gbps = p->storage_read_gbps;
     out->storage_write_gbps = p->storage_write_gbps;

@@ -363,6 +363,7 @@ static const struct field host_memory_fields[] = {
     FIELD_POSITIVE("write_gbps", host_write_gbps, 1e5),
     FIELD_POSITIVE("copy_gbps", host_copy_gbps, 1e5),
     FIELD_INT("threads", host_threads, 1, 65536),
+    {"dma_cpu_loss", F_POSITIVE_OPT, FIELD_AT(host_dma_cpu_loss), .top = 0.1},
 };
 static const struct field storage_fields[] = {
     {"kind", F_CALL, .call = get_storage_kind},
