@@ -1,7 +1,10 @@
 /* How fast can a file in tmpfs be written, and by how many threads: pwrite (the kernel holds the
  * inode's lock for each write), one shared mapping of the whole file, or a mapping per request
- * (with and without MAP_POPULATE). Prints one JSON line a run.
- * Usage: tmpfs-write FILE GIB MODE THREADS; MODE: pwrite, map, mapreq, mapreq-populate. */
+ * (with and without MAP_POPULATE, or after an fallocate of the request's range: what a writer
+ * needs so that a full file system answers ENOSPC instead of SIGBUS on a mapping). Prints one
+ * JSON line a run.
+ * Usage: tmpfs-write FILE GIB MODE THREADS; MODE: pwrite, map, mapreq, mapreq-populate,
+ * falloc-mapreq. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
@@ -18,7 +21,7 @@ static size_t total, next_off;
 static char *src, *map;
 static int fd, mode;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static const char *modes[] = {"pwrite", "map", "mapreq", "mapreq-populate"};
+static const char *modes[] = {"pwrite", "map", "mapreq", "mapreq-populate", "falloc-mapreq"};
 
 static double now(void)
 {
@@ -44,6 +47,8 @@ static void *work(void *arg)
         } else if (mode == 1) {
             memcpy(map + o, s, REQ);
         } else {
+            if (mode == 4 && fallocate(fd, 0, (off_t)o, (off_t)REQ) != 0)
+                abort();
             char *m = mmap(NULL, REQ, PROT_WRITE, MAP_SHARED | (mode == 3 ? MAP_POPULATE : 0), fd,
                            (off_t)o);
             if (m == MAP_FAILED)
@@ -59,10 +64,10 @@ int main(int argc, char **argv)
     if (argc != 5)
         return 2;
     total = strtoul(argv[2], NULL, 10) << 30;
-    for (mode = 0; mode < 4 && strcmp(argv[3], modes[mode]) != 0; mode++)
+    for (mode = 0; mode < 5 && strcmp(argv[3], modes[mode]) != 0; mode++)
         ;
     int nth = atoi(argv[4]);
-    if (mode == 4 || nth < 1 || nth > 64)
+    if (mode == 5 || nth < 1 || nth > 64)
         return 2;
     src = malloc(SRC);
     for (size_t i = 0; i < SRC; i++)
