@@ -64,8 +64,13 @@ static void part_end(struct ferry__pset *s, pset_part_t *pt, const ferry_batch_r
     ferry_batch_where_t where = r != NULL ? r->where : FERRY_DONE_FAILED;
     bool heap = pt->heap;
     pthread_mutex_lock(&s->lock);
-    d->held -= pt->bytes;
+    ferry__pset_hold(s, pt->dev, -(int64_t)pt->bytes, r != NULL ? r->done_ns : 0);
     size_t ran = pt->bytes - pt->moved; /* what this device did of it */
+    if (r != NULL && status == 0)       /* the span its device spent on it: from its start or the
+                                         * device's previous part, whichever was later */
+        ferry__guard_part(&s->guard, ran,
+                          r->submit_ns > d->last_done_ns ? r->submit_ns : d->last_done_ns,
+                          r->done_ns);
     if (r != NULL && status == 0 && (ran > 0 || pt->bytes == 0)) {
         d->bytes += ran;
         d->parts++;
@@ -251,7 +256,7 @@ static bool part_handback(struct ferry__pset *s, void *arg, size_t off, size_t b
     pt->moved += bytes;
     pt->moved_chunks += chunks;
     s->d[pt->dev].bytes_moved += bytes;
-    s->d[best].held += bytes;
+    ferry__pset_hold(s, best, (int64_t)bytes, 0);
     s->d[best].vbusy += (double)bytes / r[best];
     pthread_mutex_unlock(&s->lock);
     int rc = submit_part(s, np);
@@ -262,7 +267,7 @@ static bool part_handback(struct ferry__pset *s, void *arg, size_t off, size_t b
     pt->moved -= bytes;
     pt->moved_chunks -= chunks;
     s->d[pt->dev].bytes_moved -= bytes;
-    s->d[best].held -= bytes;
+    ferry__pset_hold(s, best, -(int64_t)bytes, 0);
     s->d[best].vbusy -= (double)bytes / r[best];
     pthread_mutex_unlock(&s->lock);
     free(np);
@@ -299,7 +304,7 @@ static void *completion_main(void *arg)
         b->cb(&res, b->arg);
         ferry__lat_hist_observe(&s->lat, b->lat_ns);
         pthread_mutex_lock(&s->lock);
-        if (ferry__guard_done(&s->guard, b->id, b->batch.bytes, b->done_ns, b->status == 0))
+        if (ferry__guard_done(&s->guard, b->id, b->status == 0))
             ferry_log(FERRY_LOG_INFO, "pipeline", "the CPU device %s", s->guard.note);
         s->done_gpu += res.where == FERRY_DONE_GPU;
         s->done_cpu += res.where == FERRY_DONE_CPU;
@@ -613,7 +618,7 @@ int ferry__pset_submit(struct ferry__pset *s, const ferry_batch_t *batch, ferry_
     pset_batch_t *b = calloc(1, sizeof(*b) + np * sizeof(pset_part_t));
     if (b == NULL) {
         for (unsigned i = 0; i < np; i++)
-            s->d[parts[i].dev].held -= parts[i].bytes;
+            ferry__pset_hold(s, parts[i].dev, -(int64_t)parts[i].bytes, 0);
         s->d[probe_dev].probing &= probe_bytes == 0;
         pthread_mutex_unlock(&s->lock);
         return ferry__error(FERRY_ENOMEM, "ferry_pipeline_submit: a batch record");

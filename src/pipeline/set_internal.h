@@ -103,6 +103,9 @@ struct ferry__pset {
     uint64_t trace_chunks;    /* option trace_chunks: the CPU's ops kept for so many chunks */
 };
 
+/* Device @dev's held bytes change by @delta at @at_ns (0: now): the CPU's guard learns when the
+ * CPU starts or stops holding work (set_guard.h). Under the set's lock (set_plan.c). */
+void ferry__pset_hold(struct ferry__pset *s, unsigned dev, int64_t delta, uint64_t at_ns);
 /* Device @i's rate for parts of @bytes, bytes per ns, from the performance model; 0 before it
  * has measured one (set.c). */
 double ferry__pset_dev_rate(const struct ferry__pset *s, unsigned i, size_t bytes);

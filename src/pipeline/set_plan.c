@@ -69,6 +69,17 @@ static int cpu_probe(const struct ferry__pset *s)
     return -1;
 }
 
+void ferry__pset_hold(struct ferry__pset *s, unsigned dev, int64_t delta, uint64_t at_ns)
+{
+    pset_dev_t *d = &s->d[dev];
+    bool was = d->held > 0;
+    d->held = (uint64_t)((int64_t)d->held + delta);
+    if (d->cpu != NULL && was != (d->held > 0))
+        ferry__guard_cpu(&s->guard, d->held > 0,
+                         at_ns != 0 || s->guard.state != FERRY__GUARD_TRIAL ? at_ns
+                                                                            : ferry__mono_ns());
+}
+
 /* The CPU device when the guard keeps it from the batch being planned (set_guard.h), else -1.
  * The guard runs on real clocks, once the CPU is calibrated (@probe < 0), while a GPU is in the
  * set: with none left the CPU takes the work. */
@@ -87,7 +98,10 @@ static int cpu_benched(struct ferry__pset *s, int probe)
     if (s->virt || cpu < 0 || !gpu || probe >= 0)
         return -1;
     if (s->guard.state == FERRY__GUARD_IDLE)
-        ferry__guard_start(&s->guard, s->next_id, s->inflight);
+        ferry__guard_start(&s->guard, s->next_id, s->inflight, ferry__mono_ns(),
+                           s->d[cpu].held > 0);
+    else
+        ferry__guard_plan(&s->guard, s->next_id, ferry__mono_ns());
     return ferry__guard_cpu_ok(&s->guard, s->next_id) ? -1 : cpu;
 }
 
@@ -195,14 +209,14 @@ unsigned ferry__pset_plan_parts(struct ferry__pset *s, size_t bytes, pset_part_t
             continue;
         parts[np++] = (pset_part_t){
             .dev = i, .off = off, .bytes = end - off, .plan_ns = (double)(end - off) / r[i]};
-        s->d[i].held += end - off;
+        ferry__pset_hold(s, i, (int64_t)(end - off), 0);
         s->d[i].vbusy += parts[np - 1].plan_ns;
         off = end;
     }
     if (np == 0) { /* an empty batch: to the earliest device */
         parts[np++] = (pset_part_t){.dev = ord[0], .off = 0, .bytes = 0};
     } else if (off < bytes) { /* rounding left a tail: the last part takes it */
-        s->d[parts[np - 1].dev].held += bytes - off;
+        ferry__pset_hold(s, parts[np - 1].dev, (int64_t)(bytes - off), 0);
         double more = (double)(bytes - off) / r[parts[np - 1].dev];
         s->d[parts[np - 1].dev].vbusy += more;
         parts[np - 1].plan_ns += more;
