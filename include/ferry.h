@@ -630,10 +630,11 @@ typedef struct ferry_pipeline_device_stats {
     char why[128];      /* why it left */
     ferry_pipeline_stats_t stats; /* the device's own pipeline */
     uint64_t bytes_moved;         /* bytes of its parts that other devices ran after it left */
-    /* The scheduler's word on it, "" when none: for the CPU device of a set on real clocks,
-     * whether it was kept or benched after running the set with and without it, with both
-     * rates ("benched: the set ran at 41.20 GB/s with it, 44.90 without (16 batches each
-     * way)"); a benched CPU takes no more work. */
+    /* The scheduler's word on it, "" when none. For the CPU device of a set: on real clocks,
+     * whether it was kept or benched after running the set with and without it, with the rates
+     * ("benched: the set ran at 37.25 then 34.55 GB/s with it, 41.23 without (40 batches
+     * planned with it, 98 without)"; a benched CPU takes no more work); else, when it took no
+     * work, why ("took no work: at the 0.20 GB/s its probe of 256 KiB ran, ..."). */
     char note[160];
 } ferry_pipeline_device_stats_t;
 #define FERRY_PIPELINE_DEVICE_STATS_INIT                                                           \

@@ -304,7 +304,7 @@ static void *completion_main(void *arg)
         b->cb(&res, b->arg);
         ferry__lat_hist_observe(&s->lat, b->lat_ns);
         pthread_mutex_lock(&s->lock);
-        if (ferry__guard_done(&s->guard, b->id, b->status == 0))
+        if (ferry__guard_done(&s->guard, b->status == 0))
             ferry_log(FERRY_LOG_INFO, "pipeline", "the CPU device %s", s->guard.note);
         s->done_gpu += res.where == FERRY_DONE_GPU;
         s->done_cpu += res.where == FERRY_DONE_CPU;

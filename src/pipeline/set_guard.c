@@ -5,29 +5,6 @@
 #include "base/base.h"
 #include "pipeline/set_guard.h"
 
-/* Segment k of the trial: with the CPU for 0 and 3, without for 1 and 2. */
-static bool seg_with(unsigned k)
-{
-    return k == 0 || k == FERRY__GUARD_SEGS - 1;
-}
-
-/* Segment k's batches: the first runs g->lead more (the last is planned while the batches before
- * it are in flight, and so starts on the CPU that many batches early). */
-static unsigned seg_len(const ferry__cpu_guard_t *g, unsigned k)
-{
-    return k == 0 ? g->len + g->lead : g->len;
-}
-
-/* The segment of batch @id (FERRY__GUARD_SEGS: after the trial); @id >= g->id0. */
-static unsigned seg_of(const ferry__cpu_guard_t *g, uint64_t id)
-{
-    uint64_t off = id - g->id0;
-    unsigned k = 0;
-    while (k < FERRY__GUARD_SEGS && off >= seg_len(g, k))
-        off -= seg_len(g, k++);
-    return k;
-}
-
 void ferry__guard_start(ferry__cpu_guard_t *g, uint64_t id0, unsigned inflight, uint64_t now_ns,
                         bool busy)
 {
@@ -45,18 +22,18 @@ void ferry__guard_start(ferry__cpu_guard_t *g, uint64_t id0, unsigned inflight, 
     g->len = len < FERRY__GUARD_MIN_LEN   ? FERRY__GUARD_MIN_LEN
              : len > FERRY__GUARD_MAX_LEN ? FERRY__GUARD_MAX_LEN
                                           : len;
-    g->lead = inflight < g->len ? inflight : g->len;
     g->id0 = id0;
     g->trials = trials + 1;
     g->why_over = why;
     g->state = FERRY__GUARD_TRIAL;
     g->held = busy;
-    g->plan_with = ferry__guard_cpu_ok(g, id0); /* the first segment: with it */
-    g->busy0 = g->busy = busy || g->plan_with;
+    g->plan_with = true; /* the first phase */
+    g->busy0 = g->busy = true;
     g->start_ns = g->last_ns = g->side_ns = now_ns;
+    g->planned[1] = 1;
 }
 
-bool ferry__guard_cpu_ok(const ferry__cpu_guard_t *g, uint64_t id)
+bool ferry__guard_cpu_ok(const ferry__cpu_guard_t *g)
 {
     switch (g->state) {
     case FERRY__GUARD_IDLE:
@@ -64,14 +41,22 @@ bool ferry__guard_cpu_ok(const ferry__cpu_guard_t *g, uint64_t id)
     case FERRY__GUARD_BENCH: return false;
     case FERRY__GUARD_TRIAL: break;
     }
-    if (id < g->id0)
-        return true; /* cannot happen: a trial starts at the batch being planned */
-    unsigned k = seg_of(g, id);
-    return k < FERRY__GUARD_SEGS && seg_with(k); /* after it: without, until decided */
+    return g->phase == 0 || g->phase == 2;
 }
 
-/* The side is the CPU's: busy while it holds work or the batches being planned may give it
- * some (between two parts of a segment with it, its queue may run dry for a moment). */
+/* A side's time up to @now_ns. */
+static uint64_t side_time(const ferry__cpu_guard_t *g, bool busy, uint64_t now_ns)
+{
+    uint64_t t = g->ns[busy];
+    if (g->busy == busy && now_ns > g->side_ns)
+        t += now_ns - g->side_ns;
+    return t;
+}
+
+/* The side is busy while the CPU holds work or the batches being planned may give it some
+ * (between two parts of a phase with it, its queue may run dry for a moment, and a side turning
+ * at each such moment would share the GPUs' parts out at their average rate: 2% in the CPU's
+ * favour with 4 batches in flight). */
 static void side_update(ferry__cpu_guard_t *g, uint64_t at_ns)
 {
     bool busy = g->held || g->plan_with;
@@ -84,6 +69,10 @@ static void side_update(ferry__cpu_guard_t *g, uint64_t at_ns)
     g->turn_ns[g->nturn % FERRY__GUARD_TURNS] = at_ns;
     g->nturn++;
     g->busy = busy;
+    if (!busy && g->first_ns == 0) {
+        g->first_ns = g->ns[1] > 0 ? g->ns[1] : 1;
+        g->first_end_ns = at_ns;
+    }
 }
 
 void ferry__guard_cpu(ferry__cpu_guard_t *g, bool held, uint64_t at_ns)
@@ -96,8 +85,33 @@ void ferry__guard_plan(ferry__cpu_guard_t *g, uint64_t id, uint64_t at_ns)
 {
     if (g->state != FERRY__GUARD_TRIAL)
         return;
-    g->plan_with = ferry__guard_cpu_ok(g, id);
+    switch (g->phase) {
+    case 0:
+        if (id >= g->id0 + g->len)
+            g->phase = 1;
+        break;
+    case 1: /* without, until the CPU is done and the set has run without it 2x the first side */
+        if (g->first_ns > 0 && side_time(g, false, at_ns) >= 2 * g->first_ns)
+            g->phase = 2;
+        break;
+    case 2: /* with, until this side has lasted as long as the first */
+        if (side_time(g, true, at_ns) >= 2 * g->first_ns)
+            g->phase = 3;
+        break;
+    default: break;
+    }
+    g->plan_with = g->phase == 0 || g->phase == 2;
+    g->planned[g->plan_with]++;
     side_update(g, at_ns);
+}
+
+/* The period of a stretch on @side (busy: with the CPU) that ends at @end_ns: 0 without the
+ * CPU, 1 with it in the first phases, 2 with it after (set_guard.h: ferry__cpu_guard_t.bytes). */
+static unsigned period(const ferry__cpu_guard_t *g, bool busy, uint64_t end_ns)
+{
+    if (!busy)
+        return 0;
+    return g->first_end_ns == 0 || end_ns <= g->first_end_ns ? 1 : 2;
 }
 
 void ferry__guard_part(ferry__cpu_guard_t *g, uint64_t bytes, uint64_t from_ns, uint64_t done_ns)
@@ -112,98 +126,99 @@ void ferry__guard_part(ferry__cpu_guard_t *g, uint64_t bytes, uint64_t from_ns, 
     unsigned i0 = g->nturn - kept;
     bool side = g->busy0 ^ (i0 & 1);
     uint64_t t = from_ns > g->start_ns ? from_ns : g->start_ns;
-    double in[2] = {0, 0}; /* ns of the part's span on each side, from the trial's start */
+    double in[3] = {0, 0, 0}; /* ns of the part's span on each side, from the trial's start */
     for (unsigned i = i0; i < g->nturn; i++) {
         uint64_t turn = g->turn_ns[i % FERRY__GUARD_TURNS];
         if (turn >= done_ns)
             break;
         if (turn > t) {
-            in[side] += (double)(turn - t);
+            in[period(g, side, turn)] += (double)(turn - t);
             t = turn;
         }
         side = !side;
     }
-    in[side] += (double)(done_ns - t);
+    in[period(g, side, done_ns)] += (double)(done_ns - t);
     double span = done_ns > from_ns ? (double)(done_ns - from_ns) : 0;
     if (span <= 0) { /* no span: its bytes on the side it ended on */
-        g->bytes[side] += (double)bytes;
-        g->parts[side]++;
+        g->bytes[period(g, side, done_ns)] += (double)bytes;
+        g->parts[period(g, side, done_ns)]++;
         return;
     }
-    for (int k = 0; k < 2; k++)
+    unsigned on = 0, last = 0;
+    for (unsigned k = 0; k < 3; k++) {
         g->bytes[k] += (double)bytes * in[k] / span;
-    if (in[0] == 0 || in[1] == 0)
-        g->parts[in[1] > 0]++;
+        if (in[k] > 0) {
+            on++;
+            last = k;
+        }
+    }
+    if (on == 1)
+        g->parts[last]++;
 }
 
-/* Each side's rate so far into @gbps (bytes per ns: GB/s), the current side's time counted up to
- * the latest completion; false when a side has fewer than FERRY__GUARD_MIN_LEN parts. */
-static bool rates(const ferry__cpu_guard_t *g, double gbps[2])
+/* The rates so far into @gbps (bytes per ns: GB/s), up to the latest completion: without the
+ * CPU, with it in its first side, with it after (0 before that has begun); false when a period
+ * has fewer than FERRY__GUARD_MIN_PARTS parts (the second with the CPU: when @second). */
+static bool rates(const ferry__cpu_guard_t *g, double gbps[3], bool second)
 {
-    uint64_t ns[2] = {g->ns[0], g->ns[1]};
-    ns[g->busy] += g->last_ns > g->side_ns ? g->last_ns - g->side_ns : 0;
-    for (int side = 0; side < 2; side++) {
-        if (g->parts[side] < FERRY__GUARD_MIN_LEN || ns[side] == 0)
+    uint64_t ns[3] = {side_time(g, false, g->last_ns), g->first_ns, 0};
+    uint64_t with = side_time(g, true, g->last_ns);
+    if (g->first_ns == 0)
+        ns[1] = with;
+    else
+        ns[2] = with > g->first_ns ? with - g->first_ns : 0;
+    for (unsigned k = 0; k < 3; k++) {
+        bool need = k < 2 || second;
+        if (need && (g->parts[k] < FERRY__GUARD_MIN_PARTS || ns[k] == 0))
             return false;
-        gbps[side] = g->bytes[side] / (double)ns[side];
+        gbps[k] = ns[k] > 0 ? g->bytes[k] / (double)ns[k] : 0;
     }
     return true;
 }
 
-static void decided(ferry__cpu_guard_t *g, const double gbps[2], bool keep, const char *when)
+static void decided(ferry__cpu_guard_t *g, const double gbps[3], bool keep, const char *when)
 {
-    g->gbps_with = gbps[1];
+    g->gbps_with = gbps[2] > 0 && gbps[2] < gbps[1] ? gbps[2] : gbps[1];
     g->gbps_without = gbps[0];
     g->state = keep ? FERRY__GUARD_KEEP : FERRY__GUARD_BENCH;
+    char with[48];
+    if (gbps[2] > 0)
+        snprintf(with, sizeof(with), "%.2f then %.2f", gbps[1], gbps[2]);
+    else
+        snprintf(with, sizeof(with), "%.2f", gbps[1]);
     snprintf(g->note, sizeof(g->note),
-             "%s%s: the set ran at %.2f GB/s with it, %.2f without (%u batches planned with it, "
+             "%s%s: the set ran at %s GB/s with it, %.2f without (%u batches planned with it, "
              "%u without)",
-             keep ? "kept" : "benched", when, g->gbps_with, g->gbps_without,
-             *when ? g->len + g->lead : 2 * g->len + g->lead, *when ? g->len : 2 * g->len);
+             keep ? "kept" : "benched", when, with, g->gbps_without, g->planned[1], g->planned[0]);
 }
 
-/* Every segment is complete: decide, or start over when a side was measured too little. */
-static bool decide(ferry__cpu_guard_t *g)
+bool ferry__guard_done(ferry__cpu_guard_t *g, bool ok)
 {
-    double gbps[2];
-    if (!rates(g, gbps)) {
-        g->why_over = g->parts[1] < FERRY__GUARD_MIN_LEN ? "measured too few parts with it"
-                                                         : "measured too few parts without it";
-        g->state = FERRY__GUARD_IDLE;
-        return false;
-    }
-    decided(g, gbps, gbps[1] >= gbps[0] * (1 + FERRY__GUARD_MARGIN), "");
-    return true;
-}
-
-/* The first two segments are complete: a CPU that clearly costs the set is benched now rather
- * than given the last segment too. */
-static bool decide_early(ferry__cpu_guard_t *g)
-{
-    double gbps[2];
-    if (!rates(g, gbps) || gbps[1] >= gbps[0] * (1 - FERRY__GUARD_EARLY))
-        return false;
-    decided(g, gbps, false, " after half its trial");
-    return true;
-}
-
-bool ferry__guard_done(ferry__cpu_guard_t *g, uint64_t id, bool ok)
-{
-    if (g->state != FERRY__GUARD_TRIAL || id < g->id0)
-        return false;
-    unsigned k = seg_of(g, id);
-    if (k >= FERRY__GUARD_SEGS)
+    if (g->state != FERRY__GUARD_TRIAL)
         return false;
     if (!ok) { /* a fallback's rate says nothing of the CPU: the next batch starts over */
         g->why_over = "were cut short by failed batches";
         g->state = FERRY__GUARD_IDLE;
         return false;
     }
-    g->done[k]++;
-    if (k < 2 && g->done[0] == seg_len(g, 0) && g->done[1] == seg_len(g, 1) && decide_early(g))
+    double gbps[3];
+    if (g->phase == 1 && g->first_ns > 0 && side_time(g, false, g->last_ns) >= g->first_ns &&
+        rates(g, gbps, false) && gbps[1] < gbps[0] * (1 - FERRY__GUARD_EARLY)) {
+        decided(g, gbps, false, " after half its trial");
         return true;
-    for (unsigned j = 0; j < FERRY__GUARD_SEGS; j++)
-        if (g->done[j] < seg_len(g, j))
-            return false;
-    return decide(g);
+    }
+    if (g->phase < 3 || g->busy)
+        return false;
+    if (!rates(g, gbps, true)) { /* start over */
+        g->why_over = g->parts[0] < FERRY__GUARD_MIN_PARTS ? "measured too few parts without it"
+                                                           : "measured too few parts with it";
+        g->state = FERRY__GUARD_IDLE;
+        return false;
+    }
+    /* both sides with it must beat the side without: a rate that changes its regime halfway
+     * (an H100 host: the GPU at 43 GB/s beside the CPU in the first, at 19 in the second) is
+     * not averaged into a gain */
+    double with = gbps[1] < gbps[2] ? gbps[1] : gbps[2];
+    decided(g, gbps, with >= gbps[0] * (1 + FERRY__GUARD_MARGIN), "");
+    return true;
 }

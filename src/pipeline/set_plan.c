@@ -102,7 +102,7 @@ static int cpu_benched(struct ferry__pset *s, int probe)
                            s->d[cpu].held > 0);
     else
         ferry__guard_plan(&s->guard, s->next_id, ferry__mono_ns());
-    return ferry__guard_cpu_ok(&s->guard, s->next_id) ? -1 : cpu;
+    return ferry__guard_cpu_ok(&s->guard) ? -1 : cpu;
 }
 
 /* Cut @bytes into parts (at most one per device, contiguous, whole chunks but the last, in

@@ -15,6 +15,9 @@ while read -r name bytes args; do
   expect_rc "$name, devices 0,cpu" 0 "$FERRY" run --backend sim --bytes "$bytes" $args --devices 0,cpu --json
   cp "$TMP/out" "$TMP/two.json"
   json_check "$name, 0,cpu: verified, both devices listed" "$TMP/two.json" "j['verified'] and [d['index'] for d in j['devices']] == [0, -1]"
+  # a CPU that took nothing says why (a probe too slow for a share); one that took work does not
+  json_check "$name, 0,cpu: the CPU's note says why it took nothing" "$TMP/two.json" \
+    "(j['devices'][1]['parts'] == 0) == j['devices'][1]['note'].startswith('took no work: ')"
   python3 - "$TMP/one.json" "$TMP/two.json" "$name" <<'PY' && ok "$name: 0,cpu >= 0.98x 0" || bad "$name: 0,cpu under 0.98x 0"
 import json, sys
 one, two = (json.load(open(f)) for f in sys.argv[1:3])

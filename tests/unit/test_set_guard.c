@@ -25,6 +25,8 @@ typedef struct model {
     double cpu;           /* the CPU's GB/s */
     double cpu_believed;  /* the CPU's rate as the planner has it (0: cpu) */
     double drift;         /* the rates' growth over the run, a fraction (0.1: +10% at the end) */
+    bool regime;          /* from the trial's second side with the CPU on, the GPU beside it */
+    double gpu_busy_late; /* runs at this rate instead */
     double jitter;        /* each part's time +- this fraction */
     unsigned inflight;
     int fail_id;  /* a batch that fails (-1: none) */
@@ -85,7 +87,7 @@ static void plan(sim_t *s)
         ferry__guard_start(&s->g, id, s->m->inflight, (uint64_t)s->t, s->dev[1].held > 0);
     else
         ferry__guard_plan(&s->g, id, (uint64_t)s->t);
-    bool cpu = id >= 3 && ferry__guard_cpu_ok(&s->g, id);
+    bool cpu = id >= 3 && ferry__guard_cpu_ok(&s->g);
     if (s->o.decided_at >= 0 && cpu)
         s->o.cpu_batches_after++;
     s->cpu_part[id] = false;
@@ -110,9 +112,9 @@ static void plan(sim_t *s)
 static void batch_done(sim_t *s, unsigned id)
 {
     const model_t *m = s->m;
-    bool ok = (int)id != m->fail_id && !(m->fail_all && s->g.state == FERRY__GUARD_TRIAL &&
-                                         id >= s->g.id0 + s->g.len + s->g.lead);
-    if (ferry__guard_done(&s->g, id, ok))
+    bool ok = (int)id != m->fail_id &&
+              !(m->fail_all && s->g.state == FERRY__GUARD_TRIAL && s->g.phase >= 1);
+    if (ferry__guard_done(&s->g, ok))
         s->o.decided_at = (int)id;
     s->completed++;
     if (s->planned < NB)
@@ -131,7 +133,9 @@ static outcome_t run_model(const model_t *m, uint64_t seed)
     while (s.completed < s.planned) {
         bool busy = s.dev[1].held > 0;
         double f = 1 + m->drift * (double)s.completed / NB;
-        double rate[2] = {(busy ? m->gpu_busy : m->gpu) * f, m->cpu * f}; /* bytes per ns */
+        bool late = m->regime && (s.g.state != FERRY__GUARD_TRIAL || s.g.phase >= 2);
+        double gb = late && s.completed > 3 ? m->gpu_busy_late : m->gpu_busy;
+        double rate[2] = {(busy ? gb : m->gpu) * f, m->cpu * f}; /* bytes per ns */
         int next = -1;
         double dt = 0;
         for (int d = 0; d < 2; d++) {
@@ -183,7 +187,7 @@ static void expect(const model_t *m, ferry__guard_state_t want, const char *what
             assert_int_equal(o.cpu_batches_after, 0);
         /* the figures are the set's rates each way, within the jitter's reach */
         double with = m->gpu_busy + m->cpu, without = m->gpu;
-        if (m->drift != 0)
+        if (m->drift != 0 || m->regime)
             continue;
         if (fabs(o.with / with - 1) > 0.05 || fabs(o.without / without - 1) > 0.05)
             fail_msg("%s, seed %llu: measured %.2f with, %.2f without; the model's %.2f, %.2f",
@@ -263,6 +267,24 @@ static void test_drift_cancels(void **state)
     expect(&m, FERRY__GUARD_BENCH, "the CPU costs 5%, rising");
 }
 
+/* The GPU beside the CPU at 43 GB/s in the first side with it, at 19 in the second (as an H100
+ * host ran): the two sides with it are not averaged into a gain. */
+static void test_regime_change(void **state)
+{
+    (void)state;
+    model_t m = {.gpu = 46,
+                 .gpu_busy = 43,
+                 .cpu = 18,
+                 .regime = 60,
+                 .gpu_busy_late = 19,
+                 .jitter = 0.03,
+                 .inflight = 16,
+                 .fail_id = -1};
+    expect(&m, FERRY__GUARD_BENCH, "the CPU helps, then costs");
+    outcome_t o = run_model(&m, 1);
+    assert_non_null(strstr(o.note, " then "));
+}
+
 static void test_failures(void **state)
 {
     (void)state;
@@ -295,35 +317,66 @@ static void test_cpu_never_busy(void **state)
     expect(&m, FERRY__GUARD_BENCH, "a CPU that takes nothing");
 }
 
-/* The API's edges: segments bounded, IDLE and decided states, the sides of intervals. */
+/* The API's edges: the first phase bounded, the phases timed, IDLE and decided states, the
+ * sides of intervals, trials that measure too little. */
 static void test_edges(void **state)
 {
     (void)state;
     ferry__cpu_guard_t g;
     memset(&g, 0, sizeof(g));
-    assert_true(ferry__guard_cpu_ok(&g, 0));
-    assert_false(ferry__guard_done(&g, 0, true)); /* no trial: nothing */
+    assert_true(ferry__guard_cpu_ok(&g));
+    assert_false(ferry__guard_done(&g, true)); /* no trial: nothing */
     ferry__guard_part(&g, 1, 0, 1);
     assert_int_equal(g.parts[1], 0);
     ferry__guard_start(&g, 100, 0, 0, false);
     assert_int_equal(g.len, FERRY__GUARD_MIN_LEN);
     ferry__guard_start(&g, 100, 1000, 1000, false);
     assert_int_equal(g.len, FERRY__GUARD_MAX_LEN);
-    assert_int_equal(g.lead, FERRY__GUARD_MAX_LEN);
-    unsigned l0 = g.len + g.lead;
-    assert_true(ferry__guard_cpu_ok(&g, 100)); /* segment 0: with */
-    assert_true(ferry__guard_cpu_ok(&g, 100 + l0 - 1));
-    assert_false(ferry__guard_cpu_ok(&g, 100 + l0));                 /* 1: without */
-    assert_false(ferry__guard_cpu_ok(&g, 100 + l0 + g.len));         /* 2: without */
-    assert_true(ferry__guard_cpu_ok(&g, 100 + l0 + 2 * g.len));      /* 3: with */
-    assert_false(ferry__guard_cpu_ok(&g, 100 + l0 + 3 * g.len));     /* after, undecided */
-    assert_false(ferry__guard_done(&g, 100 + l0 + 3 * g.len, true)); /* past it: ignored */
+
+    /* the phases: with for 6 batches; without until the CPU is done (at 1300: 300 ns with it)
+     * and 600 ns have passed without it; with for 300 ns more; without */
+    memset(&g, 0, sizeof(g));
     ferry__guard_start(&g, 100, 3, 1000, false);
     assert_int_equal(g.len, 6);
-    assert_int_equal(g.lead, 3);
-    assert_true(g.busy); /* planning its first segment */
-    /* the CPU idle from 1000 (planning the second segment), busy from 1100 to 1300, idle after */
-    ferry__guard_plan(&g, 100 + 9, 1000);
+    assert_true(g.busy && ferry__guard_cpu_ok(&g));
+    ferry__guard_cpu(&g, true, 1020);
+    for (uint64_t id = 101; id < 106; id++)
+        ferry__guard_plan(&g, id, 1000 + id - 100);
+    assert_true(ferry__guard_cpu_ok(&g));
+    ferry__guard_plan(&g, 106, 1100);
+    assert_false(ferry__guard_cpu_ok(&g)); /* phase 1 */
+    assert_true(g.busy);                   /* the CPU still holds work */
+    ferry__guard_cpu(&g, false, 1300);
+    assert_false(g.busy);
+    ferry__guard_plan(&g, 107, 1500);
+    assert_false(ferry__guard_cpu_ok(&g));
+    ferry__guard_plan(&g, 108, 1900);
+    assert_true(ferry__guard_cpu_ok(&g)); /* phase 2 */
+    assert_true(g.busy);
+    ferry__guard_plan(&g, 109, 2000);
+    assert_true(ferry__guard_cpu_ok(&g));
+    ferry__guard_plan(&g, 110, 2200);
+    assert_false(ferry__guard_cpu_ok(&g)); /* phase 3 */
+    assert_false(g.busy);
+    assert_int_equal(g.ns[1], 600);
+    assert_int_equal(g.ns[0], 600);
+    for (uint64_t t = 1000; t < 1300; t += 75) /* 50 GB/s with it, 40 without */
+        ferry__guard_part(&g, 75 * 50, t, t + 75);
+    for (uint64_t t = 1300; t < 1900; t += 150)
+        ferry__guard_part(&g, 150 * 40, t, t + 150);
+    for (uint64_t t = 1900; t < 2200; t += 75)
+        ferry__guard_part(&g, 75 * 50, t, t + 75);
+    assert_true(ferry__guard_done(&g, true));
+    assert_int_equal(g.state, FERRY__GUARD_KEEP);
+    assert_non_null(strstr(g.note,
+                           "kept: the set ran at 50.00 then 50.00 GB/s with it, 40.00 without (8 "
+                           "batches planned with it, 3 without)"));
+    assert_true(ferry__guard_cpu_ok(&g));
+
+    /* the sides of intervals: idle from 1000 (the second phase), busy from 1100 to 1300 */
+    memset(&g, 0, sizeof(g));
+    ferry__guard_start(&g, 100, 3, 1000, false);
+    ferry__guard_plan(&g, 106, 1000);
     assert_false(g.busy);
     ferry__guard_cpu(&g, true, 1100);
     ferry__guard_cpu(&g, true, 1150); /* no turn */
@@ -335,35 +388,37 @@ static void test_edges(void **state)
     ferry__guard_part(&g, 40, 950, 1050);   /* half before the start: half of it, idle */
     assert_int_equal(g.nturn, 3);
     assert_true(fabs(g.bytes[0] - (100 + 100 + 200 + 20)) < 1e-6);
-    assert_true(fabs(g.bytes[1] - (100 + 100)) < 1e-6);
+    assert_true(fabs(g.bytes[2] - (100 + 100)) < 1e-6); /* the second period with it */
+    assert_true(g.bytes[1] == 0);
     assert_int_equal(g.parts[0], 2);
-    assert_int_equal(g.parts[1], 0);
+    assert_int_equal(g.parts[1] + g.parts[2], 0);
     assert_int_equal(g.last_ns, 1400);
-    /* a trial whose batches all complete with too few parts measured: it starts over, and after
+
+    /* trials that end with too few parts measured: each starts over, and after
      * FERRY__GUARD_MAX_TRIALS the CPU is benched, saying why */
     memset(&g, 0, sizeof(g));
     for (unsigned t = 0; t < FERRY__GUARD_MAX_TRIALS; t++) {
         ferry__guard_start(&g, 0, 0, 10, false);
         assert_int_equal(g.state, FERRY__GUARD_TRIAL);
-        for (unsigned id = 0; id < 4 * FERRY__GUARD_MIN_LEN; id++)
-            assert_false(ferry__guard_done(&g, id, true));
+        ferry__guard_plan(&g, 4, 20); /* without: idle from 20, 10 ns with it */
+        ferry__guard_plan(&g, 5, 50); /* with, from 50 */
+        ferry__guard_plan(&g, 6, 80); /* without, from 80 */
+        assert_int_equal(g.phase, 3);
+        assert_false(ferry__guard_done(&g, true));
         assert_int_equal(g.state, FERRY__GUARD_IDLE);
     }
     ferry__guard_start(&g, 0, 0, 10, false);
     assert_int_equal(g.state, FERRY__GUARD_BENCH);
-    assert_non_null(strstr(g.note, "measured too few parts with"));
+    assert_non_null(strstr(g.note, "measured too few parts without it"));
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hurting_cpu_benched),
-        cmocka_unit_test(test_helping_cpu_kept),
-        cmocka_unit_test(test_tie_benched),
-        cmocka_unit_test(test_drift_cancels),
-        cmocka_unit_test(test_failures),
-        cmocka_unit_test(test_cpu_never_busy),
-        cmocka_unit_test(test_edges),
+        cmocka_unit_test(test_hurting_cpu_benched), cmocka_unit_test(test_helping_cpu_kept),
+        cmocka_unit_test(test_tie_benched),         cmocka_unit_test(test_drift_cancels),
+        cmocka_unit_test(test_regime_change),       cmocka_unit_test(test_failures),
+        cmocka_unit_test(test_cpu_never_busy),      cmocka_unit_test(test_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
