@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Issue 18 on one GPU in one device call: this tree built with the CUDA backend, then `ferry run
-# --bytes 16G` as a pipeline of one device, as a set of that device alone (--devices 0) and with
-# the CPU beside it (--devices 0,cpu), ROUNDS rounds interleaved (default 3), for the scale
-# workload and a compute-heavy one (fma, intensity 64). Writes $OUT/runs.jsonl; prints a table.
+# --bytes BYTES` (default 16G) as a pipeline of one device, as a set of that device alone
+# (--devices 0) and with the CPU beside it (--devices 0,cpu), ROUNDS rounds interleaved (default
+# 3), for the scale workload and a compute-heavy one (fma, intensity 64). Writes
+# $OUT/runs.jsonl; prints a table.
 set -u
 # shellcheck source=bench/explore/carry-env.sh
 . "$(dirname "$0")/carry-env.sh"
 rounds=${ROUNDS:-3}
+bytes=${BYTES:-16G}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/machine.txt
 # shellcheck disable=SC2086
 { cmake -S . -B build-gpu $cfg && cmake --build build-gpu -j 14 --target ferry; } >$OUT/build.log 2>&1 ||
@@ -21,7 +23,7 @@ for r in $(seq 1 "$rounds"); do
         set0cpu) dv="--devices 0,cpu" ;;
       esac
       # shellcheck disable=SC2086
-      build-gpu/ferry run --backend cuda --workload $wl --bytes 16G $dv --json 2>>$OUT/runs.err |
+      build-gpu/ferry run --backend cuda --workload $wl --bytes "$bytes" $dv --json 2>>$OUT/runs.err |
         js "{'how':'$how','wl':'${wl%% *}','round':$r}" >>$OUT/runs.jsonl
     done
   done
