@@ -412,6 +412,15 @@ static int model_open(struct ferry__pset *s, ferry_runtime_t *rt)
                       "perf_model %s: %u entries of other devices or stages not applied", path,
                       skipped);
     }
+    /* a CPU decided on by an earlier run's trial (set_guard.h) starts decided */
+    ferry_perf_verdict_t v;
+    for (unsigned i = 0; rc == 0 && i < s->n; i++)
+        if (s->d[i].cpu != NULL && ferry__perf_verdict(s->model, (int)i, 0, &v) == 1) {
+            const char *base = strrchr(path, '/');
+            ferry__guard_saved(&s->guard, v.keep, v.with_gbps, v.without_gbps,
+                               base != NULL ? base + 1 : path);
+            ferry_log(FERRY_LOG_INFO, "pipeline", "the CPU device %s", s->guard.note);
+        }
     return rc;
 }
 
@@ -724,6 +733,11 @@ int ferry__pset_close(struct ferry__pset *s)
     }
     ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
     ferry__pset_fill_stats(s, &st);
+    for (unsigned i = 0; i < s->n; i++) /* the guard's own decision goes with the model */
+        if (s->d[i].cpu != NULL && s->guard.trials > 0 && s->guard.gbps_without > 0 &&
+            (s->guard.state == FERRY__GUARD_KEEP || s->guard.state == FERRY__GUARD_BENCH))
+            ferry__perf_set_verdict(s->model, (int)i, 0, s->guard.state == FERRY__GUARD_KEEP,
+                                    s->guard.gbps_with, s->guard.gbps_without);
     if (s->model_path[0] != '\0' && ferry__perf_save_file(s->model, s->model_path) != 0)
         ferry_log(FERRY_LOG_WARN, "pipeline", "perf_model: %s", ferry_last_error());
     pthread_mutex_lock(&s->lock);

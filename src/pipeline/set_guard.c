@@ -222,3 +222,15 @@ bool ferry__guard_done(ferry__cpu_guard_t *g, bool ok)
     decided(g, gbps, with >= gbps[0] * (1 + FERRY__GUARD_MARGIN), "");
     return true;
 }
+
+void ferry__guard_saved(ferry__cpu_guard_t *g, bool keep, double with_gbps, double without_gbps,
+                        const char *from)
+{
+    memset(g, 0, sizeof(*g));
+    g->state = keep ? FERRY__GUARD_KEEP : FERRY__GUARD_BENCH;
+    g->gbps_with = with_gbps;
+    g->gbps_without = without_gbps;
+    snprintf(g->note, sizeof(g->note),
+             "%s (perf_model %.40s): the set ran at %.2f GB/s with it, %.2f without",
+             keep ? "kept" : "benched", from, with_gbps, without_gbps);
+}

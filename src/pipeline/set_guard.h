@@ -41,7 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FERRY__GUARD_MARGIN     0.02 /* the gain the CPU must show, a fraction of the rate without */
+#define FERRY__GUARD_MARGIN     0.02 /* the gain the CPU must show, of the rate without it */
 #define FERRY__GUARD_EARLY      0.10 /* a CPU this much slower halfway: benched then */
 #define FERRY__GUARD_MIN_LEN    4u   /* the first phase's batches, at least */
 #define FERRY__GUARD_MAX_LEN    16u  /* and at most */
@@ -104,5 +104,10 @@ void ferry__guard_part(ferry__cpu_guard_t *g, uint64_t bytes, uint64_t from_ns, 
 /* A batch completed, @ok: without failure. Returns true when this completion decided the trial
  * (g->state is then KEEP or BENCH). */
 bool ferry__guard_done(ferry__cpu_guard_t *g, bool ok);
+
+/* Start decided, by an earlier run's trial kept in the perf model file @from (its name, for the
+ * note): no trial runs (trials stays 0). */
+void ferry__guard_saved(ferry__cpu_guard_t *g, bool keep, double with_gbps, double without_gbps,
+                        const char *from);
 
 #endif

@@ -60,7 +60,7 @@ static int cpu_probe(const struct ferry__pset *s)
 {
     for (unsigned i = 0; i < s->n; i++) {
         const pset_dev_t *d = &s->d[i];
-        if (d->cpu == NULL || d->left)
+        if (d->cpu == NULL || d->left || s->guard.state == FERRY__GUARD_BENCH)
             continue;
         bool rated = ferry__pset_dev_rate(s, i, s->chunk) > 0;
         if (!rated || (d->probed > 0 && d->probed < s->chunk && d->parts == 0))
@@ -95,7 +95,11 @@ static int cpu_benched(struct ferry__pset *s, int probe)
         else
             gpu = true;
     }
-    if (s->virt || cpu < 0 || !gpu || probe >= 0)
+    if (cpu < 0 || !gpu)
+        return -1;
+    if (s->guard.state == FERRY__GUARD_BENCH) /* by its trial, or by a saved one's (any clock) */
+        return cpu;
+    if (s->virt || probe >= 0)
         return -1;
     if (s->guard.state == FERRY__GUARD_IDLE)
         ferry__guard_start(&s->guard, s->next_id, s->inflight, ferry__mono_ns(),

@@ -112,12 +112,31 @@ typedef struct ferry_perf_entry {
 int ferry__perf_foreach(ferry_perfmodel_t *m, int (*cb)(const ferry_perf_entry_t *e, void *arg),
                         void *arg);
 
+/** A decision on a device for a stage, taken by trying the set with and without it (a device
+ *  set's CPU guard, src/pipeline/set_guard.h), kept with the model so that a later run starts
+ *  decided. */
+typedef struct ferry_perf_verdict {
+    bool set;                       /* there is one */
+    bool keep;                      /* the device stays in the set; false: it takes no work */
+    double with_gbps, without_gbps; /* the set's rates with and without it (0: not measured) */
+} ferry_perf_verdict_t;
+
+/** Record the verdict on @p dev for @p stage (replacing any). Returns 0 or FERRY_EINVAL (slot or
+ *  id out of range, a rate below 0 or NaN). Thread-safe. */
+int ferry__perf_set_verdict(ferry_perfmodel_t *m, int dev, int stage, bool keep, double with_gbps,
+                            double without_gbps);
+/** The verdict on @p dev for @p stage into *out: returns 1 when there is one, 0 when not
+ *  (out->set false), FERRY_EINVAL. Thread-safe. */
+int ferry__perf_verdict(ferry_perfmodel_t *m, int dev, int stage, ferry_perf_verdict_t *out);
+
 /** The model as JSON text into *json (owned by the caller: free()). Format:
  *  {"format": "ferry-perfmodel-1",
  *   "devices": [{"slot": 0, "name": "..."}],   every slot with a name or data
  *   "stages": [{"id": 0, "name": "..."}],      every stage with a name or data
  *   "entries": [{"device": 0, "stage": 0, "bucket": 22, "bytes": 4194304, "ns": 812345.5,
- *                "count": 240}]}
+ *                "count": 240}],
+ *   "verdicts": [{"device": 1, "stage": 0, "keep": 0, "with_gbps": 38.2,
+ *                 "without_gbps": 44.9}]}     optional when loading (files before it)
  *  Returns 0, FERRY_EINVAL or FERRY_ENOMEM. Thread-safe. */
 int ferry__perf_save(ferry_perfmodel_t *m, char **json);
 /** Parse @p json strictly (unknown or duplicate key, wrong type, out of range, negative or zero
@@ -125,10 +144,11 @@ int ferry__perf_save(ferry_perfmodel_t *m, char **json);
  *  entries of one key: FERRY_EPARSE, the message naming @p what (a file name, for messages;
  *  NULL: "perf model"), the key and what is accepted; the model is then untouched), then apply
  *  it: an entry replaces the key's window with min(count, window) copies of its estimate and
- *  sets its count. A listed slot or stage applies when the model's name for it is the same, or
- *  the model has none (it takes the file's); otherwise its entries are skipped, counted in
- *  *skipped (@p skipped may be NULL), so that a model saved on one GPU is never applied to
- *  another. Returns 0, FERRY_EPARSE, FERRY_EINVAL or FERRY_ENOMEM. Thread-safe. */
+ *  sets its count; a verdict replaces the (slot, stage)'s. A listed slot or stage applies when
+ *  the model's name for it is the same, or the model has none (it takes the file's); otherwise
+ *  its entries and verdicts are skipped, counted in *skipped (@p skipped may be NULL), so that
+ *  a model saved on one GPU is never applied to another. Returns 0, FERRY_EPARSE,
+ *  FERRY_EINVAL or FERRY_ENOMEM. Thread-safe. */
 int ferry__perf_load(ferry_perfmodel_t *m, const char *json, const char *what, unsigned *skipped);
 /** ferry__perf_save into @p path (written to PATH.tmp, then renamed over it) and
  *  ferry__perf_load from it. Add FERRY_EIO (the file could not be read or written). */

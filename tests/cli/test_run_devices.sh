@@ -62,6 +62,22 @@ expect_rc "--perf-model (new file)" 0 "$FERRY" run --bytes 256M --devices all --
 json_check "perf model saved" "$TMP/pm.json" "j['format'] == 'ferry-perfmodel-1' and len(j['devices']) == 2 and all(e['count'] > 0 for e in j['entries'])"
 expect_rc "--perf-model (loaded)" 0 "$FERRY" run --bytes 256M --devices all --perf-model "$TMP/pm.json" --json
 json_check "loaded: both devices rated from the start" "$TMP/out" "all(d['model_gbps'] > 30 for d in j['devices'])"
+# a verdict on the CPU kept in the model (an earlier trial's, set_guard.h): a benched CPU takes
+# nothing from the first batch and says why; the verdict survives the save at close; a kept one
+# leaves the CPU to the planner
+expect_rc "--perf-model with the CPU" 0 "$FERRY" run --bytes 128M --devices 0,cpu --perf-model "$TMP/pmc.json" --quiet
+python3 - "$TMP/pmc.json" 0 <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+slot = [d['slot'] for d in j['devices'] if d['name'].startswith('cpu ')][0]
+j['verdicts'] = [{'device': slot, 'stage': 0, 'keep': int(sys.argv[2]), 'with_gbps': 38.2, 'without_gbps': 44.9}]
+json.dump(j, open(sys.argv[1], 'w'))
+PY
+expect_rc "--perf-model: the CPU benched by a saved verdict" 0 "$FERRY" run --bytes 128M --devices 0,cpu --perf-model "$TMP/pmc.json" --json
+json_check "saved verdict: the CPU took nothing, says why" "$TMP/out" "j['verified'] and j['devices'][1]['parts'] == 0 and j['devices'][1]['note'] == 'benched (perf_model pmc.json): the set ran at 38.20 GB/s with it, 44.90 without'"
+json_check "saved verdict: still in the model" "$TMP/pmc.json" "[(v['keep'], v['with_gbps']) for v in j['verdicts']] == [(0, 38.2)]"
+expect_rc "--perf-model: another workload" 0 "$FERRY" run --bytes 128M --devices 0,cpu --workload copy --perf-model "$TMP/pmc.json" --json
+json_check "saved verdict: not for another stage" "$TMP/out" "not j['devices'][1]['note'].startswith('benched (perf_model')"
 echo '{"format": "ferry-perfmodel-1", "devices": 3}' >"$TMP/bad.json"
 expect_rc "--perf-model broken" 1 "$FERRY" run --bytes 64M --devices all --perf-model "$TMP/bad.json"
 expect_in "broken: names the file" "$TMP/err" "bad.json"

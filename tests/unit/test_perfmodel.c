@@ -445,6 +445,7 @@ static void test_malformed(void **state)
 #define HEAD "{\"format\": \"ferry-perfmodel-1\", \"devices\": [{\"slot\": 0, \"name\": \"g\"}], "
 #define STG  "\"stages\": [{\"id\": 0, \"name\": \"s\"}], "
 #define ENT  "\"entries\": [{\"device\": 0, \"stage\": 0, \"bucket\": 22, \"bytes\": 4194304, "
+#define VER  "\"entries\": [], \"verdicts\": [{\"device\": 0, \"stage\": 0, "
     static const struct {
         const char *text, *want;
     } cases[] = {
@@ -486,6 +487,18 @@ static void test_malformed(void **state)
          "key \"devices[1].slot\" repeats slot 0"},
         {HEAD "\"stages\": [7], \"entries\": []}",
          "\"stages[0]\" must be an object with the keys id, name (got 7)"},
+        {HEAD STG VER "\"keep\": 2, \"with_gbps\": 1, \"without_gbps\": 2}]}",
+         "key \"verdicts[0].keep\" must be an integer in [0, 1] (got 2)"},
+        {HEAD STG VER "\"keep\": 0, \"with_gbps\": -1, \"without_gbps\": 2}]}",
+         "key \"verdicts[0].with_gbps\" must be a number of GB/s >= 0 and <= 1e+06 (got -1)"},
+        {HEAD STG VER "\"keep\": 0, \"with_gbps\": 1}]}",
+         "missing key \"verdicts[0].without_gbps\""},
+        {HEAD STG "\"entries\": [], \"verdicts\": [{\"device\": 1, \"stage\": 0, \"keep\": 0, "
+                  "\"with_gbps\": 1, \"without_gbps\": 2}]}",
+         "key \"verdicts[0].device\" is 1, which \"devices\" does not list"},
+        {HEAD STG VER "\"keep\": 0, \"with_gbps\": 1, \"without_gbps\": 2}, {\"device\": 0, "
+                      "\"stage\": 0, \"keep\": 1, \"with_gbps\": 3, \"without_gbps\": 2}]}",
+         "verdicts[1] repeats the device 0 and stage 0 of verdicts[0]"},
     };
     ferry_perfmodel_t *m = model_new();
     ferry__perf_record(m, 0, 0, CHUNK, 1234567);
@@ -504,6 +517,56 @@ static void test_malformed(void **state)
 #undef HEAD
 #undef STG
 #undef ENT
+#undef VER
+}
+
+/* Verdicts: set and read, saved and loaded with the model (a file without them loads), and
+ * skipped for a slot of another name, like the rates. */
+static void test_verdicts(void **state)
+{
+    (void)state;
+    ferry_perfmodel_t *a = model_new(), *b = model_new();
+    ferry_perf_verdict_t v;
+    assert_int_equal(ferry__perf_verdict(a, 1, 0, &v), 0);
+    assert_false(v.set);
+    assert_int_equal(ferry__perf_set_verdict(a, 64, 0, true, 1, 1), FERRY_EINVAL);
+    assert_int_equal(ferry__perf_set_verdict(a, 1, 0, true, -1, 1), FERRY_EINVAL);
+    assert_int_equal(ferry__perf_set_verdict(a, 1, 0, true, NAN, 1), FERRY_EINVAL);
+    assert_int_equal(ferry__perf_verdict(a, 1, 64, &v), FERRY_EINVAL);
+    ferry__perf_name_device(a, 1, "cpu 8 threads");
+    ferry__perf_name_stage(a, 0, "scale");
+    assert_int_equal(ferry__perf_set_verdict(a, 1, 0, false, 38.25, 44.5), 0);
+    assert_int_equal(ferry__perf_verdict(a, 1, 0, &v), 1);
+    assert_true(v.set && !v.keep && v.with_gbps == 38.25 && v.without_gbps == 44.5);
+    assert_int_equal(ferry__perf_verdict(a, 0, 0, &v), 0); /* another slot: none */
+    char *ta = NULL, *tb = NULL;
+    assert_int_equal(ferry__perf_save(a, &ta), 0);
+    assert_non_null(strstr(ta, "\"verdicts\""));
+    assert_int_equal(ferry__perf_load(b, ta, "a.json", NULL), 0);
+    assert_int_equal(ferry__perf_verdict(b, 1, 0, &v), 1);
+    assert_true(!v.keep && v.with_gbps == 38.25 && v.without_gbps == 44.5);
+    assert_int_equal(ferry__perf_save(b, &tb), 0);
+    assert_string_equal(ta, tb);
+    free(tb);
+    ferry__perf_destroy(b);
+    /* another CPU in slot 1: skipped, counted */
+    b = model_new();
+    ferry__perf_name_device(b, 1, "cpu 4 threads");
+    unsigned skipped = 0;
+    assert_int_equal(ferry__perf_load(b, ta, "a.json", &skipped), 0);
+    assert_int_equal(skipped, 1);
+    assert_int_equal(ferry__perf_verdict(b, 1, 0, &v), 0);
+    ferry__perf_destroy(b);
+    /* a file from before verdicts */
+    b = model_new();
+    assert_int_equal(ferry__perf_load(b,
+                                      "{\"format\": \"ferry-perfmodel-1\", \"devices\": [], "
+                                      "\"stages\": [], \"entries\": []}",
+                                      NULL, NULL),
+                     0);
+    free(ta);
+    ferry__perf_destroy(a);
+    ferry__perf_destroy(b);
 }
 
 /* ---- threads -----------------------------------------------------------------------------------
@@ -598,4 +661,5 @@ TEST_MAIN(NULL, NULL, cmocka_unit_test(test_spike), cmocka_unit_test(test_lastin
           cmocka_unit_test_setup_teardown(test_share_spiky_of_8, fx_setup, fx_teardown),
           cmocka_unit_test_setup_teardown(test_excluded, fx_setup, fx_teardown),
           cmocka_unit_test(test_explore), cmocka_unit_test(test_save_load),
-          cmocka_unit_test(test_malformed), cmocka_unit_test(test_threads))
+          cmocka_unit_test(test_malformed), cmocka_unit_test(test_verdicts),
+          cmocka_unit_test(test_threads))
