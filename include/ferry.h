@@ -634,7 +634,7 @@ typedef struct ferry_pipeline_device_stats {
      * whether it was kept or benched after running the set with and without it, with the rates
      * ("benched: the set ran at 37.25 then 34.55 GB/s with it, 41.23 without (40 batches
      * planned with it, 98 without)"; a benched CPU takes no more work); else, when it took no
-     * work, why ("took no work: at the 0.20 GB/s its probe of 256 KiB ran, ..."). */
+     * work, why ("took no work: its first probe (256 KiB) ran at 0.19 GB/s; ..."). */
     char note[160];
 } ferry_pipeline_device_stats_t;
 #define FERRY_PIPELINE_DEVICE_STATS_INIT                                                           \

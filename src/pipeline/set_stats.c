@@ -116,11 +116,16 @@ int ferry__pset_device_stats(struct ferry__pset *s, unsigned i, ferry_pipeline_d
     snprintf(o.why, sizeof(o.why), "%s", d->why);
     if (d->cpu != NULL && s->guard.note[0] != '\0')
         snprintf(o.note, sizeof(o.note), "%s", s->guard.note);
-    else if (d->cpu != NULL && d->parts == 0 && d->probed > 0)
+    else if (d->cpu != NULL && d->parts == 0 && d->probed >= s->chunk)
         snprintf(o.note, sizeof(o.note),
                  "took no work: at the %.2f GB/s its probe of %zu KiB ran, its share of a batch "
                  "beside the other devices would be under half a chunk",
                  ferry__pset_dev_rate(s, i, d->probed), d->probed >> 10);
+    else if (d->cpu != NULL && d->parts == 0 && d->probed > 0) /* or the run ended first */
+        snprintf(o.note, sizeof(o.note),
+                 "took no work: its first probe (%zu KiB) ran at %.2f GB/s; it needs a share of "
+                 "half a chunk, and a chunk's probe",
+                 d->probed >> 10, ferry__pset_dev_rate(s, i, d->probed));
     else if (d->cpu != NULL && d->parts == 0)
         snprintf(o.note, sizeof(o.note),
                  "took no work: not measured yet (no probe of it has come "
