@@ -636,6 +636,9 @@ typedef struct ferry_pipeline_device_stats {
      * planned with it, 98 without)"; a benched CPU takes no more work); else, when it took no
      * work, why ("took no work: its first probe (256 KiB) ran at 0.19 GB/s; ..."). */
     char note[160];
+    /* bytes it took from another device's queue (chunks not started yet) when it ran out of
+     * work: a GPU of a set takes the CPU device's when the CPU is behind its plan */
+    uint64_t bytes_stolen;
 } ferry_pipeline_device_stats_t;
 #define FERRY_PIPELINE_DEVICE_STATS_INIT                                                           \
     {                                                                                              \

@@ -64,10 +64,10 @@ static void part_end(struct ferry__pset *s, pset_part_t *pt, const ferry_batch_r
     ferry_batch_where_t where = r != NULL ? r->where : FERRY_DONE_FAILED;
     bool heap = pt->heap;
     pthread_mutex_lock(&s->lock);
-    ferry__pset_hold(s, pt->dev, -(int64_t)pt->bytes, r != NULL ? r->done_ns : 0);
-    size_t ran = pt->bytes - pt->moved; /* what this device did of it */
-    if (r != NULL && status == 0)       /* the span its device spent on it: from its start or the
-                                         * device's previous part, whichever was later */
+    ferry__pset_hold(s, pt->dev, -(int64_t)(pt->bytes - pt->stolen), r != NULL ? r->done_ns : 0);
+    size_t ran = pt->bytes - pt->moved - pt->stolen; /* what this device did of it */
+    if (r != NULL && status == 0) /* the span its device spent on it: from its start or the
+                                   * device's previous part, whichever was later */
         ferry__guard_part(&s->guard, ran,
                           r->submit_ns > d->last_done_ns ? r->submit_ns : d->last_done_ns,
                           r->done_ns);
@@ -79,9 +79,9 @@ static void part_end(struct ferry__pset *s, pset_part_t *pt, const ferry_batch_r
         /* a GPU's parts of less than a chunk are mostly its fixed costs; the CPU has none
          * worth the name; a part partly moved away measures nothing */
         if (where == (d->cpu != NULL ? FERRY_DONE_CPU : FERRY_DONE_GPU) && pt->moved == 0 &&
-            (pt->bytes >= s->chunk || (d->cpu != NULL && pt->bytes > 0)) && r->done_ns > from) {
-            ferry__perf_record(s->model, (int)pt->dev, 0, pt->bytes, r->done_ns - from);
-            d->last_bytes = pt->bytes;
+            (ran >= s->chunk || (d->cpu != NULL && ran > 0)) && r->done_ns > from) {
+            ferry__perf_record(s->model, (int)pt->dev, 0, ran, r->done_ns - from);
+            d->last_bytes = ran;
         }
         /* a simulated device's backlog is what it was given at the rates expected then: what
          * it took instead corrects it (a rate that changed, the CPU's modelled clock) */
@@ -122,10 +122,87 @@ static void part_end(struct ferry__pset *s, pset_part_t *pt, const ferry_batch_r
         free(pt);
 }
 
+static int submit_part(struct ferry__pset *s, pset_part_t *pt);
+
+/* Device @g (a GPU) holds no work now: it takes the chunks the CPU device has not started of
+ * what the CPU holds, as much as makes both expected to finish together (the planner's
+ * backlogs and rates, set_plan.c), so that a CPU slower than planned does not leave the GPUs
+ * idle while it works through its queue (the CPU once held 240 ms of work where the plan
+ * meant 60). The stolen chunks are a part of their batch of their own on @g; the CPU's part
+ * ends without them. A GPU's queued work stays where it is: the devices' backlogs are even by
+ * the plan, and a GPU that falls behind it is corrected by the next batches' shares.
+ *
+ * On real clocks only: simulated devices each keep a virtual clock, and the CPU device's
+ * threads run its chunks in real time, ahead of or behind the simulated GPUs as this host
+ * happens to run them; what a device holds in real time says nothing of what it would hold on
+ * its clock (the planner's backlogs there are device time: set_plan.c). */
+static void steal_for(struct ferry__pset *s, unsigned g)
+{
+    if (s->virt)
+        return;
+    pset_part_t *np = calloc(1, sizeof(*np));
+    if (np == NULL)
+        return;
+    double r[FERRY_MAX_DEVICE_SET];
+    pthread_mutex_lock(&s->lock);
+    int cpu = -1;
+    for (unsigned i = 0; i < s->n; i++)
+        if (s->d[i].cpu != NULL && !s->d[i].left && s->d[i].held > 0)
+            cpu = (int)i;
+    size_t off = 0, bytes = 0;
+    void *arg = NULL;
+    if (cpu >= 0 && s->d[g].held == 0 && !s->d[g].left && !gpu_ended(s->d[g].pl)) {
+        ferry__pset_plan_rates(s, s->chunk, r);
+        pset_dev_t *c = &s->d[cpu];
+        /* x bytes to @g: (held - x) / r[cpu] == x / r[g], both then end together */
+        double x = (double)c->held / r[cpu] / (1 / r[cpu] + 1 / r[g]);
+        if (x >= (double)s->chunk / 2)
+            bytes = ferry__cpudev_steal(c->cpu, (size_t)x, &arg, &off);
+    }
+    if (bytes == 0) {
+        pthread_mutex_unlock(&s->lock);
+        free(np);
+        return;
+    }
+    pset_part_t *pt = arg;
+    *np = (pset_part_t){.b = pt->b,
+                        .dev = g,
+                        .off = pt->off + off,
+                        .bytes = bytes,
+                        .plan_ns = (double)bytes / r[g],
+                        .heap = true};
+    pt->b->left++; /* @pt still holds a chunk of the CPU's: its batch cannot end under it */
+    pt->stolen += bytes;
+    double back = (double)bytes / r[cpu];
+    pt->plan_ns -= back < pt->plan_ns ? back : pt->plan_ns;
+    s->d[g].bytes_stolen += bytes;
+    ferry__pset_hold(s, (unsigned)cpu, -(int64_t)bytes, 0);
+    ferry__pset_hold(s, g, (int64_t)bytes, 0);
+    pthread_mutex_unlock(&s->lock);
+    int rc = submit_part(s, np);
+    if (rc != 0) { /* the GPU refused it (closed, failed): the CPU runs it after all */
+        pthread_mutex_lock(&s->lock);
+        ferry__pset_hold(s, g, -(int64_t)bytes, 0);
+        s->d[g].bytes_stolen -= bytes;
+        np->dev = (unsigned)cpu;
+        np->plan_ns = back;
+        ferry__pset_hold(s, (unsigned)cpu, (int64_t)bytes, 0);
+        pthread_mutex_unlock(&s->lock);
+        rc = submit_part(s, np);
+    }
+    if (rc != 0) /* no memory for the CPU's part record either: the batch fails, once */
+        part_end(s, np, NULL, rc);
+}
+
 static void part_done(const ferry_batch_result_t *r, void *arg)
 {
     pset_part_t *pt = arg;
-    part_end(pt->b->s, pt, r, r->status);
+    struct ferry__pset *s = pt->b->s;
+    unsigned dev = pt->dev;
+    bool gpu = s->d[dev].cpu == NULL;
+    part_end(s, pt, r, r->status); /* @pt may be gone after it */
+    if (gpu)
+        steal_for(s, dev);
 }
 
 /* The CPU's probe came back: its time is the CPU's first sample, and on a virtual clock its

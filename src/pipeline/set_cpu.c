@@ -249,6 +249,32 @@ int ferry__cpudev_submit(ferry__cpudev_t *c, const ferry_batch_t *part, uint64_t
     return 0;
 }
 
+size_t ferry__cpudev_steal(ferry__cpudev_t *c, size_t max_bytes, void **arg, size_t *off)
+{
+    size_t got = 0;
+    pthread_mutex_lock(&c->lock);
+    cpart_t *p = NULL; /* the newest part with a piece to spare */
+    for (cpart_t *q = c->head; q != NULL; q = q->next_part)
+        if (!q->probe && q->nchunks > q->next + 1)
+            p = q;
+    /* whole pieces (chunks, or a small part's pieces at the stage's granularity), never its
+     * last one not started: the part then still ends on one of this device's threads, which
+     * calls it back */
+    if (p != NULL) {
+        size_t spare = p->nchunks - (p->next + 1), k = max_bytes / p->piece;
+        k = k < 1 ? 1 : k > spare ? spare : k;
+        uint32_t from = p->nchunks - (uint32_t)k;
+        *off = (size_t)from * p->piece;
+        got = p->b.bytes - *off;
+        *arg = p->arg;
+        p->left -= p->nchunks - from;
+        p->nchunks = from;
+        p->b.bytes = *off;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return got;
+}
+
 void ferry__cpudev_drain(ferry__cpudev_t *c)
 {
     pthread_mutex_lock(&c->lock);

@@ -34,6 +34,13 @@ int ferry__cpudev_create(const ferry_stage_t *stage, size_t chunk, unsigned lane
 int ferry__cpudev_submit(ferry__cpudev_t *c, const ferry_batch_t *part, uint64_t batch_id,
                          size_t base_off, bool probe, ferry_done_fn cb, void *arg);
 
+/* Take back the tail of the newest part with chunks not started to spare, for another device
+ * to run: its last chunks not started (a small part's pieces), up to @max_bytes (at least one,
+ * when it has one to spare), never the part's last one not started (the part still ends
+ * here). Returns the bytes taken (0: none), with the part's @arg (as given to submit) and the
+ * offset in the part where they start, in *@off; the part calls back for what is left of it. */
+size_t ferry__cpudev_steal(ferry__cpudev_t *c, size_t max_bytes, void **arg, size_t *off);
+
 /* Wait until every part submitted has called back. */
 void ferry__cpudev_drain(ferry__cpudev_t *c);
 

@@ -29,9 +29,12 @@ typedef struct pset_part {
     size_t off, bytes;
     double plan_ns; /* the device time it was expected to take (plan_parts) */
     /* under the set's lock: what of it went to other devices after this one left (handback),
-     * bytes and chunks; heap: a part made by handback, freed when it ends */
+     * bytes and chunks; stolen: its tail that an idle device took before this one started it
+     * (the CPU device's, steal_for in set.c); heap: a part made by handback or a steal, freed
+     * when it ends */
     size_t moved;
     uint32_t moved_chunks;
+    size_t stolen;
     bool heap;
 } pset_part_t;
 
@@ -65,7 +68,8 @@ typedef struct pset_dev {
     double vbusy;      /* a simulated device: the device time of every part given it, ns */
     uint64_t last_done_ns;
     uint64_t bytes, parts, parts_cpu;
-    uint64_t bytes_moved; /* of its parts, run by other devices after it left */
+    uint64_t bytes_moved;  /* of its parts, run by other devices after it left */
+    uint64_t bytes_stolen; /* it took from another device's queue when it ran out of work */
     bool left;
     bool probing;  /* the CPU device: its probe is out (set.c, probe_start) */
     size_t probed; /* the CPU device: its largest probe measured */

@@ -113,6 +113,7 @@ int ferry__pset_device_stats(struct ferry__pset *s, unsigned i, ferry_pipeline_d
     o.model_gbps = ferry__pset_dev_rate(s, i, d->last_bytes); /* bytes per ns is GB/s */
     o.left = d->left;
     o.bytes_moved = d->bytes_moved;
+    o.bytes_stolen = d->bytes_stolen;
     snprintf(o.why, sizeof(o.why), "%s", d->why);
     if (d->cpu != NULL && s->guard.note[0] != '\0')
         snprintf(o.note, sizeof(o.note), "%s", s->guard.note);

@@ -122,6 +122,7 @@ static void print_devices(ferry_pipeline_t *pl, json_t *j)
             json_key_uint(j, "parts", d.parts);
             json_key_uint(j, "parts_cpu", d.parts_cpu);
             json_key_uint(j, "bytes_moved", d.bytes_moved);
+            json_key_uint(j, "bytes_stolen", d.bytes_stolen);
             json_key_double(j, "gbps", gbps, 3);
             json_key_double(j, "model_gbps", d.model_gbps, 3);
             json_key_bool(j, "left", d.left);
@@ -129,7 +130,7 @@ static void print_devices(ferry_pipeline_t *pl, json_t *j)
             json_key_str(j, "note", d.note);
             json_object_end(j);
         } else {
-            char b[32], idx[16], fb[48] = "", m[64] = "";
+            char b[32], idx[16], fb[48] = "", m[64] = "", st[64] = "";
             if (d.index == FERRY_DEVICE_CPU)
                 snprintf(idx, sizeof(idx), "cpu");
             else
@@ -141,11 +142,16 @@ static void print_devices(ferry_pipeline_t *pl, json_t *j)
                 snprintf(m, sizeof(m), "; %s moved to other devices",
                          cli_bytes(d.bytes_moved, mb, sizeof(mb)));
             }
+            if (d.bytes_stolen > 0) {
+                char sb[32];
+                snprintf(st, sizeof(st), "; took %s of the CPU's queue",
+                         cli_bytes(d.bytes_stolen, sb, sizeof(sb)));
+            }
             printf("  device %-3s %s: %s, %.1f%% of the bytes, %.1f GB/s, %llu part(s)%s, model "
-                   "%.1f GB/s%s%s%s%s%s\n",
+                   "%.1f GB/s%s%s%s%s%s%s\n",
                    idx, d.name, cli_bytes(d.bytes, b, sizeof(b)), d.share * 100, gbps,
                    (unsigned long long)d.parts, fb, d.model_gbps, d.left ? "; left the set: " : "",
-                   d.why, m, d.note[0] != '\0' ? "; " : "", d.note);
+                   d.why, m, st, d.note[0] != '\0' ? "; " : "", d.note);
         }
     }
     if (j != NULL)
