@@ -15,6 +15,7 @@ set -euo pipefail
 RANKS='
 base          0
 backend       1
+proc          1
 backend/sim   2
 backend/cuda  2
 core          3
