@@ -348,6 +348,12 @@ typedef struct ferry_stage {
                            profile's device-to-device rate (a memory-bound pass) */
     size_t granularity; /* chunks are cut at multiples of this many bytes from the batch's
                            start (the element size of the stage's data); 0 or 1: anywhere */
+    /* Option isolation=process runs the stage in worker processes, forked from a helper made
+     * with the runtime: its functions are the program's and valid there, its user data is not
+     * unless it existed when the runtime was made. user_bytes > 0: the user_bytes bytes at
+     * user are copied to each worker (the data must hold no pointers); 0: user is passed as it
+     * is (NULL, or data made before the runtime). Not used in isolation=thread. */
+    size_t user_bytes;
 } ferry_stage_t;
 #define FERRY_STAGE_INIT FERRY_SIZED_INIT(ferry_stage_t)
 
@@ -605,6 +611,11 @@ typedef struct ferry_pipeline_stats {
     /* A device of a set whose GPU path ended: its chunks that went to the set's other devices
      * instead of its CPU path (on a set: summed over the devices). */
     uint64_t chunks_moved;
+    /* isolation=process: workers started in place of one that ended (a crash, a kill, its GPU
+     * path ended), and the time from seeing the last one end to the first batch its
+     * replacement ran on the device (0: none yet). */
+    uint64_t worker_restarts;
+    uint64_t worker_recovery_ns;
 } ferry_pipeline_stats_t;
 #define FERRY_PIPELINE_STATS_INIT FERRY_SIZED_INIT(ferry_pipeline_stats_t)
 

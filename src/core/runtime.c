@@ -107,6 +107,20 @@ static int apply_connections(const ferry_options_t *o)
     return 0;
 }
 
+/* isolation=process: the arena of shared memory, then the helper that forks the workers, first
+ * of all (proc/zygote.h: the helper has this process's memory of now, before the backend has
+ * started anything). */
+static int start_workers(ferry_runtime_t *rt)
+{
+    if (strcmp(ferry__opt_str(rt->opts, FERRY__OPT_isolation), "process") != 0)
+        return 0;
+    int rc = ferry__shm_arena_reserve((size_t)ferry__opt_i64(rt->opts, FERRY__OPT_worker_reserve),
+                                      &rt->arena);
+    if (rc == 0)
+        rc = ferry__zyg_start(&rt->zyg);
+    return rc;
+}
+
 int ferry_runtime_create(const ferry_runtime_config_t *cfg, ferry_runtime_t **out)
 {
     if (out == NULL)
@@ -131,6 +145,8 @@ int ferry_runtime_create(const ferry_runtime_config_t *cfg, ferry_runtime_t **ou
         goto out_free;
     /* Process-wide: the runtime's option applies unless the application set the level. */
     ferry__log_level_default((ferry_log_level_t)ferry__opt_i64(rt->opts, FERRY__OPT_log_level));
+    if ((rc = start_workers(rt)) != 0)
+        goto out_free;
     if ((rc = apply_connections(rt->opts)) != 0)
         goto out_free;
 
@@ -254,6 +270,8 @@ int ferry_runtime_destroy(ferry_runtime_t *rt)
     free(rt->devs);
     free(rt->cpu_dev);
     free(rt->regs);
+    ferry__zyg_stop(rt->zyg); /* the workers are gone with their pipelines; the helper too */
+    ferry__shm_arena_release(&rt->arena);
     ferry_options_destroy(rt->opts);
     pthread_rwlock_destroy(&rt->reg_lock);
     pthread_mutex_destroy(&rt->lock);

@@ -7,6 +7,8 @@
 
 #include "backend/backend.h"
 #include "base/base.h"
+#include "proc/shm.h"
+#include "proc/zygote.h"
 
 /* An object made on a runtime that the runtime must outlive (a pipeline): linked into the
  * runtime's list while it exists. Core knows objects above it only through these functions. */
@@ -39,6 +41,10 @@ struct ferry_runtime {
     } * regs;
     size_t nregs, regs_cap;
     ferry__rt_child_t *children; /* under lock */
+    /* isolation=process: the arena of memory shared with workers and the helper that forks
+     * them, both made before anything else of the runtime (proc/shm.h, proc/zygote.h) */
+    ferry__shm_arena_t arena;
+    ferry__zyg_t *zyg;
 };
 
 /* Link @c into @rt's children, and out again (its own destroy does, before it frees). */

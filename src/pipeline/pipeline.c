@@ -21,6 +21,7 @@
 #include "base/config.h"
 #include "core/runtime.h"
 #include "pipeline/pipeline_internal.h"
+#include "pipeline/remote.h"
 #include "pipeline/set.h"
 
 _Thread_local const ferry_pipeline_t *ferry__pipe_own_thread;
@@ -339,6 +340,8 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
         return ferry__rt_fail(dev->rt, rc);
     c.stage = &st;
     cfg = &c;
+    if (dev->rt->zyg != NULL) /* isolation=process */
+        return ferry__rt_fail(dev->rt, ferry__remote_create(cfg, out));
     bool virt = ferry_device_is_simulated(dev);
     ferry__pipe_plan_env_t env = {
         .opts = o,
@@ -418,6 +421,8 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_submit: NULL pipeline");
     if (p->set != NULL)
         return ferry__pset_submit(p->set, batch, cb, arg, id);
+    if (p->remote != NULL)
+        return ferry__remote_submit(p->remote, batch, cb, arg, id);
     /* Counted in, so that a close racing this call waits for it (FERRY_EBUSY) instead of
      * releasing what it is about to use. Without the lock (two atomics on the hot path): the
      * sequentially consistent pair (count in, then read shut) against close's (set shut, then
@@ -622,6 +627,8 @@ int ferry_pipeline_drain(ferry_pipeline_t *p)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_drain: NULL pipeline");
     if (p->set != NULL)
         return ferry__pset_drain(p->set);
+    if (p->remote != NULL)
+        return ferry__remote_drain(p->remote);
     if (on_own_thread(p))
         return refuse_own_thread(p, "ferry_pipeline_drain",
                                  "it would wait for itself (batches complete on the thread "
@@ -655,6 +662,8 @@ int ferry_pipeline_close(ferry_pipeline_t *p)
         return 0;
     if (p->set != NULL)
         return ferry__pset_close(p->set);
+    if (p->remote != NULL)
+        return ferry__remote_close(p->remote);
     pthread_mutex_lock(&p->lock);
     shut(p);
     if (atomic_load_explicit(&p->sh.released, memory_order_acquire)) {
@@ -699,6 +708,8 @@ int ferry_pipeline_destroy(ferry_pipeline_t *p)
         return 0;
     if (p->set != NULL)
         return ferry__pset_destroy(p->set);
+    if (p->remote != NULL)
+        return ferry__remote_destroy(p->remote);
     if (on_own_thread(p)) {
         pthread_mutex_lock(&p->lock);
         shut(p);
@@ -731,8 +742,11 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_stats: NULL argument or size not set "
                                           "(use FERRY_PIPELINE_STATS_INIT)");
     ferry_pipeline_stats_t full = FERRY_PIPELINE_STATS_INIT;
-    if (p->set != NULL) {
-        ferry__pset_stats(p->set, &full);
+    if (p->set != NULL || p->remote != NULL) {
+        if (p->set != NULL)
+            ferry__pset_stats(p->set, &full);
+        else
+            ferry__remote_stats(p->remote, &full);
         ferry__sized_copy_out(out, &full, sizeof(full));
         return 0;
     }

@@ -266,6 +266,8 @@ struct ferry_pipeline {
     ferry_device_t *dev;
     /* A set of devices (set.c): every public call goes there; nothing below is used. */
     struct ferry__pset *set;
+    /* A pipeline in a worker process (remote.c, option isolation=process): likewise. */
+    struct ferry__remote *remote;
     /* A set's member (set.c sets both once it is made, before its first part): the chunks
      * its GPU path can no longer run, once it has ended, are offered back to the set that owns
      * it: [off, off + bytes) of the batch whose callback argument is @cb_arg, to run on another
@@ -274,6 +276,10 @@ struct ferry_pipeline {
      * without the pipeline's lock. */
     bool (*handback)(struct ferry__pset *owner, void *cb_arg, size_t off, size_t bytes);
     struct ferry__pset *owner;
+    /* Called once, on the thread that saw it, when the GPU path ends (a sticky error, a hang),
+     * before any chunk runs on the CPU path; NULL: nothing. A worker process's pipeline exits
+     * there (worker.c): its application runs what it had not reported on a new worker. */
+    void (*gpu_end)(ferry_pipeline_t *p, bool hung);
     /* Lifetime. close shuts the pipeline (submits refused from then on) and, once nothing is
      * in flight, releases its threads, streams and memory; the handle itself lives until
      * ferry_pipeline_destroy or the runtime's destroy, so that every call on a closed

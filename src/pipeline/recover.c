@@ -209,7 +209,9 @@ void ferry__pipe_fall_back(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now
     ferry__strlcpy(msg, s->errmsg[0] ? s->errmsg : ferry__last_error_text(), sizeof(msg));
     if (err == FERRY_ESTICKY &&
         !atomic_exchange_explicit(&p->sh.gpu_lost, 1, memory_order_acq_rel) &&
-        (trace_note(p, NOTE_GPU_LOST, b->id, s->chunk, now), true))
+        (trace_note(p, NOTE_GPU_LOST, b->id, s->chunk, now), true)) {
+        if (p->gpu_end != NULL)
+            p->gpu_end(p, false); /* a worker process: does not return */
         ferry_log(FERRY_LOG_ERROR, "pipeline",
                   "sticky error (%s): the GPU path of this process has ended; every batch in "
                   "flight and every later one runs on the %s",
@@ -217,6 +219,7 @@ void ferry__pipe_fall_back(ferry_pipeline_t *p, slot_t *s, int err, uint64_t now
                   p->handback != NULL ? "set's other devices, or the CPU when none is left"
                   : p->stage.cpu      ? "stage's CPU function"
                                       : "CPU (no CPU function: they fail)");
+    }
     if (err != FERRY_ESTICKY && !s->gpu_skipped &&
         !atomic_load_explicit(&p->sh.gpu_lost, memory_order_acquire))
         ferry__ladder_step_down(&p->ladder);
@@ -283,6 +286,8 @@ static void end_gpu_path_hung(ferry_pipeline_t *p, uint64_t batch, uint32_t chun
     /* gpu_lost first: whoever sees hang_lost (and abandons a slot) sees it too. */
     bool first = !atomic_exchange_explicit(&p->sh.gpu_lost, 1, memory_order_acq_rel);
     atomic_store_explicit(&p->sh.hang_lost, 1, memory_order_release);
+    if (first && p->gpu_end != NULL)
+        p->gpu_end(p, true); /* a worker process: does not return */
     trace_note(p, NOTE_GPU_LOST, batch, chunk, now);
     if (first)
         ferry_log(FERRY_LOG_ERROR, "pipeline",

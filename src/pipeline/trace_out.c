@@ -57,6 +57,9 @@ int ferry_pipeline_write_trace(ferry_pipeline_t *p, const char *path)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_write_trace: NULL argument");
     if (p->set != NULL)
         return ferry__pset_write_trace(p->set, path);
+    if (p->remote != NULL)
+        return ferry__error(FERRY_ESTATE, "ferry_pipeline_write_trace: tracing is off (a "
+                                          "pipeline in a worker process records no ops yet)");
     /* written from a copy, so that the file is written without the lock */
     ferry__trace_part_t part;
     ferry__trace_rec_t *copy = NULL;
@@ -73,6 +76,9 @@ int ferry_pipeline_ops(ferry_pipeline_t *p, ferry_op_fn fn, void *arg)
         return ferry__error(FERRY_EINVAL, "ferry_pipeline_ops: NULL argument");
     if (p->set != NULL)
         return ferry__pset_ops(p->set, fn, arg);
+    if (p->remote != NULL)
+        return ferry__error(FERRY_ESTATE, "ferry_pipeline_ops: tracing is off (a pipeline in a "
+                                          "worker process records no ops yet)");
     int rc = lock_traced(p, "ferry_pipeline_ops");
     if (rc != 0)
         return rc;

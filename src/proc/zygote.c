@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "proc/sock.h"
 #include "proc/zygote.h"
 
 #ifndef SYS_pidfd_open
@@ -57,68 +58,22 @@ struct ferry__zyg {
 static int send_msg(int s, const zyg_hdr_t *h, const void *body, size_t len, const int *fds,
                     unsigned nfds)
 {
-    struct iovec iov[2] = {{.iov_base = (void *)h, .iov_len = sizeof(*h)},
-                           {.iov_base = (void *)body, .iov_len = len}};
-    union {
-        char buf[CMSG_SPACE(sizeof(int) * FERRY__ZYG_MAX_FDS)];
-        struct cmsghdr align;
-    } u;
-    struct msghdr m = {.msg_iov = iov, .msg_iovlen = len > 0 ? 2 : 1};
-    if (nfds > 0) {
-        memset(&u, 0, sizeof(u));
-        m.msg_control = u.buf;
-        m.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-        memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
-    }
-    ssize_t n;
-    do
-        n = sendmsg(s, &m, MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
-    return n == (ssize_t)(sizeof(*h) + len) ? 0 : -1;
+    return ferry__sock_send(s, h, sizeof(*h), body, len, fds, nfds);
 }
 
 /* One message into @h and @body (FERRY__ZYG_MAX_MSG bytes), its descriptors into @fds: returns
  * the body's length, or -1 at the end of the stream or on an error. */
 static ssize_t recv_msg(int s, zyg_hdr_t *h, void *body, int *fds, unsigned *nfds)
 {
-    struct iovec iov[2] = {{.iov_base = h, .iov_len = sizeof(*h)},
-                           {.iov_base = body, .iov_len = body != NULL ? FERRY__ZYG_MAX_MSG : 0}};
-    union {
-        char buf[CMSG_SPACE(sizeof(int) * FERRY__ZYG_MAX_FDS)];
-        struct cmsghdr align;
-    } u;
-    struct msghdr m = {.msg_iov = iov,
-                       .msg_iovlen = body != NULL ? 2 : 1,
-                       .msg_control = u.buf,
-                       .msg_controllen = sizeof(u.buf)};
-    ssize_t n;
-    do
-        n = recvmsg(s, &m, MSG_CMSG_CLOEXEC);
-    while (n < 0 && errno == EINTR);
-    *nfds = 0;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-            unsigned k = (unsigned)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-            for (unsigned i = 0; i < k; i++) {
-                int fd;
-                memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-                if (*nfds < FERRY__ZYG_MAX_FDS)
-                    fds[(*nfds)++] = fd;
-                else
-                    close(fd);
-            }
-        }
-    if (n < (ssize_t)sizeof(*h) || (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
+    ssize_t n = ferry__sock_recv(s, h, sizeof(*h), body, body != NULL ? FERRY__ZYG_MAX_MSG : 0, fds,
+                                 FERRY__ZYG_MAX_FDS, nfds);
+    if (n >= 0 && n < (ssize_t)sizeof(*h)) {
         for (unsigned i = 0; i < *nfds; i++)
             close(fds[i]);
         *nfds = 0;
         return -1;
     }
-    return n - (ssize_t)sizeof(*h);
+    return n < 0 ? -1 : n - (ssize_t)sizeof(*h);
 }
 
 /* ---- the helper ----------------------------------------------------------------------------- */

@@ -130,6 +130,7 @@ int ferry_workload_create(const char *name, const ferry_workload_params_t *param
     w->stage.cpu = cpu_fn;
     w->stage.gpu = ferry__backend_gpu_launcher(names[kind]);
     w->stage.user = w;
+    w->stage.user_bytes = sizeof(w->p); /* all the functions read of it (backend.h) */
     w->stage.granularity = sizeof(float);
     /* Cost hint for the simulator: 0 means a memory-bound pass at the profile's
      * device-to-device rate. fma adds its arithmetic: intensity FMAs per 4 bytes. */

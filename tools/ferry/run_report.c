@@ -177,6 +177,8 @@ static void json_health(json_t *j, const ferry_pipeline_stats_t *s)
 {
     json_key_uint(j, "chunks_cpu", s->chunks_cpu);
     json_key_uint(j, "chunks_moved", s->chunks_moved);
+    json_key_uint(j, "worker_restarts", s->worker_restarts);
+    json_key_double(j, "worker_recovery_ms", (double)s->worker_recovery_ns / 1e6, 3);
     json_key_uint(j, "failure_records", s->failure_records);
     json_key_bool(j, "gpu_lost", s->gpu_lost);
     json_key_bool(j, "gpu_hung", s->gpu_hung);
@@ -315,6 +317,10 @@ static void print_faults(const run_opts_t *ro, const ferry_pipeline_stats_t *s)
                why, (unsigned long long)s->chunks_moved, (unsigned long long)s->chunks_cpu);
     else if (s->gpu_lost)
         printf("  faults     %s ended the GPU path: later chunks ran on the CPU fallback\n", why);
+    if (s->worker_restarts > 0)
+        printf("  worker     %llu restart(s): a worker process ended and another ran its batches "
+               "again; the last back on the device in %.1f ms\n",
+               (unsigned long long)s->worker_restarts, (double)s->worker_recovery_ns / 1e6);
     const char *flog = ro->opts ? ferry_options_get_str(ro->opts, "failure_log") : NULL;
     if (s->failure_records > 0 || s->chunks_cpu > 0)
         printf("  failures   %llu failed GPU attempt(s), %llu chunk(s) then done by a GPU retry, "

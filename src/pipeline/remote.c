@@ -1,0 +1,811 @@
+/* A pipeline in a worker process (remote.h, worker.h). The application's side keeps every batch
+ * in flight, in submit order, until its worker reports it done: the batch's input is copied
+ * into a staging area of shared memory (every region of it mapped in the worker at the same
+ * address), the worker runs it on its device and writes the output there, and this side's
+ * reader thread copies the output back and calls the callback, one at a time. When the worker
+ * ends (it crashed, was killed, or said that its GPU path ended) the reader starts another from
+ * the runtime's helper and sends it every batch still in flight, in order: a batch runs again
+ * until one worker reports it, and is called back once (a report for a batch no longer in flight
+ * is dropped). After RM_RESPAWNS workers in a row that did not start, the device is retired:
+ * the reader runs what is in flight, and every later batch, on the stage's CPU function. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "base/config.h"
+#include "core/runtime.h"
+#include "pipeline/pipeline_internal.h"
+#include "pipeline/remote.h"
+#include "pipeline/worker.h"
+#include "proc/shm.h"
+#include "proc/sock.h"
+#include "proc/zygote.h"
+
+#define RM_RESPAWNS  3
+#define RM_STAGE_MIN ((size_t)2 << 20)
+#define RM_EXIT_WAIT 2000000000u /* ns a worker that said LOST, or closed, has to exit */
+#define RM_CPU_CHUNK ((size_t)8 << 20)
+
+typedef struct rm_batch {
+    uint64_t seq;
+    ferry_batch_t b; /* the caller's */
+    ferry_done_fn cb;
+    void *arg;
+    unsigned stg;
+    bool ready; /* its input is staged: it may be sent (under wmu and mu) */
+    int fail;   /* its prepare failed: sent as FAIL */
+    uint64_t submit_ns;
+    struct rm_batch *next;
+} rm_batch_t;
+
+typedef struct rm_stage {
+    ferry__shm_t r;
+    bool busy;
+    uint32_t sent; /* the generation of the worker it was last mapped in, plus one */
+} rm_stage_t;
+
+struct ferry__remote {
+    ferry_pipeline_t *h;
+    ferry_runtime_t *rt;
+    ferry_device_t *dev;
+    ferry_stage_t stage;
+    ferry__wk_hello_t hello;
+    char *opts, *inj; /* the options as text; option inject's line (the first worker's) */
+    size_t olen, ilen;
+    size_t chunk;
+    unsigned limit;
+    bool nonblocking;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    rm_batch_t *head, *tail;
+    unsigned nfl, entering;
+    rm_stage_t **stg; /* capstg of them; a region's record never moves */
+    unsigned nstg, capstg;
+    uint64_t next_seq;
+    bool shut, released, closing, retired, reader_done;
+    /* the worker, replaced by the reader; written under both locks, read under either */
+    pthread_mutex_t wmu;
+    int sock;
+    ferry__zyg_proc_t proc;
+    uint32_t generation;
+    pthread_t reader;
+    bool reader_started;
+    /* figures, under mu */
+    uint64_t submitted, done_gpu, done_cpu, failed, bytes, first_ns, last_ns;
+    uint64_t restarts, recovery_ns, recover_t0;
+    /* the device's figures (its clock) as the workers reported them: the ended ones' summed,
+     * the one running now's latest */
+    ferry__wk_msg_t ended, now;
+    ferry_pipeline_stats_t wstats;
+};
+
+/* ---- the worker ------------------------------------------------------------------------- */
+
+static int send_msg(int s, const ferry__wk_msg_t *m, int fd)
+{
+    return ferry__sock_send(s, m, sizeof(*m), NULL, 0, &fd, fd >= 0 ? 1 : 0);
+}
+
+static int recv_msg(int s, ferry__wk_msg_t *m)
+{
+    ssize_t n;
+    do
+        n = recv(s, m, sizeof(*m), 0);
+    while (n < 0 && errno == EINTR);
+    return n == (ssize_t)sizeof(*m) ? 0 : -1;
+}
+
+/* The options this runtime was given, as "name=value\n" lines (isolation and inject left
+ * out: the worker runs its device in-process; inject is added for the first worker alone). */
+static char *options_text(const ferry_options_t *o, const char *profile, size_t *len)
+{
+    size_t cap = 4096, n = 0;
+    char *t = malloc(cap);
+    for (size_t i = 0; t != NULL && i < ferry_option_count(); i++) {
+        const ferry_option_info_t *oi = ferry_option_at(i);
+        if (!ferry__opt_given(o, (ferry__opt_id_t)i) || strcmp(oi->name, "isolation") == 0 ||
+            strcmp(oi->name, "inject") == 0 || strcmp(oi->name, "profile") == 0)
+            continue;
+        char v[1024];
+        if (oi->type == FERRY_OPT_STRING || oi->type == FERRY_OPT_ENUM) {
+            snprintf(v, sizeof(v), "%s", ferry_options_get_str(o, oi->name));
+        } else if (oi->type == FERRY_OPT_DOUBLE) {
+            double d = 0;
+            ferry_options_get_double(o, oi->name, &d);
+            snprintf(v, sizeof(v), "%.17g", d);
+        } else {
+            int64_t k = 0;
+            ferry_options_get_i64(o, oi->name, &k);
+            snprintf(v, sizeof(v), "%lld", (long long)k);
+        }
+        if (v[0] == '\0')
+            continue;
+        size_t need = strlen(oi->name) + strlen(v) + 2;
+        if (n + need + 1 > cap) {
+            char *g = realloc(t, cap *= 2);
+            if (g == NULL) {
+                free(t);
+                return NULL;
+            }
+            t = g;
+        }
+        n += (size_t)snprintf(t + n, cap - n, "%s=%s\n", oi->name, v);
+    }
+    if (t != NULL && profile[0] != '\0') {
+        size_t need = strlen(profile) + 10;
+        char *g = realloc(t, n + need);
+        if (g == NULL) {
+            free(t);
+            return NULL;
+        }
+        t = g;
+        n += (size_t)snprintf(t + n, need, "profile=%s\n", profile);
+    }
+    *len = n;
+    return t;
+}
+
+/* The hello every worker of @r starts from (spawn adds the options and the user data). */
+static int make_hello(struct ferry__remote *r, const ferry_pipeline_config_t *cfg)
+{
+    r->opts = options_text(r->rt->opts, r->rt->profile, &r->olen);
+    if (r->opts == NULL)
+        return ferry__error(FERRY_ENOMEM, "isolation=process: out of memory");
+    const char *inj = ferry__opt_str(r->rt->opts, FERRY__OPT_inject);
+    if (inj[0] != '\0' && (r->inj = malloc(strlen(inj) + 9)) != NULL)
+        r->ilen = (size_t)sprintf(r->inj, "inject=%s\n", inj);
+    size_t len = sizeof(ferry__wk_hello_t) + r->olen + r->ilen + r->stage.user_bytes;
+    if (len > FERRY__ZYG_MAX_MSG)
+        return ferry__error(FERRY_EINVAL,
+                            "isolation=process: the worker's start message would be %zu bytes "
+                            "(at most %d: the stage's user_bytes %zu, the options %zu)",
+                            len, FERRY__ZYG_MAX_MSG, r->stage.user_bytes, r->olen);
+    ferry__wk_hello_t *h = &r->hello;
+    *h = (ferry__wk_hello_t){.magic = FERRY__WK_MAGIC, .device = r->dev->index, .cfg = *cfg};
+    snprintf(h->backend, sizeof(h->backend), "%s", ferry_runtime_backend(r->rt));
+    h->gpu = r->stage.gpu;
+    h->cpu = r->stage.cpu;
+    h->user = r->stage.user;
+    h->user_bytes = r->stage.user_bytes;
+    h->ns_per_byte = r->stage.ns_per_byte;
+    h->granularity = r->stage.granularity;
+    snprintf(h->stage_name, sizeof(h->stage_name), "%s", r->h->stage_name);
+    h->arena = r->rt->arena.base;
+    h->arena_bytes = r->rt->arena.bytes;
+    return 0;
+}
+
+/* Start a worker of generation @gen and wait for its READY: the first worker gets the injected
+ * faults (option inject), its replacements run without them. Returns 0 or the worker's error,
+ * with its text. */
+static int spawn(struct ferry__remote *r, uint32_t gen)
+{
+    size_t ilen = gen == 0 ? r->ilen : 0, ub = r->stage.user_bytes;
+    size_t len = sizeof(ferry__wk_hello_t) + r->olen + ilen + ub;
+    unsigned char *msg = malloc(len);
+    int sv[2] = {-1, -1};
+    if (msg == NULL || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+        free(msg);
+        return ferry__error(FERRY_ENOMEM, "isolation=process: a worker's socket: %s",
+                            strerror(errno));
+    }
+    ferry__wk_hello_t h = r->hello;
+    h.generation = gen;
+    h.options_len = (uint32_t)(r->olen + ilen);
+    memcpy(msg, &h, sizeof(h));
+    memcpy(msg + sizeof(h), r->opts, r->olen);
+    if (ilen > 0)
+        memcpy(msg + sizeof(h) + r->olen, r->inj, ilen);
+    if (ub > 0)
+        memcpy(msg + sizeof(h) + r->olen + ilen, r->stage.user, ub);
+    ferry__zyg_proc_t p;
+    int rc = ferry__zyg_spawn(r->rt->zyg, ferry__worker_main, msg, len, &sv[1], 1, &p);
+    free(msg);
+    close(sv[1]);
+    ferry__wk_msg_t m;
+    if (rc == 0 && recv_msg(sv[0], &m) != 0) {
+        int st = 0;
+        ferry__zyg_wait(r->rt->zyg, &p, RM_EXIT_WAIT, &st);
+        rc = ferry__error(FERRY_EBACKEND,
+                          "isolation=process: the worker (pid %d) ended before it was ready "
+                          "(%s %d)",
+                          (int)p.pid, WIFSIGNALED(st) ? "signal" : "exit status",
+                          WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    } else if (rc == 0 && (m.kind != FERRY__WK_READY || m.status != 0)) {
+        int st = 0;
+        ferry__zyg_wait(r->rt->zyg, &p, RM_EXIT_WAIT, &st);
+        rc = ferry__error(m.status < 0 ? m.status : FERRY_EBACKEND,
+                          "isolation=process: the worker could not start: %s", m.text);
+    }
+    if (rc != 0) {
+        close(sv[0]);
+        return rc;
+    }
+    pthread_mutex_lock(&r->mu);
+    r->sock = sv[0];
+    r->proc = p;
+    r->generation = gen;
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+/* Send staging region @i to the worker if it has not mapped it. Under wmu. */
+static int send_region(struct ferry__remote *r, unsigned i)
+{
+    rm_stage_t *s = r->stg[i];
+    if (s->sent == r->generation + 1)
+        return 0;
+    ferry__wk_msg_t m = {.kind = FERRY__WK_MAP, .in = s->r.base, .bytes = s->r.bytes};
+    if (send_msg(r->sock, &m, s->r.fd) != 0)
+        return -1;
+    s->sent = r->generation + 1;
+    return 0;
+}
+
+static int send_batch(struct ferry__remote *r, const rm_batch_t *b)
+{
+    if (b->fail != 0) {
+        ferry__wk_msg_t f = {.kind = FERRY__WK_FAIL, .seq = b->seq, .status = b->fail};
+        return send_msg(r->sock, &f, -1);
+    }
+    if (send_region(r, b->stg) != 0)
+        return -1;
+    unsigned char *base = r->stg[b->stg]->r.base;
+    ferry__wk_msg_t m = {.kind = FERRY__WK_SUBMIT,
+                         .seq = b->seq,
+                         .in = base,
+                         .out = b->b.out != NULL ? base + b->b.bytes : NULL,
+                         .bytes = b->b.bytes,
+                         .user = b->b.user};
+    return send_msg(r->sock, &m, -1);
+}
+
+/* ---- completions, and a worker's end ---------------------------------------------------- */
+
+static uint64_t now_ns(void)
+{
+    return ferry__mono_ns();
+}
+
+/* Batch @b is done (@m: its report; NULL: the CPU ran it here, @status its result): output
+ * back, callback, figures. On the reader thread, no lock held; @b is out of the list. */
+static void finish(struct ferry__remote *r, rm_batch_t *b, const ferry__wk_msg_t *m, int status)
+{
+    ferry_batch_where_t where = m != NULL ? (ferry_batch_where_t)m->where : FERRY_DONE_CPU;
+    status = m != NULL ? m->status : status;
+    if (status != 0)
+        where = FERRY_DONE_FAILED;
+    unsigned char *base = r->stg[b->stg]->r.base;
+    if (status == 0 && b->b.out != NULL && b->b.bytes > 0)
+        memcpy(b->b.out, base + b->b.bytes, b->b.bytes);
+    uint64_t t = now_ns();
+    ferry_batch_result_t res = {.id = b->seq,
+                                .status = status,
+                                .where = where,
+                                .in = b->b.in,
+                                .out = b->b.out,
+                                .bytes = b->b.bytes,
+                                .chunks = m != NULL ? m->chunks : 1,
+                                .submit_ns = b->submit_ns,
+                                .done_ns = t};
+    pthread_mutex_lock(&r->mu);
+    r->stg[b->stg]->busy = false;
+    pthread_mutex_unlock(&r->mu);
+    b->cb(&res, b->arg);
+    pthread_mutex_lock(&r->mu);
+    r->done_gpu += where == FERRY_DONE_GPU;
+    r->done_cpu += where == FERRY_DONE_CPU;
+    r->failed += where == FERRY_DONE_FAILED;
+    r->bytes += status == 0 ? b->b.bytes : 0;
+    r->last_ns = t;
+    if (m != NULL)
+        r->now = *m;
+    if (r->recover_t0 != 0 && where == FERRY_DONE_GPU) { /* the first batch of a new worker */
+        r->recovery_ns = t - r->recover_t0;
+        r->recover_t0 = 0;
+    }
+    r->nfl--;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    free(b);
+}
+
+/* Take batch @seq out of the list: it, or NULL when it is not in flight (a report of a batch
+ * that an earlier worker also reported: dropped). */
+static rm_batch_t *take(struct ferry__remote *r, uint64_t seq)
+{
+    pthread_mutex_lock(&r->mu);
+    rm_batch_t **pp = &r->head, *prev = NULL;
+    while (*pp != NULL && (*pp)->seq != seq) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    rm_batch_t *b = *pp;
+    if (b != NULL) {
+        *pp = b->next;
+        if (r->tail == b)
+            r->tail = prev;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return b;
+}
+
+/* Run @b's stage on the CPU here, chunk by chunk, into its staging output. */
+static int run_on_cpu(struct ferry__remote *r, rm_batch_t *b)
+{
+    if (r->stage.cpu == NULL)
+        return ferry__error(FERRY_ESTICKY,
+                            "isolation=process: device %d retired and stage '%s' "
+                            "has no CPU function",
+                            r->dev->index, r->h->stage_name);
+    unsigned char *base = r->stg[b->stg]->r.base;
+    for (size_t off = 0; off < b->b.bytes; off += RM_CPU_CHUNK) {
+        size_t n = b->b.bytes - off < RM_CPU_CHUNK ? b->b.bytes - off : RM_CPU_CHUNK;
+        ferry_kernel_args_t a = {.size = sizeof(a),
+                                 .in = base + off,
+                                 .out = base + b->b.bytes + off,
+                                 .bytes = n,
+                                 .offset = off,
+                                 .batch_id = b->seq,
+                                 .chunk = (uint32_t)(off / RM_CPU_CHUNK),
+                                 .batch_user = b->b.user};
+        int rc = r->stage.cpu(&a, r->stage.user);
+        if (rc != 0)
+            return FERRY_EKERNEL;
+    }
+    return 0;
+}
+
+/* The worker ended: replace it and send it everything in flight, or retire the device. On the
+ * reader thread. Returns false when the device is retired. */
+static bool replace(struct ferry__remote *r, const char *said)
+{
+    int st = 0;
+    ferry__zyg_proc_t old = r->proc;
+    if (ferry__zyg_wait(r->rt->zyg, &old, RM_EXIT_WAIT, &st) == FERRY_ETIMEDOUT) {
+        ferry__zyg_kill(&old, SIGKILL);
+        ferry__zyg_wait(r->rt->zyg, &old, RM_EXIT_WAIT, &st);
+    }
+    pthread_mutex_lock(&r->wmu);
+    pthread_mutex_lock(&r->mu);
+    close(r->sock);
+    r->sock = -1;
+    r->proc.pid = -1;
+    r->ended.elapsed_ns += r->now.elapsed_ns;
+    for (int k = 0; k < 3; k++)
+        r->ended.busy_ns[k] += r->now.busy_ns[k];
+    r->ended.chunks_all += r->now.chunks_all;
+    r->ended.chunks_cpu += r->now.chunks_cpu;
+    memset(&r->now, 0, sizeof(r->now));
+    r->recover_t0 = now_ns();
+    pthread_mutex_unlock(&r->mu);
+    ferry_log(FERRY_LOG_WARN, "pipeline",
+              "device %d: its worker (pid %d) ended (%s%s%s %d): starting another", r->dev->index,
+              (int)old.pid, said != NULL ? said : "", said != NULL ? "; " : "",
+              WIFSIGNALED(st) ? "signal" : "exit status",
+              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    int rc = -1;
+    for (unsigned k = 0; k < RM_RESPAWNS && rc != 0; k++)
+        if ((rc = spawn(r, r->generation + 1)) != 0)
+            ferry_log(FERRY_LOG_WARN, "pipeline", "device %d: a new worker did not start: %s",
+                      r->dev->index, ferry_last_error());
+    if (rc == 0) {
+        pthread_mutex_lock(&r->mu);
+        r->restarts++;
+        pthread_mutex_unlock(&r->mu);
+        /* everything staged and in flight, in order; the list only grows meanwhile */
+        for (rm_batch_t *b = r->head; rc == 0 && b != NULL; b = b->next)
+            if (b->ready)
+                rc = send_batch(r, b);
+    }
+    if (rc != 0 && r->sock < 0) {
+        pthread_mutex_lock(&r->mu);
+        r->retired = true;
+        pthread_mutex_unlock(&r->mu);
+        ferry_log(FERRY_LOG_ERROR, "pipeline",
+                  "device %d: %u workers in a row did not start: retired; its batches run on the "
+                  "CPU",
+                  r->dev->index, RM_RESPAWNS);
+    }
+    pthread_mutex_unlock(&r->wmu);
+    return !r->retired;
+}
+
+/* A retired device: run the batches in flight on the CPU, in order, as they come. */
+static void run_retired(struct ferry__remote *r)
+{
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        while ((r->head == NULL || !r->head->ready) && !r->closing)
+            pthread_cond_wait(&r->cv, &r->mu);
+        rm_batch_t *b = r->head;
+        if (b == NULL) {
+            pthread_mutex_unlock(&r->mu);
+            return;
+        }
+        pthread_mutex_unlock(&r->mu);
+        take(r, b->seq);
+        finish(r, b, NULL, run_on_cpu(r, b));
+    }
+}
+
+static void *reader_main(void *arg)
+{
+    struct ferry__remote *r = arg;
+    ferry__pipe_own_thread = r->h;
+    for (;;) {
+        ferry__wk_msg_t m;
+        int got = recv_msg(r->sock, &m);
+        if (got == 0 && m.kind == FERRY__WK_DONE) {
+            rm_batch_t *b = take(r, m.seq);
+            if (b != NULL)
+                finish(r, b, &m, 0);
+            continue;
+        }
+        if (got == 0 && m.kind == FERRY__WK_STATS) { /* the answer to CLOSE: it exits */
+            pthread_mutex_lock(&r->mu);
+            r->wstats = m.stats;
+            pthread_mutex_unlock(&r->mu);
+            int st;
+            ferry__zyg_wait(r->rt->zyg, &r->proc, RM_EXIT_WAIT, &st);
+            break;
+        }
+        pthread_mutex_lock(&r->mu);
+        bool done = r->closing && r->nfl == 0;
+        pthread_mutex_unlock(&r->mu);
+        if (done)
+            break;
+        if (!replace(r, got == 0 && m.kind == FERRY__WK_LOST ? m.text : NULL)) {
+            run_retired(r);
+            break;
+        }
+    }
+    pthread_mutex_lock(&r->mu);
+    r->reader_done = true;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* ---- the calls ---------------------------------------------------------------------------- */
+
+static void remote_free(struct ferry__remote *r)
+{
+    for (unsigned i = 0; r->stg != NULL && i < r->nstg; i++) {
+        ferry__shm_destroy(&r->stg[i]->r);
+        free(r->stg[i]);
+    }
+    free(r->stg);
+    free(r->opts);
+    free(r->inj);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    pthread_mutex_destroy(&r->wmu);
+    free(r->h);
+    free(r);
+}
+
+static bool child_is_live(ferry__rt_child_t *c, char *name, size_t len)
+{
+    ferry_pipeline_t *h = (ferry_pipeline_t *)((char *)c - offsetof(ferry_pipeline_t, child));
+    snprintf(name, len, "'%s' #%u (in a worker process)", h->stage_name, h->serial);
+    pthread_mutex_lock(&h->remote->mu);
+    bool live = !h->remote->released;
+    pthread_mutex_unlock(&h->remote->mu);
+    return live;
+}
+
+static void child_destroy(ferry__rt_child_t *c)
+{
+    ferry_pipeline_t *h = (ferry_pipeline_t *)((char *)c - offsetof(ferry_pipeline_t, child));
+    remote_free(h->remote);
+}
+
+int ferry__remote_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **out)
+{
+    ferry_device_t *dev = cfg->device;
+    ferry_runtime_t *rt = dev->rt;
+    if (ferry__opt_i64(rt->opts, FERRY__OPT_trace) != 0)
+        return ferry__error(FERRY_ENOTSUP, "isolation=process: option trace is not offered in "
+                                           "worker processes yet (isolation=thread has it)");
+    struct ferry__remote *r = calloc(1, sizeof(*r));
+    ferry_pipeline_t *h = aligned_alloc(FERRY__CACHE_LINE, sizeof(*h));
+    if (r == NULL || h == NULL) {
+        free(r);
+        free(h);
+        return ferry__error(FERRY_ENOMEM, "pipeline: out of memory");
+    }
+    memset(h, 0, sizeof(*h));
+    static _Atomic unsigned serials;
+    h->serial = atomic_fetch_add_explicit(&serials, 1, memory_order_relaxed) + 1;
+    h->dev = dev;
+    h->remote = r;
+    ferry__strlcpy(h->stage_name, cfg->stage->name ? cfg->stage->name : "stage",
+                   sizeof(h->stage_name));
+    r->h = h;
+    r->rt = rt;
+    r->dev = dev;
+    r->stage = *cfg->stage;
+    r->stage.name = h->stage_name;
+    r->sock = -1;
+    r->proc.pid = -1;
+    r->proc.pidfd = -1;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_mutex_init(&r->wmu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    unsigned q = cfg->queue_depth ? cfg->queue_depth
+                                  : (unsigned)ferry__opt_i64(rt->opts, FERRY__OPT_queue_depth);
+    r->limit = q > 0 ? q : 16;
+    int nb = cfg->nonblocking >= 0 && cfg->nonblocking != FERRY_UNSET
+                 ? cfg->nonblocking
+                 : (int)ferry__opt_i64(rt->opts, FERRY__OPT_nonblocking);
+    r->nonblocking = nb == 1;
+    size_t ch = cfg->chunk_bytes ? cfg->chunk_bytes
+                                 : (size_t)ferry__opt_i64(rt->opts, FERRY__OPT_chunk_bytes);
+    r->chunk = ch > 0 ? ch : RM_CPU_CHUNK;
+    r->capstg = 4 * r->limit;
+    r->stg = calloc(r->capstg, sizeof(*r->stg));
+    int rc =
+        r->stg == NULL ? ferry__error(FERRY_ENOMEM, "pipeline: out of memory") : make_hello(r, cfg);
+    if (rc == 0)
+        rc = spawn(r, 0);
+    if (rc == 0 &&
+        ferry__thread_start(&r->reader, &r->reader_started, reader_main, r, "ferry-remote") != 0)
+        rc = ferry__error(FERRY_ENOMEM, "pipeline: cannot start the worker's reader thread");
+    if (rc != 0) {
+        if (r->sock >= 0) {
+            close(r->sock); /* the worker reads the end of its socket and exits */
+            int st;
+            ferry__zyg_wait(rt->zyg, &r->proc, RM_EXIT_WAIT, &st);
+        }
+        remote_free(r);
+        return rc;
+    }
+    h->child.is_live = child_is_live;
+    h->child.destroy = child_destroy;
+    ferry__rt_child_add(rt, &h->child);
+    *out = h;
+    return 0;
+}
+
+/* A staging region of at least @bytes not in use: reused, or made (a power of two). Under mu;
+ * returns its index, or -1 with the error set. */
+static int stage_get(struct ferry__remote *r, size_t bytes)
+{
+    int best = -1, spare = -1;
+    for (unsigned i = 0; i < r->nstg; i++) {
+        rm_stage_t *s = r->stg[i];
+        if (s->busy)
+            continue;
+        spare = (int)i;
+        if (s->r.bytes >= bytes && (best < 0 || s->r.bytes < r->stg[best]->r.bytes))
+            best = (int)i;
+    }
+    if (best >= 0) {
+        r->stg[best]->busy = true;
+        return best;
+    }
+    size_t want = RM_STAGE_MIN;
+    while (want < bytes && want < SIZE_MAX / 2)
+        want *= 2;
+    int i = r->nstg < r->capstg ? (int)r->nstg : spare; /* full: a free one too small goes */
+    if (i < 0)
+        return ferry__error(FERRY_ENOMEM, "isolation=process: no staging region free");
+    rm_stage_t *s = (unsigned)i < r->nstg ? r->stg[i] : calloc(1, sizeof(*s));
+    if (s == NULL)
+        return ferry__error(FERRY_ENOMEM, "isolation=process: out of memory");
+    if ((unsigned)i < r->nstg)
+        ferry__shm_destroy(&s->r); /* the worker's mapping is replaced when it is sent again */
+    int rc = ferry__shm_create(&r->rt->arena, want, "staging", &s->r);
+    if (rc != 0) {
+        if ((unsigned)i == r->nstg)
+            free(s);
+        else
+            s->sent = 0;
+        return rc;
+    }
+    s->busy = true;
+    s->sent = 0;
+    if ((unsigned)i == r->nstg)
+        r->stg[r->nstg++] = s;
+    return i;
+}
+
+int ferry__remote_submit(struct ferry__remote *r, const ferry_batch_t *batch, ferry_done_fn cb,
+                         void *arg, uint64_t *id)
+{
+    ferry_batch_t in;
+    int rc = ferry__config_import(&in, sizeof(in), batch, &ferry__cfg_batch, NULL);
+    if (rc != 0)
+        return rc;
+    if (cb == NULL)
+        return ferry__error(FERRY_EINVAL, "ferry_pipeline_submit: NULL callback");
+    if (in.bytes > 0 && (in.in == NULL) == (in.prepare == NULL))
+        return ferry__error(FERRY_EINVAL,
+                            "ferry_pipeline_submit: a batch of %zu bytes needs exactly one of in "
+                            "and prepare",
+                            in.bytes);
+    bool own = on_own_thread(r->h);
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        if (r->shut) {
+            pthread_mutex_unlock(&r->mu);
+            return ferry__error(FERRY_ECLOSED, "ferry_pipeline_submit: pipeline '%s' #%u is closed",
+                                r->h->stage_name, r->h->serial);
+        }
+        if (r->nfl < r->limit)
+            break;
+        if (r->nonblocking || own) {
+            pthread_mutex_unlock(&r->mu);
+            return ferry__error(own && !r->nonblocking ? FERRY_EBUSY : FERRY_EAGAIN,
+                                "ferry_pipeline_submit: %u batches in flight, the queue depth%s",
+                                r->limit, own ? " (from its own callback: cannot wait)" : "");
+        }
+        pthread_cond_wait(&r->cv, &r->mu);
+    }
+    rm_batch_t *b = calloc(1, sizeof(*b));
+    int si = b != NULL ? stage_get(r, 2 * (in.bytes > 0 ? in.bytes : 1)) : -1;
+    if (b == NULL || si < 0) {
+        pthread_mutex_unlock(&r->mu);
+        free(b);
+        return b == NULL ? ferry__error(FERRY_ENOMEM, "ferry_pipeline_submit: out of memory") : si;
+    }
+    *b = (rm_batch_t){.seq = r->next_seq++, .b = in, .cb = cb, .arg = arg, .stg = (unsigned)si};
+    b->submit_ns = now_ns();
+    if (r->first_ns == 0)
+        r->first_ns = b->submit_ns;
+    if (r->tail != NULL)
+        r->tail->next = b;
+    else
+        r->head = b;
+    r->tail = b;
+    r->nfl++;
+    r->entering++;
+    r->submitted++;
+    unsigned char *base = r->stg[si]->r.base;
+    pthread_mutex_unlock(&r->mu);
+    if (in.in != NULL && in.bytes > 0)
+        memcpy(base, in.in, in.bytes);
+    for (size_t off = 0; in.in == NULL && off < in.bytes && b->fail == 0; off += r->chunk) {
+        size_t n = in.bytes - off < r->chunk ? in.bytes - off : r->chunk;
+        int prc = in.prepare(base + off, n, off, in.prepare_arg);
+        b->fail = prc == 0 ? 0 : prc < 0 ? prc : FERRY_EKERNEL;
+    }
+    uint64_t seq = b->seq;
+    pthread_mutex_lock(&r->wmu);
+    pthread_mutex_lock(&r->mu);
+    b->ready = true;
+    bool send = !r->retired && r->sock >= 0;
+    pthread_cond_broadcast(&r->cv); /* a retired device's reader runs it */
+    pthread_mutex_unlock(&r->mu);
+    if (send)
+        (void)send_batch(r, b); /* a worker that ended gets it from replace() */
+    pthread_mutex_unlock(&r->wmu);
+    pthread_mutex_lock(&r->mu);
+    r->entering--;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    if (id != NULL)
+        *id = seq;
+    return 0;
+}
+
+static int refuse_own(const struct ferry__remote *r, const char *fn)
+{
+    return ferry__error(FERRY_EBUSY,
+                        "%s: called from a callback of pipeline '%s' #%u, which would wait for "
+                        "itself; call it from another thread",
+                        fn, r->h->stage_name, r->h->serial);
+}
+
+int ferry__remote_drain(struct ferry__remote *r)
+{
+    if (on_own_thread(r->h))
+        return refuse_own(r, "ferry_pipeline_drain");
+    pthread_mutex_lock(&r->mu);
+    while ((r->nfl > 0 || r->entering > 0) && !r->reader_done)
+        pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+int ferry__remote_close(struct ferry__remote *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->shut = true;
+    pthread_cond_broadcast(&r->cv);
+    if (r->released) {
+        pthread_mutex_unlock(&r->mu);
+        return 0;
+    }
+    if (on_own_thread(r->h)) {
+        pthread_mutex_unlock(&r->mu);
+        return refuse_own(r, "ferry_pipeline_close");
+    }
+    if (r->nfl > 0 || r->entering > 0) {
+        unsigned n = r->nfl;
+        pthread_mutex_unlock(&r->mu);
+        return ferry__error(FERRY_EBUSY,
+                            "ferry_pipeline_close: pipeline '%s' #%u is shut to new batches, but "
+                            "%u batch(es) are still in flight; drain, then close again",
+                            r->h->stage_name, r->h->serial, n);
+    }
+    r->closing = true;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_lock(&r->wmu);
+    if (r->sock >= 0) {
+        ferry__wk_msg_t m = {.kind = FERRY__WK_CLOSE};
+        send_msg(r->sock, &m, -1);
+    }
+    pthread_mutex_unlock(&r->wmu);
+    if (r->reader_started)
+        pthread_join(r->reader, NULL);
+    r->reader_started = false;
+    if (r->sock >= 0)
+        close(r->sock);
+    r->sock = -1;
+    pthread_mutex_lock(&r->mu);
+    r->released = true;
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+int ferry__remote_destroy(struct ferry__remote *r)
+{
+    if (on_own_thread(r->h)) {
+        pthread_mutex_lock(&r->mu);
+        r->shut = true;
+        pthread_mutex_unlock(&r->mu);
+        return refuse_own(r, "ferry_pipeline_destroy");
+    }
+    while (ferry__remote_close(r) == FERRY_EBUSY)
+        ferry__remote_drain(r);
+    ferry__rt_child_remove(r->rt, &r->h->child);
+    remote_free(r);
+    return 0;
+}
+
+void ferry__remote_stats(struct ferry__remote *r, ferry_pipeline_stats_t *out)
+{
+    pthread_mutex_lock(&r->mu);
+    ferry_pipeline_stats_t s = r->wstats; /* the last worker's own, once it has closed */
+    s.size = sizeof(s);
+    s.batches_submitted = r->submitted;
+    s.batches_done_gpu = r->done_gpu;
+    s.batches_done_cpu = r->done_cpu;
+    s.batches_failed = r->failed;
+    s.bytes_h2d = s.bytes_d2h = r->bytes;
+    /* on the device's clock, as a pipeline in this process reports it (the simulator's is
+     * virtual); the workers' summed when one was replaced */
+    s.elapsed_ns = r->ended.elapsed_ns + r->now.elapsed_ns;
+    s.busy_h2d_ns = r->ended.busy_ns[0] + r->now.busy_ns[0];
+    s.busy_compute_ns = r->ended.busy_ns[1] + r->now.busy_ns[1];
+    s.busy_d2h_ns = r->ended.busy_ns[2] + r->now.busy_ns[2];
+    s.chunks = r->ended.chunks_all + r->now.chunks_all;
+    s.chunks_cpu = r->ended.chunks_cpu + r->now.chunks_cpu;
+    s.gpu_lost = r->retired;
+    s.worker_restarts = r->restarts;
+    s.worker_recovery_ns = r->recovery_ns;
+    pthread_mutex_unlock(&r->mu);
+    double el = (double)s.elapsed_ns;
+    s.gbps_h2d = s.gbps_d2h = el > 0 ? (double)s.bytes_h2d / el : 0;
+    s.overlap = el > 0 ? (double)(s.busy_h2d_ns + s.busy_compute_ns + s.busy_d2h_ns) / el : 0;
+    *out = s;
+}
+
+pid_t ferry__remote_worker_pid(const ferry_pipeline_t *p)
+{
+    if (p == NULL || p->remote == NULL)
+        return -1;
+    pthread_mutex_lock(&p->remote->mu);
+    pid_t pid = p->remote->proc.pid;
+    pthread_mutex_unlock(&p->remote->mu);
+    return pid;
+}

@@ -1,0 +1,231 @@
+/* A worker process (worker.h): a runtime of its own on the device it was given, one pipeline
+ * with the application's stage, and a loop that maps the regions it is sent, submits the
+ * batches it is sent (pointers into them) and reports each completion. Its callbacks run on
+ * its pipeline's completion thread and write to the socket under a lock; the loop reads. When
+ * its pipeline's GPU path ends (a sticky error, a hang) it says so and exits at once: what it
+ * had not reported the application runs again on a fresh worker, and the device is back in a
+ * new process instead of the CPU path. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "ferry/options.h"
+#include "pipeline/pipeline_internal.h"
+#include "pipeline/worker.h"
+#include "proc/shm.h"
+#include "proc/sock.h"
+
+typedef struct wk {
+    int sock;
+    pthread_mutex_t mu; /* the socket's writes */
+    ferry_pipeline_t *pl;
+    const ferry__wk_hello_t *h;
+    _Atomic int lost;
+} wk_t;
+
+static int send_wk(wk_t *w, const ferry__wk_msg_t *m)
+{
+    pthread_mutex_lock(&w->mu);
+    ssize_t n;
+    do
+        n = send(w->sock, m, sizeof(*m), MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    pthread_mutex_unlock(&w->mu);
+    return n == (ssize_t)sizeof(*m) ? 0 : -1;
+}
+
+static wk_t *the_worker; /* one a process */
+
+/* The pipeline's GPU path has ended (pipeline_internal.h, gpu_end): the worker says so and
+ * exits before the CPU path runs anything. The application runs what it had not reported on a
+ * new worker; the device's queued copies, which may still land in the batches' memory, end with
+ * this process. */
+static void lost(ferry_pipeline_t *p, bool hung)
+{
+    (void)p;
+    wk_t *w = the_worker;
+    if (atomic_exchange(&w->lost, 1) == 0) {
+        ferry__wk_msg_t m = {.kind = FERRY__WK_LOST, .status = FERRY_ESTICKY};
+        snprintf(m.text, sizeof(m.text), "%s", hung ? "a kernel hung" : "a sticky error");
+        send_wk(w, &m);
+    }
+    _exit(3);
+}
+
+static void on_done(const ferry_batch_result_t *r, void *arg)
+{
+    wk_t *w = the_worker;
+    ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
+    ferry_pipeline_stats(w->pl, &st);
+    if (st.gpu_lost || st.gpu_hung) {
+        /* the GPU path ended: a new process brings it back; nothing more is reported here */
+        if (atomic_exchange(&w->lost, 1) == 0) {
+            ferry__wk_msg_t m = {.kind = FERRY__WK_LOST, .status = FERRY_ESTICKY};
+            snprintf(m.text, sizeof(m.text), "%s",
+                     st.gpu_hung ? "a kernel hung" : "a sticky error");
+            send_wk(w, &m);
+            _exit(3);
+        }
+        return;
+    }
+    ferry__wk_msg_t m = {.kind = FERRY__WK_DONE,
+                         .status = r->status,
+                         .seq = (uint64_t)(uintptr_t)arg,
+                         .where = (int32_t)r->where,
+                         .chunks = r->chunks,
+                         .submit_ns = r->submit_ns,
+                         .done_ns = r->done_ns,
+                         .elapsed_ns = st.elapsed_ns,
+                         .busy_ns = {st.busy_h2d_ns, st.busy_compute_ns, st.busy_d2h_ns},
+                         .chunks_all = st.chunks,
+                         .chunks_cpu = st.chunks_cpu};
+    if (send_wk(w, &m) != 0)
+        _exit(4); /* the application is gone */
+}
+
+static int apply_options(ferry_options_t *o, const char *text, size_t len)
+{
+    char line[1024];
+    size_t i = 0;
+    while (i < len) {
+        size_t j = i;
+        while (j < len && text[j] != '\n')
+            j++;
+        size_t n = j - i < sizeof(line) - 1 ? j - i : sizeof(line) - 1;
+        memcpy(line, text + i, n);
+        line[n] = '\0';
+        char *eq = strchr(line, '=');
+        if (eq != NULL) {
+            *eq = '\0';
+            int rc = ferry_options_set(o, line, eq + 1);
+            if (rc != 0)
+                return rc;
+        }
+        i = j + 1;
+    }
+    return 0;
+}
+
+/* Runtime, device and pipeline from the hello; the reason in @why on an error. */
+static int start(wk_t *w, const char *opts, const void *user, ferry_runtime_t **rt,
+                 ferry_stage_t *st)
+{
+    const ferry__wk_hello_t *h = w->h;
+    ferry_options_t *o = NULL;
+    int rc = ferry_options_create(&o);
+    if (rc == 0)
+        rc = apply_options(o, opts, h->options_len);
+    if (rc == 0)
+        rc = ferry_options_set(o, "isolation", "thread");
+    ferry_runtime_config_t rc_cfg = FERRY_RUNTIME_CONFIG_INIT;
+    rc_cfg.backend = h->backend;
+    rc_cfg.options = o;
+    if (rc == 0)
+        rc = ferry_runtime_create(&rc_cfg, rt);
+    ferry_options_destroy(o);
+    ferry_device_t *dev = NULL;
+    if (rc == 0)
+        rc = ferry_device_get(*rt, h->device, &dev);
+    if (rc != 0)
+        return rc;
+    *st = (ferry_stage_t)FERRY_STAGE_INIT;
+    st->name = h->stage_name;
+    st->gpu = h->gpu;
+    st->cpu = h->cpu;
+    st->user = h->user_bytes > 0 ? (void *)user : h->user;
+    st->ns_per_byte = h->ns_per_byte;
+    st->granularity = h->granularity;
+    ferry_pipeline_config_t c = h->cfg;
+    c.size = sizeof(c);
+    c.device = dev;
+    c.devices = NULL;
+    c.ndevices = 0;
+    c.stage = st;
+    c.on_alert = NULL;
+    c.alert_arg = NULL;
+    int prc = ferry_pipeline_create(&c, &w->pl);
+    if (prc == 0)
+        w->pl->gpu_end = lost;
+    return prc;
+}
+
+/* A region to map where the application has it, and to pin for the device. */
+static int map_region(wk_t *w, ferry_runtime_t *rt, const ferry__wk_msg_t *m, int fd)
+{
+    int rc = ferry__shm_map_at(fd, m->in, m->bytes, w->h->arena, w->h->arena_bytes);
+    close(fd);
+    ferry_device_t *dev = NULL;
+    if (rc == 0 && ferry_device_get(rt, w->h->device, &dev) == 0 &&
+        ferry_host_register(dev, m->in, m->bytes) != 0) /* unpinned still works, staged */
+        ferry_log(FERRY_LOG_WARN, "pipeline", "worker: %s", ferry_last_error());
+    return rc;
+}
+
+/* One message and its descriptor (-1 when none): 0, or -1 at the end of the stream. */
+static int recv_wk(int s, ferry__wk_msg_t *m, int *fd)
+{
+    unsigned n = 0;
+    *fd = -1;
+    return ferry__sock_recv(s, m, sizeof(*m), NULL, 0, fd, 1, &n) == (ssize_t)sizeof(*m) ? 0 : -1;
+}
+
+int ferry__worker_main(const void *msg, size_t len, const int *fds, unsigned nfds)
+{
+    const ferry__wk_hello_t *h = msg;
+    if (nfds < 1 || len < sizeof(*h) || h->magic != FERRY__WK_MAGIC ||
+        len != sizeof(*h) + h->options_len + h->user_bytes)
+        return 2;
+    static wk_t w;
+    w = (wk_t){.sock = fds[0], .h = h};
+    pthread_mutex_init(&w.mu, NULL);
+    the_worker = &w;
+    const char *opts = (const char *)(h + 1);
+    ferry_runtime_t *rt = NULL;
+    ferry_stage_t st;
+    int rc = start(&w, opts, opts + h->options_len, &rt, &st);
+    ferry__wk_msg_t m = {.kind = FERRY__WK_READY, .status = rc};
+    if (rc != 0)
+        snprintf(m.text, sizeof(m.text), "%s", ferry_last_error());
+    if (send_wk(&w, &m) != 0 || rc != 0)
+        _exit(rc != 0 ? 2 : 4);
+    for (;;) {
+        int fd = -1;
+        if (recv_wk(w.sock, &m, &fd) != 0)
+            _exit(4); /* the application is gone: nothing to report to */
+        if (m.kind == FERRY__WK_MAP && fd >= 0) {
+            if (map_region(&w, rt, &m, fd) != 0)
+                _exit(4);
+        } else if (m.kind == FERRY__WK_SUBMIT) {
+            ferry_batch_t b = FERRY_BATCH_INIT;
+            b.in = m.in;
+            b.out = m.out;
+            b.bytes = m.bytes;
+            b.user = m.user;
+            int src = ferry_pipeline_submit(w.pl, &b, on_done, (void *)(uintptr_t)m.seq, NULL);
+            if (src != 0) { /* refused: the batch fails, said once */
+                ferry__wk_msg_t d = {.kind = FERRY__WK_DONE, .seq = m.seq, .status = src};
+                d.where = FERRY_DONE_FAILED;
+                send_wk(&w, &d);
+            }
+        } else if (m.kind == FERRY__WK_FAIL) {
+            ferry__wk_msg_t d = {.kind = FERRY__WK_DONE, .seq = m.seq, .status = m.status};
+            d.where = FERRY_DONE_FAILED;
+            send_wk(&w, &d);
+        } else if (m.kind == FERRY__WK_CLOSE) {
+            ferry_pipeline_drain(w.pl);
+            ferry__wk_msg_t s = {.kind = FERRY__WK_STATS};
+            s.stats.size = sizeof(s.stats);
+            ferry_pipeline_stats(w.pl, &s.stats);
+            ferry_pipeline_destroy(w.pl);
+            ferry_runtime_destroy(rt);
+            send_wk(&w, &s);
+            _exit(0);
+        } else if (fd >= 0) {
+            close(fd);
+        }
+    }
+}

@@ -1,0 +1,74 @@
+/* Worker processes (isolation=process): the messages between a pipeline's proxy in the
+ * application (remote.c) and the worker that runs the device's pipeline (worker.c), over a
+ * SOCK_SEQPACKET socket, one message a batch each way. A worker is forked from the runtime's
+ * helper (proc/zygote.h) and starts from a hello (below) that carries everything it needs:
+ * the backend, the options as text, the pipeline's config, the stage (its functions are the
+ * program's, valid in the worker; its user data copied when the stage says how many bytes it
+ * is, else passed as is), and where the runtime's shared memory arena is. Batches travel as
+ * pointers into regions of that arena, which the worker maps at the same addresses (MAP).
+ * docs/architecture.md, "Worker processes", says why and what is not done yet. */
+#ifndef FERRY_PIPELINE_WORKER_H
+#define FERRY_PIPELINE_WORKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry.h"
+
+#define FERRY__WK_MAGIC 0x66727779u /* "frwy" */
+
+enum ferry__wk_kind {
+    /* the proxy's */
+    FERRY__WK_MAP = 1, /* fd: a region [base, base + bytes) to map and register */
+    FERRY__WK_SUBMIT,  /* a batch: seq, in, out, bytes, user */
+    FERRY__WK_CLOSE,   /* drain, close, send STATS, exit 0 */
+    FERRY__WK_FAIL,    /* a batch that failed before it was sent (its prepare): seq, status,
+                          answered with its DONE, so that its callback too runs in order */
+    /* the worker's */
+    FERRY__WK_READY, /* the pipeline is made (status 0), or why not (status, text) */
+    FERRY__WK_DONE,  /* a batch: seq, status, where, chunks, submit_ns, done_ns */
+    FERRY__WK_LOST,  /* its GPU path ended (text): it finishes nothing more and exits */
+    FERRY__WK_STATS, /* its pipeline's figures (stats), before it exits on CLOSE */
+};
+
+typedef struct ferry__wk_msg {
+    uint32_t kind;
+    int32_t status;
+    uint64_t seq;
+    void *in, *out; /* SUBMIT; MAP: base in in */
+    uint64_t bytes; /* SUBMIT, MAP */
+    void *user;     /* SUBMIT: the batch's user pointer, passed as it is */
+    int32_t where;  /* DONE */
+    uint32_t chunks;
+    uint64_t submit_ns, done_ns;
+    /* DONE: the worker pipeline's figures so far (ferry_pipeline_stats: the device's clock) */
+    uint64_t elapsed_ns, busy_ns[3], chunks_all, chunks_cpu;
+    char text[256];               /* READY, LOST */
+    ferry_pipeline_stats_t stats; /* STATS */
+} ferry__wk_msg_t;
+
+/* What a worker is started with (the zygote's message); the options follow it as
+ * "name=value\n" text, then the user data's bytes. */
+typedef struct ferry__wk_hello {
+    uint32_t magic;
+    uint32_t generation; /* 0 for the first worker of a pipeline; a replacement's is higher */
+    char backend[16];
+    int device;
+    ferry_pipeline_config_t cfg; /* device, devices and stage are not used */
+    ferry_gpu_fn gpu;
+    ferry_cpu_fn cpu;
+    void *user;          /* passed as is when user_bytes is 0 */
+    uint64_t user_bytes; /* else copied: this many bytes after the options */
+    double ns_per_byte;
+    uint64_t granularity;
+    char stage_name[64];
+    void *arena;
+    uint64_t arena_bytes;
+    uint32_t options_len;
+} ferry__wk_hello_t;
+
+/* The worker's main: the zygote's entry (proc/zygote.h). fds[0] is its socket. Exits 0 after a
+ * CLOSE; 2 when it cannot start (READY says why); 3 after LOST; 4 when the socket fails. */
+int ferry__worker_main(const void *msg, size_t len, const int *fds, unsigned nfds);
+
+#endif

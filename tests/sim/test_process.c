@@ -1,0 +1,233 @@
+/* isolation=process on the simulator: every pipeline's device runs in a worker process forked
+ * from the runtime's helper. Batches of random sizes come back bit-exact and are called back
+ * once; a worker killed mid-run (SIGKILL), or one whose GPU path ends (an injected sticky
+ * error, a hung kernel), is replaced and the batches it had not reported run again on the
+ * new one, exactly once; the new worker runs on the device (not the CPU path) and the
+ * recovery time is reported; the runtime's destroy leaves no process behind; misuse is
+ * refused with a message. */
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testlib.h"
+#include "core/runtime.h"
+#include "pipeline/remote.h"
+
+#define NB_MAX 256
+
+typedef struct run {
+    atomic_int calls[NB_MAX];
+    atomic_int failed, on_gpu, done;
+    ferry_pipeline_t *p;
+    pid_t kill_at_done; /* SIGKILL the worker when this many are done (0: never) */
+    atomic_int killed;
+} run_t;
+
+static void on_done(const ferry_batch_result_t *r, void *arg)
+{
+    run_t *rn = arg;
+    if (r->id < NB_MAX)
+        atomic_fetch_add(&rn->calls[r->id], 1);
+    atomic_fetch_add(&rn->failed, r->status != 0);
+    atomic_fetch_add(&rn->on_gpu, r->where == FERRY_DONE_GPU);
+    int d = atomic_fetch_add(&rn->done, 1) + 1;
+    if (rn->kill_at_done > 0 && d == rn->kill_at_done && !atomic_exchange(&rn->killed, 1)) {
+        pid_t pid = ferry__remote_worker_pid(rn->p);
+        assert_true(pid > 0);
+        kill(pid, SIGKILL);
+    }
+}
+
+/* @nb batches of random sizes (up to @maxb) of scale through @p; all checked. */
+static void stream(ferry_pipeline_t *p, ferry_workload_t *wl, unsigned nb, size_t maxb,
+                   uint64_t seed, run_t *rn)
+{
+    unsigned char **in = calloc(nb, sizeof(*in)), **out = calloc(nb, sizeof(*out));
+    size_t *sz = calloc(nb, sizeof(*sz));
+    assert_true(in != NULL && out != NULL && sz != NULL);
+    rn->p = p;
+    for (unsigned i = 0; i < nb; i++) {
+        sz[i] = (size_t)test_rand_range(&seed, 1, maxb);
+        in[i] = malloc(sz[i]);
+        out[i] = malloc(sz[i]);
+        assert_true(in[i] != NULL && out[i] != NULL);
+        test_fill_floats(in[i], sz[i], &seed);
+        memset(out[i], 0, sz[i]);
+        ferry_batch_t b = FERRY_BATCH_INIT;
+        b.in = in[i];
+        b.out = out[i];
+        b.bytes = sz[i];
+        uint64_t id = 0;
+        assert_int_equal(ferry_pipeline_submit(p, &b, on_done, rn, &id), 0);
+        assert_int_equal(id, i);
+    }
+    assert_int_equal(ferry_pipeline_drain(p), 0);
+    unsigned char *ref = malloc(maxb);
+    for (unsigned i = 0; i < nb; i++) {
+        if (atomic_load(&rn->calls[i]) != 1)
+            fail_msg("batch %u called back %d times", i, atomic_load(&rn->calls[i]));
+        assert_int_equal(ferry_workload_reference(wl, in[i], ref, sz[i]), 0);
+        if (memcmp(out[i], ref, sz[i]) != 0)
+            fail_msg("batch %u (%zu bytes): output differs from the reference", i, sz[i]);
+        free(in[i]);
+        free(out[i]);
+    }
+    assert_int_equal(atomic_load(&rn->failed), 0);
+    free(ref);
+    free(in);
+    free(out);
+    free(sz);
+}
+
+static ferry_pipeline_t *make(ferry_runtime_t *rt, ferry_workload_t *wl)
+{
+    ferry_device_t *dev = NULL;
+    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, ferry_workload_stage(wl), 1u << 20);
+    return test_pipeline(&pc);
+}
+
+static void test_batches_in_a_worker(void **state)
+{
+    (void)state;
+    const char *kv[] = {"isolation", "process", NULL};
+    ferry_runtime_t *rt = test_sim_runtime_with(kv);
+    pid_t helper = ferry__zyg_pid(rt->zyg);
+    assert_true(helper > 0);
+    ferry_workload_t *wl = test_workload("scale");
+    ferry_pipeline_t *p = make(rt, wl);
+    pid_t w = ferry__remote_worker_pid(p);
+    assert_true(w > 0 && w != getpid() && w != helper);
+    run_t rn;
+    memset(&rn, 0, sizeof(rn));
+    stream(p, wl, 48, 3u << 20, test_seed(11), &rn);
+    assert_int_equal(atomic_load(&rn.on_gpu), 48);
+    ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
+    assert_int_equal(ferry_pipeline_stats(p, &s), 0);
+    assert_int_equal(s.batches_submitted, 48);
+    assert_int_equal(s.batches_done_gpu, 48);
+    assert_int_equal(s.worker_restarts, 0);
+    assert_true(s.elapsed_ns > 0 && s.gbps_h2d > 1); /* the device's (virtual) clock */
+    print_message("48 batches in a worker: %.1f GB/s (simulated)\n", s.gbps_h2d);
+    /* misuse: a drain from its own callback is refused; so is a closed pipeline's submit */
+    assert_int_equal(ferry_pipeline_close(p), 0);
+    ferry_batch_t b = FERRY_BATCH_INIT;
+    assert_int_equal(ferry_pipeline_submit(p, &b, on_done, &rn, NULL), FERRY_ECLOSED);
+    assert_int_equal(ferry_pipeline_write_trace(p, "/tmp/x.json"), FERRY_ESTATE);
+    assert_int_equal(ferry_pipeline_destroy(p), 0);
+    assert_int_equal(kill(w, 0), -1); /* the worker is gone */
+    ferry_workload_destroy(wl);
+    assert_int_equal(ferry_runtime_destroy(rt), 0);
+    assert_int_equal(kill(helper, 0), -1); /* and the helper */
+}
+
+/* Kill the worker after @k batches are done, @nb in all. */
+static void killed_at(unsigned nb, int k, uint64_t seed)
+{
+    const char *kv[] = {"isolation", "process", NULL};
+    ferry_runtime_t *rt = test_sim_runtime_with(kv);
+    ferry_workload_t *wl = test_workload("scale");
+    ferry_pipeline_t *p = make(rt, wl);
+    pid_t first = ferry__remote_worker_pid(p);
+    run_t rn;
+    memset(&rn, 0, sizeof(rn));
+    rn.kill_at_done = k;
+    stream(p, wl, nb, 2u << 20, seed, &rn);
+    assert_true(atomic_load(&rn.killed));
+    ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
+    assert_int_equal(ferry_pipeline_stats(p, &s), 0);
+    print_message("killed after %d of %u: %llu restart(s), recovery %.1f ms, %d on the GPU\n", k,
+                  nb, (unsigned long long)s.worker_restarts, s.worker_recovery_ns / 1e6,
+                  atomic_load(&rn.on_gpu));
+    /* killed with batches in flight: replaced before they were done; killed after it had
+     * reported the last (k near nb) the replacement may still be starting */
+    if (k <= (int)nb / 2) {
+        assert_int_equal(s.worker_restarts, 1);
+        assert_true(s.worker_recovery_ns > 0);
+        pid_t second = ferry__remote_worker_pid(p);
+        assert_true(second > 0 && second != first);
+    } else {
+        assert_true(s.worker_restarts <= 1);
+    }
+    assert_int_equal(atomic_load(&rn.on_gpu), (int)nb); /* the new worker's GPU path ran them */
+    assert_int_equal(ferry_pipeline_destroy(p), 0);
+    ferry_workload_destroy(wl);
+    assert_int_equal(ferry_runtime_destroy(rt), 0);
+}
+
+static void test_a_killed_worker_is_replaced(void **state)
+{
+    (void)state;
+    uint64_t seed = test_seed(21);
+    killed_at(32, 1, seed);
+    killed_at(32, 16, seed + 1);
+    killed_at(32, 31, seed + 2);
+}
+
+/* An injected fault in the first worker that ends its GPU path (a sticky error; a kernel that
+ * ignores the abort flag): it says so and exits; the next one runs without the fault. (A
+ * kernel that stops at the abort flag is the worker's own ladder's: no new worker.) */
+static void test_sticky_and_hung_workers_are_replaced(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {"sticky@batch=5", "hang-hard@batch=3"};
+    for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
+        const char *kv[] = {"isolation", "process", "inject", specs[i], NULL};
+        ferry_runtime_t *rt = test_sim_runtime_with(kv);
+        ferry_workload_t *wl = test_workload("scale");
+        ferry_pipeline_t *p = make(rt, wl);
+        run_t rn;
+        memset(&rn, 0, sizeof(rn));
+        stream(p, wl, 24, 2u << 20, test_seed(31 + i), &rn);
+        ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
+        assert_int_equal(ferry_pipeline_stats(p, &s), 0);
+        print_message("%s: %llu restart(s), %d of 24 on the GPU, recovery %.1f ms\n", specs[i],
+                      (unsigned long long)s.worker_restarts, atomic_load(&rn.on_gpu),
+                      s.worker_recovery_ns / 1e6);
+        assert_int_equal(s.worker_restarts, 1);
+        assert_int_equal(ferry_pipeline_destroy(p), 0);
+        ferry_workload_destroy(wl);
+        assert_int_equal(ferry_runtime_destroy(rt), 0);
+    }
+}
+
+static void test_misuse(void **state)
+{
+    (void)state;
+    const char *kv[] = {"isolation", "process", "trace", "1", NULL};
+    ferry_runtime_t *rt = test_sim_runtime_with(kv);
+    ferry_workload_t *wl = test_workload("scale");
+    ferry_device_t *dev = NULL;
+    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, ferry_workload_stage(wl), 1u << 20);
+    ferry_pipeline_t *p = NULL;
+    assert_int_equal(ferry_pipeline_create(&pc, &p), FERRY_ENOTSUP);
+    assert_non_null(strstr(ferry_last_error(), "trace"));
+    /* user data too large to send */
+    ferry_stage_t big = *ferry_workload_stage(wl);
+    big.user_bytes = 1u << 20;
+    static unsigned char blob[1u << 20];
+    big.user = blob;
+    const char *kv2[] = {"isolation", "process", NULL};
+    ferry_runtime_t *rt2 = test_sim_runtime_with(kv2);
+    assert_int_equal(ferry_device_get(rt2, 0, &dev), 0);
+    pc = test_pipeline_config(dev, &big, 1u << 20);
+    assert_int_equal(ferry_pipeline_create(&pc, &p), FERRY_EINVAL);
+    assert_non_null(strstr(ferry_last_error(), "user_bytes"));
+    ferry_workload_destroy(wl);
+    assert_int_equal(ferry_runtime_destroy(rt), 0);
+    assert_int_equal(ferry_runtime_destroy(rt2), 0);
+    /* a bad isolation value names what is accepted */
+    ferry_options_t *o = NULL;
+    assert_int_equal(ferry_options_create(&o), 0);
+    assert_int_not_equal(ferry_options_set(o, "isolation", "fork"), 0);
+    assert_non_null(strstr(ferry_last_error(), "thread"));
+    ferry_options_destroy(o);
+}
+
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_batches_in_a_worker),
+          cmocka_unit_test(test_a_killed_worker_is_replaced),
+          cmocka_unit_test(test_sticky_and_hung_workers_are_replaced),
+          cmocka_unit_test(test_misuse))
