@@ -5,7 +5,9 @@
  * new one, exactly once; the new worker runs on the device (not the CPU path) and the
  * recovery time is reported; the runtime's destroy leaves no process behind; misuse is
  * refused with a message. */
+#include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,6 +195,77 @@ static void test_sticky_and_hung_workers_are_replaced(void **state)
     }
 }
 
+/* Regions of this process's memory named "ferry:" (shared memory of workers), from its maps. */
+static int shared_regions(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof(line), f) != NULL)
+        n += strstr(line, "memfd:ferry:") != NULL;
+    fclose(f);
+    return n;
+}
+
+typedef struct killer {
+    ferry_pipeline_t *p;
+    atomic_int stop, kills;
+    uint64_t seed;
+    pid_t seen[64];
+} killer_t;
+
+/* Kills the worker at random moments (2 to 60 ms apart), up to 16 times. */
+static void *killer_main(void *arg)
+{
+    killer_t *k = arg;
+    while (!atomic_load(&k->stop) && atomic_load(&k->kills) < 16) {
+        usleep((useconds_t)test_rand_range(&k->seed, 2000, 60000));
+        pid_t pid = ferry__remote_worker_pid(k->p);
+        if (pid > 0 && kill(pid, SIGKILL) == 0)
+            k->seen[atomic_fetch_add(&k->kills, 1)] = pid;
+    }
+    return NULL;
+}
+
+/* Workers killed at random moments while small batches stream, over seeds: every batch once and
+ * bit-exact; afterwards no worker, no helper and no shared memory is left. */
+static void test_workers_killed_at_random(void **state)
+{
+    (void)state;
+    const char *scale = getenv("FERRY_TEST_SCALE");
+    unsigned nb = scale != NULL && strcmp(scale, "sanitizer") == 0 ? 32 : 128;
+    int base = shared_regions();
+    for (uint64_t seed = 1; seed <= 4; seed++) {
+        const char *kv[] = {"isolation", "process", NULL};
+        ferry_runtime_t *rt = test_sim_runtime_with(kv);
+        pid_t helper = ferry__zyg_pid(rt->zyg);
+        ferry_workload_t *wl = test_workload("scale");
+        ferry_pipeline_t *p = make(rt, wl);
+        killer_t k = {.p = p, .seed = test_seed(100 + seed)};
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, killer_main, &k), 0);
+        run_t rn;
+        memset(&rn, 0, sizeof(rn));
+        stream(p, wl, nb, 1u << 20, seed * 7919, &rn);
+        atomic_store(&k.stop, 1);
+        pthread_join(th, NULL);
+        ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
+        assert_int_equal(ferry_pipeline_stats(p, &s), 0);
+        print_message("seed %llu: %d kills, %llu restarts, %u batches exactly once\n",
+                      (unsigned long long)seed, atomic_load(&k.kills),
+                      (unsigned long long)s.worker_restarts, nb);
+        assert_true(s.worker_restarts <= (uint64_t)atomic_load(&k.kills));
+        assert_int_equal(ferry_pipeline_destroy(p), 0);
+        ferry_workload_destroy(wl);
+        assert_int_equal(ferry_runtime_destroy(rt), 0);
+        assert_int_equal(kill(helper, 0), -1);
+        for (int i = 0; i < atomic_load(&k.kills); i++)
+            assert_true(kill(k.seen[i], 0) == -1);
+        assert_int_equal(shared_regions(), base);
+    }
+}
+
 static void test_misuse(void **state)
 {
     (void)state;
@@ -230,4 +303,4 @@ static void test_misuse(void **state)
 TEST_MAIN(NULL, NULL, cmocka_unit_test(test_batches_in_a_worker),
           cmocka_unit_test(test_a_killed_worker_is_replaced),
           cmocka_unit_test(test_sticky_and_hung_workers_are_replaced),
-          cmocka_unit_test(test_misuse))
+          cmocka_unit_test(test_workers_killed_at_random), cmocka_unit_test(test_misuse))
