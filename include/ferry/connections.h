@@ -43,6 +43,18 @@ FERRY_EXTERN int ferry_connections_read(const char *text, ferry_conn_reading_t *
  *  text ("--connections", "FERRY_CONNECTIONS"). Returns 0, FERRY_EPARSE or FERRY_ERANGE. */
 FERRY_EXTERN int ferry_connections_parse(const char *what, const char *text, unsigned *out);
 
+/** Per-device rules, "MATCH=VALUE" items separated by commas, the first that matches wins:
+ *  MATCH is index:K (ferry's device index), name:TEXT (a case-insensitive part of the device's
+ *  name), cc:X.Y (compute capability exactly), cc>=X.Y, or * (any); VALUE is a connections
+ *  value (ferry_connections_parse). The value for device @p index called @p name of compute
+ *  capability @p cc_major.@p cc_minor: returns 1 with *@p value set, 0 when no rule matches
+ *  (*@p value untouched), FERRY_EINVAL (a malformed rule, anywhere in @p rules: the message
+ *  names it, @p what first, and the syntax), FERRY_EPARSE or FERRY_ERANGE (a bad VALUE). Every
+ *  rule is checked whatever matches: index -1 checks the text alone. Thread-safe. */
+FERRY_EXTERN int ferry_connections_rule(const char *rules, const char *what, int index,
+                                        const char *name, int cc_major, int cc_minor,
+                                        unsigned *value);
+
 /** Device memory per context for @p compute compute and @p copy copy connections, in bytes,
  *  from the measured per-connection costs. */
 FERRY_EXTERN size_t ferry_connections_memory_bytes(unsigned compute, unsigned copy);

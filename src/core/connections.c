@@ -1,5 +1,6 @@
 /* CUDA_DEVICE_MAX_CONNECTIONS: how CUDA reads a value (include/ferry/connections.h says what
  * was measured), ferry's strict parser, the memory cost, and whether cuInit already ran. */
+#include <ctype.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
@@ -80,6 +81,106 @@ int ferry_connections_parse(const char *what, const char *text, unsigned *out)
                             what, v);
     *out = (unsigned)v;
     return 0;
+}
+
+/* ---- per-device rules --------------------------------------------------------------------- */
+
+#define RULE_SYNTAX                                                                                \
+    "expected MATCH=VALUE with MATCH one of index:K, name:TEXT, cc:X.Y, cc>=X.Y or * "             \
+    "(items separated by commas, first match wins: 'index:1=4,*=16')"
+
+/* A decimal number of at most 6 digits, all of [s, s + len), nothing else. */
+static bool parse_small(const char *s, size_t len, int *out)
+{
+    if (len == 0 || len > 6)
+        return false;
+    int v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return true;
+}
+
+/* "X.Y" in [s, s + len), both parts decimal. */
+static bool parse_cc(const char *s, size_t len, int *major, int *minor)
+{
+    const char *dot = memchr(s, '.', len);
+    return dot != NULL && parse_small(s, (size_t)(dot - s), major) &&
+           parse_small(dot + 1, len - (size_t)(dot + 1 - s), minor);
+}
+
+static bool contains_nocase(const char *hay, const char *needle, size_t n)
+{
+    for (; *hay; hay++) {
+        size_t i = 0;
+        while (i < n && hay[i] &&
+               tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i]))
+            i++;
+        if (i == n)
+            return true;
+    }
+    return false;
+}
+
+/* The item [it, it + len): whether it matches the device (*@hit), its value in *@v; 0 or the
+ * error. */
+static int one_rule(const char *it, size_t len, const char *what, int index, const char *name,
+                    int maj, int min, bool *hit, unsigned *v)
+{
+    const char *eq = NULL; /* the last '=': "cc>=X.Y" has one of its own */
+    for (size_t i = 0; i < len; i++)
+        eq = it[i] == '=' ? it + i : eq;
+    size_t m = eq != NULL ? (size_t)(eq - it) : 0;
+    int k = 0, a = 0, b = 0;
+    bool ok = eq != NULL && m > 0;
+    if (ok && m == 1 && it[0] == '*')
+        *hit = true;
+    else if (ok && m > 6 && strncmp(it, "index:", 6) == 0 && (ok = parse_small(it + 6, m - 6, &k)))
+        *hit = k == index;
+    else if (ok && m > 5 && strncmp(it, "name:", 5) == 0)
+        *hit = index >= 0 && contains_nocase(name != NULL ? name : "", it + 5, m - 5);
+    else if (ok && m > 3 && strncmp(it, "cc:", 3) == 0 && (ok = parse_cc(it + 3, m - 3, &a, &b)))
+        *hit = maj == a && min == b;
+    else if (ok && m > 4 && strncmp(it, "cc>=", 4) == 0 && (ok = parse_cc(it + 4, m - 4, &a, &b)))
+        *hit = maj > a || (maj == a && min >= b);
+    else
+        ok = false;
+    if (!ok)
+        return ferry__error(FERRY_EINVAL, "%s: '%.*s' is not a rule: " RULE_SYNTAX, what, (int)len,
+                            it);
+    char val[32];
+    size_t vl = len - m - 1;
+    snprintf(val, sizeof(val), "%.*s", (int)(vl < sizeof(val) - 1 ? vl : sizeof(val) - 1), eq + 1);
+    if (vl >= sizeof(val))
+        val[sizeof(val) - 2] = '?';
+    return ferry_connections_parse(what, val, v);
+}
+
+int ferry_connections_rule(const char *rules, const char *what, int index, const char *name,
+                           int cc_major, int cc_minor, unsigned *value)
+{
+    what = what != NULL ? what : "rules";
+    if (rules == NULL || value == NULL)
+        return ferry__error(FERRY_EINVAL, "%s: no rules", what);
+    int found = 0;
+    for (const char *it = rules;;) {
+        size_t len = strcspn(it, ",");
+        bool hit = false;
+        unsigned v = 0;
+        int rc = one_rule(it, len, what, index, name, cc_major, cc_minor, &hit, &v);
+        if (rc != 0)
+            return rc;
+        if (hit && index >= 0 && !found) {
+            *value = v;
+            found = 1;
+        }
+        if (it[len] == '\0')
+            return found;
+        it += len + 1;
+    }
 }
 
 size_t ferry_connections_memory_bytes(unsigned compute, unsigned copy)

@@ -112,10 +112,23 @@ static int apply_connections(const ferry_options_t *o)
  * started anything). */
 static int start_workers(ferry_runtime_t *rt)
 {
-    if (strcmp(ferry__opt_str(rt->opts, FERRY__OPT_isolation), "process") != 0)
+    const char *rules = ferry__opt_str(rt->opts, FERRY__OPT_connections_per_device);
+    bool process = strcmp(ferry__opt_str(rt->opts, FERRY__OPT_isolation), "process") == 0;
+    unsigned v;
+    if (rules[0] != '\0' && !process)
+        return ferry__error(FERRY_EINVAL,
+                            "option connections_per_device needs isolation=process: one process "
+                            "has one CUDA_DEVICE_MAX_CONNECTIONS for all its GPUs (or run a "
+                            "program per GPU: ferry exec --per-device)");
+    int rc = rules[0] != '\0'
+                 ? ferry_connections_rule(rules, "option connections_per_device", -1, "", 0, 0, &v)
+                 : 0;
+    if (rc < 0)
+        return rc;
+    if (!process)
         return 0;
-    int rc = ferry__shm_arena_reserve((size_t)ferry__opt_i64(rt->opts, FERRY__OPT_worker_reserve),
-                                      &rt->arena);
+    rc = ferry__shm_arena_reserve((size_t)ferry__opt_i64(rt->opts, FERRY__OPT_worker_reserve),
+                                  &rt->arena);
     if (rc == 0)
         rc = ferry__zyg_start(&rt->zyg);
     return rc;

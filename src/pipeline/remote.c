@@ -20,6 +20,7 @@
 #include "base/base.h"
 #include "base/config.h"
 #include "core/runtime.h"
+#include "ferry/connections.h"
 #include "pipeline/pipeline_internal.h"
 #include "pipeline/remote.h"
 #include "pipeline/worker.h"
@@ -103,14 +104,16 @@ static int recv_msg(int s, ferry__wk_msg_t *m)
 
 /* The options this runtime was given, as "name=value\n" lines (isolation and inject left
  * out: the worker runs its device in-process; inject is added for the first worker alone). */
-static char *options_text(const ferry_options_t *o, const char *profile, size_t *len)
+static char *options_text(const ferry_options_t *o, const char *profile, unsigned conns,
+                          size_t *len)
 {
     size_t cap = 4096, n = 0;
     char *t = malloc(cap);
     for (size_t i = 0; t != NULL && i < ferry_option_count(); i++) {
         const ferry_option_info_t *oi = ferry_option_at(i);
         if (!ferry__opt_given(o, (ferry__opt_id_t)i) || strcmp(oi->name, "isolation") == 0 ||
-            strcmp(oi->name, "inject") == 0 || strcmp(oi->name, "profile") == 0)
+            strcmp(oi->name, "inject") == 0 || strcmp(oi->name, "profile") == 0 ||
+            strcmp(oi->name, "connections_per_device") == 0)
             continue;
         char v[1024];
         if (oi->type == FERRY_OPT_STRING || oi->type == FERRY_OPT_ENUM) {
@@ -137,15 +140,18 @@ static char *options_text(const ferry_options_t *o, const char *profile, size_t 
         }
         n += (size_t)snprintf(t + n, cap - n, "%s=%s\n", oi->name, v);
     }
-    if (t != NULL && profile[0] != '\0') {
-        size_t need = strlen(profile) + 10;
+    if (t != NULL) { /* the profile, and this worker's connections, last: they win */
+        size_t need = strlen(profile) + 48;
         char *g = realloc(t, n + need);
         if (g == NULL) {
             free(t);
             return NULL;
         }
         t = g;
-        n += (size_t)snprintf(t + n, need, "profile=%s\n", profile);
+        if (profile[0] != '\0')
+            n += (size_t)snprintf(t + n, need, "profile=%s\n", profile);
+        if (conns > 0)
+            n += (size_t)snprintf(t + n, need - strlen(profile), "connections=%u\n", conns);
     }
     *len = n;
     return t;
@@ -154,7 +160,23 @@ static char *options_text(const ferry_options_t *o, const char *profile, size_t 
 /* The hello every worker of @r starts from (spawn adds the options and the user data). */
 static int make_hello(struct ferry__remote *r, const ferry_pipeline_config_t *cfg)
 {
-    r->opts = options_text(r->rt->opts, r->rt->profile, &r->olen);
+    /* option connections_per_device: this device's value (the runtime checked the rules) */
+    const char *rules = ferry__opt_str(r->rt->opts, FERRY__OPT_connections_per_device);
+    unsigned conns = 0;
+    if (rules[0] != '\0') {
+        ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
+        ferry_device_props(r->dev, &p);
+        int hit = ferry_connections_rule(rules, "option connections_per_device", p.index, p.name,
+                                         p.cc_major, p.cc_minor, &conns);
+        if (hit == 0)
+            return ferry__error(FERRY_EINVAL,
+                                "option connections_per_device: no rule matches device %d (%s, cc "
+                                "%d.%d); add a rule or '*=V'",
+                                p.index, p.name, p.cc_major, p.cc_minor);
+        if (hit < 0)
+            return hit;
+    }
+    r->opts = options_text(r->rt->opts, r->rt->profile, conns, &r->olen);
     if (r->opts == NULL)
         return ferry__error(FERRY_ENOMEM, "isolation=process: out of memory");
     const char *inj = ferry__opt_str(r->rt->opts, FERRY__OPT_inject);
@@ -231,6 +253,7 @@ static int spawn(struct ferry__remote *r, uint32_t gen)
     r->sock = sv[0];
     r->proc = p;
     r->generation = gen;
+    r->wstats = m.stats; /* its plan (chunk, depth, streams) and connections, as it started */
     pthread_mutex_unlock(&r->mu);
     return 0;
 }
@@ -292,8 +315,10 @@ static void finish(struct ferry__remote *r, rm_batch_t *b, const ferry__wk_msg_t
                                 .out = b->b.out,
                                 .bytes = b->b.bytes,
                                 .chunks = m != NULL ? m->chunks : 1,
-                                .submit_ns = b->submit_ns,
-                                .done_ns = t};
+                                /* the device's clock, as a pipeline reports it (the worker's;
+                                 * this process's for the CPU here) */
+                                .submit_ns = m != NULL ? m->submit_ns : b->submit_ns,
+                                .done_ns = m != NULL ? m->done_ns : t};
     pthread_mutex_lock(&r->mu);
     r->stg[b->stg]->busy = false;
     pthread_mutex_unlock(&r->mu);
@@ -775,7 +800,8 @@ int ferry__remote_destroy(struct ferry__remote *r)
 void ferry__remote_stats(struct ferry__remote *r, ferry_pipeline_stats_t *out)
 {
     pthread_mutex_lock(&r->mu);
-    ferry_pipeline_stats_t s = r->wstats; /* the last worker's own, once it has closed */
+    /* the worker's own as it started (its plan), or as it closed */
+    ferry_pipeline_stats_t s = r->wstats;
     s.size = sizeof(s);
     s.batches_submitted = r->submitted;
     s.batches_done_gpu = r->done_gpu;

@@ -188,8 +188,11 @@ int ferry__worker_main(const void *msg, size_t len, const int *fds, unsigned nfd
     ferry_stage_t st;
     int rc = start(&w, opts, opts + h->options_len, &rt, &st);
     ferry__wk_msg_t m = {.kind = FERRY__WK_READY, .status = rc};
+    m.stats.size = sizeof(m.stats);
     if (rc != 0)
         snprintf(m.text, sizeof(m.text), "%s", ferry_last_error());
+    else
+        ferry_pipeline_stats(w.pl, &m.stats); /* its connections, as its context read them */
     if (send_wk(&w, &m) != 0 || rc != 0)
         _exit(rc != 0 ? 2 : 4);
     for (;;) {

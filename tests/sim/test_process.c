@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "testlib.h"
 #include "core/runtime.h"
 #include "pipeline/remote.h"
@@ -71,8 +73,19 @@ static void stream(ferry_pipeline_t *p, ferry_workload_t *wl, unsigned nb, size_
         if (atomic_load(&rn->calls[i]) != 1)
             fail_msg("batch %u called back %d times", i, atomic_load(&rn->calls[i]));
         assert_int_equal(ferry_workload_reference(wl, in[i], ref, sz[i]), 0);
-        if (memcmp(out[i], ref, sz[i]) != 0)
-            fail_msg("batch %u (%zu bytes): output differs from the reference", i, sz[i]);
+        if (memcmp(out[i], ref, sz[i]) != 0) {
+            size_t at = 0, last = 0;
+            while (out[i][at] == ref[at])
+                at++;
+            for (size_t j = 0; j < sz[i]; j++)
+                last = out[i][j] != ref[j] ? j : last;
+            fail_msg("batch %u (%zu bytes): output differs from the reference from byte %zu to "
+                     "%zu (there: %02x%02x%02x%02x, expected %02x%02x%02x%02x, input "
+                     "%02x%02x%02x%02x)",
+                     i, sz[i], at, last, out[i][at], out[i][at + 1], out[i][at + 2], out[i][at + 3],
+                     ref[at], ref[at + 1], ref[at + 2], ref[at + 3], in[i][at], in[i][at + 1],
+                     in[i][at + 2], in[i][at + 3]);
+        }
         free(in[i]);
         free(out[i]);
     }
@@ -266,6 +279,64 @@ static void test_workers_killed_at_random(void **state)
     }
 }
 
+/* Two simulated H200s in one set, each in its own worker with its own
+ * CUDA_DEVICE_MAX_CONNECTIONS (option connections_per_device), read back from each worker's
+ * context; the set's batches bit-exact. A rule that matches no device, and the rules without
+ * isolation=process, are refused, saying why. */
+static void test_connections_per_worker(void **state)
+{
+    (void)state;
+    cJSON *root = test_profile_json();
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "devices");
+    cJSON_AddNumberToObject(root, "devices", 2);
+    char path[64];
+    test_write_json(root, "/tmp/ferry-proc-XXXXXX", path, sizeof(path));
+    cJSON_Delete(root);
+    const char *kv[] = {"isolation", "process", "connections_per_device", "index:0=4,*=16", NULL};
+    ferry_runtime_t *rt = test_sim_runtime_on(path, kv);
+    ferry_device_t *devs[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(ferry_device_get(rt, i, &devs[i]), 0);
+    ferry_workload_t *wl = test_workload("scale");
+    ferry_pipeline_config_t pc = test_pipeline_config(NULL, ferry_workload_stage(wl), 1u << 20);
+    pc.devices = devs;
+    pc.ndevices = 2;
+    ferry_pipeline_t *p = test_pipeline(&pc);
+    run_t rn;
+    memset(&rn, 0, sizeof(rn));
+    stream(p, wl, 32, 4u << 20, test_seed(41), &rn);
+    static const unsigned want[2] = {4, 16};
+    for (unsigned i = 0; i < 2; i++) {
+        ferry_pipeline_device_stats_t d = FERRY_PIPELINE_DEVICE_STATS_INIT;
+        assert_int_equal(ferry_pipeline_device_stats(p, i, &d), 0);
+        print_message("device %u: %u connections in its worker, %llu bytes\n", i,
+                      d.stats.connections, (unsigned long long)d.bytes);
+        assert_int_equal(d.stats.connections, want[i]);
+        assert_true(d.bytes > 0);
+    }
+    assert_int_equal(ferry_pipeline_destroy(p), 0);
+    assert_int_equal(ferry_runtime_destroy(rt), 0);
+    /* no rule for device 1 */
+    const char *kv2[] = {"isolation", "process", "connections_per_device", "index:0=4", NULL};
+    rt = test_sim_runtime_on(path, kv2);
+    assert_int_equal(ferry_device_get(rt, 1, &devs[1]), 0);
+    pc = test_pipeline_config(devs[1], ferry_workload_stage(wl), 1u << 20);
+    assert_int_equal(ferry_pipeline_create(&pc, &p), FERRY_EINVAL);
+    assert_non_null(strstr(ferry_last_error(), "no rule matches device 1"));
+    assert_int_equal(ferry_runtime_destroy(rt), 0);
+    /* rules need worker processes; a malformed rule is named */
+    const char *kv3[] = {"connections_per_device", "*=8", NULL};
+    assert_int_equal(test_sim_runtime_create(path, kv3, &rt), FERRY_EINVAL);
+    assert_non_null(strstr(ferry_last_error(), "needs isolation=process"));
+    const char *kv4[] = {"isolation", "process", "connections_per_device", "gpu:1=8", NULL};
+    assert_int_equal(test_sim_runtime_create(path, kv4, &rt), FERRY_EINVAL);
+    assert_non_null(strstr(ferry_last_error(), "'gpu:1=8' is not a rule"));
+    const char *kv5[] = {"isolation", "process", "connections_per_device", "*=33", NULL};
+    assert_int_equal(test_sim_runtime_create(path, kv5, &rt), FERRY_ERANGE);
+    unlink(path);
+    ferry_workload_destroy(wl);
+}
+
 static void test_misuse(void **state)
 {
     (void)state;
@@ -303,4 +374,5 @@ static void test_misuse(void **state)
 TEST_MAIN(NULL, NULL, cmocka_unit_test(test_batches_in_a_worker),
           cmocka_unit_test(test_a_killed_worker_is_replaced),
           cmocka_unit_test(test_sticky_and_hung_workers_are_replaced),
-          cmocka_unit_test(test_workers_killed_at_random), cmocka_unit_test(test_misuse))
+          cmocka_unit_test(test_workers_killed_at_random),
+          cmocka_unit_test(test_connections_per_worker), cmocka_unit_test(test_misuse))

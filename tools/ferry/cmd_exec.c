@@ -3,7 +3,6 @@
  * different values for different GPUs need different processes: --per-device starts one child
  * per device, each seeing only its GPU, passes signals on to them, has them die with it, and
  * exits with the worst status. With a single --connections value ferry simply execs the command. */
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -21,26 +20,6 @@
 extern char **environ;
 
 static const char *const cmd = "exec";
-
-#define RULE_SYNTAX                                                                                \
-    "expected MATCH=VALUE with MATCH one of index:K, name:TEXT, cc:X.Y, cc>=X.Y or * "             \
-    "(items separated by commas, first match wins: 'index:1=4,*=16')"
-
-typedef enum match_kind {
-    MATCH_ANY,        /* * */
-    MATCH_INDEX,      /* index:K */
-    MATCH_NAME,       /* name:TEXT, case-insensitive substring */
-    MATCH_CC,         /* cc:X.Y exactly */
-    MATCH_CC_AT_LEAST /* cc>=X.Y */
-} match_kind_t;
-
-typedef struct rule {
-    match_kind_t kind;
-    int index;        /* MATCH_INDEX */
-    int major, minor; /* MATCH_CC, MATCH_CC_AT_LEAST */
-    const char *text; /* MATCH_NAME; points into the copy of the rules string */
-    unsigned value;
-} rule_t;
 
 typedef struct child {
     int device; /* ferry's device index */
@@ -115,138 +94,12 @@ static const char *signal_name(int sig, char *buf, size_t len)
     return buf;
 }
 
-/* ---- rules ------------------------------------------------------------------------------ */
-
-/* A decimal number of at most 6 digits, all of [s, s + len), nothing else. */
-static bool parse_small(const char *s, size_t len, int *out)
-{
-    if (len == 0 || len > 6)
-        return false;
-    int v = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        v = v * 10 + (s[i] - '0');
-    }
-    *out = v;
-    return true;
-}
-
-/* "X.Y" with both parts decimal. */
-static bool parse_cc(const char *s, int *major, int *minor)
-{
-    const char *dot = strchr(s, '.');
-    return dot != NULL && parse_small(s, (size_t)(dot - s), major) &&
-           parse_small(dot + 1, strlen(dot + 1), minor);
-}
-
-/* Parse one MATCH=VALUE item (modified in place: the '=' becomes a NUL). Returns 0, or
- * CLI_USAGE with the message printed. */
-static int parse_rule(char *item, rule_t *r)
-{
-    /* The last '=' separates the value, since "cc>=X.Y" has one of its own. */
-    char *eq = strrchr(item, '=');
-    if (eq == NULL || eq == item)
-        return cli_usage_error(cmd, "--per-device: '%s' is not a rule: " RULE_SYNTAX, item);
-    *eq = '\0';
-    const char *m = item;
-    bool ok = true;
-    if (strcmp(m, "*") == 0) {
-        r->kind = MATCH_ANY;
-    } else if (strncmp(m, "index:", 6) == 0) {
-        r->kind = MATCH_INDEX;
-        ok = parse_small(m + 6, strlen(m + 6), &r->index);
-    } else if (strncmp(m, "name:", 5) == 0) {
-        r->kind = MATCH_NAME;
-        r->text = m + 5;
-        ok = r->text[0] != '\0';
-    } else if (strncmp(m, "cc:", 3) == 0) {
-        r->kind = MATCH_CC;
-        ok = parse_cc(m + 3, &r->major, &r->minor);
-    } else if (strncmp(m, "cc>=", 4) == 0) {
-        r->kind = MATCH_CC_AT_LEAST;
-        ok = parse_cc(m + 4, &r->major, &r->minor);
-    } else {
-        ok = false;
-    }
-    if (!ok) {
-        *eq = '=';
-        return cli_usage_error(cmd, "--per-device: '%s' is not a rule: " RULE_SYNTAX, item);
-    }
-    if (ferry_connections_parse("--per-device", eq + 1, &r->value) != 0)
-        return cli_usage_error(cmd, "%s", ferry_last_error());
-    return 0;
-}
-
-/* Split @p text (modified in place) into rules. Returns 0 or CLI_USAGE (message printed). */
-static int parse_rules(char *text, rule_t **out, size_t *count)
-{
-    size_t n = 1;
-    for (const char *c = text; *c; c++)
-        n += *c == ',';
-    rule_t *rules = calloc(n, sizeof(*rules));
-    if (rules == NULL) {
-        fprintf(stderr, "ferry %s: out of memory\n", cmd);
-        return CLI_FAIL;
-    }
-    char *item = text;
-    for (size_t i = 0; i < n; i++) {
-        char *comma = strchr(item, ',');
-        if (comma != NULL)
-            *comma = '\0';
-        int rc = parse_rule(item, &rules[i]);
-        if (rc != 0) {
-            free(rules);
-            return rc;
-        }
-        item = comma != NULL ? comma + 1 : item + strlen(item);
-    }
-    *out = rules;
-    *count = n;
-    return 0;
-}
-
-static bool contains_nocase(const char *hay, const char *needle)
-{
-    size_t n = strlen(needle);
-    for (; *hay; hay++) {
-        size_t i = 0;
-        while (i < n && hay[i] &&
-               tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i]))
-            i++;
-        if (i == n)
-            return true;
-    }
-    return false;
-}
-
-static const rule_t *match(const rule_t *rules, size_t n, const child_t *c)
-{
-    for (size_t i = 0; i < n; i++) {
-        const rule_t *r = &rules[i];
-        bool hit = false;
-        switch (r->kind) {
-        case MATCH_ANY: hit = true; break;
-        case MATCH_INDEX: hit = r->index == c->device; break;
-        case MATCH_NAME: hit = contains_nocase(c->name, r->text); break;
-        case MATCH_CC: hit = c->cc_major == r->major && c->cc_minor == r->minor; break;
-        case MATCH_CC_AT_LEAST:
-            hit = c->cc_major > r->major || (c->cc_major == r->major && c->cc_minor >= r->minor);
-            break;
-        }
-        if (hit)
-            return r;
-    }
-    return NULL;
-}
-
 /* ---- devices ---------------------------------------------------------------------------- */
 
 /* Enumerate the devices through ferry and give each its value. The runtime is destroyed before
  * returning: the children must be started from a process that holds no device. Returns 0,
  * CLI_FAIL or CLI_USAGE (message printed). */
-static int plan_children(const char *backend, const rule_t *rules, size_t nrules, child_t **out,
-                         int *count)
+static int plan_children(const char *backend, const char *rules, child_t **out, int *count)
 {
     ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
     cfg.backend = backend; /* NULL: the backend option (FERRY_BACKEND, else auto) */
@@ -279,8 +132,13 @@ static int plan_children(const char *backend, const rule_t *rules, size_t nrules
         snprintf(c->name, sizeof(c->name), "%s", p.name);
         c->cc_major = p.cc_major;
         c->cc_minor = p.cc_minor;
-        const rule_t *r = match(rules, nrules, c);
-        if (r == NULL) {
+        int hit = ferry_connections_rule(rules, "--per-device", k, c->name, c->cc_major,
+                                         c->cc_minor, &c->value);
+        if (hit < 0) {
+            rc = cli_usage_error(cmd, "%s", ferry_last_error());
+            goto out;
+        }
+        if (hit == 0) {
             fprintf(stderr,
                     "ferry %s: no --per-device rule matches device %d (%s, cc %d.%d); add a rule "
                     "or '*=V'\n",
@@ -288,7 +146,6 @@ static int plan_children(const char *backend, const rule_t *rules, size_t nrules
             rc = CLI_USAGE;
             goto out;
         }
-        c->value = r->value;
     }
     *out = children;
     *count = n;
@@ -589,19 +446,13 @@ static int wait_children(child_t *children, int n, const sigset_t *block)
 static int run_per_device(const char *rules_text, const char *backend, const char *copy,
                           char **argv)
 {
-    char *text = strdup(rules_text);
-    rule_t *rules = NULL;
-    size_t nrules = 0;
     child_t *children = NULL;
     int n = 0, rc;
-    if (text == NULL) {
-        fprintf(stderr, "ferry %s: out of memory\n", cmd);
-        return CLI_FAIL;
-    }
-    rc = parse_rules(text, &rules, &nrules);
-    if (rc != 0)
-        goto out;
-    rc = plan_children(backend, rules, nrules, &children, &n);
+    unsigned v;
+    /* the rules alone first: a malformed one is a usage error before any device is opened */
+    if (ferry_connections_rule(rules_text, "--per-device", -1, "", 0, 0, &v) < 0)
+        return cli_usage_error(cmd, "%s", ferry_last_error());
+    rc = plan_children(backend, rules_text, &children, &n);
     if (rc != 0)
         goto out;
 
@@ -641,8 +492,6 @@ static int run_per_device(const char *rules_text, const char *backend, const cha
     rc = start_rc != 0 ? start_rc : worst;
 out:
     free(children);
-    free(rules);
-    free(text);
     return rc;
 }
 
