@@ -85,6 +85,45 @@ static ferry_pipeline_t *pipeline(ferry_device_t *dev, const ferry_stage_t *st, 
     return p;
 }
 
+/* The per-device rules: each kind of match, first match wins, every rule checked whatever
+ * matches, malformed ones named with the syntax. */
+static void test_per_device_rules(void **state)
+{
+    (void)state;
+    const char *r = "index:1=4,name:h200=16,cc:8.0=6,cc>=9.0=12,*=8";
+    unsigned v = 0;
+    assert_int_equal(ferry_connections_rule(r, "rules", 1, "NVIDIA H200", 9, 0, &v), 1);
+    assert_int_equal(v, 4); /* index:1 comes first */
+    assert_int_equal(ferry_connections_rule(r, "rules", 0, "NVIDIA H200", 9, 0, &v), 1);
+    assert_int_equal(v, 16); /* name, case-insensitive */
+    assert_int_equal(ferry_connections_rule(r, "rules", 2, "NVIDIA A100", 8, 0, &v), 1);
+    assert_int_equal(v, 6);
+    assert_int_equal(ferry_connections_rule(r, "rules", 2, "NVIDIA B200", 10, 0, &v), 1);
+    assert_int_equal(v, 12);
+    assert_int_equal(ferry_connections_rule(r, "rules", 2, "Tesla T4", 7, 5, &v), 1);
+    assert_int_equal(v, 8);
+    v = 99;
+    assert_int_equal(ferry_connections_rule("index:0=4", "rules", 1, "x", 9, 0, &v), 0);
+    assert_int_equal(v, 99); /* no match: untouched */
+    /* index -1: the text alone, no match */
+    assert_int_equal(ferry_connections_rule(r, "rules", -1, "", 0, 0, &v), 0);
+    static const char *const bad[] = {"",         "*",         "=4",       "gpu:1=4",
+                                      "index:=4", "index:a=4", "cc:9=4",   "cc>=9=4",
+                                      "name:=4",  "*=4,",      "*=4,,*=5", "index:1=4,bogus"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int rc = ferry_connections_rule(bad[i], "--per-device", 0, "x", 9, 0, &v);
+        if (rc != FERRY_EINVAL)
+            fail_msg("rules '%s': %d, expected FERRY_EINVAL", bad[i], rc);
+        assert_non_null(strstr(ferry_last_error(), "--per-device: '"));
+        assert_non_null(strstr(ferry_last_error(), "expected MATCH=VALUE"));
+    }
+    /* a bad rule after the one that matches is still refused; a bad value is the value's */
+    assert_int_equal(ferry_connections_rule("*=4,gpu:1=4", "r", 0, "x", 9, 0, &v), FERRY_EINVAL);
+    assert_int_equal(ferry_connections_rule("*=33", "r", 0, "x", 9, 0, &v), FERRY_ERANGE);
+    assert_int_equal(ferry_connections_rule("*=4x", "r", 0, "x", 9, 0, &v), FERRY_EPARSE);
+    assert_int_equal(ferry_connections_rule(NULL, "r", 0, "x", 9, 0, &v), FERRY_EINVAL);
+}
+
 static void test_option_sets_the_variable_and_plan_counts_streams(void **state)
 {
     (void)state;
@@ -160,5 +199,6 @@ static void test_measure_on_the_model(void **state)
 }
 
 TEST_MAIN(NULL, NULL, cmocka_unit_test(test_read_every_shape), cmocka_unit_test(test_strict_parse),
+          cmocka_unit_test(test_per_device_rules),
           cmocka_unit_test(test_option_sets_the_variable_and_plan_counts_streams),
           cmocka_unit_test(test_measure_on_the_model))
