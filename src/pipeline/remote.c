@@ -28,7 +28,8 @@
 #include "proc/sock.h"
 #include "proc/zygote.h"
 
-#define RM_RESPAWNS  3
+#define RM_RESPAWNS  3 /* tries: of a worker to start, of a batch that ends its workers */
+#define RM_BARREN    6 /* workers in a row that end before they finish a batch: retired */
 #define RM_STAGE_MIN ((size_t)2 << 20)
 #define RM_EXIT_WAIT 2000000000u /* ns a worker that said LOST, or closed, has to exit */
 #define RM_CPU_CHUNK ((size_t)8 << 20)
@@ -39,8 +40,10 @@ typedef struct rm_batch {
     ferry_done_fn cb;
     void *arg;
     unsigned stg;
-    bool ready; /* its input is staged: it may be sent (under wmu and mu) */
-    int fail;   /* its prepare failed: sent as FAIL */
+    bool ready;     /* its input is staged: it may be sent (under wmu and mu) */
+    unsigned tries; /* workers that ended while it was the oldest in flight in them */
+    uint32_t sent;  /* the generation of the worker it was sent to, plus one */
+    int fail;       /* its prepare failed: sent as FAIL */
     uint64_t submit_ns;
     struct rm_batch *next;
 } rm_batch_t;
@@ -80,6 +83,8 @@ struct ferry__remote {
     /* figures, under mu */
     uint64_t submitted, done_gpu, done_cpu, failed, bytes, first_ns, last_ns;
     uint64_t restarts, recovery_ns, recover_t0;
+    unsigned barren; /* workers in a row that ended without finishing a batch */
+    bool solo;       /* the worker runs the oldest batch alone (replace); under wmu and mu */
     /* the device's figures (its clock) as the workers reported them: the ended ones' summed,
      * the one running now's latest */
     ferry__wk_msg_t ended, now;
@@ -88,9 +93,11 @@ struct ferry__remote {
 
 /* ---- the worker ------------------------------------------------------------------------- */
 
+/* Never waits: a worker's socket holds few messages (net.unix.max_dgram_qlen, 10 here), and a
+ * sender waiting for room while holding wmu would hold up the reader (flush). */
 static int send_msg(int s, const ferry__wk_msg_t *m, int fd)
 {
-    return ferry__sock_send(s, m, sizeof(*m), NULL, 0, &fd, fd >= 0 ? 1 : 0);
+    return ferry__sock_send(s, m, sizeof(*m), NULL, 0, &fd, fd >= 0 ? 1 : 0, MSG_DONTWAIT);
 }
 
 static int recv_msg(int s, ferry__wk_msg_t *m)
@@ -271,7 +278,7 @@ static int send_region(struct ferry__remote *r, unsigned i)
     return 0;
 }
 
-static int send_batch(struct ferry__remote *r, const rm_batch_t *b)
+static int send_batch_now(struct ferry__remote *r, const rm_batch_t *b)
 {
     if (b->fail != 0) {
         ferry__wk_msg_t f = {.kind = FERRY__WK_FAIL, .seq = b->seq, .status = b->fail};
@@ -289,6 +296,31 @@ static int send_batch(struct ferry__remote *r, const rm_batch_t *b)
     return send_msg(r->sock, &m, -1);
 }
 
+static int send_batch(struct ferry__remote *r, rm_batch_t *b)
+{
+    if (b->sent == r->generation + 1)
+        return 0;
+    int rc = send_batch_now(r, b);
+    if (rc == 0)
+        b->sent = r->generation + 1;
+    return rc;
+}
+
+/* Send the batches staged and not sent to this worker yet, in order, as far as its socket takes
+ * them (the rest go with the next flush: every report brings one); while one batch runs alone
+ * (solo), nothing after it. Takes wmu and mu. */
+static void flush(struct ferry__remote *r)
+{
+    pthread_mutex_lock(&r->wmu);
+    pthread_mutex_lock(&r->mu);
+    if (r->sock >= 0 && !r->retired)
+        for (rm_batch_t *b = r->head; b != NULL && b->ready; b = r->solo ? NULL : b->next)
+            if (send_batch(r, b) != 0)
+                break; /* full, or the worker ended (replace() sends it all again) */
+    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_unlock(&r->wmu);
+}
+
 /* ---- completions, and a worker's end ---------------------------------------------------- */
 
 static uint64_t now_ns(void)
@@ -300,6 +332,13 @@ static uint64_t now_ns(void)
  * back, callback, figures. On the reader thread, no lock held; @b is out of the list. */
 static void finish(struct ferry__remote *r, rm_batch_t *b, const ferry__wk_msg_t *m, int status)
 {
+    if (m != NULL && r->solo) { /* the batch run alone is done: the others follow (flush) */
+        pthread_mutex_lock(&r->wmu);
+        pthread_mutex_lock(&r->mu);
+        r->solo = false;
+        pthread_mutex_unlock(&r->mu);
+        pthread_mutex_unlock(&r->wmu);
+    }
     ferry_batch_where_t where = m != NULL ? (ferry_batch_where_t)m->where : FERRY_DONE_CPU;
     status = m != NULL ? m->status : status;
     if (status != 0)
@@ -329,8 +368,10 @@ static void finish(struct ferry__remote *r, rm_batch_t *b, const ferry__wk_msg_t
     r->failed += where == FERRY_DONE_FAILED;
     r->bytes += status == 0 ? b->b.bytes : 0;
     r->last_ns = t;
-    if (m != NULL)
+    if (m != NULL) {
         r->now = *m;
+        r->barren = 0;
+    }
     if (r->recover_t0 != 0 && where == FERRY_DONE_GPU) { /* the first batch of a new worker */
         r->recovery_ns = t - r->recover_t0;
         r->recover_t0 = 0;
@@ -387,9 +428,28 @@ static int run_on_cpu(struct ferry__remote *r, rm_batch_t *b)
     return 0;
 }
 
-/* The worker ended: replace it and send it everything in flight, or retire the device. On the
- * reader thread. Returns false when the device is retired. */
-static bool replace(struct ferry__remote *r, const char *said)
+/* A worker ended: the oldest batch in flight, which a worker runs first, is counted against;
+ * once it has been the oldest in RM_RESPAWNS workers that ended (a batch that ends every worker
+ * it meets: a kernel that faults on its data) it comes out of the list, returned, to run on the
+ * CPU instead. NULL otherwise. Under mu, with wmu. */
+static rm_batch_t *poison_batch(struct ferry__remote *r)
+{
+    rm_batch_t *b = r->head;
+    if (b == NULL || !b->ready || ++b->tries < RM_RESPAWNS)
+        return NULL;
+    r->head = b->next;
+    if (r->tail == b)
+        r->tail = NULL;
+    b->next = NULL;
+    return b;
+}
+
+/* The worker ended: replace it and send it everything in flight, or retire the device (after
+ * RM_RESPAWNS workers in a row that did not start, or ended before they finished a batch). On
+ * the reader thread. Returns RM_REPLACED, RM_RETIRED, or RM_CLOSED (the pipeline was closed:
+ * no worker is needed). */
+enum { RM_REPLACED, RM_RETIRED, RM_CLOSED };
+static int replace(struct ferry__remote *r, const char *said)
 {
     int st = 0;
     ferry__zyg_proc_t old = r->proc;
@@ -402,6 +462,11 @@ static bool replace(struct ferry__remote *r, const char *said)
     close(r->sock);
     r->sock = -1;
     r->proc.pid = -1;
+    if (r->closing && r->nfl == 0) { /* closed meanwhile, its CLOSE sent to the one that ended */
+        pthread_mutex_unlock(&r->mu);
+        pthread_mutex_unlock(&r->wmu);
+        return RM_CLOSED;
+    }
     r->ended.elapsed_ns += r->now.elapsed_ns;
     for (int k = 0; k < 3; k++)
         r->ended.busy_ns[k] += r->now.busy_ns[k];
@@ -409,6 +474,10 @@ static bool replace(struct ferry__remote *r, const char *said)
     r->ended.chunks_cpu += r->now.chunks_cpu;
     memset(&r->now, 0, sizeof(r->now));
     r->recover_t0 = now_ns();
+    /* a batch found to end every worker runs on the CPU; workers that keep ending with none
+     * finished, whatever their batches, retire the device */
+    rm_batch_t *poison = poison_batch(r);
+    bool barren = ++r->barren >= RM_BARREN;
     pthread_mutex_unlock(&r->mu);
     ferry_log(FERRY_LOG_WARN, "pipeline",
               "device %d: its worker (pid %d) ended (%s%s%s %d): starting another", r->dev->index,
@@ -416,7 +485,7 @@ static bool replace(struct ferry__remote *r, const char *said)
               WIFSIGNALED(st) ? "signal" : "exit status",
               WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
     int rc = -1;
-    for (unsigned k = 0; k < RM_RESPAWNS && rc != 0; k++)
+    for (unsigned k = 0; !barren && k < RM_RESPAWNS && rc != 0; k++)
         if ((rc = spawn(r, r->generation + 1)) != 0)
             ferry_log(FERRY_LOG_WARN, "pipeline", "device %d: a new worker did not start: %s",
                       r->dev->index, ferry_last_error());
@@ -424,22 +493,33 @@ static bool replace(struct ferry__remote *r, const char *said)
         pthread_mutex_lock(&r->mu);
         r->restarts++;
         pthread_mutex_unlock(&r->mu);
-        /* everything staged and in flight, in order; the list only grows meanwhile */
-        for (rm_batch_t *b = r->head; rc == 0 && b != NULL; b = b->next)
-            if (b->ready)
-                rc = send_batch(r, b);
+        /* everything staged and in flight, in order (the list only grows meanwhile); but a
+         * batch that was the oldest in flight in two workers that ended runs alone first: if
+         * it ends this one too it is the cause (poison_batch), if not the others follow */
+        pthread_mutex_lock(&r->mu);
+        rm_batch_t *h = r->head;
+        r->solo = h != NULL && h->ready && h->tries >= RM_RESPAWNS - 1;
+        pthread_mutex_unlock(&r->mu);
     }
     if (rc != 0 && r->sock < 0) {
         pthread_mutex_lock(&r->mu);
         r->retired = true;
         pthread_mutex_unlock(&r->mu);
         ferry_log(FERRY_LOG_ERROR, "pipeline",
-                  "device %d: %u workers in a row did not start: retired; its batches run on the "
-                  "CPU",
-                  r->dev->index, RM_RESPAWNS);
+                  "device %d: %u workers in a row %s: retired; its batches run on the CPU",
+                  r->dev->index, barren ? RM_BARREN : RM_RESPAWNS,
+                  barren ? "ended before they finished a batch" : "did not start");
     }
     pthread_mutex_unlock(&r->wmu);
-    return !r->retired;
+    flush(r);
+    if (poison != NULL) { /* on the CPU here, called back like the others */
+        ferry_log(FERRY_LOG_WARN, "pipeline",
+                  "device %d: batch %llu was the oldest in flight in %u workers that ended: it "
+                  "runs on the CPU",
+                  r->dev->index, (unsigned long long)poison->seq, poison->tries);
+        finish(r, poison, NULL, run_on_cpu(r, poison));
+    }
+    return r->retired ? RM_RETIRED : RM_REPLACED;
 }
 
 /* A retired device: run the batches in flight on the CPU, in order, as they come. */
@@ -471,6 +551,7 @@ static void *reader_main(void *arg)
             rm_batch_t *b = take(r, m.seq);
             if (b != NULL)
                 finish(r, b, &m, 0);
+            flush(r); /* room in the worker's socket, or the batch run alone done */
             continue;
         }
         if (got == 0 && m.kind == FERRY__WK_STATS) { /* the answer to CLOSE: it exits */
@@ -486,10 +567,11 @@ static void *reader_main(void *arg)
         pthread_mutex_unlock(&r->mu);
         if (done)
             break;
-        if (!replace(r, got == 0 && m.kind == FERRY__WK_LOST ? m.text : NULL)) {
+        int how = replace(r, got == 0 && m.kind == FERRY__WK_LOST ? m.text : NULL);
+        if (how == RM_RETIRED)
             run_retired(r);
+        if (how != RM_REPLACED)
             break;
-        }
     }
     pthread_mutex_lock(&r->mu);
     r->reader_done = true;
@@ -703,15 +785,11 @@ int ferry__remote_submit(struct ferry__remote *r, const ferry_batch_t *batch, fe
         b->fail = prc == 0 ? 0 : prc < 0 ? prc : FERRY_EKERNEL;
     }
     uint64_t seq = b->seq;
-    pthread_mutex_lock(&r->wmu);
     pthread_mutex_lock(&r->mu);
     b->ready = true;
-    bool send = !r->retired && r->sock >= 0;
     pthread_cond_broadcast(&r->cv); /* a retired device's reader runs it */
     pthread_mutex_unlock(&r->mu);
-    if (send)
-        (void)send_batch(r, b); /* a worker that ended gets it from replace() */
-    pthread_mutex_unlock(&r->wmu);
+    flush(r); /* a worker that ended gets it from replace() */
     pthread_mutex_lock(&r->mu);
     r->entering--;
     pthread_cond_broadcast(&r->cv);
@@ -766,8 +844,8 @@ int ferry__remote_close(struct ferry__remote *r)
     pthread_mutex_unlock(&r->mu);
     pthread_mutex_lock(&r->wmu);
     if (r->sock >= 0) {
-        ferry__wk_msg_t m = {.kind = FERRY__WK_CLOSE};
-        send_msg(r->sock, &m, -1);
+        ferry__wk_msg_t m = {.kind = FERRY__WK_CLOSE}; /* nothing in flight: room, or an end */
+        (void)ferry__sock_send(r->sock, &m, sizeof(m), NULL, 0, NULL, 0, 0);
     }
     pthread_mutex_unlock(&r->wmu);
     if (r->reader_started)

@@ -136,7 +136,14 @@ static int start(wk_t *w, const char *opts, const void *user, ferry_runtime_t **
     st->name = h->stage_name;
     st->gpu = h->gpu;
     st->cpu = h->cpu;
-    st->user = h->user_bytes > 0 ? (void *)user : h->user;
+    st->user = h->user;
+    if (h->user_bytes > 0) { /* copied out of the message: aligned as malloc aligns */
+        void *u = malloc(h->user_bytes);
+        if (u == NULL)
+            return ferry__error(FERRY_ENOMEM, "worker: out of memory");
+        memcpy(u, user, h->user_bytes);
+        st->user = u; /* the process's until it exits */
+    }
     st->ns_per_byte = h->ns_per_byte;
     st->granularity = h->granularity;
     ferry_pipeline_config_t c = h->cfg;

@@ -12,7 +12,7 @@ typedef union {
 } ctl_t;
 
 int ferry__sock_send(int s, const void *a, size_t alen, const void *b, size_t blen, const int *fds,
-                     unsigned nfds)
+                     unsigned nfds, int flags)
 {
     if (nfds > FERRY__SOCK_MAX_FDS) {
         errno = EINVAL;
@@ -34,7 +34,7 @@ int ferry__sock_send(int s, const void *a, size_t alen, const void *b, size_t bl
     }
     ssize_t n;
     do
-        n = sendmsg(s, &m, MSG_NOSIGNAL);
+        n = sendmsg(s, &m, MSG_NOSIGNAL | flags);
     while (n < 0 && errno == EINTR);
     return n == (ssize_t)(alen + blen) ? 0 : -1;
 }

@@ -10,9 +10,10 @@
 #define FERRY__SOCK_MAX_FDS 16
 
 /* Send @a (@alen bytes) and @b (@blen, may be 0) as one message with @nfds descriptors (at most
- * FERRY__SOCK_MAX_FDS). Returns 0, or -1 (errno set) when not all of it went. */
+ * FERRY__SOCK_MAX_FDS); @flags: 0, or MSG_DONTWAIT not to wait for room. Returns 0, or -1
+ * (errno set: EAGAIN when the socket was full) when it did not go. */
 int ferry__sock_send(int s, const void *a, size_t alen, const void *b, size_t blen, const int *fds,
-                     unsigned nfds);
+                     unsigned nfds, int flags);
 
 /* Receive one message: @a gets its first @alen bytes, @b (may be NULL) up to @blen more; its
  * descriptors (close-on-exec) go to @fds, at most @maxfds (the others are closed), their number

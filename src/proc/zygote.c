@@ -58,7 +58,7 @@ struct ferry__zyg {
 static int send_msg(int s, const zyg_hdr_t *h, const void *body, size_t len, const int *fds,
                     unsigned nfds)
 {
-    return ferry__sock_send(s, h, sizeof(*h), body, len, fds, nfds);
+    return ferry__sock_send(s, h, sizeof(*h), body, len, fds, nfds, 0);
 }
 
 /* One message into @h and @body (FERRY__ZYG_MAX_MSG bytes), its descriptors into @fds: returns

@@ -208,6 +208,83 @@ static void test_sticky_and_hung_workers_are_replaced(void **state)
     }
 }
 
+/* A copy whose "kernel" (the simulator runs the CPU function) kills its worker on a batch that
+ * starts with 0xAB; in this process (the CPU path) it copies. */
+static pid_t test_pid;
+static int poison_copy(const ferry_kernel_args_t *a, void *user)
+{
+    (void)user;
+    const unsigned char *in = a->in;
+    if (getpid() != test_pid && a->offset == 0 && a->bytes > 0 && in[0] == 0xAB)
+        raise(SIGKILL);
+    memcpy(a->out, a->in, a->bytes);
+    return 0;
+}
+
+static void on_poison_done(const ferry_batch_result_t *r, void *arg)
+{
+    run_t *rn = arg;
+    on_done(r, arg);
+    if (r->id == 5 && r->where != FERRY_DONE_CPU)
+        atomic_fetch_add(&rn->failed, 1);
+}
+
+/* One batch ends every worker it meets: after three, it runs on the CPU in this process, once;
+ * the others on the device, the device not retired. A device whose workers all end before
+ * finishing a batch (a stage that kills every worker) is retired: its batches run on the CPU. */
+static void test_a_batch_that_ends_every_worker(void **state)
+{
+    (void)state;
+    test_pid = getpid();
+    const char *kv[] = {"isolation", "process", NULL};
+    for (int all = 0; all < 2; all++) {
+        ferry_runtime_t *rt = test_sim_runtime_with(kv);
+        ferry_device_t *dev = NULL;
+        assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+        ferry_stage_t st = test_cpu_stage("poison", poison_copy);
+        ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, 1u << 20);
+        ferry_pipeline_t *p = test_pipeline(&pc);
+        enum { NB = 12, SZ = 3 << 20 };
+        unsigned char *in = malloc((size_t)NB * SZ), *out = calloc(NB, SZ);
+        assert_true(in != NULL && out != NULL);
+        uint64_t seed = test_seed(51);
+        test_fill_floats(in, (size_t)NB * SZ, &seed);
+        for (int i = 0; i < NB; i++)
+            in[(size_t)i * SZ] = all || i == 5 ? 0xAB : 0x11;
+        run_t rn;
+        memset(&rn, 0, sizeof(rn));
+        for (int i = 0; i < NB; i++) {
+            ferry_batch_t b = FERRY_BATCH_INIT;
+            b.in = in + (size_t)i * SZ;
+            b.out = out + (size_t)i * SZ;
+            b.bytes = SZ;
+            assert_int_equal(ferry_pipeline_submit(p, &b, on_poison_done, &rn, NULL), 0);
+        }
+        assert_int_equal(ferry_pipeline_drain(p), 0);
+        for (int i = 0; i < NB; i++)
+            assert_int_equal(atomic_load(&rn.calls[i]), 1);
+        assert_int_equal(atomic_load(&rn.failed), 0);
+        assert_memory_equal(out, in, (size_t)NB * SZ);
+        ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
+        assert_int_equal(ferry_pipeline_stats(p, &s), 0);
+        print_message("%s: %llu restarts, %d of %d on the GPU, retired %d\n",
+                      all ? "every batch poisoned" : "batch 5 poisoned",
+                      (unsigned long long)s.worker_restarts, atomic_load(&rn.on_gpu), NB,
+                      s.gpu_lost);
+        if (all) {
+            assert_true(s.gpu_lost); /* retired */
+            assert_int_equal(atomic_load(&rn.on_gpu), 0);
+        } else {
+            assert_false(s.gpu_lost);
+            assert_int_equal(atomic_load(&rn.on_gpu), NB - 1);
+        }
+        assert_int_equal(ferry_pipeline_destroy(p), 0);
+        assert_int_equal(ferry_runtime_destroy(rt), 0);
+        free(in);
+        free(out);
+    }
+}
+
 /* Regions of this process's memory named "ferry:" (shared memory of workers), from its maps. */
 static int shared_regions(void)
 {
@@ -375,4 +452,5 @@ TEST_MAIN(NULL, NULL, cmocka_unit_test(test_batches_in_a_worker),
           cmocka_unit_test(test_a_killed_worker_is_replaced),
           cmocka_unit_test(test_sticky_and_hung_workers_are_replaced),
           cmocka_unit_test(test_workers_killed_at_random),
+          cmocka_unit_test(test_a_batch_that_ends_every_worker),
           cmocka_unit_test(test_connections_per_worker), cmocka_unit_test(test_misuse))
