@@ -225,8 +225,8 @@ typedef struct run_ctx {
 /* The signals, --input and --output. Returns CLI_OK, CLI_USAGE or CLI_FAIL (printed). */
 static int open_io(run_ctx_t *c)
 {
-    /* Before any other thread exists, ferry's included, so that SIGINT and SIGTERM reach only
-     * the thread that takes them. */
+    /* Blocked before any other thread exists, ferry's included, so that SIGINT and SIGTERM
+     * reach only the thread that takes them (started once the runtime is made). */
     if (run_signals_start(run_cmd, RUN_GRACE_S, on_signal, &c->st, &c->sg) != CLI_OK)
         return CLI_FAIL;
     c->total = c->ro.bytes;
@@ -276,6 +276,8 @@ static int open_pipeline(run_ctx_t *c)
     int e = ferry_runtime_create(&rcfg, &c->rt);
     if (e != 0)
         return cli_fail(run_cmd, "%s: %s", ferry_strerror(e), ferry_last_error());
+    if (run_signals_listen(c->sg) != CLI_OK) /* after the runtime's fork (run_io.h) */
+        return CLI_FAIL;
     if (!c->ro.quiet && !c->ro.json && ferry_runtime_fallback_reason(c->rt)[0])
         fprintf(stderr, "ferry run: no GPU (%s); running on the simulated device\n",
                 ferry_runtime_fallback_reason(c->rt));

@@ -230,6 +230,7 @@ struct run_signals {
     void *arg;
     sigset_t set, old;
     pthread_t thread;
+    bool listening; /* the thread runs (run_signals_listen) */
     pthread_mutex_t lock;
     bool finished; /* under lock */
     int caught;    /* under lock */
@@ -328,17 +329,21 @@ int run_signals_start(const char *cmd, unsigned grace_s, void (*on_signal)(int s
             sigaddset(&sg->set, sigs[i]);
     }
     int e = pthread_sigmask(SIG_BLOCK, &sg->set, &sg->old);
-    if (e == 0) {
-        e = pthread_create(&sg->thread, NULL, signal_main, sg);
-        if (e != 0)
-            pthread_sigmask(SIG_SETMASK, &sg->old, NULL);
-    }
     if (e != 0) {
         pthread_mutex_destroy(&sg->lock);
         free(sg);
         return cli_fail(cmd, "cannot watch for signals: %s", strerror(e));
     }
     *out_sg = sg;
+    return CLI_OK;
+}
+
+int run_signals_listen(run_signals_t *sg)
+{
+    int e = pthread_create(&sg->thread, NULL, signal_main, sg);
+    if (e != 0)
+        return cli_fail(sg->cmd, "cannot watch for signals: %s", strerror(e));
+    sg->listening = true;
     return CLI_OK;
 }
 
@@ -366,7 +371,8 @@ void run_signals_stop(run_signals_t *sg)
     if (sg == NULL)
         return;
     run_signals_finish(sg);
-    pthread_join(sg->thread, NULL);
+    if (sg->listening)
+        pthread_join(sg->thread, NULL);
     /* a signal left pending ends the process when unblocked: what was printed goes first */
     fflush(stdout);
     fflush(stderr);

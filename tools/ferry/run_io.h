@@ -55,6 +55,11 @@ void run_file_close(run_file_t *f);
 typedef struct run_signals run_signals_t;
 int run_signals_start(const char *cmd, unsigned grace_s, void (*on_signal)(int sig, void *arg),
                       void *arg, run_signals_t **out_sg);
+/* Start the thread that takes them (until then they wait, blocked). Call it once the runtime is
+ * made: isolation=process forks its helper there, and that fork must come before any other
+ * thread exists (an allocator may hold a lock across it: AddressSanitizer's did). Returns
+ * CLI_OK or CLI_FAIL (printed). */
+int run_signals_listen(run_signals_t *sg);
 /* Hand @out, opened by run_output_open, to the signal thread (under its lock: it may be
  * reading the watched output at that moment). */
 void run_signals_watch(run_signals_t *sg, run_file_t *out);
