@@ -19,6 +19,29 @@ expect_rc "the summary says so" 0 "$FERRY" run --backend sim --isolation process
 expect_in "summary: the worker restarts" "$TMP/out" "worker     1 restart(s)"
 expect_rc "a bad isolation" 2 "$FERRY" run --backend sim --isolation fork --bytes 1M
 expect_in "names what is accepted" "$TMP/err" "thread|process"
+# SIGINT mid-run: the run stops as in one process (exit 130), its worker and helper with it
+python3 -c 'import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.execvp(sys.argv[1], sys.argv[1:])' "$FERRY" run --backend sim --isolation process --bytes 64G \
+  --batch-bytes 8M >"$TMP/sig.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do # the worker is up once a child of the helper runs
+  [ "$(pgrep -f "$FERRY run --backend sim --isolation process --bytes 64G" | wc -l)" -ge 3 ] && break
+  sleep 0.1
+done
+sleep 0.5
+kill -INT "$pid"
+t=0
+while kill -0 "$pid" 2>/dev/null && [ "$t" -lt 200 ]; do sleep 0.1; t=$((t + 1)); done
+if kill -0 "$pid" 2>/dev/null; then
+  kill -KILL "$pid"
+  bad "SIGINT: still running after 20 s"
+fi
+wait "$pid"
+rc=$?
+if [ "$rc" -eq 130 ]; then ok "SIGINT: exit 130"; else bad "SIGINT: exit $rc, expected 130"; fi
+expect_in "SIGINT: the summary says so" "$TMP/sig.log" "stopped    by SIGINT"
+sleep 0.5
 # nothing left behind: no process of this binary still runs once the runs ended
 if pgrep -f "$FERRY run --backend sim --isolation" >/dev/null; then
   bad "a worker or helper outlived its run"
