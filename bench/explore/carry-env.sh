@@ -8,3 +8,13 @@ export CPATH=$root/usr/include PYTHONPATH=$root/usr/lib/python3/dist-packages
 cfg="-G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_WITH_CUDA=ON -DCMAKE_PREFIX_PATH=$root/usr"
 cfg="$cfg -DCMAKE_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu -DCMAKE_INCLUDE_PATH=$root/usr/include"
 export cfg
+
+# build_gpu [TARGET...]: the GPU's name and driver into $OUT/machine.txt, then this tree with the
+# CUDA backend into build-gpu (ferry and the TARGETs), its log in $OUT/build.log; on a failure
+# the log's tail, and the script ends.
+build_gpu() {
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/machine.txt"
+  # shellcheck disable=SC2086
+  { cmake -S . -B build-gpu $cfg && cmake --build build-gpu -j 14 --target ferry "$@"; } \
+    >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+}

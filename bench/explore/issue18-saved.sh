@@ -8,10 +8,7 @@ set -u
 # shellcheck source=bench/explore/carry-env.sh
 . "$(dirname "$0")/carry-env.sh"
 rounds=${ROUNDS:-4}
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/machine.txt
-# shellcheck disable=SC2086
-{ cmake -S . -B build-gpu $cfg && cmake --build build-gpu -j 14 --target ferry; } >$OUT/build.log 2>&1 ||
-  { tail -30 $OUT/build.log; exit 1; }
+build_gpu
 js() { python3 -c "import json,sys; j=json.load(sys.stdin); j.update($1); print(json.dumps(j))"; }
 for r in $(seq 1 "$rounds"); do
   pm=$OUT/pm$r.json

@@ -10,10 +10,7 @@ set -u
 . "$(dirname "$0")/carry-env.sh"
 rounds=${ROUNDS:-3}
 bytes=${BYTES:-16G}
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/machine.txt
-# shellcheck disable=SC2086
-{ cmake -S . -B build-gpu $cfg && cmake --build build-gpu -j 14 --target ferry gpu_test_set_steal; } \
-  >$OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
+build_gpu gpu_test_set_steal
 build-gpu/tests/gpu_test_set_steal >$OUT/steal.log 2>&1
 echo "gpu.set_steal: rc $?"
 grep -E "GPU|OK|FAIL|ERROR" $OUT/steal.log

@@ -20,250 +20,9 @@
 #include "base/base.h"
 #include "base/config.h"
 #include "core/runtime.h"
-#include "ferry/connections.h"
-#include "pipeline/pipeline_internal.h"
 #include "pipeline/remote.h"
-#include "pipeline/worker.h"
-#include "proc/shm.h"
+#include "pipeline/remote_internal.h"
 #include "proc/sock.h"
-#include "proc/zygote.h"
-
-#define RM_RESPAWNS  3 /* tries: of a worker to start, of a batch that ends its workers */
-#define RM_BARREN    6 /* workers in a row that end before they finish a batch: retired */
-#define RM_STAGE_MIN ((size_t)2 << 20)
-#define RM_EXIT_WAIT 2000000000u /* ns a worker that said LOST, or closed, has to exit */
-#define RM_CPU_CHUNK ((size_t)8 << 20)
-
-typedef struct rm_batch {
-    uint64_t seq;
-    ferry_batch_t b; /* the caller's */
-    ferry_done_fn cb;
-    void *arg;
-    unsigned stg;
-    bool ready;     /* its input is staged: it may be sent (under wmu and mu) */
-    unsigned tries; /* workers that ended while it was the oldest in flight in them */
-    uint32_t sent;  /* the generation of the worker it was sent to, plus one */
-    int fail;       /* its prepare failed: sent as FAIL */
-    uint64_t submit_ns;
-    struct rm_batch *next;
-} rm_batch_t;
-
-typedef struct rm_stage {
-    ferry__shm_t r;
-    bool busy;
-    uint32_t sent; /* the generation of the worker it was last mapped in, plus one */
-} rm_stage_t;
-
-struct ferry__remote {
-    ferry_pipeline_t *h;
-    ferry_runtime_t *rt;
-    ferry_device_t *dev;
-    ferry_stage_t stage;
-    ferry__wk_hello_t hello;
-    char *opts, *inj; /* the options as text; option inject's line (the first worker's) */
-    size_t olen, ilen;
-    size_t chunk;
-    unsigned limit;
-    bool nonblocking;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    rm_batch_t *head, *tail;
-    unsigned nfl, entering;
-    rm_stage_t **stg; /* capstg of them; a region's record never moves */
-    unsigned nstg, capstg;
-    uint64_t next_seq;
-    bool shut, released, closing, retired, reader_done;
-    /* the worker, replaced by the reader; written under both locks, read under either */
-    pthread_mutex_t wmu;
-    int sock;
-    ferry__zyg_proc_t proc;
-    uint32_t generation;
-    pthread_t reader;
-    bool reader_started;
-    /* figures, under mu */
-    uint64_t submitted, done_gpu, done_cpu, failed, bytes, first_ns, last_ns;
-    uint64_t restarts, recovery_ns, recover_t0;
-    unsigned barren; /* workers in a row that ended without finishing a batch */
-    bool solo;       /* the worker runs the oldest batch alone (replace); under wmu and mu */
-    /* the device's figures (its clock) as the workers reported them: the ended ones' summed,
-     * the one running now's latest */
-    ferry__wk_msg_t ended, now;
-    ferry_pipeline_stats_t wstats;
-};
-
-/* ---- the worker ------------------------------------------------------------------------- */
-
-/* Never waits: a worker's socket holds few messages (net.unix.max_dgram_qlen, 10 here), and a
- * sender waiting for room while holding wmu would hold up the reader (flush). */
-static int send_msg(int s, const ferry__wk_msg_t *m, int fd)
-{
-    return ferry__sock_send(s, m, sizeof(*m), NULL, 0, &fd, fd >= 0 ? 1 : 0, MSG_DONTWAIT);
-}
-
-static int recv_msg(int s, ferry__wk_msg_t *m)
-{
-    ssize_t n;
-    do
-        n = recv(s, m, sizeof(*m), 0);
-    while (n < 0 && errno == EINTR);
-    return n == (ssize_t)sizeof(*m) ? 0 : -1;
-}
-
-/* The options this runtime was given, as "name=value\n" lines (isolation and inject left
- * out: the worker runs its device in-process; inject is added for the first worker alone). */
-static char *options_text(const ferry_options_t *o, const char *profile, unsigned conns,
-                          size_t *len)
-{
-    size_t cap = 4096, n = 0;
-    char *t = malloc(cap);
-    for (size_t i = 0; t != NULL && i < ferry_option_count(); i++) {
-        const ferry_option_info_t *oi = ferry_option_at(i);
-        if (!ferry__opt_given(o, (ferry__opt_id_t)i) || strcmp(oi->name, "isolation") == 0 ||
-            strcmp(oi->name, "inject") == 0 || strcmp(oi->name, "profile") == 0 ||
-            strcmp(oi->name, "connections_per_device") == 0)
-            continue;
-        char v[1024];
-        if (oi->type == FERRY_OPT_STRING || oi->type == FERRY_OPT_ENUM) {
-            snprintf(v, sizeof(v), "%s", ferry_options_get_str(o, oi->name));
-        } else if (oi->type == FERRY_OPT_DOUBLE) {
-            double d = 0;
-            ferry_options_get_double(o, oi->name, &d);
-            snprintf(v, sizeof(v), "%.17g", d);
-        } else {
-            int64_t k = 0;
-            ferry_options_get_i64(o, oi->name, &k);
-            snprintf(v, sizeof(v), "%lld", (long long)k);
-        }
-        if (v[0] == '\0')
-            continue;
-        size_t need = strlen(oi->name) + strlen(v) + 2;
-        if (n + need + 1 > cap) {
-            char *g = realloc(t, cap *= 2);
-            if (g == NULL) {
-                free(t);
-                return NULL;
-            }
-            t = g;
-        }
-        n += (size_t)snprintf(t + n, cap - n, "%s=%s\n", oi->name, v);
-    }
-    if (t != NULL) { /* the profile, and this worker's connections, last: they win */
-        size_t need = strlen(profile) + 48;
-        char *g = realloc(t, n + need);
-        if (g == NULL) {
-            free(t);
-            return NULL;
-        }
-        t = g;
-        if (profile[0] != '\0')
-            n += (size_t)snprintf(t + n, need, "profile=%s\n", profile);
-        if (conns > 0)
-            n += (size_t)snprintf(t + n, need - strlen(profile), "connections=%u\n", conns);
-    }
-    *len = n;
-    return t;
-}
-
-/* The hello every worker of @r starts from (spawn adds the options and the user data). */
-static int make_hello(struct ferry__remote *r, const ferry_pipeline_config_t *cfg)
-{
-    /* option connections_per_device: this device's value (the runtime checked the rules) */
-    const char *rules = ferry__opt_str(r->rt->opts, FERRY__OPT_connections_per_device);
-    unsigned conns = 0;
-    if (rules[0] != '\0') {
-        ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
-        ferry_device_props(r->dev, &p);
-        int hit = ferry_connections_rule(rules, "option connections_per_device", p.index, p.name,
-                                         p.cc_major, p.cc_minor, &conns);
-        if (hit == 0)
-            return ferry__error(FERRY_EINVAL,
-                                "option connections_per_device: no rule matches device %d (%s, cc "
-                                "%d.%d); add a rule or '*=V'",
-                                p.index, p.name, p.cc_major, p.cc_minor);
-        if (hit < 0)
-            return hit;
-    }
-    r->opts = options_text(r->rt->opts, r->rt->profile, conns, &r->olen);
-    if (r->opts == NULL)
-        return ferry__error(FERRY_ENOMEM, "isolation=process: out of memory");
-    const char *inj = ferry__opt_str(r->rt->opts, FERRY__OPT_inject);
-    if (inj[0] != '\0' && (r->inj = malloc(strlen(inj) + 9)) != NULL)
-        r->ilen = (size_t)sprintf(r->inj, "inject=%s\n", inj);
-    size_t len = sizeof(ferry__wk_hello_t) + r->olen + r->ilen + r->stage.user_bytes;
-    if (len > FERRY__ZYG_MAX_MSG)
-        return ferry__error(FERRY_EINVAL,
-                            "isolation=process: the worker's start message would be %zu bytes "
-                            "(at most %d: the stage's user_bytes %zu, the options %zu)",
-                            len, FERRY__ZYG_MAX_MSG, r->stage.user_bytes, r->olen);
-    ferry__wk_hello_t *h = &r->hello;
-    *h = (ferry__wk_hello_t){.magic = FERRY__WK_MAGIC, .device = r->dev->index, .cfg = *cfg};
-    snprintf(h->backend, sizeof(h->backend), "%s", ferry_runtime_backend(r->rt));
-    h->gpu = r->stage.gpu;
-    h->cpu = r->stage.cpu;
-    h->user = r->stage.user;
-    h->user_bytes = r->stage.user_bytes;
-    h->ns_per_byte = r->stage.ns_per_byte;
-    h->granularity = r->stage.granularity;
-    snprintf(h->stage_name, sizeof(h->stage_name), "%s", r->h->stage_name);
-    h->arena = r->rt->arena.base;
-    h->arena_bytes = r->rt->arena.bytes;
-    return 0;
-}
-
-/* Start a worker of generation @gen and wait for its READY: the first worker gets the injected
- * faults (option inject), its replacements run without them. Returns 0 or the worker's error,
- * with its text. */
-static int spawn(struct ferry__remote *r, uint32_t gen)
-{
-    size_t ilen = gen == 0 ? r->ilen : 0, ub = r->stage.user_bytes;
-    size_t len = sizeof(ferry__wk_hello_t) + r->olen + ilen + ub;
-    unsigned char *msg = malloc(len);
-    int sv[2] = {-1, -1};
-    if (msg == NULL || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
-        free(msg);
-        return ferry__error(FERRY_ENOMEM, "isolation=process: a worker's socket: %s",
-                            strerror(errno));
-    }
-    ferry__wk_hello_t h = r->hello;
-    h.generation = gen;
-    h.options_len = (uint32_t)(r->olen + ilen);
-    memcpy(msg, &h, sizeof(h));
-    memcpy(msg + sizeof(h), r->opts, r->olen);
-    if (ilen > 0)
-        memcpy(msg + sizeof(h) + r->olen, r->inj, ilen);
-    if (ub > 0)
-        memcpy(msg + sizeof(h) + r->olen + ilen, r->stage.user, ub);
-    ferry__zyg_proc_t p;
-    int rc = ferry__zyg_spawn(r->rt->zyg, ferry__worker_main, msg, len, &sv[1], 1, &p);
-    free(msg);
-    close(sv[1]);
-    ferry__wk_msg_t m;
-    if (rc == 0 && recv_msg(sv[0], &m) != 0) {
-        int st = 0;
-        ferry__zyg_wait(r->rt->zyg, &p, RM_EXIT_WAIT, &st);
-        rc = ferry__error(FERRY_EBACKEND,
-                          "isolation=process: the worker (pid %d) ended before it was ready "
-                          "(%s %d)",
-                          (int)p.pid, WIFSIGNALED(st) ? "signal" : "exit status",
-                          WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
-    } else if (rc == 0 && (m.kind != FERRY__WK_READY || m.status != 0)) {
-        int st = 0;
-        ferry__zyg_wait(r->rt->zyg, &p, RM_EXIT_WAIT, &st);
-        rc = ferry__error(m.status < 0 ? m.status : FERRY_EBACKEND,
-                          "isolation=process: the worker could not start: %s", m.text);
-    }
-    if (rc != 0) {
-        close(sv[0]);
-        return rc;
-    }
-    pthread_mutex_lock(&r->mu);
-    r->sock = sv[0];
-    r->proc = p;
-    r->generation = gen;
-    r->wstats = m.stats; /* its plan (chunk, depth, streams) and connections, as it started */
-    pthread_mutex_unlock(&r->mu);
-    return 0;
-}
 
 /* Send staging region @i to the worker if it has not mapped it. Under wmu. */
 static int send_region(struct ferry__remote *r, unsigned i)
@@ -272,7 +31,7 @@ static int send_region(struct ferry__remote *r, unsigned i)
     if (s->sent == r->generation + 1)
         return 0;
     ferry__wk_msg_t m = {.kind = FERRY__WK_MAP, .in = s->r.base, .bytes = s->r.bytes};
-    if (send_msg(r->sock, &m, s->r.fd) != 0)
+    if (ferry__rm_send(r->sock, &m, s->r.fd) != 0)
         return -1;
     s->sent = r->generation + 1;
     return 0;
@@ -282,7 +41,7 @@ static int send_batch_now(struct ferry__remote *r, const rm_batch_t *b)
 {
     if (b->fail != 0) {
         ferry__wk_msg_t f = {.kind = FERRY__WK_FAIL, .seq = b->seq, .status = b->fail};
-        return send_msg(r->sock, &f, -1);
+        return ferry__rm_send(r->sock, &f, -1);
     }
     if (send_region(r, b->stg) != 0)
         return -1;
@@ -293,7 +52,7 @@ static int send_batch_now(struct ferry__remote *r, const rm_batch_t *b)
                          .out = b->b.out != NULL ? base + b->b.bytes : NULL,
                          .bytes = b->b.bytes,
                          .user = b->b.user};
-    return send_msg(r->sock, &m, -1);
+    return ferry__rm_send(r->sock, &m, -1);
 }
 
 static int send_batch(struct ferry__remote *r, rm_batch_t *b)
@@ -486,7 +245,7 @@ static int replace(struct ferry__remote *r, const char *said)
               WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
     int rc = -1;
     for (unsigned k = 0; !barren && k < RM_RESPAWNS && rc != 0; k++)
-        if ((rc = spawn(r, r->generation + 1)) != 0)
+        if ((rc = ferry__rm_spawn(r, r->generation + 1)) != 0)
             ferry_log(FERRY_LOG_WARN, "pipeline", "device %d: a new worker did not start: %s",
                       r->dev->index, ferry_last_error());
     if (rc == 0) {
@@ -546,7 +305,7 @@ static void *reader_main(void *arg)
     ferry__pipe_own_thread = r->h;
     for (;;) {
         ferry__wk_msg_t m;
-        int got = recv_msg(r->sock, &m);
+        int got = ferry__rm_recv(r->sock, &m);
         if (got == 0 && m.kind == FERRY__WK_DONE) {
             rm_batch_t *b = take(r, m.seq);
             if (b != NULL)
@@ -658,10 +417,10 @@ int ferry__remote_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **
     r->chunk = ch > 0 ? ch : RM_CPU_CHUNK;
     r->capstg = 4 * r->limit;
     r->stg = calloc(r->capstg, sizeof(*r->stg));
-    int rc =
-        r->stg == NULL ? ferry__error(FERRY_ENOMEM, "pipeline: out of memory") : make_hello(r, cfg);
+    int rc = r->stg == NULL ? ferry__error(FERRY_ENOMEM, "pipeline: out of memory")
+                            : ferry__rm_make_hello(r, cfg);
     if (rc == 0)
-        rc = spawn(r, 0);
+        rc = ferry__rm_spawn(r, 0);
     if (rc == 0 &&
         ferry__thread_start(&r->reader, &r->reader_started, reader_main, r, "ferry-remote") != 0)
         rc = ferry__error(FERRY_ENOMEM, "pipeline: cannot start the worker's reader thread");

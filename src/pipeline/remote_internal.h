@@ -1,0 +1,91 @@
+/* What remote.c and remote_start.c share: the application's side of a pipeline in a worker
+ * process (remote.h). remote_start.c makes a worker's start message and starts it; remote.c has
+ * the batches, the reader thread and the worker's replacement. */
+#ifndef FERRY_PIPELINE_REMOTE_INTERNAL_H
+#define FERRY_PIPELINE_REMOTE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pipeline/pipeline_internal.h"
+#include "pipeline/worker.h"
+#include "proc/shm.h"
+#include "proc/zygote.h"
+
+#define RM_RESPAWNS  3 /* tries: of a worker to start, of a batch that ends its workers */
+#define RM_BARREN    6 /* workers in a row that end before they finish a batch: retired */
+#define RM_STAGE_MIN ((size_t)2 << 20)
+#define RM_EXIT_WAIT 2000000000u /* ns a worker that said LOST, or closed, has to exit */
+#define RM_CPU_CHUNK ((size_t)8 << 20)
+
+typedef struct rm_batch {
+    uint64_t seq;
+    ferry_batch_t b; /* the caller's */
+    ferry_done_fn cb;
+    void *arg;
+    unsigned stg;
+    bool ready;     /* its input is staged: it may be sent (under wmu and mu) */
+    unsigned tries; /* workers that ended while it was the oldest in flight in them */
+    uint32_t sent;  /* the generation of the worker it was sent to, plus one */
+    int fail;       /* its prepare failed: sent as FAIL */
+    uint64_t submit_ns;
+    struct rm_batch *next;
+} rm_batch_t;
+
+typedef struct rm_stage {
+    ferry__shm_t r;
+    bool busy;
+    uint32_t sent; /* the generation of the worker it was last mapped in, plus one */
+} rm_stage_t;
+
+struct ferry__remote {
+    ferry_pipeline_t *h;
+    ferry_runtime_t *rt;
+    ferry_device_t *dev;
+    ferry_stage_t stage;
+    ferry__wk_hello_t hello;
+    char *opts, *inj; /* the options as text; option inject's line (the first worker's) */
+    size_t olen, ilen;
+    size_t chunk;
+    unsigned limit;
+    bool nonblocking;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    rm_batch_t *head, *tail;
+    unsigned nfl, entering;
+    rm_stage_t **stg; /* capstg of them; a region's record never moves */
+    unsigned nstg, capstg;
+    uint64_t next_seq;
+    bool shut, released, closing, retired, reader_done;
+    /* the worker, replaced by the reader; written under both locks, read under either */
+    pthread_mutex_t wmu;
+    int sock;
+    ferry__zyg_proc_t proc;
+    uint32_t generation;
+    pthread_t reader;
+    bool reader_started;
+    /* figures, under mu */
+    uint64_t submitted, done_gpu, done_cpu, failed, bytes, first_ns, last_ns;
+    uint64_t restarts, recovery_ns, recover_t0;
+    unsigned barren; /* workers in a row that ended without finishing a batch */
+    bool solo;       /* the worker runs the oldest batch alone (replace); under wmu and mu */
+    /* the device's figures (its clock) as the workers reported them: the ended ones' summed,
+     * the one running now's latest */
+    ferry__wk_msg_t ended, now;
+    ferry_pipeline_stats_t wstats;
+};
+
+/* A message to a worker, @fd (-1: none) with it; never waits (a full socket is -1, EAGAIN). */
+int ferry__rm_send(int s, const ferry__wk_msg_t *m, int fd);
+/* One message from a worker: 0, or -1 at the end of the stream. */
+int ferry__rm_recv(int s, ferry__wk_msg_t *m);
+/* @r's hello (the worker's start message but its options and user data), from @cfg; its
+ * device's connections by option connections_per_device. Returns 0 or the error. */
+int ferry__rm_make_hello(struct ferry__remote *r, const ferry_pipeline_config_t *cfg);
+/* Start a worker of generation @gen and wait for its READY (r->sock, r->proc, r->generation and
+ * r->wstats set under r->mu). The first worker gets option inject's faults, its replacements
+ * none. Returns 0 or the worker's error, with its text. */
+int ferry__rm_spawn(struct ferry__remote *r, uint32_t gen);
+
+#endif

@@ -1,0 +1,188 @@
+/* A worker's start (remote_internal.h): the options as text, the hello, the fork from the
+ * runtime's helper and the wait for its READY; and the messages to and from it. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "core/runtime.h"
+#include "ferry/connections.h"
+#include "pipeline/remote_internal.h"
+#include "proc/sock.h"
+
+/* ---- the worker ------------------------------------------------------------------------- */
+
+/* Never waits: a worker's socket holds few messages (net.unix.max_dgram_qlen, 10 here), and a
+ * sender waiting for room while holding wmu would hold up the reader (flush). */
+int ferry__rm_send(int s, const ferry__wk_msg_t *m, int fd)
+{
+    return ferry__sock_send(s, m, sizeof(*m), NULL, 0, &fd, fd >= 0 ? 1 : 0, MSG_DONTWAIT);
+}
+
+int ferry__rm_recv(int s, ferry__wk_msg_t *m)
+{
+    ssize_t n;
+    do
+        n = recv(s, m, sizeof(*m), 0);
+    while (n < 0 && errno == EINTR);
+    return n == (ssize_t)sizeof(*m) ? 0 : -1;
+}
+
+/* The options this runtime was given, as "name=value\n" lines (isolation and inject left
+ * out: the worker runs its device in-process; inject is added for the first worker alone). */
+static char *options_text(const ferry_options_t *o, const char *profile, unsigned conns,
+                          size_t *len)
+{
+    size_t cap = 4096, n = 0;
+    char *t = malloc(cap);
+    for (size_t i = 0; t != NULL && i < ferry_option_count(); i++) {
+        const ferry_option_info_t *oi = ferry_option_at(i);
+        if (!ferry__opt_given(o, (ferry__opt_id_t)i) || strcmp(oi->name, "isolation") == 0 ||
+            strcmp(oi->name, "inject") == 0 || strcmp(oi->name, "profile") == 0 ||
+            strcmp(oi->name, "connections_per_device") == 0)
+            continue;
+        char v[1024];
+        if (oi->type == FERRY_OPT_STRING || oi->type == FERRY_OPT_ENUM) {
+            snprintf(v, sizeof(v), "%s", ferry_options_get_str(o, oi->name));
+        } else if (oi->type == FERRY_OPT_DOUBLE) {
+            double d = 0;
+            ferry_options_get_double(o, oi->name, &d);
+            snprintf(v, sizeof(v), "%.17g", d);
+        } else {
+            int64_t k = 0;
+            ferry_options_get_i64(o, oi->name, &k);
+            snprintf(v, sizeof(v), "%lld", (long long)k);
+        }
+        if (v[0] == '\0')
+            continue;
+        size_t need = strlen(oi->name) + strlen(v) + 2;
+        if (n + need + 1 > cap) {
+            char *g = realloc(t, cap *= 2);
+            if (g == NULL) {
+                free(t);
+                return NULL;
+            }
+            t = g;
+        }
+        n += (size_t)snprintf(t + n, cap - n, "%s=%s\n", oi->name, v);
+    }
+    if (t != NULL) { /* the profile, and this worker's connections, last: they win */
+        size_t need = strlen(profile) + 48;
+        char *g = realloc(t, n + need);
+        if (g == NULL) {
+            free(t);
+            return NULL;
+        }
+        t = g;
+        if (profile[0] != '\0')
+            n += (size_t)snprintf(t + n, need, "profile=%s\n", profile);
+        if (conns > 0)
+            n += (size_t)snprintf(t + n, need - strlen(profile), "connections=%u\n", conns);
+    }
+    *len = n;
+    return t;
+}
+
+/* The hello every worker of @r starts from (spawn adds the options and the user data). */
+int ferry__rm_make_hello(struct ferry__remote *r, const ferry_pipeline_config_t *cfg)
+{
+    /* option connections_per_device: this device's value (the runtime checked the rules) */
+    const char *rules = ferry__opt_str(r->rt->opts, FERRY__OPT_connections_per_device);
+    unsigned conns = 0;
+    if (rules[0] != '\0') {
+        ferry_device_props_t p = FERRY_DEVICE_PROPS_INIT;
+        ferry_device_props(r->dev, &p);
+        int hit = ferry_connections_rule(rules, "option connections_per_device", p.index, p.name,
+                                         p.cc_major, p.cc_minor, &conns);
+        if (hit == 0)
+            return ferry__error(FERRY_EINVAL,
+                                "option connections_per_device: no rule matches device %d (%s, cc "
+                                "%d.%d); add a rule or '*=V'",
+                                p.index, p.name, p.cc_major, p.cc_minor);
+        if (hit < 0)
+            return hit;
+    }
+    r->opts = options_text(r->rt->opts, r->rt->profile, conns, &r->olen);
+    if (r->opts == NULL)
+        return ferry__error(FERRY_ENOMEM, "isolation=process: out of memory");
+    const char *inj = ferry__opt_str(r->rt->opts, FERRY__OPT_inject);
+    if (inj[0] != '\0' && (r->inj = malloc(strlen(inj) + 9)) != NULL)
+        r->ilen = (size_t)sprintf(r->inj, "inject=%s\n", inj);
+    size_t len = sizeof(ferry__wk_hello_t) + r->olen + r->ilen + r->stage.user_bytes;
+    if (len > FERRY__ZYG_MAX_MSG)
+        return ferry__error(FERRY_EINVAL,
+                            "isolation=process: the worker's start message would be %zu bytes "
+                            "(at most %d: the stage's user_bytes %zu, the options %zu)",
+                            len, FERRY__ZYG_MAX_MSG, r->stage.user_bytes, r->olen);
+    ferry__wk_hello_t *h = &r->hello;
+    *h = (ferry__wk_hello_t){.magic = FERRY__WK_MAGIC, .device = r->dev->index, .cfg = *cfg};
+    snprintf(h->backend, sizeof(h->backend), "%s", ferry_runtime_backend(r->rt));
+    h->gpu = r->stage.gpu;
+    h->cpu = r->stage.cpu;
+    h->user = r->stage.user;
+    h->user_bytes = r->stage.user_bytes;
+    h->ns_per_byte = r->stage.ns_per_byte;
+    h->granularity = r->stage.granularity;
+    snprintf(h->stage_name, sizeof(h->stage_name), "%s", r->h->stage_name);
+    h->arena = r->rt->arena.base;
+    h->arena_bytes = r->rt->arena.bytes;
+    return 0;
+}
+
+/* Start a worker of generation @gen and wait for its READY: the first worker gets the injected
+ * faults (option inject), its replacements run without them. Returns 0 or the worker's error,
+ * with its text. */
+int ferry__rm_spawn(struct ferry__remote *r, uint32_t gen)
+{
+    size_t ilen = gen == 0 ? r->ilen : 0, ub = r->stage.user_bytes;
+    size_t len = sizeof(ferry__wk_hello_t) + r->olen + ilen + ub;
+    unsigned char *msg = malloc(len);
+    int sv[2] = {-1, -1};
+    if (msg == NULL || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+        free(msg);
+        return ferry__error(FERRY_ENOMEM, "isolation=process: a worker's socket: %s",
+                            strerror(errno));
+    }
+    ferry__wk_hello_t h = r->hello;
+    h.generation = gen;
+    h.options_len = (uint32_t)(r->olen + ilen);
+    memcpy(msg, &h, sizeof(h));
+    memcpy(msg + sizeof(h), r->opts, r->olen);
+    if (ilen > 0)
+        memcpy(msg + sizeof(h) + r->olen, r->inj, ilen);
+    if (ub > 0)
+        memcpy(msg + sizeof(h) + r->olen + ilen, r->stage.user, ub);
+    ferry__zyg_proc_t p;
+    int rc = ferry__zyg_spawn(r->rt->zyg, ferry__worker_main, msg, len, &sv[1], 1, &p);
+    free(msg);
+    close(sv[1]);
+    ferry__wk_msg_t m;
+    if (rc == 0 && ferry__rm_recv(sv[0], &m) != 0) {
+        int st = 0;
+        ferry__zyg_wait(r->rt->zyg, &p, RM_EXIT_WAIT, &st);
+        rc = ferry__error(FERRY_EBACKEND,
+                          "isolation=process: the worker (pid %d) ended before it was ready "
+                          "(%s %d)",
+                          (int)p.pid, WIFSIGNALED(st) ? "signal" : "exit status",
+                          WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    } else if (rc == 0 && (m.kind != FERRY__WK_READY || m.status != 0)) {
+        int st = 0;
+        ferry__zyg_wait(r->rt->zyg, &p, RM_EXIT_WAIT, &st);
+        rc = ferry__error(m.status < 0 ? m.status : FERRY_EBACKEND,
+                          "isolation=process: the worker could not start: %s", m.text);
+    }
+    if (rc != 0) {
+        close(sv[0]);
+        return rc;
+    }
+    pthread_mutex_lock(&r->mu);
+    r->sock = sv[0];
+    r->proc = p;
+    r->generation = gen;
+    r->wstats = m.stats; /* its plan (chunk, depth, streams) and connections, as it started */
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
