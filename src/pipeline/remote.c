@@ -238,6 +238,10 @@ static int replace(struct ferry__remote *r, const char *said)
     rm_batch_t *poison = poison_batch(r);
     bool barren = ++r->barren >= RM_BARREN;
     pthread_mutex_unlock(&r->mu);
+    if (said == NULL && WIFEXITED(st) && WEXITSTATUS(st) == FERRY__WK_EXIT_STICKY)
+        said = "a sticky error"; /* its LOST unread (worker.h) */
+    else if (said == NULL && WIFEXITED(st) && WEXITSTATUS(st) == FERRY__WK_EXIT_HUNG)
+        said = "a kernel hung";
     ferry_log(FERRY_LOG_WARN, "pipeline",
               "device %d: its worker (pid %d) ended (%s%s%s %d): starting another", r->dev->index,
               (int)old.pid, said != NULL ? said : "", said != NULL ? "; " : "",

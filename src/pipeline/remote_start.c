@@ -24,10 +24,12 @@ int ferry__rm_send(int s, const ferry__wk_msg_t *m, int fd)
 
 int ferry__rm_recv(int s, ferry__wk_msg_t *m)
 {
+    /* A peer that ended with messages of ours unread makes the next read ECONNRESET, once,
+     * before the messages it sent, which are still there (its last reports, its LOST). */
     ssize_t n;
     do
         n = recv(s, m, sizeof(*m), 0);
-    while (n < 0 && errno == EINTR);
+    while (n < 0 && (errno == EINTR || errno == ECONNRESET));
     return n == (ssize_t)sizeof(*m) ? 0 : -1;
 }
 

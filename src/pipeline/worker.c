@@ -53,7 +53,7 @@ static void lost(ferry_pipeline_t *p, bool hung)
         snprintf(m.text, sizeof(m.text), "%s", hung ? "a kernel hung" : "a sticky error");
         send_wk(w, &m);
     }
-    _exit(3);
+    _exit(hung ? FERRY__WK_EXIT_HUNG : FERRY__WK_EXIT_STICKY);
 }
 
 static void on_done(const ferry_batch_result_t *r, void *arg)
@@ -61,17 +61,8 @@ static void on_done(const ferry_batch_result_t *r, void *arg)
     wk_t *w = the_worker;
     ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
     ferry_pipeline_stats(w->pl, &st);
-    if (st.gpu_lost || st.gpu_hung) {
-        /* the GPU path ended: a new process brings it back; nothing more is reported here */
-        if (atomic_exchange(&w->lost, 1) == 0) {
-            ferry__wk_msg_t m = {.kind = FERRY__WK_LOST, .status = FERRY_ESTICKY};
-            snprintf(m.text, sizeof(m.text), "%s",
-                     st.gpu_hung ? "a kernel hung" : "a sticky error");
-            send_wk(w, &m);
-            _exit(3);
-        }
-        return;
-    }
+    if (st.gpu_lost || st.gpu_hung) /* the GPU path ended (a backstop: gpu_end comes first) */
+        lost(w->pl, st.gpu_hung);
     ferry__wk_msg_t m = {.kind = FERRY__WK_DONE,
                          .status = r->status,
                          .seq = (uint64_t)(uintptr_t)arg,

@@ -67,8 +67,13 @@ typedef struct ferry__wk_hello {
     uint32_t options_len;
 } ferry__wk_hello_t;
 
-/* The worker's main: the zygote's entry (proc/zygote.h). fds[0] is its socket. Exits 0 after a
- * CLOSE; 2 when it cannot start (READY says why); 3 after LOST; 4 when the socket fails. */
+/* A worker's exit status: 0 after a CLOSE; 2 when it cannot start (READY says why); after a
+ * LOST, 3 (a sticky error) or 5 (a hung kernel), which say why even if its LOST is lost; 4
+ * when the socket fails. */
+#define FERRY__WK_EXIT_STICKY 3
+#define FERRY__WK_EXIT_HUNG   5
+
+/* The worker's main: the zygote's entry (proc/zygote.h). fds[0] is its socket. */
 int ferry__worker_main(const void *msg, size_t len, const int *fds, unsigned nfds);
 
 #endif

@@ -49,9 +49,9 @@ ssize_t ferry__sock_recv(int s, void *a, size_t alen, void *b, size_t blen, int 
                        .msg_control = u.buf,
                        .msg_controllen = sizeof(u.buf)};
     ssize_t n;
-    do
+    do /* ECONNRESET: the peer ended with ours unread; what it sent is still there */
         n = recvmsg(s, &m, MSG_CMSG_CLOEXEC);
-    while (n < 0 && errno == EINTR);
+    while (n < 0 && (errno == EINTR || errno == ECONNRESET));
     *nfds = 0;
     for (struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&m) : NULL; c != NULL; c = CMSG_NXTHDR(&m, c))
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
