@@ -60,15 +60,22 @@ static void submit(ferry__cpudev_t *c, unsigned char *in, unsigned char *out, si
     assert_int_equal(ferry__cpudev_submit(c, &b, 0, 0, probe, on_done, d), 0);
 }
 
-static void test_steal(void **state)
+/* The CPU device on two threads (this host may have more: lanes bound them), 1 MiB chunks,
+ * running gated_copy with the gate shut. */
+static ferry__cpudev_t *gated_device(void)
 {
-    (void)state;
     ferry_stage_t st = test_cpu_stage("gated", gated_copy);
     ferry__cpudev_t *c = NULL;
-    /* two threads (this host may have more: lanes bound them) */
     assert_int_equal(ferry__cpudev_create(&st, MIB, 2, false, 0, &c), 0);
     atomic_store(&gate_open, 0);
     atomic_store(&started, 0);
+    return c;
+}
+
+static void test_steal(void **state)
+{
+    (void)state;
+    ferry__cpudev_t *c = gated_device();
     size_t na = 8 * MIB, nb = 8 * MIB + 100, np = 256 << 10;
     unsigned char *in = malloc(na + nb + np), *out = malloc(na + nb + np);
     assert_true(in != NULL && out != NULL);
@@ -129,11 +136,7 @@ static void test_steal(void **state)
 static void test_steal_pieces(void **state)
 {
     (void)state;
-    ferry_stage_t st = test_cpu_stage("gated", gated_copy);
-    ferry__cpudev_t *c = NULL;
-    assert_int_equal(ferry__cpudev_create(&st, MIB, 2, false, 0, &c), 0);
-    atomic_store(&gate_open, 0);
-    atomic_store(&started, 0);
+    ferry__cpudev_t *c = gated_device();
     size_t n = 2 * MIB, small = 512 << 10;
     unsigned char *in = calloc(1, n + small), *out = malloc(n + small);
     assert_true(in != NULL && out != NULL);
