@@ -140,9 +140,8 @@ static void steal_for(struct ferry__pset *s, unsigned g)
 {
     if (s->virt)
         return;
-    pset_part_t *np = calloc(1, sizeof(*np));
-    if (np == NULL)
-        return;
+    pset_part_t *np =
+        NULL; /* made only when there is something to take: every GPU part ends here */
     double r[FERRY_MAX_DEVICE_SET];
     pthread_mutex_lock(&s->lock);
     int cpu = -1;
@@ -156,7 +155,7 @@ static void steal_for(struct ferry__pset *s, unsigned g)
         pset_dev_t *c = &s->d[cpu];
         /* x bytes to @g: (held - x) / r[cpu] == x / r[g], both then end together */
         double x = (double)c->held / r[cpu] / (1 / r[cpu] + 1 / r[g]);
-        if (x >= (double)s->chunk / 2)
+        if (x >= (double)s->chunk / 2 && (np = calloc(1, sizeof(*np))) != NULL)
             bytes = ferry__cpudev_steal(c->cpu, (size_t)x, &arg, &off);
     }
     if (bytes == 0) {
