@@ -23,7 +23,7 @@ for r in $(seq 1 "$rounds"); do
   done
 done
 # a worker killed mid-run: the helper is the run's child, the worker the helper's
-build-gpu/ferry run --backend cuda --workload scale --bytes 64G --isolation process --json \
+build-gpu/ferry run --backend cuda --workload scale --bytes 256G --isolation process --json \
   >$OUT/killed.json 2>$OUT/killed.err &
 run=$!
 sleep 2

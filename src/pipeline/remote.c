@@ -9,6 +9,7 @@
  * is dropped). After RM_RESPAWNS workers in a row that did not start, the device is retired:
  * the reader runs what is in flight, and every later batch, on the stage's CPU function. */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -303,13 +304,42 @@ static void run_retired(struct ferry__remote *r)
     }
 }
 
+/* Wait for the worker's next message. A worker that sends nothing, its heartbeat included,
+ * for option worker_deadline_ms while a batch it was sent is in flight is hung (stopped,
+ * deadlocked, stuck on a chunk): it is killed, and the read that follows ends. */
+static void await_worker(struct ferry__remote *r)
+{
+    while (r->deadline_ms > 0) {
+        struct pollfd pf = {.fd = r->sock, .events = POLLIN};
+        if (poll(&pf, 1, (int)r->deadline_ms) != 0)
+            return; /* a message, the end, or a signal: the read sees which */
+        pthread_mutex_lock(&r->mu);
+        rm_batch_t *b = r->head;
+        bool owed = b != NULL && b->sent == r->generation + 1;
+        uint64_t seq = owed ? b->seq : 0;
+        pthread_mutex_unlock(&r->mu);
+        if (!owed)
+            continue;
+        ferry_log(FERRY_LOG_WARN, "pipeline",
+                  "device %d: its worker (pid %d) sent nothing for %u ms (option "
+                  "worker_deadline_ms) with batch %llu in flight: killing it",
+                  r->dev->index, (int)r->proc.pid, r->deadline_ms, (unsigned long long)seq);
+        r->killed = "hung past its deadline";
+        ferry__zyg_kill(&r->proc, SIGKILL);
+        return;
+    }
+}
+
 static void *reader_main(void *arg)
 {
     struct ferry__remote *r = arg;
     ferry__pipe_own_thread = r->h;
     for (;;) {
         ferry__wk_msg_t m;
+        await_worker(r);
         int got = ferry__rm_recv(r->sock, &m);
+        if (got == 0 && m.kind == FERRY__WK_BEAT)
+            continue;
         if (got == 0 && m.kind == FERRY__WK_DONE) {
             rm_batch_t *b = take(r, m.seq);
             if (b != NULL)
@@ -330,7 +360,8 @@ static void *reader_main(void *arg)
         pthread_mutex_unlock(&r->mu);
         if (done)
             break;
-        int how = replace(r, got == 0 && m.kind == FERRY__WK_LOST ? m.text : NULL);
+        int how = replace(r, got == 0 && m.kind == FERRY__WK_LOST ? m.text : r->killed);
+        r->killed = NULL;
         if (how == RM_RETIRED)
             run_retired(r);
         if (how != RM_REPLACED)
@@ -412,6 +443,7 @@ int ferry__remote_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **
     unsigned q = cfg->queue_depth ? cfg->queue_depth
                                   : (unsigned)ferry__opt_i64(rt->opts, FERRY__OPT_queue_depth);
     r->limit = q > 0 ? q : 16;
+    r->deadline_ms = (unsigned)ferry__opt_i64(rt->opts, FERRY__OPT_worker_deadline_ms);
     int nb = cfg->nonblocking >= 0 && cfg->nonblocking != FERRY_UNSET
                  ? cfg->nonblocking
                  : (int)ferry__opt_i64(rt->opts, FERRY__OPT_nonblocking);

@@ -64,6 +64,8 @@ struct ferry__remote {
     ferry__zyg_proc_t proc;
     uint32_t generation;
     pthread_t reader;
+    unsigned deadline_ms; /* option worker_deadline_ms */
+    const char *killed;   /* why the reader killed the worker (its deadline); the reader's */
     bool reader_started;
     /* figures, under mu */
     uint64_t submitted, done_gpu, done_cpu, failed, bytes, first_ns, last_ns;

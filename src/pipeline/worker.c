@@ -9,10 +9,12 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "base/base.h"
+#include "core/runtime.h"
 #include "ferry/options.h"
 #include "pipeline/pipeline_internal.h"
 #include "pipeline/worker.h"
@@ -24,6 +26,11 @@ typedef struct wk {
     pthread_mutex_t mu; /* the socket's writes */
     ferry_pipeline_t *pl;
     const ferry__wk_hello_t *h;
+    uint64_t beat_ms;        /* option worker_deadline_ms; 0: no heartbeat */
+    pthread_mutex_t beat_mu; /* closing; held while the heartbeat reads the figures */
+    pthread_cond_t beat_cv;
+    pthread_t beat;
+    bool beating, closing;
     _Atomic int lost;
 } wk_t;
 
@@ -39,6 +46,67 @@ static int send_wk(wk_t *w, const ferry__wk_msg_t *m)
 }
 
 static wk_t *the_worker; /* one a process */
+
+/* The heartbeat (option worker_deadline_ms): every quarter of the deadline, a BEAT while the
+ * pipeline finishes chunks or has no batch in flight. A worker stopped, deadlocked (its
+ * pipeline's lock held: the figures never come) or stuck on chunks that never end sends none,
+ * and the application kills it once the deadline has passed with batches in flight. */
+static void *beat_main(void *arg)
+{
+    wk_t *w = arg;
+    uint64_t period_ns = w->beat_ms * 1000000ull / 4, last = UINT64_MAX;
+    struct timespec at;
+    clock_gettime(CLOCK_MONOTONIC, &at);
+    pthread_mutex_lock(&w->beat_mu);
+    while (!w->closing) {
+        uint64_t ns = (uint64_t)at.tv_nsec + period_ns;
+        at.tv_sec += (time_t)(ns / 1000000000u);
+        at.tv_nsec = (long)(ns % 1000000000u);
+        while (!w->closing && pthread_cond_timedwait(&w->beat_cv, &w->beat_mu, &at) == 0) {
+        }
+        if (w->closing)
+            break;
+        ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
+        ferry_pipeline_stats(w->pl, &st);
+        uint64_t done = st.chunks + st.chunks_cpu;
+        bool idle =
+            st.batches_submitted == st.batches_done_gpu + st.batches_done_cpu + st.batches_failed;
+        ferry__wk_msg_t m = {.kind = FERRY__WK_BEAT};
+        if ((done != last || idle) && send_wk(w, &m) != 0)
+            break; /* the application is gone: the main loop sees it too */
+        last = done;
+    }
+    pthread_mutex_unlock(&w->beat_mu);
+    return NULL;
+}
+
+/* Start the heartbeat, if option worker_deadline_ms asks for one. */
+static int beat_start(wk_t *w, ferry_runtime_t *rt)
+{
+    w->beat_ms = (uint64_t)ferry__opt_i64(rt->opts, FERRY__OPT_worker_deadline_ms);
+    pthread_mutex_init(&w->beat_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->beat_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (w->beat_ms == 0)
+        return 0;
+    w->beating = pthread_create(&w->beat, NULL, beat_main, w) == 0;
+    return w->beating ? 0 : -1;
+}
+
+/* Stop it: before the pipeline goes. */
+static void beat_stop(wk_t *w)
+{
+    pthread_mutex_lock(&w->beat_mu);
+    w->closing = true;
+    pthread_cond_broadcast(&w->beat_cv);
+    pthread_mutex_unlock(&w->beat_mu);
+    if (w->beating)
+        pthread_join(w->beat, NULL);
+    w->beating = false;
+}
 
 /* The pipeline's GPU path has ended (pipeline_internal.h, gpu_end): the worker says so and
  * exits before the CPU path runs anything. The application runs what it had not reported on a
@@ -193,6 +261,8 @@ int ferry__worker_main(const void *msg, size_t len, const int *fds, unsigned nfd
         ferry_pipeline_stats(w.pl, &m.stats); /* its connections, as its context read them */
     if (send_wk(&w, &m) != 0 || rc != 0)
         _exit(rc != 0 ? 2 : 4);
+    if (beat_start(&w, rt) != 0)
+        _exit(2); /* without it the application would take it for hung */
     for (;;) {
         int fd = -1;
         if (recv_wk(w.sock, &m, &fd) != 0)
@@ -218,6 +288,7 @@ int ferry__worker_main(const void *msg, size_t len, const int *fds, unsigned nfd
             send_wk(&w, &d);
         } else if (m.kind == FERRY__WK_CLOSE) {
             ferry_pipeline_drain(w.pl);
+            beat_stop(&w);
             ferry__wk_msg_t s = {.kind = FERRY__WK_STATS};
             s.stats.size = sizeof(s.stats);
             ferry_pipeline_stats(w.pl, &s.stats);

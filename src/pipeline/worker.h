@@ -29,6 +29,8 @@ enum ferry__wk_kind {
     FERRY__WK_DONE,  /* a batch: seq, status, where, chunks, submit_ns, done_ns */
     FERRY__WK_LOST,  /* its GPU path ended (text): it finishes nothing more and exits */
     FERRY__WK_STATS, /* its pipeline's figures (stats), before it exits on CLOSE */
+    FERRY__WK_BEAT,  /* alive: every quarter of option worker_deadline_ms, while its pipeline
+                        finishes chunks or has none in flight */
 };
 
 typedef struct ferry__wk_msg {

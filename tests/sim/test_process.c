@@ -25,8 +25,10 @@ typedef struct run {
     atomic_int calls[NB_MAX];
     atomic_int failed, on_gpu, done;
     ferry_pipeline_t *p;
-    pid_t kill_at_done; /* SIGKILL the worker when this many are done (0: never) */
+    pid_t kill_at_done; /* signal the worker when this many are done (0: never) */
+    int sig;            /* with this (0: SIGKILL) */
     atomic_int killed;
+    pid_t victim;
 } run_t;
 
 static void on_done(const ferry_batch_result_t *r, void *arg)
@@ -40,7 +42,8 @@ static void on_done(const ferry_batch_result_t *r, void *arg)
     if (rn->kill_at_done > 0 && d == rn->kill_at_done && !atomic_exchange(&rn->killed, 1)) {
         pid_t pid = ferry__remote_worker_pid(rn->p);
         assert_true(pid > 0);
-        kill(pid, SIGKILL);
+        rn->victim = pid;
+        kill(pid, rn->sig != 0 ? rn->sig : SIGKILL);
     }
 }
 
@@ -179,6 +182,41 @@ static void test_a_killed_worker_is_replaced(void **state)
     killed_at(32, 1, seed);
     killed_at(32, 16, seed + 1);
     killed_at(32, 31, seed + 2);
+}
+
+/* A worker that stops (SIGSTOP: alive, sending nothing, not even its heartbeat) with batches
+ * in flight is killed once option worker_deadline_ms has passed and replaced; every batch
+ * once, bit-exact, on the device; the stopped one does not outlive the runtime. */
+static void test_a_stopped_worker_is_killed_at_its_deadline(void **state)
+{
+    (void)state;
+    const char *scale = getenv("FERRY_TEST_SCALE");
+    const char *ms = scale != NULL && strcmp(scale, "sanitizer") == 0 ? "1500" : "300";
+    const char *kv[] = {"isolation", "process", "worker_deadline_ms", ms, NULL};
+    ferry_runtime_t *rt = test_sim_runtime_with(kv);
+    ferry_workload_t *wl = test_workload("scale");
+    ferry_pipeline_t *p = make(rt, wl);
+    run_t rn;
+    memset(&rn, 0, sizeof(rn));
+    rn.kill_at_done = 8;
+    rn.sig = SIGSTOP;
+    uint64_t t0 = test_now_ns();
+    stream(p, wl, 32, 2u << 20, test_seed(61), &rn);
+    double took = (double)(test_now_ns() - t0) / 1e6;
+    assert_true(atomic_load(&rn.killed));
+    ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
+    assert_int_equal(ferry_pipeline_stats(p, &s), 0);
+    print_message("stopped after 8 of 32, deadline %s ms: %llu restart(s), recovery %.1f ms, "
+                  "%.0f ms in all\n",
+                  ms, (unsigned long long)s.worker_restarts, s.worker_recovery_ns / 1e6, took);
+    assert_int_equal(s.worker_restarts, 1);
+    assert_true(took >= atof(ms)); /* not before the deadline */
+    assert_int_equal(atomic_load(&rn.on_gpu), 32);
+    assert_int_not_equal(ferry__remote_worker_pid(p), rn.victim);
+    assert_int_equal(ferry_pipeline_destroy(p), 0);
+    ferry_workload_destroy(wl);
+    assert_int_equal(ferry_runtime_destroy(rt), 0);
+    assert_int_equal(kill(rn.victim, 0), -1);
 }
 
 /* An injected fault in the first worker that ends its GPU path (a sticky error; a kernel that
@@ -451,6 +489,7 @@ static void test_misuse(void **state)
 TEST_MAIN(NULL, NULL, cmocka_unit_test(test_batches_in_a_worker),
           cmocka_unit_test(test_a_killed_worker_is_replaced),
           cmocka_unit_test(test_sticky_and_hung_workers_are_replaced),
+          cmocka_unit_test(test_a_stopped_worker_is_killed_at_its_deadline),
           cmocka_unit_test(test_workers_killed_at_random),
           cmocka_unit_test(test_a_batch_that_ends_every_worker),
           cmocka_unit_test(test_connections_per_worker), cmocka_unit_test(test_misuse))
