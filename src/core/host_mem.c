@@ -4,6 +4,7 @@
  * ferry_pool_create maps its slab here too. */
 #include "core/host_mem.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -99,10 +100,11 @@ static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct block {
     void *p;
     size_t mapped;
+    ferry__shm_t *shm; /* isolation=process: the shared region it is; NULL otherwise */
 } * blocks;
 static size_t nblocks, blocks_cap;
 
-static int block_add(void *p, size_t mapped)
+static int block_add(void *p, size_t mapped, ferry__shm_t *shm)
 {
     pthread_mutex_lock(&blocks_lock);
     int rc = 0;
@@ -115,19 +117,21 @@ static int block_add(void *p, size_t mapped)
             blocks = nb, blocks_cap = cap;
     }
     if (rc == 0)
-        blocks[nblocks++] = (struct block){p, mapped};
+        blocks[nblocks++] = (struct block){p, mapped, shm};
     pthread_mutex_unlock(&blocks_lock);
     return rc;
 }
 
-/* Remove @p's block; its mapped size, 0 when @p is no block. */
-static size_t block_take(void *p)
+/* Remove @p's block; its mapped size, 0 when @p is no block; its shared region in *@shm. */
+static size_t block_take(void *p, ferry__shm_t **shm)
 {
     size_t mapped = 0;
+    *shm = NULL;
     pthread_mutex_lock(&blocks_lock);
     for (size_t i = 0; i < nblocks; i++)
         if (blocks[i].p == p) {
             mapped = blocks[i].mapped;
+            *shm = blocks[i].shm;
             blocks[i] = blocks[--nblocks];
             break;
         }
@@ -140,6 +144,34 @@ static size_t block_take(void *p)
     return mapped;
 }
 
+/* isolation=process: a region of the runtime's arena, for ferry_host_alloc. */
+static int shared_map(ferry_runtime_t *rt, size_t bytes, ferry__shm_t **out)
+{
+    ferry__shm_t *s = malloc(sizeof(*s));
+    if (s == NULL)
+        return ferry__error(FERRY_ENOMEM, "ferry_host_alloc: out of memory");
+    int rc = ferry__shm_create(&rt->arena, bytes, "host", s);
+    if (rc != 0) {
+        free(s);
+        return ferry__error(rc,
+                            "ferry_host_alloc: %zu bytes of memory shared with worker "
+                            "processes: %s (option worker_reserve sets how much there is)",
+                            bytes, ferry_last_error());
+    }
+    *out = s;
+    return 0;
+}
+
+static void unmap_block(void *p, size_t mapped, ferry__shm_t *shm)
+{
+    if (shm != NULL) {
+        ferry__shm_destroy(shm);
+        free(shm);
+    } else {
+        ferry__host_unmap(p, mapped);
+    }
+}
+
 int ferry_host_alloc(ferry_device_t *dev, size_t bytes, void **out)
 {
     if (dev == NULL || out == NULL || bytes == 0)
@@ -150,23 +182,31 @@ int ferry_host_alloc(ferry_device_t *dev, size_t bytes, void **out)
                                                     "to 1T)",
                                                     bytes));
     size_t mapped;
-    void *p = ferry__host_map(bytes, 0, &mapped);
-    if (p == NULL)
+    ferry__shm_t *shm = NULL;
+    void *p = NULL;
+    if (dev->rt->zyg != NULL) { /* isolation=process: shared with the workers */
+        int src = shared_map(dev->rt, bytes, &shm);
+        if (src != 0)
+            return ferry__rt_fail(dev->rt, src);
+        p = shm->base;
+        mapped = shm->bytes;
+    } else if ((p = ferry__host_map(bytes, 0, &mapped)) == NULL) {
         return ferry__rt_fail(
             dev->rt,
             ferry__error(FERRY_ENOMEM, "ferry_host_alloc: mapping %zu bytes failed", bytes));
+    }
     /* Pinning faults every page in; touching first, by several threads, is faster and puts
      * the pages on this thread's NUMA node. The simulator pins nothing: its pages come as
      * they are first used (a run's ring of buffers is not all used). */
     if (!ferry_device_is_simulated(dev))
         ferry__host_touch(p, mapped);
-    int rc = block_add(p, mapped);
+    int rc = block_add(p, mapped, shm);
     if (rc != 0)
         ferry__error(rc, "ferry_host_alloc: out of memory");
     else if ((rc = ferry__rt_track(dev, p, mapped, FERRY__REG_ALLOC, "ferry_host_alloc")) != 0)
-        block_take(p);
+        block_take(p, &shm);
     if (rc != 0) {
-        ferry__host_unmap(p, mapped);
+        unmap_block(p, mapped, shm);
         return ferry__rt_fail(dev->rt, rc);
     }
     *out = p;
@@ -182,6 +222,34 @@ int ferry_host_free(ferry_device_t *dev, void *p)
     int rc = ferry__rt_untrack(dev, p, FERRY__REG_ALLOC, "ferry_host_free");
     if (rc != 0)
         return ferry__rt_fail(dev->rt, rc);
-    ferry__host_unmap(p, block_take(p));
+    ferry__shm_t *shm;
+    size_t mapped = block_take(p, &shm);
+    unmap_block(p, mapped, shm);
     return 0;
+}
+
+bool ferry__host_shared(const void *p, size_t n, ferry__host_shared_t *out)
+{
+    bool found = false;
+    pthread_mutex_lock(&blocks_lock);
+    for (size_t i = 0; i < nblocks && !found; i++) {
+        const ferry__shm_t *s = blocks[i].shm;
+        if (s != NULL && ferry__shm_holds(s, p, n)) {
+            *out = (ferry__host_shared_t){.base = s->base, .bytes = s->bytes, .serial = s->serial};
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&blocks_lock);
+    return found;
+}
+
+int ferry__host_shared_fd(uint64_t serial)
+{
+    int fd = -1;
+    pthread_mutex_lock(&blocks_lock);
+    for (size_t i = 0; i < nblocks && fd < 0; i++)
+        if (blocks[i].shm != NULL && blocks[i].shm->serial == serial)
+            fd = fcntl(blocks[i].shm->fd, F_DUPFD_CLOEXEC, 0);
+    pthread_mutex_unlock(&blocks_lock);
+    return fd;
 }

@@ -3,7 +3,9 @@
 #ifndef FERRY_CORE_HOST_MEM_H
 #define FERRY_CORE_HOST_MEM_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Map @bytes (rounded up to 2 MiB from 2 MiB up, else to 4 KiB) aligned to @align (a power of
  * two; at least 2 MiB for 2 MiB and more), asking for transparent huge pages. *@mapped is the
@@ -13,5 +15,18 @@ void ferry__host_unmap(void *p, size_t mapped); /* NULL is a no-op */
 /* Write zeros over [p, p + bytes) with up to 8 threads (one below 128 MiB), so that the pages
  * exist, on the caller's NUMA node, before they are pinned. */
 void ferry__host_touch(void *p, size_t bytes);
+
+/* isolation=process: the region of ferry_host_alloc memory that holds [@p, @p + @n), the
+ * whole of it inside one (memory shared with worker processes: its place and its serial,
+ * proc/shm.h). Returns false when none does. Thread-safe. */
+typedef struct ferry__host_shared {
+    void *base;
+    size_t bytes;
+    uint64_t serial;
+} ferry__host_shared_t;
+bool ferry__host_shared(const void *p, size_t n, ferry__host_shared_t *out);
+/* A descriptor of the region of serial @serial (close-on-exec, the caller's to close), or -1
+ * when it has been freed. */
+int ferry__host_shared_fd(uint64_t serial);
 
 #endif

@@ -538,6 +538,14 @@ bool ferry__rt_is_registered(ferry_device_t *dev, const void *p, size_t n)
     return yes;
 }
 
+/* Whether a range of @kind is pinned by the backend here: not a pool's slab (its pool pins
+ * it), nor ferry_host_alloc memory under isolation=process (shared memory: each worker pins it
+ * for its own context, and this process drives no device). */
+static bool pins(const ferry_runtime_t *rt, int kind)
+{
+    return kind != FERRY__REG_POOL && !(kind == FERRY__REG_ALLOC && rt->zyg != NULL);
+}
+
 /* Insert [a, a + bytes) into the sorted ranges, pinned first unless @kind is a pool's slab.
  * Under the write lock. */
 static int reg_insert(ferry_device_t *dev, void *p, size_t bytes, int kind, const char *who)
@@ -556,7 +564,7 @@ static int reg_insert(ferry_device_t *dev, void *p, size_t bytes, int kind, cons
         rt->regs = nr;
         rt->regs_cap = cap;
     }
-    if (kind != FERRY__REG_POOL) {
+    if (pins(rt, kind)) {
         int rc = ferry__be_host_register(dev, p, bytes);
         if (rc != 0)
             return rc;
@@ -595,7 +603,7 @@ int ferry__rt_untrack(ferry_device_t *dev, void *p, int kind, const char *who)
                           reg_owner[kind]);
         goto out_unlock;
     }
-    if (kind != FERRY__REG_POOL && (rc = ferry__be_host_unregister(dev, p)) != 0)
+    if (pins(rt, kind) && (rc = ferry__be_host_unregister(dev, p)) != 0)
         goto out_unlock;
     memmove(&rt->regs[i - 1], &rt->regs[i], (rt->nregs - i) * sizeof(*rt->regs));
     rt->nregs--;

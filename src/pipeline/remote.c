@@ -20,6 +20,7 @@
 
 #include "base/base.h"
 #include "base/config.h"
+#include "core/host_mem.h"
 #include "core/runtime.h"
 #include "pipeline/remote.h"
 #include "pipeline/remote_internal.h"
@@ -31,10 +32,24 @@ static int send_region(struct ferry__remote *r, unsigned i)
     rm_stage_t *s = r->stg[i];
     if (s->sent == r->generation + 1)
         return 0;
-    ferry__wk_msg_t m = {.kind = FERRY__WK_MAP, .in = s->r.base, .bytes = s->r.bytes};
+    ferry__wk_msg_t m = {
+        .kind = FERRY__WK_MAP, .seq = s->r.serial, .in = s->r.base, .bytes = s->r.bytes};
     if (ferry__rm_send(r->sock, &m, s->r.fd) != 0)
         return -1;
     s->sent = r->generation + 1;
+    return 0;
+}
+
+/* Likewise region @i of ferry_host_alloc memory (-1: none). Under wmu. */
+static int send_shared(struct ferry__remote *r, int i)
+{
+    if (i < 0 || r->regions[i].sent == r->generation + 1)
+        return 0;
+    rm_region_t *g = &r->regions[i];
+    ferry__wk_msg_t m = {.kind = FERRY__WK_MAP, .seq = g->serial, .in = g->base, .bytes = g->bytes};
+    if (ferry__rm_send(r->sock, &m, g->fd) != 0)
+        return -1;
+    g->sent = r->generation + 1;
     return 0;
 }
 
@@ -44,13 +59,13 @@ static int send_batch_now(struct ferry__remote *r, const rm_batch_t *b)
         ferry__wk_msg_t f = {.kind = FERRY__WK_FAIL, .seq = b->seq, .status = b->fail};
         return ferry__rm_send(r->sock, &f, -1);
     }
-    if (send_region(r, b->stg) != 0)
+    if (b->stg != RM_NO_STAGE ? send_region(r, b->stg) != 0
+                              : send_shared(r, b->rin) != 0 || send_shared(r, b->rout) != 0)
         return -1;
-    unsigned char *base = r->stg[b->stg]->r.base;
     ferry__wk_msg_t m = {.kind = FERRY__WK_SUBMIT,
                          .seq = b->seq,
-                         .in = base,
-                         .out = b->b.out != NULL ? base + b->b.bytes : NULL,
+                         .in = b->in_p,
+                         .out = b->out_p,
                          .bytes = b->b.bytes,
                          .user = b->b.user};
     return ferry__rm_send(r->sock, &m, -1);
@@ -81,6 +96,41 @@ static void flush(struct ferry__remote *r)
     pthread_mutex_unlock(&r->wmu);
 }
 
+/* The entry of ferry_host_alloc region @g, one batch more in it: found, or made in a free
+ * entry or one no batch is in (its descriptor dropped). Under mu; -1 when all are in use or
+ * the region has just been freed (the batch is staged instead). */
+static int region_get(struct ferry__remote *r, const ferry__host_shared_t *g)
+{
+    int spare = -1;
+    for (int i = 0; i < RM_REGIONS; i++) {
+        rm_region_t *e = &r->regions[i];
+        if (e->serial == g->serial) {
+            e->refs++;
+            return i;
+        }
+        if (e->refs == 0 && (spare < 0 || r->regions[spare].serial != 0))
+            spare = i;
+    }
+    int fd = spare >= 0 ? ferry__host_shared_fd(g->serial) : -1;
+    if (fd < 0)
+        return -1;
+    rm_region_t *e = &r->regions[spare];
+    if (e->serial != 0)
+        close(e->fd);
+    *e =
+        (rm_region_t){.serial = g->serial, .base = g->base, .bytes = g->bytes, .fd = fd, .refs = 1};
+    return spare;
+}
+
+/* @b is done with its regions. Under mu. */
+static void regions_put(struct ferry__remote *r, const rm_batch_t *b)
+{
+    if (b->rin >= 0)
+        r->regions[b->rin].refs--;
+    if (b->rout >= 0)
+        r->regions[b->rout].refs--;
+}
+
 /* ---- completions, and a worker's end ---------------------------------------------------- */
 
 static uint64_t now_ns(void)
@@ -103,9 +153,8 @@ static void finish(struct ferry__remote *r, rm_batch_t *b, const ferry__wk_msg_t
     status = m != NULL ? m->status : status;
     if (status != 0)
         where = FERRY_DONE_FAILED;
-    unsigned char *base = r->stg[b->stg]->r.base;
-    if (status == 0 && b->b.out != NULL && b->b.bytes > 0)
-        memcpy(b->b.out, base + b->b.bytes, b->b.bytes);
+    if (status == 0 && b->stg != RM_NO_STAGE && b->b.out != NULL && b->b.bytes > 0)
+        memcpy(b->b.out, b->out_p, b->b.bytes);
     uint64_t t = now_ns();
     ferry_batch_result_t res = {.id = b->seq,
                                 .status = status,
@@ -119,7 +168,10 @@ static void finish(struct ferry__remote *r, rm_batch_t *b, const ferry__wk_msg_t
                                 .submit_ns = m != NULL ? m->submit_ns : b->submit_ns,
                                 .done_ns = m != NULL ? m->done_ns : t};
     pthread_mutex_lock(&r->mu);
-    r->stg[b->stg]->busy = false;
+    if (b->stg != RM_NO_STAGE)
+        r->stg[b->stg]->busy = false;
+    else
+        regions_put(r, b);
     pthread_mutex_unlock(&r->mu);
     b->cb(&res, b->arg);
     pthread_mutex_lock(&r->mu);
@@ -170,12 +222,11 @@ static int run_on_cpu(struct ferry__remote *r, rm_batch_t *b)
                             "isolation=process: device %d retired and stage '%s' "
                             "has no CPU function",
                             r->dev->index, r->h->stage_name);
-    unsigned char *base = r->stg[b->stg]->r.base;
     for (size_t off = 0; off < b->b.bytes; off += RM_CPU_CHUNK) {
         size_t n = b->b.bytes - off < RM_CPU_CHUNK ? b->b.bytes - off : RM_CPU_CHUNK;
         ferry_kernel_args_t a = {.size = sizeof(a),
-                                 .in = base + off,
-                                 .out = base + b->b.bytes + off,
+                                 .in = b->in_p + off,
+                                 .out = b->out_p != NULL ? b->out_p + off : NULL,
                                  .bytes = n,
                                  .offset = off,
                                  .batch_id = b->seq,
@@ -383,6 +434,9 @@ static void remote_free(struct ferry__remote *r)
         free(r->stg[i]);
     }
     free(r->stg);
+    for (unsigned i = 0; i < RM_REGIONS; i++)
+        if (r->regions[i].serial != 0)
+            close(r->regions[i].fd);
     free(r->opts);
     free(r->inj);
     pthread_cond_destroy(&r->cv);
@@ -519,6 +573,32 @@ static int stage_get(struct ferry__remote *r, size_t bytes)
     return i;
 }
 
+/* Where @b runs from: its own memory when that is ferry_host_alloc memory, shared with the
+ * worker (@in_g, @out_g: its regions; NULL: not shared), else a staging region of at least
+ * twice its size (input, then output). Under mu; 0, or the error. */
+static int place(struct ferry__remote *r, rm_batch_t *b, const ferry__host_shared_t *in_g,
+                 const ferry__host_shared_t *out_g)
+{
+    b->rin = b->rout = -1;
+    if (in_g != NULL && (b->rin = region_get(r, in_g)) >= 0 &&
+        (out_g == NULL || (b->rout = region_get(r, out_g)) >= 0)) {
+        b->stg = RM_NO_STAGE;
+        b->in_p = (unsigned char *)b->b.in;
+        b->out_p = b->b.out;
+        return 0;
+    }
+    regions_put(r, b);
+    b->rin = b->rout = -1;
+    int si = stage_get(r, 2 * (b->b.bytes > 0 ? b->b.bytes : 1));
+    if (si < 0)
+        return si;
+    b->stg = (unsigned)si;
+    b->in_p = r->stg[si]->r.base;
+    b->out_p = b->b.out != NULL ? b->in_p + b->b.bytes : NULL;
+    r->staged++;
+    return 0;
+}
+
 int ferry__remote_submit(struct ferry__remote *r, const ferry_batch_t *batch, ferry_done_fn cb,
                          void *arg, uint64_t *id)
 {
@@ -534,6 +614,15 @@ int ferry__remote_submit(struct ferry__remote *r, const ferry_batch_t *batch, fe
                             "and prepare",
                             in.bytes);
     bool own = on_own_thread(r->h);
+    /* ferry_host_alloc memory is shared with the worker: it reads and writes it there; but a
+     * batch whose output overlaps its input is staged (run again after a worker's end, it
+     * would read what the first run wrote) */
+    ferry__host_shared_t g[2];
+    uintptr_t i0 = (uintptr_t)in.in, o0 = (uintptr_t)in.out;
+    bool apart = in.out == NULL || o0 >= i0 + in.bytes || i0 >= o0 + in.bytes;
+    bool shared = in.in != NULL && in.bytes > 0 && apart &&
+                  ferry__host_shared(in.in, in.bytes, &g[0]) &&
+                  (in.out == NULL || ferry__host_shared(in.out, in.bytes, &g[1]));
     pthread_mutex_lock(&r->mu);
     for (;;) {
         if (r->shut) {
@@ -552,13 +641,16 @@ int ferry__remote_submit(struct ferry__remote *r, const ferry_batch_t *batch, fe
         pthread_cond_wait(&r->cv, &r->mu);
     }
     rm_batch_t *b = calloc(1, sizeof(*b));
-    int si = b != NULL ? stage_get(r, 2 * (in.bytes > 0 ? in.bytes : 1)) : -1;
-    if (b == NULL || si < 0) {
+    if (b != NULL)
+        *b = (rm_batch_t){.seq = r->next_seq, .b = in, .cb = cb, .arg = arg};
+    int prc = b != NULL ? place(r, b, shared ? &g[0] : NULL, shared && in.out ? &g[1] : NULL)
+                        : ferry__error(FERRY_ENOMEM, "ferry_pipeline_submit: out of memory");
+    if (prc != 0) {
         pthread_mutex_unlock(&r->mu);
         free(b);
-        return b == NULL ? ferry__error(FERRY_ENOMEM, "ferry_pipeline_submit: out of memory") : si;
+        return prc;
     }
-    *b = (rm_batch_t){.seq = r->next_seq++, .b = in, .cb = cb, .arg = arg, .stg = (unsigned)si};
+    r->next_seq++;
     b->submit_ns = now_ns();
     if (r->first_ns == 0)
         r->first_ns = b->submit_ns;
@@ -570,14 +662,15 @@ int ferry__remote_submit(struct ferry__remote *r, const ferry_batch_t *batch, fe
     r->nfl++;
     r->entering++;
     r->submitted++;
-    unsigned char *base = r->stg[si]->r.base;
+    unsigned char *base = b->in_p;
+    bool staged = b->stg != RM_NO_STAGE;
     pthread_mutex_unlock(&r->mu);
-    if (in.in != NULL && in.bytes > 0)
+    if (staged && in.in != NULL && in.bytes > 0)
         memcpy(base, in.in, in.bytes);
     for (size_t off = 0; in.in == NULL && off < in.bytes && b->fail == 0; off += r->chunk) {
         size_t n = in.bytes - off < r->chunk ? in.bytes - off : r->chunk;
-        int prc = in.prepare(base + off, n, off, in.prepare_arg);
-        b->fail = prc == 0 ? 0 : prc < 0 ? prc : FERRY_EKERNEL;
+        int rc2 = in.prepare(base + off, n, off, in.prepare_arg);
+        b->fail = rc2 == 0 ? 0 : rc2 < 0 ? rc2 : FERRY_EKERNEL;
     }
     uint64_t seq = b->seq;
     pthread_mutex_lock(&r->mu);
@@ -707,4 +800,14 @@ pid_t ferry__remote_worker_pid(const ferry_pipeline_t *p)
     pid_t pid = p->remote->proc.pid;
     pthread_mutex_unlock(&p->remote->mu);
     return pid;
+}
+
+uint64_t ferry__remote_staged(const ferry_pipeline_t *p)
+{
+    if (p == NULL || p->remote == NULL)
+        return 0;
+    pthread_mutex_lock(&p->remote->mu);
+    uint64_t n = p->remote->staged;
+    pthread_mutex_unlock(&p->remote->mu);
+    return n;
 }

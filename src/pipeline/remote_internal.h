@@ -18,20 +18,34 @@
 #define RM_STAGE_MIN ((size_t)2 << 20)
 #define RM_EXIT_WAIT 2000000000u /* ns a worker that said LOST, or closed, has to exit */
 #define RM_CPU_CHUNK ((size_t)8 << 20)
+#define RM_REGIONS   64 /* regions of ferry_host_alloc memory a proxy keeps track of */
+#define RM_NO_STAGE  UINT32_MAX
 
 typedef struct rm_batch {
     uint64_t seq;
     ferry_batch_t b; /* the caller's */
     ferry_done_fn cb;
     void *arg;
-    unsigned stg;
-    bool ready;     /* its input is staged: it may be sent (under wmu and mu) */
-    unsigned tries; /* workers that ended while it was the oldest in flight in them */
-    uint32_t sent;  /* the generation of the worker it was sent to, plus one */
-    int fail;       /* its prepare failed: sent as FAIL */
+    unsigned stg;                /* its staging region; RM_NO_STAGE: its own memory is shared */
+    unsigned char *in_p, *out_p; /* where the worker reads and writes it */
+    int rin, rout;               /* RM_NO_STAGE: its regions (r->regions), -1 for none */
+    bool ready;                  /* its input is staged: it may be sent (under wmu and mu) */
+    unsigned tries;              /* workers that ended while it was the oldest in flight in them */
+    uint32_t sent;               /* the generation of the worker it was sent to, plus one */
+    int fail;                    /* its prepare failed: sent as FAIL */
     uint64_t submit_ns;
     struct rm_batch *next;
 } rm_batch_t;
+
+/* A region of ferry_host_alloc memory (shared: isolation=process) that batches were in. */
+typedef struct rm_region {
+    uint64_t serial; /* proc/shm.h; 0: a free entry */
+    void *base;
+    size_t bytes;
+    int fd;        /* a descriptor of it, this entry's */
+    uint32_t sent; /* the generation of the worker it was last mapped in, plus one */
+    unsigned refs; /* batches in flight in it */
+} rm_region_t;
 
 typedef struct rm_stage {
     ferry__shm_t r;
@@ -56,6 +70,8 @@ struct ferry__remote {
     unsigned nfl, entering;
     rm_stage_t **stg; /* capstg of them; a region's record never moves */
     unsigned nstg, capstg;
+    rm_region_t regions[RM_REGIONS];
+    uint64_t staged; /* batches copied through staging (not in shared memory) */
     uint64_t next_seq;
     bool shut, released, closing, retired, reader_done;
     /* the worker, replaced by the reader; written under both locks, read under either */

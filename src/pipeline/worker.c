@@ -219,16 +219,65 @@ static int start(wk_t *w, const char *opts, const void *user, ferry_runtime_t **
     return prc;
 }
 
-/* A region to map where the application has it, and to pin for the device. */
+/* The regions this worker has mapped: a region the application sends at a place where an
+ * older one of another serial was (one it freed since) replaces it, unpinned first. */
+typedef struct wk_region {
+    void *base;
+    size_t bytes;
+    uint64_t serial;
+} wk_region_t;
+static wk_region_t *regions;
+static size_t nregions, cap_regions;
+
+/* Unpin and unmap the regions that overlap [@p, @p + @n). */
+static void drop_overlaps(ferry_device_t *dev, const void *p, size_t n)
+{
+    uintptr_t a = (uintptr_t)p;
+    for (size_t i = 0; i < nregions;) {
+        wk_region_t *g = &regions[i];
+        uintptr_t b = (uintptr_t)g->base;
+        if (b < a + n && a < b + g->bytes) {
+            if (dev != NULL)
+                (void)ferry_host_unregister(dev, g->base);
+            ferry__shm_unmap_at(g->base, g->bytes);
+            *g = regions[--nregions];
+        } else {
+            i++;
+        }
+    }
+}
+
+/* A region to map where the application has it (its serial in seq), and to pin for the
+ * device; one this worker has already is kept as it is. */
 static int map_region(wk_t *w, ferry_runtime_t *rt, const ferry__wk_msg_t *m, int fd)
 {
+    for (size_t i = 0; i < nregions; i++)
+        if (regions[i].serial == m->seq && regions[i].base == m->in) {
+            close(fd);
+            return 0;
+        }
+    ferry_device_t *dev = NULL;
+    if (ferry_device_get(rt, w->h->device, &dev) != 0)
+        dev = NULL;
+    drop_overlaps(dev, m->in, m->bytes);
+    if (nregions == cap_regions) {
+        size_t cap = cap_regions ? 2 * cap_regions : 16;
+        wk_region_t *nr = realloc(regions, cap * sizeof(*nr));
+        if (nr == NULL) {
+            close(fd);
+            return ferry__error(FERRY_ENOMEM, "worker: out of memory");
+        }
+        regions = nr;
+        cap_regions = cap;
+    }
     int rc = ferry__shm_map_at(fd, m->in, m->bytes, w->h->arena, w->h->arena_bytes);
     close(fd);
-    ferry_device_t *dev = NULL;
-    if (rc == 0 && ferry_device_get(rt, w->h->device, &dev) == 0 &&
-        ferry_host_register(dev, m->in, m->bytes) != 0) /* unpinned still works, staged */
+    if (rc != 0)
+        return rc;
+    regions[nregions++] = (wk_region_t){m->in, m->bytes, m->seq};
+    if (dev != NULL && ferry_host_register(dev, m->in, m->bytes) != 0) /* unpinned: staged */
         ferry_log(FERRY_LOG_WARN, "pipeline", "worker: %s", ferry_last_error());
-    return rc;
+    return 0;
 }
 
 /* One message and its descriptor (-1 when none): 0, or -1 at the end of the stream. */

@@ -1,6 +1,7 @@
 /* Shared host memory regions in a reserved arena (shm.h): memfd, ftruncate, mmap MAP_FIXED over
  * the reservation, a first-fit list of free ranges. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -158,6 +159,8 @@ int ferry__shm_create(ferry__shm_arena_t *a, size_t bytes, const char *name, fer
     out->base = at;
     out->bytes = bytes;
     out->arena = a;
+    static _Atomic uint64_t serials;
+    out->serial = atomic_fetch_add_explicit(&serials, 1, memory_order_relaxed) + 1;
 #ifdef MADV_HUGEPAGE
     out->huge = madvise(at, bytes, MADV_HUGEPAGE) == 0;
 #endif
@@ -176,6 +179,12 @@ int ferry__shm_map_at(int fd, void *base, size_t bytes, void *a_base, size_t a_b
         return ferry__error(FERRY_EIO, "shared memory: mmap at %p (%zu bytes): %s", base, bytes,
                             strerror(errno));
     return 0;
+}
+
+void ferry__shm_unmap_at(void *base, size_t bytes)
+{
+    if (base != NULL && bytes > 0)
+        reserve_again(base, bytes);
 }
 
 bool ferry__shm_holds(const ferry__shm_t *s, const void *p, size_t n)

@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define FERRY__SHM_ARENA_HOLES 256
 
@@ -32,10 +33,12 @@ typedef struct ferry__shm_arena {
 } ferry__shm_arena_t;
 
 typedef struct ferry__shm {
-    int fd;       /* the memfd (close-on-exec); -1 when none */
-    void *base;   /* where it is mapped, inside its arena; NULL when none */
-    size_t bytes; /* its size, a multiple of 2 MiB */
-    bool huge;    /* transparent huge pages were asked for and the kernel took the advice */
+    int fd;          /* the memfd (close-on-exec); -1 when none */
+    void *base;      /* where it is mapped, inside its arena; NULL when none */
+    size_t bytes;    /* its size, a multiple of 2 MiB */
+    bool huge;       /* transparent huge pages were asked for and the kernel took the advice */
+    uint64_t serial; /* this process's count of regions made, at this one: a worker that has a
+                        region of another serial at this place maps this one anew */
     ferry__shm_arena_t *arena;
 } ferry__shm_t;
 #define FERRY__SHM_INIT                                                                            \
@@ -63,6 +66,10 @@ int ferry__shm_create(ferry__shm_arena_t *a, size_t bytes, const char *name, fer
  * @a_bytes that the worker inherited. Returns 0, FERRY_EINVAL (outside it), FERRY_EIO (mmap
  * refused, errno named). */
 int ferry__shm_map_at(int fd, void *base, size_t bytes, void *a_base, size_t a_bytes);
+
+/* In a worker: give [@base, @base + @bytes), mapped by ferry__shm_map_at, back to the
+ * reservation (the region's memory goes when no process maps it). */
+void ferry__shm_unmap_at(void *base, size_t bytes);
 
 /* Whether [@p, @p + @n) lies inside @s (false for NULL or an empty region). */
 bool ferry__shm_holds(const ferry__shm_t *s, const void *p, size_t n);

@@ -219,6 +219,78 @@ static void test_a_stopped_worker_is_killed_at_its_deadline(void **state)
     assert_int_equal(kill(rn.victim, 0), -1);
 }
 
+/* @nb batches of @each bytes from @in to @out (both @nb * @each), the worker killed after
+ * @kill_at are done (0: never); every batch once and bit-exact. */
+static void slices(ferry_pipeline_t *p, ferry_workload_t *wl, unsigned char *in, unsigned char *out,
+                   unsigned nb, size_t each, int kill_at, uint64_t seed)
+{
+    run_t rn;
+    memset(&rn, 0, sizeof(rn));
+    rn.p = p;
+    rn.kill_at_done = kill_at;
+    test_fill_floats(in, nb * each, &seed);
+    memset(out, 0, nb * each);
+    for (unsigned i = 0; i < nb; i++) {
+        ferry_batch_t b = FERRY_BATCH_INIT;
+        b.in = in + i * each;
+        b.out = out + i * each;
+        b.bytes = each;
+        assert_int_equal(ferry_pipeline_submit(p, &b, on_done, &rn, NULL), 0);
+    }
+    assert_int_equal(ferry_pipeline_drain(p), 0);
+    unsigned char *ref = malloc(nb * each);
+    assert_int_equal(ferry_workload_reference(wl, in, ref, nb * each), 0);
+    assert_memory_equal(out, ref, nb * each);
+    free(ref);
+    assert_int_equal(atomic_load(&rn.done), (int)nb);
+    assert_int_equal(atomic_load(&rn.failed), 0);
+}
+
+/* Batches in ferry_host_alloc memory, which isolation=process makes shared memory, are read
+ * and written by the worker where they are: none is staged, and a killed worker's batches run
+ * again in place, bit-exact. Memory freed and allocated again at the same place, with other
+ * contents, is mapped anew by the worker (not its old mapping's bytes). A batch whose output
+ * is its input is staged (run again, it would read its own output), and memory from malloc
+ * is. */
+static void test_host_alloc_memory_is_shared(void **state)
+{
+    (void)state;
+    const char *kv[] = {"isolation", "process", NULL};
+    ferry_runtime_t *rt = test_sim_runtime_with(kv);
+    ferry_workload_t *wl = test_workload("scale");
+    ferry_pipeline_t *p = make(rt, wl);
+    ferry_device_t *dev = NULL;
+    assert_int_equal(ferry_device_get(rt, 0, &dev), 0);
+    size_t each = 1u << 20;
+    unsigned nb = 24;
+    void *in = NULL, *out = NULL;
+    for (int round = 0; round < 2; round++) {
+        assert_int_equal(ferry_host_alloc(dev, nb * each, &in), 0);
+        assert_int_equal(ferry_host_alloc(dev, nb * each, &out), 0);
+        print_message("round %d: in %p, out %p\n", round, in, out);
+        slices(p, wl, in, out, nb, each, round == 0 ? 6 : 0, test_seed(71 + round));
+        assert_int_equal(ferry__remote_staged(p), 0);
+        if (round == 0) {
+            assert_int_equal(ferry_host_free(dev, in), 0);
+            assert_int_equal(ferry_host_free(dev, out), 0);
+        }
+    }
+    ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
+    assert_int_equal(ferry_pipeline_stats(p, &s), 0);
+    assert_int_equal(s.worker_restarts, 1);
+    slices(p, wl, in, in, 1, each, 0, test_seed(73)); /* in place: staged */
+    assert_int_equal(ferry__remote_staged(p), 1);
+    unsigned char *heap = malloc(2 * each);
+    slices(p, wl, heap, heap + each, 1, each, 0, test_seed(74));
+    assert_int_equal(ferry__remote_staged(p), 2);
+    free(heap);
+    assert_int_equal(ferry_pipeline_destroy(p), 0);
+    assert_int_equal(ferry_host_free(dev, in), 0);
+    assert_int_equal(ferry_host_free(dev, out), 0);
+    ferry_workload_destroy(wl);
+    assert_int_equal(ferry_runtime_destroy(rt), 0);
+}
+
 /* An injected fault in the first worker that ends its GPU path (a sticky error; a kernel that
  * ignores the abort flag): it says so and exits; the next one runs without the fault. (A
  * kernel that stops at the abort flag is the worker's own ladder's: no new worker.) */
@@ -490,6 +562,7 @@ TEST_MAIN(NULL, NULL, cmocka_unit_test(test_batches_in_a_worker),
           cmocka_unit_test(test_a_killed_worker_is_replaced),
           cmocka_unit_test(test_sticky_and_hung_workers_are_replaced),
           cmocka_unit_test(test_a_stopped_worker_is_killed_at_its_deadline),
+          cmocka_unit_test(test_host_alloc_memory_is_shared),
           cmocka_unit_test(test_workers_killed_at_random),
           cmocka_unit_test(test_a_batch_that_ends_every_worker),
           cmocka_unit_test(test_connections_per_worker), cmocka_unit_test(test_misuse))
