@@ -4,14 +4,22 @@
 # 8 MiB and 1 MiB chunks, in one process (--isolation thread) and in a worker process
 # (--isolation process); then one process-mode run whose worker is killed (SIGKILL) 2 s in, to
 # read the recovery time (worker_recovery_ms) from its --json. Writes $OUT/runs.jsonl; prints a
-# table. The process mode stages every batch through shared memory (docs/architecture.md,
+# table. First gpu.process ROUNDS times (a sticky fault and a SIGKILL mid-stream, recovery
+# figures). The process mode stages every batch through shared memory (docs/architecture.md,
 # "Worker processes"): the first figure of what that costs on a GPU.
 set -u
 # shellcheck source=bench/explore/carry-env.sh
 . "$(dirname "$0")/carry-env.sh"
 rounds=${ROUNDS:-3}
 bytes=${BYTES:-16G}
-build_gpu
+build_gpu gpu_test_process
+# gpu.process: an illegal-address kernel in the worker, and the worker killed, mid-stream (each
+# in a child of its own): correctness checked, recovery figures printed as RESULT lines
+for k in $(seq 1 "$rounds"); do
+  build-gpu/tests/gpu_test_process >>$OUT/gpu_process.log 2>&1
+  echo "gpu.process run $k: rc $?"
+done
+grep -E "^# (fault|kill)|RESULT" $OUT/gpu_process.log | sed 's/^RESULT //' | tail -24
 js() { python3 -c "import json,sys; j=json.load(sys.stdin); j.update($1); print(json.dumps(j))"; }
 for r in $(seq 1 "$rounds"); do
   for chunk in 8M 1M; do
