@@ -90,6 +90,19 @@ typedef struct ferry_conn_measure {
 FERRY_EXTERN int ferry_connections_measure(ferry_device_t *dev, unsigned streams, uint64_t a_ns,
                                            uint64_t b_ns, unsigned reps, ferry_conn_measure_t *out);
 
+/** ferry_connections_measure where pipeline @p drives its device: under isolation=process in
+ *  its worker process, whose CUDA_DEVICE_MAX_CONNECTIONS is its own (option
+ *  connections_per_device): the queues that worker really got; in this process otherwise.
+ *  Arguments as ferry_connections_measure's. @p must have no batch in flight (drain first). Not
+ *  from @p's own callbacks. Returns 0, FERRY_EINVAL (NULL, @out not set up with
+ *  FERRY_CONN_MEASURE_INIT, a pipeline over a set of devices), FERRY_EBUSY (batches in flight,
+ *  another measurement running, or called from a callback), FERRY_ECLOSED, FERRY_ESTICKY (the
+ *  device was retired: no worker), FERRY_EBACKEND (the worker ended meanwhile), or
+ *  ferry_connections_measure's errors. */
+FERRY_EXTERN int ferry_pipeline_connections_measure(ferry_pipeline_t *p, unsigned streams,
+                                                    uint64_t a_ns, uint64_t b_ns, unsigned reps,
+                                                    ferry_conn_measure_t *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -381,6 +381,22 @@ static void await_worker(struct ferry__remote *r)
     }
 }
 
+/* The answer to ferry_pipeline_connections_measure: the worker's, or an error. */
+static void measured(struct ferry__remote *r, int status, const ferry_conn_measure_t *m,
+                     const char *text)
+{
+    pthread_mutex_lock(&r->mu);
+    if (r->measuring && !r->measured) {
+        r->meas_status = status;
+        if (m != NULL)
+            r->meas = *m;
+        snprintf(r->meas_text, sizeof(r->meas_text), "%s", text);
+        r->measured = true;
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
 static void *reader_main(void *arg)
 {
     struct ferry__remote *r = arg;
@@ -391,6 +407,10 @@ static void *reader_main(void *arg)
         int got = ferry__rm_recv(r->sock, &m);
         if (got == 0 && m.kind == FERRY__WK_BEAT)
             continue;
+        if (got == 0 && m.kind == FERRY__WK_MEASURED) {
+            measured(r, m.status, &m.meas, m.text);
+            continue;
+        }
         if (got == 0 && m.kind == FERRY__WK_DONE) {
             rm_batch_t *b = take(r, m.seq);
             if (b != NULL)
@@ -411,6 +431,7 @@ static void *reader_main(void *arg)
         pthread_mutex_unlock(&r->mu);
         if (done)
             break;
+        measured(r, FERRY_EBACKEND, NULL, "the worker ended during the measurement");
         int how = replace(r, got == 0 && m.kind == FERRY__WK_LOST ? m.text : r->killed);
         r->killed = NULL;
         if (how == RM_RETIRED)

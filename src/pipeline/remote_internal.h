@@ -91,6 +91,11 @@ struct ferry__remote {
     /* the device's figures (its clock) as the workers reported them: the ended ones' summed,
      * the one running now's latest */
     ferry__wk_msg_t ended, now;
+    /* ferry_pipeline_connections_measure: asked, answered (by the reader), the answer */
+    bool measuring, measured;
+    int meas_status;
+    ferry_conn_measure_t meas;
+    char meas_text[256];
     ferry_pipeline_stats_t wstats;
 };
 

@@ -280,6 +280,21 @@ static int map_region(wk_t *w, ferry_runtime_t *rt, const ferry__wk_msg_t *m, in
     return 0;
 }
 
+/* MEASURE: the connections pattern on this worker's device, its queues its own. */
+static void measure(wk_t *w, ferry_runtime_t *rt, const ferry__wk_msg_t *m)
+{
+    ferry__wk_msg_t a = {.kind = FERRY__WK_MEASURED};
+    a.meas = (ferry_conn_measure_t)FERRY_CONN_MEASURE_INIT;
+    ferry_device_t *dev = NULL;
+    a.status = ferry_device_get(rt, w->h->device, &dev);
+    if (a.status == 0)
+        a.status = ferry_connections_measure(dev, m->chunks, m->submit_ns, m->done_ns,
+                                             (unsigned)m->status, &a.meas);
+    if (a.status != 0)
+        snprintf(a.text, sizeof(a.text), "%s", ferry_last_error());
+    send_wk(w, &a);
+}
+
 /* One message and its descriptor (-1 when none): 0, or -1 at the end of the stream. */
 static int recv_wk(int s, ferry__wk_msg_t *m, int *fd)
 {
@@ -331,6 +346,8 @@ int ferry__worker_main(const void *msg, size_t len, const int *fds, unsigned nfd
                 d.where = FERRY_DONE_FAILED;
                 send_wk(&w, &d);
             }
+        } else if (m.kind == FERRY__WK_MEASURE) {
+            measure(&w, rt, &m);
         } else if (m.kind == FERRY__WK_FAIL) {
             ferry__wk_msg_t d = {.kind = FERRY__WK_DONE, .seq = m.seq, .status = m.status};
             d.where = FERRY_DONE_FAILED;

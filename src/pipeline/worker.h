@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "ferry.h"
+#include "ferry/connections.h"
 
 #define FERRY__WK_MAGIC 0x66727779u /* "frwy" */
 
@@ -24,13 +25,16 @@ enum ferry__wk_kind {
     FERRY__WK_CLOSE,   /* drain, close, send STATS, exit 0 */
     FERRY__WK_FAIL,    /* a batch that failed before it was sent (its prepare): seq, status,
                           answered with its DONE, so that its callback too runs in order */
+    FERRY__WK_MEASURE, /* ferry_connections_measure on its device, nothing in flight: streams
+                          in chunks, a_ns in submit_ns, b_ns in done_ns, reps in status */
     /* the worker's */
-    FERRY__WK_READY, /* the pipeline is made (status 0), or why not (status, text) */
-    FERRY__WK_DONE,  /* a batch: seq, status, where, chunks, submit_ns, done_ns */
-    FERRY__WK_LOST,  /* its GPU path ended (text): it finishes nothing more and exits */
-    FERRY__WK_STATS, /* its pipeline's figures (stats), before it exits on CLOSE */
-    FERRY__WK_BEAT,  /* alive: every quarter of option worker_deadline_ms, while its pipeline
-                        finishes chunks or has none in flight */
+    FERRY__WK_READY,    /* the pipeline is made (status 0), or why not (status, text) */
+    FERRY__WK_DONE,     /* a batch: seq, status, where, chunks, submit_ns, done_ns */
+    FERRY__WK_LOST,     /* its GPU path ended (text): it finishes nothing more and exits */
+    FERRY__WK_STATS,    /* its pipeline's figures (stats), before it exits on CLOSE */
+    FERRY__WK_MEASURED, /* MEASURE's answer: status (text), meas */
+    FERRY__WK_BEAT,     /* alive: every quarter of option worker_deadline_ms, while its pipeline
+                           finishes chunks or has none in flight */
 };
 
 typedef struct ferry__wk_msg {
@@ -47,6 +51,7 @@ typedef struct ferry__wk_msg {
     uint64_t elapsed_ns, busy_ns[3], chunks_all, chunks_cpu;
     char text[256];               /* READY, LOST */
     ferry_pipeline_stats_t stats; /* STATS */
+    ferry_conn_measure_t meas;    /* MEASURED */
 } ferry__wk_msg_t;
 
 /* What a worker is started with (the zygote's message); the options follow it as

@@ -12,6 +12,8 @@
  * end run on the GPU, one restart. The child prints what it measured (the rate before the end,
  * from the end to the first batch done by the new worker, and to the first window of WINDOW
  * batches at 90% of the rate before), a benchmark's figures, not a test's bounds.
+ * Then two children whose workers have CUDA_DEVICE_MAX_CONNECTIONS 4 and 16 (option
+ * connections_per_device) measure, in the worker, the queues each really got.
  * Skips (exit 77) without a GPU. */
 #include <fcntl.h>
 #include <signal.h>
@@ -22,6 +24,7 @@
 
 #include "backend/cuda/ferry_k_fault.h"
 #include "cudatest.h"
+#include "ferry/connections.h"
 #include "pipeline/remote.h"
 
 #define NB       192
@@ -225,6 +228,56 @@ static int child(const char *how, const char *marker)
     return good ? 0 : 1;
 }
 
+/* The child of a connections check: a worker with CUDA_DEVICE_MAX_CONNECTIONS @n (option
+ * connections_per_device "*=@n") measures the queues it got: 16 streams of a 2 ms kernel then
+ * a 20 us one, stream by stream, take ceil(16 / queues) times 2 ms (FACTS.md's law). */
+static int conns_child(unsigned n)
+{
+    char rule[16];
+    snprintf(rule, sizeof(rule), "*=%u", n);
+    ferry_options_t *o = NULL;
+    if (ferry_options_create(&o) != 0 || ferry_options_set(o, "isolation", "process") != 0 ||
+        ferry_options_set(o, "connections_per_device", rule) != 0)
+        return 11;
+    ferry_workload_t *wl = NULL;
+    if (ferry_workload_create("scale", NULL, &wl) != 0)
+        return 10;
+    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
+    cfg.backend = "cuda";
+    cfg.options = o;
+    ferry_runtime_t *r = NULL;
+    ferry_device_t *d = NULL;
+    if (ferry_runtime_create(&cfg, &r) != 0 || ferry_device_get(r, 0, &d) != 0)
+        return 12;
+    ferry_options_destroy(o);
+    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
+    pc.device = d;
+    pc.stage = ferry_workload_stage(wl);
+    ferry_pipeline_t *p = NULL;
+    if (ferry_pipeline_create(&pc, &p) != 0)
+        return 14;
+    ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
+    ferry_pipeline_stats(p, &s);
+    ferry_conn_measure_t m = FERRY_CONN_MEASURE_INIT;
+    int rc = ferry_pipeline_connections_measure(p, 16, 2000000, 20000, 5, &m);
+    if (rc != 0) {
+        printf("# measure: %s\n", ferry_last_error());
+        return 15;
+    }
+    printf("# connections %u: the worker read %u; 16 streams took %.2f waves: %.1f queues%s\n", n,
+           s.connections, m.waves, m.effective_queues, m.at_least ? " (at least)" : "");
+    printf("RESULT {\"how\":\"connections\",\"set\":%u,\"read\":%u,\"waves\":%.3f,"
+           "\"effective_queues\":%.1f,\"at_least\":%s}\n",
+           n, s.connections, m.waves, m.effective_queues, m.at_least ? "true" : "false");
+    fflush(stdout);
+    bool good = s.connections == n &&
+                (n >= 16 ? m.at_least : !m.at_least && m.effective_queues == (double)n);
+    ferry_pipeline_destroy(p);
+    ferry_workload_destroy(wl);
+    ferry_runtime_destroy(r);
+    return good ? 0 : 1;
+}
+
 /* Whether a GPU answers, asked in a forked child (CUDA must not start in this process). */
 static void require_gpu_in_child(void)
 {
@@ -258,6 +311,15 @@ static void run_child(const char *how)
     assert_int_equal(test_child_exit_code(status), 0);
 }
 
+/* Two applications' workers, one with 4 connections and one with 16, each measuring what its
+ * context got (one GPU here: one value per device, so one value per application). */
+static void test_connections_per_worker(void **state)
+{
+    (void)state;
+    run_child("conns4");
+    run_child("conns16");
+}
+
 static void test_illegal_address_in_a_worker(void **state)
 {
     (void)state;
@@ -273,9 +335,11 @@ static void test_worker_killed(void **state)
 int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--child") == 0)
-        return child(argv[2], argv[3]);
+        return strncmp(argv[2], "conns", 5) == 0 ? conns_child((unsigned)atoi(argv[2] + 5))
+                                                 : child(argv[2], argv[3]);
     require_gpu_in_child();
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_illegal_address_in_a_worker),
-                                       cmocka_unit_test(test_worker_killed)};
+                                       cmocka_unit_test(test_worker_killed),
+                                       cmocka_unit_test(test_connections_per_worker)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

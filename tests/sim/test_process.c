@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "testlib.h"
+#include "ferry/connections.h"
 #include "core/runtime.h"
 #include "pipeline/remote.h"
 
@@ -501,7 +502,36 @@ static void test_connections_per_worker(void **state)
         assert_int_equal(d.stats.connections, want[i]);
         assert_true(d.bytes > 0);
     }
+    ferry_conn_measure_t cm = FERRY_CONN_MEASURE_INIT;
+    assert_int_equal(ferry_pipeline_connections_measure(p, 16, 1000000, 10000, 3, &cm),
+                     FERRY_EINVAL); /* a set: measure its devices */
     assert_int_equal(ferry_pipeline_destroy(p), 0);
+    /* the queues each worker really got, measured in it (the pattern of ferry connections
+     * --measure): 16 streams see 4 queues in device 0's worker, at least 16 in device 1's */
+    for (unsigned i = 0; i < 2; i++) {
+        pc = test_pipeline_config(devs[i], ferry_workload_stage(wl), 1u << 20);
+        p = test_pipeline(&pc);
+        cm = (ferry_conn_measure_t)FERRY_CONN_MEASURE_INIT;
+        assert_int_equal(ferry_pipeline_connections_measure(p, 16, 1000000, 10000, 3, &cm), 0);
+        print_message("device %u's worker: 16 streams took %.2f waves: %.1f queues%s\n", i,
+                      cm.waves, cm.effective_queues, cm.at_least ? " (at least)" : "");
+        if (i == 0)
+            assert_true(cm.effective_queues == 4 && !cm.at_least);
+        else
+            assert_true(cm.effective_queues >= 16 && cm.at_least);
+        /* not with batches in flight */
+        unsigned char buf[64];
+        ferry_batch_t b = FERRY_BATCH_INIT;
+        b.in = buf;
+        b.bytes = sizeof(buf);
+        test_done_t dn;
+        memset(&dn, 0, sizeof(dn));
+        assert_int_equal(ferry_pipeline_submit(p, &b, test_on_done, &dn, NULL), 0);
+        int mrc = ferry_pipeline_connections_measure(p, 16, 1000000, 10000, 3, &cm);
+        assert_true(mrc == 0 || mrc == FERRY_EBUSY); /* 0: the batch was done already */
+        assert_int_equal(ferry_pipeline_drain(p), 0);
+        assert_int_equal(ferry_pipeline_destroy(p), 0);
+    }
     assert_int_equal(ferry_runtime_destroy(rt), 0);
     /* no rule for device 1 */
     const char *kv2[] = {"isolation", "process", "connections_per_device", "index:0=4", NULL};
