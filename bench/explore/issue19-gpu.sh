@@ -19,7 +19,7 @@ for k in $(seq 1 "$rounds"); do
   build-gpu/tests/gpu_test_process >>$OUT/gpu_process.log 2>&1
   echo "gpu.process run $k: rc $?"
 done
-grep -E "^# (fault|kill)|RESULT" $OUT/gpu_process.log | sed 's/^RESULT //' | tail -24
+grep -E "^# (fault|kill|connections|child)|RESULT" $OUT/gpu_process.log | sed 's/^RESULT //' | tail -24
 js() { python3 -c "import json,sys; j=json.load(sys.stdin); j.update($1); print(json.dumps(j))"; }
 for r in $(seq 1 "$rounds"); do
   for chunk in 8M 1M; do
