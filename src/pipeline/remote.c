@@ -300,10 +300,19 @@ static int replace(struct ferry__remote *r, const char *said)
               WIFSIGNALED(st) ? "signal" : "exit status",
               WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
     int rc = -1;
-    for (unsigned k = 0; !barren && k < RM_RESPAWNS && rc != 0; k++)
-        if ((rc = ferry__rm_spawn(r, r->generation + 1)) != 0)
+    if (!barren && ferry__rm_spare_take(r)) { /* warm: its context made, its memory pinned */
+        rc = 0;
+        ferry_log(FERRY_LOG_INFO, "pipeline", "device %d: the spare worker (pid %d) took over",
+                  r->dev->index, (int)r->proc.pid);
+    }
+    for (unsigned k = 0; !barren && k < RM_RESPAWNS && rc != 0; k++) {
+        pthread_mutex_lock(&r->mu);
+        uint32_t gen = ++r->next_gen;
+        pthread_mutex_unlock(&r->mu);
+        if ((rc = ferry__rm_spawn(r, gen)) != 0)
             ferry_log(FERRY_LOG_WARN, "pipeline", "device %d: a new worker did not start: %s",
                       r->dev->index, ferry_last_error());
+    }
     if (rc == 0) {
         pthread_mutex_lock(&r->mu);
         r->restarts++;
@@ -326,6 +335,8 @@ static int replace(struct ferry__remote *r, const char *said)
                   barren ? "ended before they finished a batch" : "did not start");
     }
     pthread_mutex_unlock(&r->wmu);
+    if (rc == 0)
+        ferry__rm_spare_start(r); /* the next spare, in the background */
     flush(r);
     if (poison != NULL) { /* on the CPU here, called back like the others */
         ferry_log(FERRY_LOG_WARN, "pipeline",
@@ -532,10 +543,14 @@ int ferry__remote_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **
                             : ferry__rm_make_hello(r, cfg);
     if (rc == 0)
         rc = ferry__rm_spawn(r, 0);
+    r->want_spare = ferry__opt_i64(rt->opts, FERRY__OPT_worker_spare) != 0;
+    if (rc == 0)
+        ferry__rm_spare_start(r); /* before the reader: only the reader starts the next ones */
     if (rc == 0 &&
         ferry__thread_start(&r->reader, &r->reader_started, reader_main, r, "ferry-remote") != 0)
         rc = ferry__error(FERRY_ENOMEM, "pipeline: cannot start the worker's reader thread");
     if (rc != 0) {
+        ferry__rm_spare_stop(r);
         if (r->sock >= 0) {
             close(r->sock); /* the worker reads the end of its socket and exits */
             int st;
@@ -584,11 +599,11 @@ static int stage_get(struct ferry__remote *r, size_t bytes)
         if ((unsigned)i == r->nstg)
             free(s);
         else
-            s->sent = 0;
+            s->sent = s->spare_sent = 0;
         return rc;
     }
     s->busy = true;
-    s->sent = 0;
+    s->sent = s->spare_sent = 0;
     if ((unsigned)i == r->nstg)
         r->stg[r->nstg++] = s;
     return i;
@@ -760,6 +775,7 @@ int ferry__remote_close(struct ferry__remote *r)
     if (r->reader_started)
         pthread_join(r->reader, NULL);
     r->reader_started = false;
+    ferry__rm_spare_stop(r);
     if (r->sock >= 0)
         close(r->sock);
     r->sock = -1;

@@ -24,6 +24,8 @@ void ferry__remote_stats(struct ferry__remote *r, ferry_pipeline_stats_t *out);
 
 /* The worker's pid now (-1 while none runs), for tests that kill it. */
 pid_t ferry__remote_worker_pid(const ferry_pipeline_t *p);
+/* The warm spare's pid while one is ready (-1 otherwise), for tests. */
+pid_t ferry__remote_spare_pid(const ferry_pipeline_t *p);
 /* Batches copied through a staging region so far: their memory was not ferry_host_alloc's
  * (shared with the worker). For tests of the zero-copy path. */
 uint64_t ferry__remote_staged(const ferry_pipeline_t *p);

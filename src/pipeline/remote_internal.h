@@ -42,15 +42,25 @@ typedef struct rm_region {
     uint64_t serial; /* proc/shm.h; 0: a free entry */
     void *base;
     size_t bytes;
-    int fd;        /* a descriptor of it, this entry's */
-    uint32_t sent; /* the generation of the worker it was last mapped in, plus one */
-    unsigned refs; /* batches in flight in it */
+    int fd;              /* a descriptor of it, this entry's */
+    uint32_t sent;       /* the generation of the worker it was last mapped in, plus one */
+    uint32_t spare_sent; /* likewise of the spare */
+    unsigned refs;       /* batches in flight in it */
 } rm_region_t;
+
+/* A worker started and ready (its READY read). */
+typedef struct rm_worker {
+    int sock;
+    ferry__zyg_proc_t proc;
+    uint32_t gen;
+    ferry_pipeline_stats_t stats; /* its READY's */
+} rm_worker_t;
 
 typedef struct rm_stage {
     ferry__shm_t r;
     bool busy;
-    uint32_t sent; /* the generation of the worker it was last mapped in, plus one */
+    uint32_t sent;       /* the generation of the worker it was last mapped in, plus one */
+    uint32_t spare_sent; /* likewise of the spare */
 } rm_stage_t;
 
 struct ferry__remote {
@@ -91,6 +101,11 @@ struct ferry__remote {
     /* the device's figures (its clock) as the workers reported them: the ended ones' summed,
      * the one running now's latest */
     ferry__wk_msg_t ended, now;
+    /* the warm spare (remote_spare.c), under mu; its thread's own fields besides */
+    bool want_spare, spare_ready, spare_busy, spare_thread;
+    rm_worker_t spare;
+    pthread_t spare_th;
+    uint32_t next_gen; /* generations given out, under mu */
     /* ferry_pipeline_connections_measure: asked, answered (by the reader), the answer */
     bool measuring, measured;
     int meas_status;
@@ -106,9 +121,21 @@ int ferry__rm_recv(int s, ferry__wk_msg_t *m);
 /* @r's hello (the worker's start message but its options and user data), from @cfg; its
  * device's connections by option connections_per_device. Returns 0 or the error. */
 int ferry__rm_make_hello(struct ferry__remote *r, const ferry_pipeline_config_t *cfg);
-/* Start a worker of generation @gen and wait for its READY (r->sock, r->proc, r->generation and
- * r->wstats set under r->mu). The first worker gets option inject's faults, its replacements
- * none. Returns 0 or the worker's error, with its text. */
+/* Start a worker of generation @gen and wait for its READY, into @out. The first worker
+ * (generation 0) gets option inject's faults, the others none. Returns 0 or the worker's
+ * error, with its text. */
+int ferry__rm_start(struct ferry__remote *r, uint32_t gen, rm_worker_t *out);
+/* Make @w r's worker (r->sock, r->proc, r->generation and r->wstats, under r->mu). */
+void ferry__rm_install(struct ferry__remote *r, const rm_worker_t *w);
+/* Both. */
 int ferry__rm_spawn(struct ferry__remote *r, uint32_t gen);
+
+/* The warm spare (remote_spare.c, option worker_spare): a worker started in the background,
+ * ready, its regions mapped, that replace() makes the worker at once. Start one (when the
+ * option asks and none is there or starting); take it (false when none is ready: a new worker
+ * must be started); stop it (close: it exits). On the reader's thread, or the creator's. */
+void ferry__rm_spare_start(struct ferry__remote *r);
+bool ferry__rm_spare_take(struct ferry__remote *r);
+void ferry__rm_spare_stop(struct ferry__remote *r);
 
 #endif

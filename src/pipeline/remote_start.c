@@ -134,10 +134,7 @@ int ferry__rm_make_hello(struct ferry__remote *r, const ferry_pipeline_config_t 
     return 0;
 }
 
-/* Start a worker of generation @gen and wait for its READY: the first worker gets the injected
- * faults (option inject), its replacements run without them. Returns 0 or the worker's error,
- * with its text. */
-int ferry__rm_spawn(struct ferry__remote *r, uint32_t gen)
+int ferry__rm_start(struct ferry__remote *r, uint32_t gen, rm_worker_t *out)
 {
     size_t ilen = gen == 0 ? r->ilen : 0, ub = r->stage.user_bytes;
     size_t len = sizeof(ferry__wk_hello_t) + r->olen + ilen + ub;
@@ -180,11 +177,25 @@ int ferry__rm_spawn(struct ferry__remote *r, uint32_t gen)
         close(sv[0]);
         return rc;
     }
-    pthread_mutex_lock(&r->mu);
-    r->sock = sv[0];
-    r->proc = p;
-    r->generation = gen;
-    r->wstats = m.stats; /* its plan (chunk, depth, streams) and connections, as it started */
-    pthread_mutex_unlock(&r->mu);
+    *out = (rm_worker_t){.sock = sv[0], .proc = p, .gen = gen, .stats = m.stats};
     return 0;
+}
+
+void ferry__rm_install(struct ferry__remote *r, const rm_worker_t *w)
+{
+    pthread_mutex_lock(&r->mu);
+    r->sock = w->sock;
+    r->proc = w->proc;
+    r->generation = w->gen;
+    r->wstats = w->stats; /* its plan (chunk, depth, streams) and connections, as it started */
+    pthread_mutex_unlock(&r->mu);
+}
+
+int ferry__rm_spawn(struct ferry__remote *r, uint32_t gen)
+{
+    rm_worker_t w;
+    int rc = ferry__rm_start(r, gen, &w);
+    if (rc == 0)
+        ferry__rm_install(r, &w);
+    return rc;
 }

@@ -185,6 +185,55 @@ static void test_a_killed_worker_is_replaced(void **state)
     killed_at(32, 31, seed + 2);
 }
 
+/* The spare's pid once one is ready (up to 30 s), or -1. */
+static pid_t spare_ready(ferry_pipeline_t *p)
+{
+    for (int i = 0; i < 3000; i++) {
+        pid_t s = ferry__remote_spare_pid(p);
+        if (s > 0)
+            return s;
+        usleep(10000);
+    }
+    return -1;
+}
+
+/* With option worker_spare (the default) a spare worker is started and made ready beside the
+ * worker; when the worker is killed the spare takes over (the worker's pid is the spare's) and
+ * a new spare is started; with worker_spare=0 there is none. */
+static void test_the_spare_takes_over(void **state)
+{
+    (void)state;
+    const char *kv[] = {"isolation", "process", NULL};
+    ferry_runtime_t *rt = test_sim_runtime_with(kv);
+    ferry_workload_t *wl = test_workload("scale");
+    ferry_pipeline_t *p = make(rt, wl);
+    pid_t spare = spare_ready(p), first = ferry__remote_worker_pid(p);
+    assert_true(spare > 0 && spare != first);
+    run_t rn;
+    memset(&rn, 0, sizeof(rn));
+    rn.kill_at_done = 4;
+    stream(p, wl, 16, 2u << 20, test_seed(81), &rn);
+    ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
+    assert_int_equal(ferry_pipeline_stats(p, &s), 0);
+    print_message("the spare (pid %d) took over from pid %d: recovery %.1f ms\n", (int)spare,
+                  (int)first, s.worker_recovery_ns / 1e6);
+    assert_int_equal(s.worker_restarts, 1);
+    assert_int_equal(ferry__remote_worker_pid(p), spare);
+    pid_t next = spare_ready(p);
+    assert_true(next > 0 && next != spare && next != first);
+    assert_int_equal(ferry_pipeline_destroy(p), 0);
+    assert_int_equal(ferry_runtime_destroy(rt), 0);
+    assert_int_equal(kill(next, 0), -1);
+    const char *kv0[] = {"isolation", "process", "worker_spare", "0", NULL};
+    rt = test_sim_runtime_with(kv0);
+    p = make(rt, wl);
+    usleep(200000);
+    assert_int_equal(ferry__remote_spare_pid(p), -1);
+    assert_int_equal(ferry_pipeline_destroy(p), 0);
+    assert_int_equal(ferry_runtime_destroy(rt), 0);
+    ferry_workload_destroy(wl);
+}
+
 /* A worker that stops (SIGSTOP: alive, sending nothing, not even its heartbeat) with batches
  * in flight is killed once option worker_deadline_ms has passed and replaced; every batch
  * once, bit-exact, on the device; the stopped one does not outlive the runtime. */
@@ -592,6 +641,7 @@ TEST_MAIN(NULL, NULL, cmocka_unit_test(test_batches_in_a_worker),
           cmocka_unit_test(test_a_killed_worker_is_replaced),
           cmocka_unit_test(test_sticky_and_hung_workers_are_replaced),
           cmocka_unit_test(test_a_stopped_worker_is_killed_at_its_deadline),
+          cmocka_unit_test(test_the_spare_takes_over),
           cmocka_unit_test(test_host_alloc_memory_is_shared),
           cmocka_unit_test(test_workers_killed_at_random),
           cmocka_unit_test(test_a_batch_that_ends_every_worker),
