@@ -76,6 +76,8 @@ static void *beat_main(void *arg)
             break; /* the application is gone: the main loop sees it too */
         last = done;
     }
+    w->beating = false; /* detached: beat_stop waits for this */
+    pthread_cond_broadcast(&w->beat_cv);
     pthread_mutex_unlock(&w->beat_mu);
     return NULL;
 }
@@ -92,8 +94,14 @@ static int beat_start(wk_t *w, ferry_runtime_t *rt)
     pthread_condattr_destroy(&ca);
     if (w->beat_ms == 0)
         return 0;
+    /* detached: the worker may _exit while it runs or after it ended (its socket closed) */
+    pthread_mutex_lock(&w->beat_mu);
     w->beating = pthread_create(&w->beat, NULL, beat_main, w) == 0;
-    return w->beating ? 0 : -1;
+    if (w->beating)
+        pthread_detach(w->beat);
+    int rc = w->beating ? 0 : -1;
+    pthread_mutex_unlock(&w->beat_mu);
+    return rc;
 }
 
 /* Stop it: before the pipeline goes. */
@@ -102,10 +110,9 @@ static void beat_stop(wk_t *w)
     pthread_mutex_lock(&w->beat_mu);
     w->closing = true;
     pthread_cond_broadcast(&w->beat_cv);
+    while (w->beating)
+        pthread_cond_wait(&w->beat_cv, &w->beat_mu);
     pthread_mutex_unlock(&w->beat_mu);
-    if (w->beating)
-        pthread_join(w->beat, NULL);
-    w->beating = false;
 }
 
 /* The pipeline's GPU path has ended (pipeline_internal.h, gpu_end): the worker says so and
