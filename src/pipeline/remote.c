@@ -367,8 +367,9 @@ static void run_retired(struct ferry__remote *r)
 }
 
 /* Wait for the worker's next message. A worker that sends nothing, its heartbeat included,
- * for option worker_deadline_ms while a batch it was sent is in flight is hung (stopped,
- * deadlocked, stuck on a chunk): it is killed, and the read that follows ends. */
+ * for option worker_deadline_ms while a batch it was sent is in flight, or while its answer to
+ * CLOSE is owed (the pipeline closing), is hung (stopped, deadlocked, stuck on a chunk): it is
+ * killed, and the read that follows ends. */
 static void await_worker(struct ferry__remote *r)
 {
     while (r->deadline_ms > 0) {
@@ -378,14 +379,21 @@ static void await_worker(struct ferry__remote *r)
         pthread_mutex_lock(&r->mu);
         rm_batch_t *b = r->head;
         bool owed = b != NULL && b->sent == r->generation + 1;
+        bool closing = r->closing; /* nothing in flight; CLOSE sent, or about to be */
         uint64_t seq = owed ? b->seq : 0;
         pthread_mutex_unlock(&r->mu);
-        if (!owed)
+        if (!owed && !closing)
             continue;
-        ferry_log(FERRY_LOG_WARN, "pipeline",
-                  "device %d: its worker (pid %d) sent nothing for %u ms (option "
-                  "worker_deadline_ms) with batch %llu in flight: killing it",
-                  r->dev->index, (int)r->proc.pid, r->deadline_ms, (unsigned long long)seq);
+        if (owed)
+            ferry_log(FERRY_LOG_WARN, "pipeline",
+                      "device %d: its worker (pid %d) sent nothing for %u ms (option "
+                      "worker_deadline_ms) with batch %llu in flight: killing it",
+                      r->dev->index, (int)r->proc.pid, r->deadline_ms, (unsigned long long)seq);
+        else
+            ferry_log(FERRY_LOG_WARN, "pipeline",
+                      "device %d: its worker (pid %d) sent nothing for %u ms (option "
+                      "worker_deadline_ms) while the pipeline closes: killing it",
+                      r->dev->index, (int)r->proc.pid, r->deadline_ms);
         r->killed = "hung past its deadline";
         ferry__zyg_kill(&r->proc, SIGKILL);
         return;
@@ -440,8 +448,14 @@ static void *reader_main(void *arg)
         pthread_mutex_lock(&r->mu);
         bool done = r->closing && r->nfl == 0;
         pthread_mutex_unlock(&r->mu);
-        if (done)
+        if (done) { /* it ended (or was killed) while closing: reaped, its pidfd closed */
+            int st;
+            if (ferry__zyg_wait(r->rt->zyg, &r->proc, RM_EXIT_WAIT, &st) == FERRY_ETIMEDOUT) {
+                ferry__zyg_kill(&r->proc, SIGKILL);
+                ferry__zyg_wait(r->rt->zyg, &r->proc, RM_EXIT_WAIT, &st);
+            }
             break;
+        }
         measured(r, FERRY_EBACKEND, NULL, "the worker ended during the measurement");
         int how = replace(r, got == 0 && m.kind == FERRY__WK_LOST ? m.text : r->killed);
         r->killed = NULL;

@@ -3,12 +3,13 @@
  * seed its own runtime and pipeline, while a thread deals faults at random moments: the worker
  * killed (SIGKILL) or stopped (SIGSTOP: option worker_deadline_ms kills it), a few batches that
  * end every worker they meet (poison: they run on the CPU in this process at last), and for some
- * seeds a sticky error or a hard hang injected in the first worker. Every batch is called back
- * exactly once, with status 0 and the reference's bytes; afterwards the helper and every worker
- * seen are gone, and no shared memory region or descriptor is left. Sanitizer builds
- * (FERRY_TEST_SCALE=sanitizer) run 4,000 batches; FERRY_TEST_SEED runs that one seed alone. A
- * wall-clock budget stops starting seeds once it has passed (what ran is checked); a plain build
- * must have run at least 50,000 batches. */
+ * seeds a sticky error or a hard hang injected in the first worker; every third seed stops its
+ * worker once the batches are done, before the pipeline's destroy (killed at its deadline). Every
+ * batch is called back exactly once, with status 0 and the reference's bytes; afterwards the
+ * helper and every worker seen are gone, and no shared memory region or descriptor is left.
+ * Sanitizer builds (FERRY_TEST_SCALE=sanitizer) run 4,000 batches; FERRY_TEST_SEED runs that one
+ * seed alone. A wall-clock budget stops starting seeds once it has passed (what ran is checked); a
+ * plain build must have run at least 50,000 batches. */
 #include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
@@ -269,7 +270,7 @@ typedef struct plan {
     uint64_t seed;
     unsigned nb;
     char inject[48];
-    bool sanitizer;
+    bool sanitizer, stop_at_close; /* the worker stopped, idle, before the pipeline's destroy */
 } plan_t;
 
 typedef struct tally {
@@ -278,7 +279,8 @@ typedef struct tally {
 } tally_t;
 
 /* The seed's faults: its poisoned batches (0 to 2, 300 or more apart, in @s), what is injected
- * in its first worker (@pl->inject), and the bounds of the fault thread (@f). */
+ * in its first worker (@pl->inject), the bounds of the fault thread (@f), and whether the worker
+ * is stopped before the destroy. */
 static void plan_faults(plan_t *pl, uint64_t *rng, soak_t *s, faults_t *f)
 {
     unsigned want = (unsigned)test_rand_range(rng, 0, MAX_POISON);
@@ -300,6 +302,7 @@ static void plan_faults(plan_t *pl, uint64_t *rng, soak_t *s, faults_t *f)
     f->kills_max = (int)test_rand_range(rng, 1, pl->sanitizer ? 3 : 10);
     f->stops_max = (int)test_rand_range(rng, pl->seed % 4 == 1, pl->sanitizer ? 1 : 2);
     f->max_ms = pl->sanitizer ? 600 : 250;
+    pl->stop_at_close = pl->seed % 3 == 0;
 }
 
 static soak_t *soak_new(const ferry_workload_t *wl, unsigned nb)
@@ -429,16 +432,24 @@ static void run_seed(plan_t *pl, const ferry_workload_t *wl, tally_t *t)
     check_children(pl, &f, p, helper);
     ferry_pipeline_stats_t ps = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &ps), 0);
+    pid_t idle = pl->stop_at_close ? ferry__remote_worker_pid(p) : -1;
+    if (idle > 0)
+        assert_int_equal(kill(idle, SIGSTOP), 0); /* its answer to CLOSE never comes */
+    uint64_t t1 = test_now_ns();
     assert_int_equal(ferry_pipeline_destroy(p), 0);
+    double close_ms = (double)(test_now_ns() - t1) / 1e6;
+    if (idle > 0) /* killed at its deadline (a poll or two), reaped */
+        assert_true(close_ms < 4 * atof(kv[3]) + 2000);
     assert_int_equal(ferry_runtime_destroy(rt), 0);
     check_left(pl, &f, helper, regions, fds);
     if (f.kills + f.stops + (int)s->npoison > 0)
         assert_true(ps.worker_restarts >= 1);
     print_message("seed %2llu: %u batches (%d on the CPU), %d kills, %d stops, %u poisoned, "
-                  "inject %s: %llu restarts%s, %.0f ms\n",
+                  "inject %s: %llu restarts%s, destroy %.0f ms%s, %.0f ms\n",
                   (unsigned long long)pl->seed, pl->nb, atomic_load(&s->cpu), f.kills, f.stops,
                   s->npoison, pl->inject[0] ? pl->inject : "-",
                   (unsigned long long)ps.worker_restarts, ps.gpu_lost ? " (device retired)" : "",
+                  close_ms, idle > 0 ? " (its worker stopped)" : "",
                   (double)(test_now_ns() - t0) / 1e6);
     t->batches += pl->nb;
     t->gpu += (unsigned long long)atomic_load(&s->gpu);
