@@ -13,8 +13,10 @@
 #include "proc/shm.h"
 #include "proc/zygote.h"
 
-#define RM_RESPAWNS  3 /* tries: of a worker to start, of a batch that ends its workers */
-#define RM_BARREN    6 /* workers in a row that end before they finish a batch: retired */
+#define RM_RESPAWNS 3 /* tries: of a worker to start, of a batch that ends its workers */
+/* workers in a row that end before they finish a batch: retired (three batches in a row
+ * found to end every worker, RM_RESPAWNS each) */
+#define RM_BARREN    9
 #define RM_STAGE_MIN ((size_t)2 << 20)
 #define RM_EXIT_WAIT 2000000000u /* ns a worker that said LOST, or closed, has to exit */
 #define RM_CPU_CHUNK ((size_t)8 << 20)
