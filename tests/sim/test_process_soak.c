@@ -184,6 +184,7 @@ typedef struct faults {
     uint64_t rng;
     unsigned max_ms;
     int kills_max, stops_max, kills, stops;
+    bool prefer_stop;                        /* the first fault a stop (every fourth seed) */
     pid_t seen[MAX_PIDS], victims[MAX_PIDS]; /* the fault thread's until it is joined */
     int nseen, nvictims;
 } faults_t;
@@ -205,7 +206,9 @@ static void *fault_main(void *arg)
     pid_t last = -1;
     unsigned done_at = 0;
     while (!atomic_load(&f->stop)) {
-        unsigned ms = (unsigned)test_rand_range(&f->rng, 10, f->max_ms);
+        /* the first fault as soon as it may be dealt: short seeds (sanitizers) get one too */
+        unsigned ms =
+            f->kills + f->stops == 0 ? 1 : (unsigned)test_rand_range(&f->rng, 10, f->max_ms);
         for (unsigned t = 0; t < ms && !atomic_load(&f->stop); t += 5)
             usleep(5000);
         pid_t pid = ferry__remote_worker_pid(f->p);
@@ -213,8 +216,9 @@ static void *fault_main(void *arg)
         unsigned done = atomic_load(&f->s->done);
         if (pid <= 0 || pid == last || done <= done_at || done + TAIL >= f->s->nb)
             continue;
-        bool stop =
-            f->stops < f->stops_max && (f->kills >= f->kills_max || test_rand(&f->rng) % 4 == 0);
+        bool stop = f->stops < f->stops_max &&
+                    (f->kills >= f->kills_max || (f->prefer_stop && f->stops == 0) ||
+                     test_rand(&f->rng) % 4 == 0);
         if (!stop && f->kills >= f->kills_max)
             continue;
         if (kill(pid, stop ? SIGSTOP : SIGKILL) != 0)
@@ -305,6 +309,7 @@ static void plan_faults(plan_t *pl, uint64_t *rng, soak_t *s, faults_t *f)
         snprintf(pl->inject, sizeof(pl->inject), "hang-hard@batch=%u", n);
     f->kills_max = (int)test_rand_range(rng, 1, pl->sanitizer ? 3 : 10);
     f->stops_max = (int)test_rand_range(rng, pl->seed % 4 == 1, pl->sanitizer ? 1 : 2);
+    f->prefer_stop = pl->seed % 4 == 1;
     f->max_ms = pl->sanitizer ? 600 : 250;
     pl->stop_at_close = pl->seed % 3 == 0;
 }
