@@ -362,3 +362,15 @@ void test_make_file(const char *path, uint64_t n)
         assert_int_equal(fputc(test_file_byte(i), f), test_file_byte(i));
     assert_int_equal(fclose(f), 0);
 }
+
+int test_shared_regions(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof(line), f) != NULL)
+        n += strstr(line, "memfd:ferry:") != NULL;
+    fclose(f);
+    return n;
+}

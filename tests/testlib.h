@@ -76,6 +76,10 @@ void test_write_json(const struct cJSON *root, const char *tmpl, char *path, siz
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t test_now_ns(void);
 
+/* Regions of this process's memory that are worker processes' shared memory ("memfd:ferry:"
+ * in /proc/self/maps). */
+int test_shared_regions(void);
+
 /* The child-process harness: this test program run again with @args (after argv[0], NULL
  * ended), its environment inherited. Fails the test when it cannot start. */
 pid_t test_child_spawn(char *const *args);

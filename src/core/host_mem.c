@@ -154,8 +154,8 @@ static int shared_map(ferry_runtime_t *rt, size_t bytes, ferry__shm_t **out)
     if (rc != 0) {
         free(s);
         return ferry__error(rc,
-                            "ferry_host_alloc: %zu bytes of memory shared with worker "
-                            "processes: %s (option worker_reserve sets how much there is)",
+                            "%zu bytes of memory shared with worker processes: %s (option "
+                            "worker_reserve sets how much there is)",
                             bytes, ferry_last_error());
     }
     *out = s;
@@ -170,6 +170,28 @@ static void unmap_block(void *p, size_t mapped, ferry__shm_t *shm)
     } else {
         ferry__host_unmap(p, mapped);
     }
+}
+
+void *ferry__host_shared_map(ferry_runtime_t *rt, size_t bytes, size_t *mapped)
+{
+    ferry__shm_t *shm = NULL;
+    if (shared_map(rt, bytes, &shm) != 0)
+        return NULL;
+    if (block_add(shm->base, shm->bytes, shm) != 0) {
+        ferry__error(FERRY_ENOMEM, "shared memory: out of memory");
+        unmap_block(shm->base, shm->bytes, shm);
+        return NULL;
+    }
+    *mapped = shm->bytes;
+    return shm->base;
+}
+
+void ferry__host_shared_unmap(void *p)
+{
+    ferry__shm_t *shm;
+    size_t mapped = block_take(p, &shm);
+    if (shm != NULL)
+        unmap_block(p, mapped, shm);
 }
 
 int ferry_host_alloc(ferry_device_t *dev, size_t bytes, void **out)

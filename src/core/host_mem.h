@@ -25,6 +25,13 @@ typedef struct ferry__host_shared {
     uint64_t serial;
 } ferry__host_shared_t;
 bool ferry__host_shared(const void *p, size_t n, ferry__host_shared_t *out);
+/* isolation=process: @bytes of memory shared with the workers, a region of @rt's arena (2 MiB
+ * aligned), that ferry__host_shared finds; *@mapped its size. NULL with the error set. Not
+ * pinned here: each worker pins what it is sent. */
+struct ferry_runtime;
+void *ferry__host_shared_map(struct ferry_runtime *rt, size_t bytes, size_t *mapped);
+/* Give it back (NULL, or memory not from ferry__host_shared_map: a no-op). */
+void ferry__host_shared_unmap(void *p);
 /* A descriptor of the region of serial @serial (close-on-exec, the caller's to close), or -1
  * when it has been freed. */
 int ferry__host_shared_fd(uint64_t serial);

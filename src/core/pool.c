@@ -25,6 +25,7 @@ struct ferry_pool {
     size_t peak;
     uint64_t allocs, waits, eagain;
     bool registered;
+    bool shared;  /* isolation=process: its slab is memory shared with the workers */
     bool tracked; /* in the runtime's pinned ranges (ferry__rt_track) */
 };
 
@@ -96,16 +97,28 @@ int ferry_pool_create(ferry_device_t *dev, const ferry_pool_config_t *cfg, ferry
         goto out_free;
     }
     size_t mapped;
-    p->base = ferry__host_map(total, align, &mapped);
-    if (p->base == NULL) {
+    if (dev->rt->zyg != NULL && align <= ((size_t)2 << 20)) {
+        /* isolation=process: shared with the workers, which read and write its buffers where
+         * they are and pin them themselves; this process drives no device */
+        p->shared = true;
+        if ((p->base = ferry__host_shared_map(dev->rt, total, &mapped)) == NULL) {
+            rc = ferry__error(FERRY_ENOMEM, "pool: %s", ferry_last_error());
+            goto out_free;
+        }
+        p->mapped = mapped;
+    } else if ((p->base = ferry__host_map(total, align, &mapped)) == NULL) {
         rc = ferry__error(FERRY_ENOMEM, "pool: mapping %zu bytes failed", total);
         goto out_free;
+    } else {
+        p->mapped = mapped;
+        /* First touch before registering, so the pages exist on this (the caller's) NUMA
+         * node. */
+        ferry__host_touch(p->base, total);
+        rc = ferry__be_host_register(dev, p->base, total);
     }
-    p->mapped = mapped;
-    /* First touch before registering, so the pages exist on this (the caller's) NUMA node. */
-    ferry__host_touch(p->base, total);
-    rc = ferry__be_host_register(dev, p->base, total);
-    if (rc == FERRY_EBACKEND && c.pageable_fallback) {
+    if (p->shared) {
+        /* pinned by each worker it is sent to */
+    } else if (rc == FERRY_EBACKEND && c.pageable_fallback) {
         ferry_log(FERRY_LOG_WARN, "pool",
                   "%s; continuing with %zu bytes of pageable memory: copies run at pageable "
                   "rates",
@@ -139,7 +152,10 @@ void ferry_pool_destroy(ferry_pool_t *p)
         ferry__rt_untrack(p->dev, p->base, FERRY__REG_POOL, "pool");
     if (p->registered)
         ferry__be_host_unregister(p->dev, p->base);
-    ferry__host_unmap(p->base, p->mapped);
+    if (p->shared)
+        ferry__host_shared_unmap(p->base);
+    else
+        ferry__host_unmap(p->base, p->mapped);
     free(p->free_stack);
     free(p->used);
     pthread_cond_destroy(&p->freed);

@@ -134,6 +134,24 @@ static void report(const char *how, uint64_t t_end, const ferry_pipeline_stats_t
            (double)s->worker_recovery_ns / 1e6);
 }
 
+/* A runtime on cuda with isolation=process and connections_per_device @rule (NULL: none),
+ * and its device 0. Returns 0, or 11 (options) or 12 (runtime), said. */
+static int process_runtime(const char *rule, ferry_runtime_t **r, ferry_device_t **d)
+{
+    ferry_options_t *o = NULL;
+    if (ferry_options_create(&o) != 0 || ferry_options_set(o, "isolation", "process") != 0 ||
+        (rule != NULL && ferry_options_set(o, "connections_per_device", rule) != 0))
+        return 11;
+    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
+    cfg.backend = "cuda";
+    cfg.options = o;
+    int rc = ferry_runtime_create(&cfg, r) != 0 || ferry_device_get(*r, 0, d) != 0 ? 12 : 0;
+    if (rc != 0)
+        printf("# runtime: %s\n", ferry_last_error());
+    ferry_options_destroy(o);
+    return rc;
+}
+
 /* The child: @how "fault" or "kill"; returns 0 when every check held, else the step. */
 static int child(const char *how, const char *marker)
 {
@@ -143,19 +161,11 @@ static int child(const char *how, const char *marker)
     plant.inner = ferry_workload_stage(wl);
     bool kill_it = strcmp(how, "kill") == 0;
     snprintf(plant.marker, sizeof(plant.marker), "%s", kill_it ? "" : marker);
-    ferry_options_t *o = NULL;
-    if (ferry_options_create(&o) != 0 || ferry_options_set(o, "isolation", "process") != 0)
-        return 11;
-    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
-    cfg.backend = "cuda";
-    cfg.options = o;
     ferry_runtime_t *r = NULL;
     ferry_device_t *d = NULL;
-    if (ferry_runtime_create(&cfg, &r) != 0 || ferry_device_get(r, 0, &d) != 0) {
-        printf("# runtime: %s\n", ferry_last_error());
-        return 12;
-    }
-    ferry_options_destroy(o);
+    int rrc = process_runtime(NULL, &r, &d);
+    if (rrc != 0)
+        return rrc;
     unsigned char *in = NULL, *out = NULL, *ref = malloc(SLOTS * PER);
     if (ferry_host_alloc(d, SLOTS * PER, (void **)&in) != 0 ||
         ferry_host_alloc(d, NB * PER, (void **)&out) != 0 || ref == NULL)
@@ -235,21 +245,14 @@ static int conns_child(unsigned n)
 {
     char rule[16];
     snprintf(rule, sizeof(rule), "*=%u", n);
-    ferry_options_t *o = NULL;
-    if (ferry_options_create(&o) != 0 || ferry_options_set(o, "isolation", "process") != 0 ||
-        ferry_options_set(o, "connections_per_device", rule) != 0)
-        return 11;
     ferry_workload_t *wl = NULL;
     if (ferry_workload_create("scale", NULL, &wl) != 0)
         return 10;
-    ferry_runtime_config_t cfg = FERRY_RUNTIME_CONFIG_INIT;
-    cfg.backend = "cuda";
-    cfg.options = o;
     ferry_runtime_t *r = NULL;
     ferry_device_t *d = NULL;
-    if (ferry_runtime_create(&cfg, &r) != 0 || ferry_device_get(r, 0, &d) != 0)
-        return 12;
-    ferry_options_destroy(o);
+    int rrc = process_runtime(rule, &r, &d);
+    if (rrc != 0)
+        return rrc;
     ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
     pc.device = d;
     pc.stage = ferry_workload_stage(wl);

@@ -301,7 +301,7 @@ static void slices(ferry_pipeline_t *p, ferry_workload_t *wl, unsigned char *in,
  * again in place, bit-exact. Memory freed and allocated again at the same place, with other
  * contents, is mapped anew by the worker (not its old mapping's bytes). A batch whose output
  * is its input is staged (run again, it would read its own output), and memory from malloc
- * is. */
+ * is. A pool's buffers (ferry_pool_create) are shared memory as ferry_host_alloc's. */
 static void test_host_alloc_memory_is_shared(void **state)
 {
     (void)state;
@@ -328,6 +328,18 @@ static void test_host_alloc_memory_is_shared(void **state)
     ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(p, &s), 0);
     assert_int_equal(s.worker_restarts, 1);
+    /* a pool's buffers are shared memory too */
+    ferry_pool_config_t pcfg = FERRY_POOL_CONFIG_INIT;
+    pcfg.slot_bytes = each;
+    pcfg.slots = 4;
+    ferry_pool_t *pool = NULL;
+    assert_int_equal(ferry_pool_create(dev, &pcfg, &pool), 0);
+    void *pa = NULL, *pb = NULL;
+    assert_int_equal(ferry_pool_alloc(pool, each, false, &pa), 0);
+    assert_int_equal(ferry_pool_alloc(pool, each, false, &pb), 0);
+    slices(p, wl, pa, pb, 1, each, 0, test_seed(75));
+    assert_int_equal(ferry__remote_staged(p), 0);
+    ferry_pool_destroy(pool);
     slices(p, wl, in, in, 1, each, 0, test_seed(73)); /* in place: staged */
     assert_int_equal(ferry__remote_staged(p), 1);
     unsigned char *heap = malloc(2 * each);
@@ -445,19 +457,6 @@ static void test_a_batch_that_ends_every_worker(void **state)
     }
 }
 
-/* Regions of this process's memory named "ferry:" (shared memory of workers), from its maps. */
-static int shared_regions(void)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    assert_non_null(f);
-    char line[512];
-    int n = 0;
-    while (fgets(line, sizeof(line), f) != NULL)
-        n += strstr(line, "memfd:ferry:") != NULL;
-    fclose(f);
-    return n;
-}
-
 typedef struct killer {
     ferry_pipeline_t *p;
     atomic_int stop, kills;
@@ -485,7 +484,7 @@ static void test_workers_killed_at_random(void **state)
     (void)state;
     const char *scale = getenv("FERRY_TEST_SCALE");
     unsigned nb = scale != NULL && strcmp(scale, "sanitizer") == 0 ? 32 : 128;
-    int base = shared_regions();
+    int base = test_shared_regions();
     for (uint64_t seed = 1; seed <= 4; seed++) {
         const char *kv[] = {"isolation", "process", NULL};
         ferry_runtime_t *rt = test_sim_runtime_with(kv);
@@ -512,7 +511,7 @@ static void test_workers_killed_at_random(void **state)
         assert_int_equal(kill(helper, 0), -1);
         for (int i = 0; i < atomic_load(&k.kills); i++)
             assert_true(kill(k.seen[i], 0) == -1);
-        assert_int_equal(shared_regions(), base);
+        assert_int_equal(test_shared_regions(), base);
     }
 }
 

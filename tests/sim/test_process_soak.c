@@ -232,19 +232,6 @@ static void *fault_main(void *arg)
     return NULL;
 }
 
-/* Regions of this process's memory named "ferry:" (shared memory of workers), from its maps. */
-static int shared_regions(void)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    assert_non_null(f);
-    char line[512];
-    int n = 0;
-    while (fgets(line, sizeof(line), f) != NULL)
-        n += strstr(line, "memfd:ferry:") != NULL;
-    fclose(f);
-    return n;
-}
-
 static int open_fds(void)
 {
     DIR *d = opendir("/proc/self/fd");
@@ -381,9 +368,9 @@ static void check_left(const plan_t *pl, const faults_t *f, pid_t helper, int re
                      (int)f->seen[i]);
     for (int i = 0; i < f->nvictims; i++)
         assert_int_equal(kill(f->victims[i], 0), -1);
-    if (shared_regions() != regions || open_fds() != fds)
+    if (test_shared_regions() != regions || open_fds() != fds)
         fail_msg("seed %llu: %d shared region(s) and %d descriptor(s) open, %d and %d before",
-                 (unsigned long long)pl->seed, shared_regions(), open_fds(), regions, fds);
+                 (unsigned long long)pl->seed, test_shared_regions(), open_fds(), regions, fds);
 }
 
 /* The helper's children once the seed's batches are done: the running worker and its warm
@@ -419,7 +406,7 @@ static void run_seed(plan_t *pl, const ferry_workload_t *wl, tally_t *t)
     soak_t *s = soak_new(wl, pl->nb);
     faults_t f = {.s = s, .rng = test_rand(&rng)};
     plan_faults(pl, &rng, s, &f);
-    int regions = shared_regions(), fds = open_fds();
+    int regions = test_shared_regions(), fds = open_fds();
     /* no bandwidth alerts: small batches are what this soak is about */
     const char *kv[] = {"isolation",
                         "process",
