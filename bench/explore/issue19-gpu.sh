@@ -5,8 +5,9 @@
 # (--isolation process); then one process-mode run whose worker is killed (SIGKILL) 2 s in, to
 # read the recovery time (worker_recovery_ms) from its --json. Writes $OUT/runs.jsonl; prints a
 # table. First gpu.process ROUNDS times (a sticky fault and a SIGKILL mid-stream, recovery
-# figures). The process mode stages every batch through shared memory (docs/architecture.md,
-# "Worker processes"): the first figure of what that costs on a GPU.
+# figures). `ferry run`'s buffers come from ferry_host_alloc, which isolation=process makes
+# shared memory: the worker reads and writes them in place (docs/architecture.md, "Worker
+# processes"); the rounds say what the process boundary costs on a GPU.
 set -u
 # shellcheck source=bench/explore/carry-env.sh
 . "$(dirname "$0")/carry-env.sh"
