@@ -110,7 +110,7 @@ static int apply_connections(const ferry_options_t *o)
 /* isolation=process: the arena of shared memory, then the helper that forks the workers, first
  * of all (proc/zygote.h: the helper has this process's memory of now, before the backend has
  * started anything). */
-static int start_workers(ferry_runtime_t *rt)
+static int start_workers(ferry_runtime_t *rt, const char *backend)
 {
     const char *rules = ferry__opt_str(rt->opts, FERRY__OPT_connections_per_device);
     bool process = strcmp(ferry__opt_str(rt->opts, FERRY__OPT_isolation), "process") == 0;
@@ -127,6 +127,14 @@ static int start_workers(ferry_runtime_t *rt)
         return rc;
     if (!process)
         return 0;
+    if (backend == NULL || backend[0] == '\0')
+        backend = ferry__opt_str(rt->opts, FERRY__OPT_backend);
+    if (strcmp(backend, "sim") != 0 && ferry_cuda_initialized())
+        return ferry__error(FERRY_ESTATE,
+                            "isolation=process: CUDA has already started in this process (a "
+                            "runtime on the GPU made before this one, or the program's own CUDA "
+                            "calls): workers forked from it could not use the GPU; make the "
+                            "isolation=process runtime before anything starts CUDA");
     rc = ferry__shm_arena_reserve((size_t)ferry__opt_i64(rt->opts, FERRY__OPT_worker_reserve),
                                   &rt->arena);
     if (rc == 0)
@@ -158,7 +166,7 @@ int ferry_runtime_create(const ferry_runtime_config_t *cfg, ferry_runtime_t **ou
         goto out_free;
     /* Process-wide: the runtime's option applies unless the application set the level. */
     ferry__log_level_default((ferry_log_level_t)ferry__opt_i64(rt->opts, FERRY__OPT_log_level));
-    if ((rc = start_workers(rt)) != 0)
+    if ((rc = start_workers(rt, c.backend)) != 0)
         goto out_free;
     if ((rc = apply_connections(rt->opts)) != 0)
         goto out_free;
