@@ -281,6 +281,19 @@ static int conns_child(unsigned n)
     return good ? 0 : 1;
 }
 
+/* The child of the late check: CUDA started by a runtime in one process (isolation=thread),
+ * then an isolation=process runtime asked for: refused, saying why. */
+static int late_child(void)
+{
+    ferry_runtime_t *first = cudatest_runtime(), *r = NULL;
+    ferry_device_t *d = NULL;
+    int rc = process_runtime(NULL, &r, &d);
+    const char *why = ferry_last_error();
+    printf("# a process-mode runtime after CUDA started: %d (%s)\n", rc, why);
+    ferry_runtime_destroy(first);
+    return rc == 12 && strstr(why, "CUDA has already started") != NULL ? 0 : 1;
+}
+
 /* Whether a GPU answers, asked in a forked child (CUDA must not start in this process). */
 static void require_gpu_in_child(void)
 {
@@ -323,6 +336,12 @@ static void test_connections_per_worker(void **state)
     run_child("conns16");
 }
 
+static void test_refused_after_cuda_started(void **state)
+{
+    (void)state;
+    run_child("late");
+}
+
 static void test_illegal_address_in_a_worker(void **state)
 {
     (void)state;
@@ -339,10 +358,12 @@ int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--child") == 0)
         return strncmp(argv[2], "conns", 5) == 0 ? conns_child((unsigned)atoi(argv[2] + 5))
+               : strcmp(argv[2], "late") == 0    ? late_child()
                                                  : child(argv[2], argv[3]);
     require_gpu_in_child();
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_illegal_address_in_a_worker),
                                        cmocka_unit_test(test_worker_killed),
-                                       cmocka_unit_test(test_connections_per_worker)};
+                                       cmocka_unit_test(test_connections_per_worker),
+                                       cmocka_unit_test(test_refused_after_cuda_started)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
