@@ -183,15 +183,18 @@ void *ferry__host_shared_map(ferry_runtime_t *rt, size_t bytes, size_t *mapped)
         return NULL;
     }
     *mapped = shm->bytes;
+    ferry__rt_share(rt, shm->base, shm->bytes, shm->serial);
     return shm->base;
 }
 
-void ferry__host_shared_unmap(void *p)
+void ferry__host_shared_unmap(ferry_runtime_t *rt, void *p)
 {
     ferry__shm_t *shm;
     size_t mapped = block_take(p, &shm);
-    if (shm != NULL)
+    if (shm != NULL) {
+        ferry__rt_share(rt, shm->base, 0, shm->serial);
         unmap_block(p, mapped, shm);
+    }
 }
 
 int ferry_host_alloc(ferry_device_t *dev, size_t bytes, void **out)
@@ -231,6 +234,8 @@ int ferry_host_alloc(ferry_device_t *dev, size_t bytes, void **out)
         unmap_block(p, mapped, shm);
         return ferry__rt_fail(dev->rt, rc);
     }
+    if (shm != NULL) /* the pipelines in worker processes map it now */
+        ferry__rt_share(dev->rt, shm->base, shm->bytes, shm->serial);
     *out = p;
     return 0;
 }
@@ -246,17 +251,20 @@ int ferry_host_free(ferry_device_t *dev, void *p)
         return ferry__rt_fail(dev->rt, rc);
     ferry__shm_t *shm;
     size_t mapped = block_take(p, &shm);
+    if (shm != NULL)
+        ferry__rt_share(dev->rt, shm->base, 0, shm->serial);
     unmap_block(p, mapped, shm);
     return 0;
 }
 
-bool ferry__host_shared(const void *p, size_t n, ferry__host_shared_t *out)
+bool ferry__host_shared(const void *p, size_t n, const ferry__shm_arena_t *arena,
+                        ferry__host_shared_t *out)
 {
     bool found = false;
     pthread_mutex_lock(&blocks_lock);
     for (size_t i = 0; i < nblocks && !found; i++) {
         const ferry__shm_t *s = blocks[i].shm;
-        if (s != NULL && ferry__shm_holds(s, p, n)) {
+        if (s != NULL && s->arena == arena && ferry__shm_holds(s, p, n)) {
             *out = (ferry__host_shared_t){.base = s->base, .bytes = s->bytes, .serial = s->serial};
             found = true;
         }
@@ -274,4 +282,21 @@ int ferry__host_shared_fd(uint64_t serial)
             fd = fcntl(blocks[i].shm->fd, F_DUPFD_CLOEXEC, 0);
     pthread_mutex_unlock(&blocks_lock);
     return fd;
+}
+
+void ferry__host_shared_each(const ferry__shm_arena_t *arena,
+                             void (*fn)(void *arg, const ferry__host_shared_t *g), void *arg)
+{
+    pthread_mutex_lock(&blocks_lock);
+    size_t n = 0;
+    ferry__host_shared_t *all = malloc((nblocks ? nblocks : 1) * sizeof(*all));
+    for (size_t i = 0; all != NULL && i < nblocks; i++) {
+        const ferry__shm_t *s = blocks[i].shm;
+        if (s != NULL && s->arena == arena)
+            all[n++] = (ferry__host_shared_t){s->base, s->bytes, s->serial};
+    }
+    pthread_mutex_unlock(&blocks_lock);
+    for (size_t i = 0; i < n; i++) /* not under the lock: @fn takes it (ferry__host_shared_fd) */
+        fn(arg, &all[i]);
+    free(all);
 }

@@ -16,22 +16,28 @@ void ferry__host_unmap(void *p, size_t mapped); /* NULL is a no-op */
  * exist, on the caller's NUMA node, before they are pinned. */
 void ferry__host_touch(void *p, size_t bytes);
 
-/* isolation=process: the region of ferry_host_alloc memory that holds [@p, @p + @n), the
- * whole of it inside one (memory shared with worker processes: its place and its serial,
- * proc/shm.h). Returns false when none does. Thread-safe. */
+struct ferry_runtime;
+struct ferry__shm_arena;
+
+/* isolation=process: the region of ferry_host_alloc memory of @arena (a runtime's) that holds
+ * [@p, @p + @n), the whole of it inside one (memory shared with worker processes: its place and its
+ * serial, proc/shm.h). Returns false when none does. Thread-safe. */
 typedef struct ferry__host_shared {
     void *base;
     size_t bytes;
     uint64_t serial;
 } ferry__host_shared_t;
-bool ferry__host_shared(const void *p, size_t n, ferry__host_shared_t *out);
+bool ferry__host_shared(const void *p, size_t n, const struct ferry__shm_arena *arena,
+                        ferry__host_shared_t *out);
+/* Call @fn for every block of @arena (its lock not held). */
+void ferry__host_shared_each(const struct ferry__shm_arena *arena,
+                             void (*fn)(void *arg, const ferry__host_shared_t *g), void *arg);
 /* isolation=process: @bytes of memory shared with the workers, a region of @rt's arena (2 MiB
  * aligned), that ferry__host_shared finds; *@mapped its size. NULL with the error set. Not
  * pinned here: each worker pins what it is sent. */
-struct ferry_runtime;
 void *ferry__host_shared_map(struct ferry_runtime *rt, size_t bytes, size_t *mapped);
 /* Give it back (NULL, or memory not from ferry__host_shared_map: a no-op). */
-void ferry__host_shared_unmap(void *p);
+void ferry__host_shared_unmap(struct ferry_runtime *rt, void *p);
 /* A descriptor of the region of serial @serial (close-on-exec, the caller's to close), or -1
  * when it has been freed. */
 int ferry__host_shared_fd(uint64_t serial);

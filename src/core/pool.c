@@ -153,7 +153,7 @@ void ferry_pool_destroy(ferry_pool_t *p)
     if (p->registered)
         ferry__be_host_unregister(p->dev, p->base);
     if (p->shared)
-        ferry__host_shared_unmap(p->base);
+        ferry__host_shared_unmap(p->dev->rt, p->base);
     else
         ferry__host_unmap(p->base, p->mapped);
     free(p->free_stack);

@@ -239,6 +239,15 @@ void ferry__rt_child_remove(ferry_runtime_t *rt, ferry__rt_child_t *c)
     pthread_mutex_unlock(&rt->lock);
 }
 
+void ferry__rt_share(ferry_runtime_t *rt, void *base, size_t bytes, uint64_t serial)
+{
+    pthread_mutex_lock(&rt->lock);
+    for (ferry__rt_child_t *c = rt->children; c != NULL; c = c->next)
+        if (c->on_share != NULL)
+            c->on_share(c, base, bytes, serial);
+    pthread_mutex_unlock(&rt->lock);
+}
+
 /* The live children of @rt, named, into the calling thread's last error: FERRY_EBUSY, or 0
  * when none is live. Under rt->lock. */
 static int refuse_live_children(ferry_runtime_t *rt)

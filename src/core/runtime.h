@@ -19,6 +19,10 @@ typedef struct ferry__rt_child {
     bool (*is_live)(struct ferry__rt_child *c, char *name, size_t len);
     /* Free a child that is not live (the runtime's destroy). */
     void (*destroy)(struct ferry__rt_child *c);
+    /* isolation=process, optional: a block of memory shared with workers was made (@bytes > 0)
+     * or freed (@bytes 0) in the runtime's arena, so that the child maps it in its workers
+     * before batches use it. Under the runtime's lock. */
+    void (*on_share)(struct ferry__rt_child *c, void *base, size_t bytes, uint64_t serial);
 } ferry__rt_child_t;
 
 struct ferry_runtime {
@@ -50,6 +54,8 @@ struct ferry_runtime {
 /* Link @c into @rt's children, and out again (its own destroy does, before it frees). */
 void ferry__rt_child_add(ferry_runtime_t *rt, ferry__rt_child_t *c);
 void ferry__rt_child_remove(ferry_runtime_t *rt, ferry__rt_child_t *c);
+/* Tell @rt's children of a shared block made (@bytes > 0) or freed (0): their on_share. */
+void ferry__rt_share(ferry_runtime_t *rt, void *base, size_t bytes, uint64_t serial);
 
 /* What @dev's link delivers for one copy at a given size, for the bandwidth monitor: the measured
  * copy curves of the simulated device's own profile; for a GPU, of the profile the runtime was

@@ -40,27 +40,15 @@ static int send_region(struct ferry__remote *r, unsigned i)
     return 0;
 }
 
-/* Likewise region @i of ferry_host_alloc memory (-1: none). Under wmu. */
-static int send_shared(struct ferry__remote *r, int i)
-{
-    if (i < 0 || r->regions[i].sent == r->generation + 1)
-        return 0;
-    rm_region_t *g = &r->regions[i];
-    ferry__wk_msg_t m = {.kind = FERRY__WK_MAP, .seq = g->serial, .in = g->base, .bytes = g->bytes};
-    if (ferry__rm_send(r->sock, &m, g->fd) != 0)
-        return -1;
-    g->sent = r->generation + 1;
-    return 0;
-}
-
 static int send_batch_now(struct ferry__remote *r, const rm_batch_t *b)
 {
     if (b->fail != 0) {
         ferry__wk_msg_t f = {.kind = FERRY__WK_FAIL, .seq = b->seq, .status = b->fail};
         return ferry__rm_send(r->sock, &f, -1);
     }
-    if (b->stg != RM_NO_STAGE ? send_region(r, b->stg) != 0
-                              : send_shared(r, b->rin) != 0 || send_shared(r, b->rout) != 0)
+    if (b->stg != RM_NO_STAGE
+            ? send_region(r, b->stg) != 0
+            : ferry__rm_send_shared(r, b->rin) != 0 || ferry__rm_send_shared(r, b->rout) != 0)
         return -1;
     ferry__wk_msg_t m = {.kind = FERRY__WK_SUBMIT,
                          .seq = b->seq,
@@ -88,47 +76,15 @@ static void flush(struct ferry__remote *r)
 {
     pthread_mutex_lock(&r->wmu);
     pthread_mutex_lock(&r->mu);
-    if (r->sock >= 0 && !r->retired)
+    bool room = r->sock >= 0 && !r->retired;
+    for (int i = 0; room && i < RM_REGIONS; i++) /* blocks made since, mapped ahead of use */
+        room = r->regions[i].serial == 0 || ferry__rm_send_shared(r, i) == 0;
+    if (room)
         for (rm_batch_t *b = r->head; b != NULL && b->ready; b = r->solo ? NULL : b->next)
             if (send_batch(r, b) != 0)
                 break; /* full, or the worker ended (replace() sends it all again) */
     pthread_mutex_unlock(&r->mu);
     pthread_mutex_unlock(&r->wmu);
-}
-
-/* The entry of ferry_host_alloc region @g, one batch more in it: found, or made in a free
- * entry or one no batch is in (its descriptor dropped). Under mu; -1 when all are in use or
- * the region has just been freed (the batch is staged instead). */
-static int region_get(struct ferry__remote *r, const ferry__host_shared_t *g)
-{
-    int spare = -1;
-    for (int i = 0; i < RM_REGIONS; i++) {
-        rm_region_t *e = &r->regions[i];
-        if (e->serial == g->serial) {
-            e->refs++;
-            return i;
-        }
-        if (e->refs == 0 && (spare < 0 || r->regions[spare].serial != 0))
-            spare = i;
-    }
-    int fd = spare >= 0 ? ferry__host_shared_fd(g->serial) : -1;
-    if (fd < 0)
-        return -1;
-    rm_region_t *e = &r->regions[spare];
-    if (e->serial != 0)
-        close(e->fd);
-    *e =
-        (rm_region_t){.serial = g->serial, .base = g->base, .bytes = g->bytes, .fd = fd, .refs = 1};
-    return spare;
-}
-
-/* @b is done with its regions. Under mu. */
-static void regions_put(struct ferry__remote *r, const rm_batch_t *b)
-{
-    if (b->rin >= 0)
-        r->regions[b->rin].refs--;
-    if (b->rout >= 0)
-        r->regions[b->rout].refs--;
 }
 
 /* ---- completions, and a worker's end ---------------------------------------------------- */
@@ -171,7 +127,7 @@ static void finish(struct ferry__remote *r, rm_batch_t *b, const ferry__wk_msg_t
     if (b->stg != RM_NO_STAGE)
         r->stg[b->stg]->busy = false;
     else
-        regions_put(r, b);
+        ferry__rm_regions_put(r, b);
     pthread_mutex_unlock(&r->mu);
     b->cb(&res, b->arg);
     pthread_mutex_lock(&r->mu);
@@ -492,6 +448,12 @@ static void remote_free(struct ferry__remote *r)
     free(r);
 }
 
+static void child_share(ferry__rt_child_t *c, void *base, size_t bytes, uint64_t serial)
+{
+    ferry_pipeline_t *h = (ferry_pipeline_t *)((char *)c - offsetof(ferry_pipeline_t, child));
+    ferry__rm_share(h->remote, base, bytes, serial);
+}
+
 static bool child_is_live(ferry__rt_child_t *c, char *name, size_t len)
 {
     ferry_pipeline_t *h = (ferry_pipeline_t *)((char *)c - offsetof(ferry_pipeline_t, child));
@@ -558,6 +520,8 @@ int ferry__remote_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **
     if (rc == 0)
         rc = ferry__rm_spawn(r, 0);
     r->want_spare = ferry__opt_i64(rt->opts, FERRY__OPT_worker_spare) != 0;
+    if (rc == 0) /* the blocks made before it, mapped (pinned) by its worker ahead of use */
+        ferry__host_shared_each(&rt->arena, ferry__rm_share_existing, r);
     if (rc == 0)
         ferry__rm_spare_start(r); /* before the reader: only the reader starts the next ones */
     if (rc == 0 &&
@@ -575,6 +539,7 @@ int ferry__remote_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **
     }
     h->child.is_live = child_is_live;
     h->child.destroy = child_destroy;
+    h->child.on_share = child_share;
     ferry__rt_child_add(rt, &h->child);
     *out = h;
     return 0;
@@ -630,14 +595,14 @@ static int place(struct ferry__remote *r, rm_batch_t *b, const ferry__host_share
                  const ferry__host_shared_t *out_g)
 {
     b->rin = b->rout = -1;
-    if (in_g != NULL && (b->rin = region_get(r, in_g)) >= 0 &&
-        (out_g == NULL || (b->rout = region_get(r, out_g)) >= 0)) {
+    if (in_g != NULL && (b->rin = ferry__rm_region_get(r, in_g)) >= 0 &&
+        (out_g == NULL || (b->rout = ferry__rm_region_get(r, out_g)) >= 0)) {
         b->stg = RM_NO_STAGE;
         b->in_p = (unsigned char *)b->b.in;
         b->out_p = b->b.out;
         return 0;
     }
-    regions_put(r, b);
+    ferry__rm_regions_put(r, b);
     b->rin = b->rout = -1;
     int si = stage_get(r, 2 * (b->b.bytes > 0 ? b->b.bytes : 1));
     if (si < 0)
@@ -671,8 +636,8 @@ int ferry__remote_submit(struct ferry__remote *r, const ferry_batch_t *batch, fe
     uintptr_t i0 = (uintptr_t)in.in, o0 = (uintptr_t)in.out;
     bool apart = in.out == NULL || o0 >= i0 + in.bytes || i0 >= o0 + in.bytes;
     bool shared = in.in != NULL && in.bytes > 0 && apart &&
-                  ferry__host_shared(in.in, in.bytes, &g[0]) &&
-                  (in.out == NULL || ferry__host_shared(in.out, in.bytes, &g[1]));
+                  ferry__host_shared(in.in, in.bytes, &r->rt->arena, &g[0]) &&
+                  (in.out == NULL || ferry__host_shared(in.out, in.bytes, &r->rt->arena, &g[1]));
     pthread_mutex_lock(&r->mu);
     for (;;) {
         if (r->shut) {

@@ -106,7 +106,6 @@ struct ferry__remote {
     /* the warm spare (remote_spare.c), under mu; its thread's own fields besides */
     bool want_spare, spare_ready, spare_busy, spare_thread;
     rm_worker_t spare;
-    pthread_t spare_th;
     uint32_t next_gen; /* generations given out, under mu */
     /* ferry_pipeline_connections_measure: asked, answered (by the reader), the answer */
     bool measuring, measured;
@@ -131,6 +130,19 @@ int ferry__rm_start(struct ferry__remote *r, uint32_t gen, rm_worker_t *out);
 void ferry__rm_install(struct ferry__remote *r, const rm_worker_t *w);
 /* Both. */
 int ferry__rm_spawn(struct ferry__remote *r, uint32_t gen);
+
+/* The region table (remote_regions.c). Send region @i (-1: none) to the worker if it has not
+ * got it (under wmu); 0, or -1 (a full socket, an ended worker). */
+int ferry__rm_send_shared(struct ferry__remote *r, int i);
+/* The entry of block @g, one batch more in it (under mu); -1 when none is free. */
+struct ferry__host_shared;
+int ferry__rm_region_get(struct ferry__remote *r, const struct ferry__host_shared *g);
+/* @b is done with its regions (under mu). */
+void ferry__rm_regions_put(struct ferry__remote *r, const rm_batch_t *b);
+/* A block made (@bytes > 0) or freed (0): the runtime's on_share (takes wmu and mu). */
+void ferry__rm_share(struct ferry__remote *r, void *base, size_t bytes, uint64_t serial);
+/* ferry__host_shared_each's callback for the blocks made before the pipeline (@arg: r). */
+void ferry__rm_share_existing(void *arg, const struct ferry__host_shared *g);
 
 /* The warm spare (remote_spare.c, option worker_spare): a worker started in the background,
  * ready, its regions mapped, that replace() makes the worker at once. Start one (when the

@@ -55,6 +55,9 @@ static void *spare_main(void *arg)
     pthread_mutex_unlock(&r->mu);
     rm_worker_t w;
     int rc = ferry__rm_start(r, gen, &w);
+    if (rc != 0)
+        ferry_log(FERRY_LOG_WARN, "pipeline", "device %d: a spare worker did not start: %s",
+                  r->dev->index, ferry_last_error());
     pthread_mutex_lock(&r->wmu);
     pthread_mutex_lock(&r->mu);
     bool keep = rc == 0 && r->want_spare && !r->retired;
@@ -64,32 +67,41 @@ static void *spare_main(void *arg)
         map_all(r);
     }
     r->spare_busy = false;
+    bool tail = rc == 0 && !keep; /* closed, or retired, meanwhile: it is ended below */
+    if (!tail) { /* detached: ferry__rm_spare_stop waits for this; r may go right after */
+        r->spare_thread = false;
+        pthread_cond_broadcast(&r->cv);
+    }
     pthread_mutex_unlock(&r->mu);
     pthread_mutex_unlock(&r->wmu);
-    if (rc != 0)
-        ferry_log(FERRY_LOG_WARN, "pipeline", "device %d: a spare worker did not start: %s",
-                  r->dev->index, ferry_last_error());
-    else if (!keep)
-        end_worker(r, &w); /* closed, or retired, meanwhile */
+    if (tail) {
+        end_worker(r, &w);
+        pthread_mutex_lock(&r->mu);
+        r->spare_thread = false;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+    }
     return NULL;
 }
 
 void ferry__rm_spare_start(struct ferry__remote *r)
 {
     pthread_mutex_lock(&r->mu);
-    bool go = r->want_spare && !r->spare_ready && !r->spare_busy && !r->retired;
-    bool join = go && r->spare_thread; /* the last one has finished (not busy) */
+    bool go = r->want_spare && !r->spare_ready && !r->spare_busy && !r->spare_thread && !r->retired;
     if (go)
-        r->spare_busy = true;
+        r->spare_busy = r->spare_thread = true;
     pthread_mutex_unlock(&r->mu);
     if (!go)
         return;
-    if (join)
-        pthread_join(r->spare_th, NULL);
-    r->spare_thread = pthread_create(&r->spare_th, NULL, spare_main, r) == 0;
-    if (!r->spare_thread) {
+    /* detached: a process that exits without closing its pipelines leaves no thread that
+     * ended unjoined behind */
+    pthread_t th; /* its own: the next spare may be started before this call returns */
+    bool ok = pthread_create(&th, NULL, spare_main, r) == 0;
+    if (ok)
+        pthread_detach(th);
+    if (!ok) {
         pthread_mutex_lock(&r->mu);
-        r->spare_busy = false;
+        r->spare_busy = r->spare_thread = false;
         pthread_mutex_unlock(&r->mu);
     }
 }
@@ -116,11 +128,8 @@ void ferry__rm_spare_stop(struct ferry__remote *r)
 {
     pthread_mutex_lock(&r->mu);
     r->want_spare = false;
-    pthread_mutex_unlock(&r->mu);
-    if (r->spare_thread)
-        pthread_join(r->spare_th, NULL);
-    r->spare_thread = false;
-    pthread_mutex_lock(&r->mu);
+    while (r->spare_thread)
+        pthread_cond_wait(&r->cv, &r->mu);
     bool ready = r->spare_ready;
     rm_worker_t w = r->spare;
     r->spare_ready = false;
