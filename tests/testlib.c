@@ -374,3 +374,12 @@ int test_shared_regions(void)
     fclose(f);
     return n;
 }
+
+const char *test_profile_named(const char *file, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s", FERRY_TEST_PROFILE);
+    char *slash = strrchr(buf, '/');
+    assert_non_null(slash);
+    snprintf(slash + 1, len - (size_t)(slash + 1 - buf), "%s", file);
+    return buf;
+}

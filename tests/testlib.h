@@ -45,6 +45,8 @@ ferry_runtime_t *test_sim_runtime(void);
 ferry_runtime_t *test_sim_runtime_with(const char *const *kv);
 /* The same on the profile at @profile. */
 ferry_runtime_t *test_sim_runtime_on(const char *profile, const char *const *kv);
+/* The in-tree profile called @file (profiles/@file, "h200-a100.json"), into @buf (@len bytes). */
+const char *test_profile_named(const char *file, char *buf, size_t len);
 /* As test_sim_runtime_on, returning ferry_runtime_create's code instead of failing the test. */
 int test_sim_runtime_create(const char *profile, const char *const *kv, ferry_runtime_t **out);
 /* The in-tree profile with host.pin_limit_bytes set to @limit (as a locked-memory limit would),

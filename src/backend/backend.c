@@ -68,6 +68,11 @@ void ferry__be_props_gpu(ferry_device_props_t *out, int cc_major, int cc_minor, 
 
 static int notsup(const ferry_device_t *d, const char *op)
 {
+    if (d->ops->caps & FERRY_BE_CAP_SHADOW)
+        return ferry__error(FERRY_ENOTSUP,
+                            "isolation=process: device %d is driven by worker processes, not "
+                            "this one (%s is not offered here; isolation=thread has it)",
+                            d->index, op);
     return ferry__error(FERRY_ENOTSUP, "backend %s does not support %s", d->ops->name, op);
 }
 

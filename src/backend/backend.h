@@ -21,6 +21,9 @@
 #define FERRY_BE_CAP_VIRTUAL_CLOCK 0x1u /* time is modelled, not measured */
 #define FERRY_BE_CAP_NATIVE_STREAM 0x2u /* launches receive a native stream handle */
 #define FERRY_BE_CAP_HOST_COST     0x4u /* host call costs are charged to a virtual host clock */
+/* A device of a runtime whose workers drive it (isolation=process: core/probe.c): its
+ * properties only, no operation in this process */
+#define FERRY_BE_CAP_SHADOW 0x8u
 
 /* Opaque per-backend objects. Each backend defines these structs in its own folder. */
 typedef struct ferry_be_device ferry_be_device_t;

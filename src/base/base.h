@@ -65,6 +65,12 @@ int64_t ferry__opt_i64(const ferry_options_t *o, ferry__opt_id_t id);
 bool ferry__opt_given(const ferry_options_t *o, ferry__opt_id_t id);
 double ferry__opt_double(const ferry_options_t *o, ferry__opt_id_t id);
 const char *ferry__opt_str(const ferry_options_t *o, ferry__opt_id_t id);
+/* The options set on @o (ferry__opt_given), but those named in @skip (NULL-terminated, may be
+ * NULL), as "name=value\n" lines, for another process: malloc'd, its length in *@len; NULL when
+ * out of memory. ferry__options_apply_text sets each line's option on @o: 0, or the first
+ * refusal (ferry_options_set's code and message). */
+char *ferry__options_text(const ferry_options_t *o, const char *const *skip, size_t *len);
+int ferry__options_apply_text(ferry_options_t *o, const char *text, size_t len);
 
 /* Strict number parsing shared by options, profiles and the CLI. Return 0, FERRY_EPARSE or
  * FERRY_ERANGE, without setting the last error (callers name the source). */

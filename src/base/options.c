@@ -438,3 +438,62 @@ const char *ferry__opt_str(const ferry_options_t *o, ferry__opt_id_t id)
 {
     return o->s[id] ? o->s[id] : "";
 }
+
+char *ferry__options_text(const ferry_options_t *o, const char *const *skip, size_t *len)
+{
+    size_t cap = 4096, n = 0;
+    char *t = malloc(cap);
+    for (int i = 0; t != NULL && i < FERRY__OPT_COUNT; i++) {
+        const ferry_option_info_t *oi = &option_table[i];
+        bool left_out = !o->given[i];
+        for (const char *const *k = skip; !left_out && k != NULL && *k != NULL; k++)
+            left_out = strcmp(*k, oi->name) == 0;
+        if (left_out)
+            continue;
+        char v[1024];
+        if (oi->type == FERRY_OPT_STRING || oi->type == FERRY_OPT_ENUM)
+            snprintf(v, sizeof(v), "%s", o->s[i] ? o->s[i] : "");
+        else if (oi->type == FERRY_OPT_DOUBLE)
+            snprintf(v, sizeof(v), "%.17g", o->v[i].d);
+        else
+            snprintf(v, sizeof(v), "%lld", (long long)o->v[i].i);
+        if (v[0] == '\0')
+            continue;
+        size_t need = strlen(oi->name) + strlen(v) + 2;
+        while (n + need + 1 > cap) {
+            char *g = realloc(t, cap *= 2);
+            if (g == NULL) {
+                free(t);
+                return NULL;
+            }
+            t = g;
+        }
+        n += (size_t)snprintf(t + n, cap - n, "%s=%s\n", oi->name, v);
+    }
+    if (t != NULL)
+        *len = n;
+    return t;
+}
+
+int ferry__options_apply_text(ferry_options_t *o, const char *text, size_t len)
+{
+    char line[1100];
+    size_t i = 0;
+    while (i < len) {
+        size_t j = i;
+        while (j < len && text[j] != '\n')
+            j++;
+        size_t n = j - i < sizeof(line) - 1 ? j - i : sizeof(line) - 1;
+        memcpy(line, text + i, n);
+        line[n] = '\0';
+        char *eq = strchr(line, '=');
+        if (eq != NULL) {
+            *eq = '\0';
+            int rc = ferry_options_set(o, line, eq + 1);
+            if (rc != 0)
+                return rc;
+        }
+        i = j + 1;
+    }
+    return 0;
+}

@@ -175,7 +175,10 @@ int ferry_runtime_create(const ferry_runtime_config_t *cfg, ferry_runtime_t **ou
     if ((rc = ferry__config_fill(&c, &ferry__cfg_runtime, rt->opts)) != 0)
         goto out_free;
     ferry__strlcpy(rt->profile, c.profile, sizeof(rt->profile));
-    rc = pick_backend(rt, c.backend);
+    /* isolation=process: a probe opens the device, not this process */
+    rc = rt->zyg != NULL ? ferry__rt_probe_backend(rt, c.backend,
+                                                   (int)ferry__opt_i64(rt->opts, FERRY__OPT_device))
+                         : pick_backend(rt, c.backend);
     if (rc != 0)
         goto out_free;
     const char *inject = ferry__opt_str(rt->opts, FERRY__OPT_inject);
@@ -300,6 +303,7 @@ int ferry_runtime_destroy(ferry_runtime_t *rt)
     free(rt->devs);
     free(rt->cpu_dev);
     free(rt->regs);
+    free(rt->probed);
     ferry__zyg_stop(rt->zyg); /* the workers are gone with their pipelines; the helper too */
     ferry__shm_arena_release(&rt->arena);
     ferry_options_destroy(rt->opts);
@@ -384,7 +388,8 @@ int ferry_device_get(ferry_runtime_t *rt, int index, ferry_device_t **out)
             .options = rt->opts,
             .seed = (uint64_t)ferry__opt_i64(rt->opts, FERRY__OPT_seed),
         };
-        rc = rt->ops->device_open(index, &params, &d->be);
+        rc = rt->ops->caps & FERRY_BE_CAP_SHADOW ? ferry__rt_probe_device(rt, index, d)
+                                                 : rt->ops->device_open(index, &params, &d->be);
         if (rc != 0) {
             free(d);
             goto out_unlock;
@@ -392,9 +397,11 @@ int ferry_device_get(ferry_runtime_t *rt, int index, ferry_device_t **out)
         d->rt = rt;
         d->ops = rt->ops;
         d->index = index;
-        ferry_conn_reading_t cr;
-        ferry_connections_read(getenv("CUDA_DEVICE_MAX_CONNECTIONS"), &cr);
-        d->connections = cr.effective;
+        if (!(rt->ops->caps & FERRY_BE_CAP_SHADOW)) { /* a shadow's are its probe's */
+            ferry_conn_reading_t cr;
+            ferry_connections_read(getenv("CUDA_DEVICE_MAX_CONNECTIONS"), &cr);
+            d->connections = cr.effective;
+        }
         d->props.size = sizeof(d->props);
         rc = rt->ops->device_props(d->be, &d->props);
         if (rc != 0) {
@@ -556,11 +563,12 @@ bool ferry__rt_is_registered(ferry_device_t *dev, const void *p, size_t n)
 }
 
 /* Whether a range of @kind is pinned by the backend here: not a pool's slab (its pool pins
- * it), nor ferry_host_alloc memory under isolation=process (shared memory: each worker pins it
- * for its own context, and this process drives no device). */
+ * it), nor anything under isolation=process, where this process drives no device (core/
+ * probe.c): ferry_host_alloc memory is shared, each worker pinning it for its own context,
+ * and a ferry_host_register range is staged into shared memory like any other. */
 static bool pins(const ferry_runtime_t *rt, int kind)
 {
-    return kind != FERRY__REG_POOL && !(kind == FERRY__REG_ALLOC && rt->zyg != NULL);
+    return kind != FERRY__REG_POOL && rt->zyg == NULL;
 }
 
 /* Insert [a, a + bytes) into the sorted ranges, pinned first unless @kind is a pool's slab.
@@ -657,7 +665,7 @@ int ferry__device_link_curve(ferry_device_t *d, ferry__link_curve_t **out)
     if (c == NULL)
         return FERRY_ENOMEM;
     int rc = 0;
-    if (strcmp(d->ops->name, "sim") == 0) {
+    if (d->ops == &ferry__sim_backend) {
         const struct ferry_sim_profile *p = ferry__sim_device_profile(d->be);
         if (p == NULL)
             rc = FERRY_ENOTSUP;

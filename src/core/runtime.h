@@ -49,7 +49,22 @@ struct ferry_runtime {
      * them, both made before anything else of the runtime (proc/shm.h, proc/zygote.h) */
     ferry__shm_arena_t arena;
     ferry__zyg_t *zyg;
+    /* isolation=process: ops points here, a shadow of the backend the probe found (probe.c):
+     * its devices' properties are the probe's, its operations none; the first device's answer
+     * kept for ferry_device_get until it takes it */
+    ferry_backend_ops_t shadow;
+    ferry_be_device_t *probed;
+    int probed_index;
+    unsigned probed_connections;
 };
+
+/* isolation=process (probe.c): ask a probe process which backend @backend ("auto", "sim",
+ * "cuda") is, how many devices it has and device @index's properties, and make rt->ops its
+ * shadow. Returns 0, or the probe's error (the backend's, with its text), FERRY_EBACKEND (the
+ * probe ended or did not answer in 120 s), FERRY_ENOMEM. */
+int ferry__rt_probe_backend(ferry_runtime_t *rt, const char *backend, int index);
+/* Fill shadow device @d (index @index) from a probe: its be and connections. */
+int ferry__rt_probe_device(ferry_runtime_t *rt, int index, ferry_device_t *d);
 
 /* Link @c into @rt's children, and out again (its own destroy does, before it frees). */
 void ferry__rt_child_add(ferry_runtime_t *rt, ferry__rt_child_t *c);

@@ -38,51 +38,22 @@ int ferry__rm_recv(int s, ferry__wk_msg_t *m)
 static char *options_text(const ferry_options_t *o, const char *profile, unsigned conns,
                           size_t *len)
 {
-    size_t cap = 4096, n = 0;
-    char *t = malloc(cap);
-    for (size_t i = 0; t != NULL && i < ferry_option_count(); i++) {
-        const ferry_option_info_t *oi = ferry_option_at(i);
-        if (!ferry__opt_given(o, (ferry__opt_id_t)i) || strcmp(oi->name, "isolation") == 0 ||
-            strcmp(oi->name, "inject") == 0 || strcmp(oi->name, "profile") == 0 ||
-            strcmp(oi->name, "connections_per_device") == 0)
-            continue;
-        char v[1024];
-        if (oi->type == FERRY_OPT_STRING || oi->type == FERRY_OPT_ENUM) {
-            snprintf(v, sizeof(v), "%s", ferry_options_get_str(o, oi->name));
-        } else if (oi->type == FERRY_OPT_DOUBLE) {
-            double d = 0;
-            ferry_options_get_double(o, oi->name, &d);
-            snprintf(v, sizeof(v), "%.17g", d);
-        } else {
-            int64_t k = 0;
-            ferry_options_get_i64(o, oi->name, &k);
-            snprintf(v, sizeof(v), "%lld", (long long)k);
-        }
-        if (v[0] == '\0')
-            continue;
-        size_t need = strlen(oi->name) + strlen(v) + 2;
-        if (n + need + 1 > cap) {
-            char *g = realloc(t, cap *= 2);
-            if (g == NULL) {
-                free(t);
-                return NULL;
-            }
-            t = g;
-        }
-        n += (size_t)snprintf(t + n, cap - n, "%s=%s\n", oi->name, v);
-    }
+    static const char *const skip[] = {"isolation", "inject", "profile", "connections_per_device",
+                                       NULL};
+    size_t n = 0;
+    char *t = ferry__options_text(o, skip, &n);
     if (t != NULL) { /* the profile, and this worker's connections, last: they win */
-        size_t need = strlen(profile) + 48;
-        char *g = realloc(t, n + need);
+        size_t cap = n + strlen(profile) + 48;
+        char *g = realloc(t, cap);
         if (g == NULL) {
             free(t);
             return NULL;
         }
         t = g;
         if (profile[0] != '\0')
-            n += (size_t)snprintf(t + n, need, "profile=%s\n", profile);
+            n += (size_t)snprintf(t + n, cap - n, "profile=%s\n", profile);
         if (conns > 0)
-            n += (size_t)snprintf(t + n, need - strlen(profile), "connections=%u\n", conns);
+            n += (size_t)snprintf(t + n, cap - n, "connections=%u\n", conns);
     }
     *len = n;
     return t;

@@ -153,29 +153,6 @@ static void on_done(const ferry_batch_result_t *r, void *arg)
         _exit(4); /* the application is gone */
 }
 
-static int apply_options(ferry_options_t *o, const char *text, size_t len)
-{
-    char line[1024];
-    size_t i = 0;
-    while (i < len) {
-        size_t j = i;
-        while (j < len && text[j] != '\n')
-            j++;
-        size_t n = j - i < sizeof(line) - 1 ? j - i : sizeof(line) - 1;
-        memcpy(line, text + i, n);
-        line[n] = '\0';
-        char *eq = strchr(line, '=');
-        if (eq != NULL) {
-            *eq = '\0';
-            int rc = ferry_options_set(o, line, eq + 1);
-            if (rc != 0)
-                return rc;
-        }
-        i = j + 1;
-    }
-    return 0;
-}
-
 /* Runtime, device and pipeline from the hello; the reason in @why on an error. */
 static int start(wk_t *w, const char *opts, const void *user, ferry_runtime_t **rt,
                  ferry_stage_t *st)
@@ -184,7 +161,7 @@ static int start(wk_t *w, const char *opts, const void *user, ferry_runtime_t **
     ferry_options_t *o = NULL;
     int rc = ferry_options_create(&o);
     if (rc == 0)
-        rc = apply_options(o, opts, h->options_len);
+        rc = ferry__options_apply_text(o, opts, h->options_len);
     if (rc == 0)
         rc = ferry_options_set(o, "isolation", "thread");
     ferry_runtime_config_t rc_cfg = FERRY_RUNTIME_CONFIG_INIT;

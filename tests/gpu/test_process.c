@@ -12,6 +12,8 @@
  * end run on the GPU, one restart. The child prints what it measured (the rate before the end,
  * from the end to the first batch done by the new worker, and to the first window of WINDOW
  * batches at 90% of the rate before), a benchmark's figures, not a test's bounds.
+ * The child's own process never starts CUDA (a probe process and the workers do): a second
+ * process-mode runtime follows the first in it.
  * Then two children whose workers have CUDA_DEVICE_MAX_CONNECTIONS 4 and 16 (option
  * connections_per_device) measure, in the worker, the queues each really got.
  * Skips (exit 77) without a GPU. */
@@ -235,7 +237,15 @@ static int child(const char *how, const char *marker)
     ferry_workload_destroy(wl);
     ferry_runtime_destroy(r);
     free(ref);
-    return good ? 0 : 1;
+    /* this process never started CUDA (a probe and the workers did), so another runtime in
+     * process mode may follow */
+    bool clean = !ferry_cuda_initialized();
+    ferry_runtime_t *again = NULL;
+    int arc = clean ? process_runtime(NULL, &again, &d) : -1;
+    printf("# %s: CUDA %s in the application's process; a second process-mode runtime: %s\n", how,
+           clean ? "never started" : "STARTED", arc == 0 ? "made" : "refused");
+    ferry_runtime_destroy(again);
+    return good && clean && arc == 0 ? 0 : 1;
 }
 
 /* The child of a connections check: a worker with CUDA_DEVICE_MAX_CONNECTIONS @n (option

@@ -419,10 +419,7 @@ static void test_mixed_rig(void **state)
 {
     (void)state;
     char path[512];
-    snprintf(path, sizeof(path), "%s", FERRY_TEST_PROFILE);
-    char *slash = strrchr(path, '/');
-    assert_non_null(slash);
-    snprintf(slash + 1, sizeof(path) - (size_t)(slash + 1 - path), "h200-a100.json");
+    test_profile_named("h200-a100.json", path, sizeof(path));
     ferry_runtime_t *rt = test_sim_runtime_on(path, NULL);
     ferry_device_t *devs[2];
     for (int i = 0; i < 2; i++)

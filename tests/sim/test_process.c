@@ -602,6 +602,82 @@ static void test_connections_per_worker(void **state)
     ferry_workload_destroy(wl);
 }
 
+/* The application's process opens no device under isolation=process: a probe process does,
+ * and the runtime's devices are shadows with the probe's properties, the same as an
+ * isolation=thread runtime sees, per device on a mixed rig; an operation that would drive the
+ * device here is refused with a message that says where the device is; a bad device index or
+ * profile is reported by ferry_runtime_create as in thread mode. */
+static void test_the_application_opens_no_device(void **state)
+{
+    (void)state;
+    char path[512];
+    test_profile_named("h200-a100.json", path, sizeof(path));
+    const char *kv[] = {"isolation", "process", NULL};
+    ferry_runtime_t *rp = test_sim_runtime_on(path, kv);
+    ferry_runtime_t *rth = test_sim_runtime_on(path, NULL);
+    assert_string_equal(ferry_runtime_backend(rp), "sim");
+    assert_int_equal(ferry_device_count(rp), ferry_device_count(rth));
+    assert_int_equal(ferry_device_count(rp), 2);
+    assert_true((rp->ops->caps & FERRY_BE_CAP_SHADOW) != 0);
+    assert_true((rth->ops->caps & FERRY_BE_CAP_SHADOW) == 0);
+    for (int i = 0; i < 2; i++) {
+        ferry_device_t *dp = NULL, *dt = NULL;
+        assert_int_equal(ferry_device_get(rp, i, &dp), 0);
+        assert_int_equal(ferry_device_get(rth, i, &dt), 0);
+        ferry_device_props_t a = FERRY_DEVICE_PROPS_INIT, b = FERRY_DEVICE_PROPS_INIT;
+        assert_int_equal(ferry_device_props(dp, &a), 0);
+        assert_int_equal(ferry_device_props(dt, &b), 0);
+        print_message("device %d: %s (probe) / %s (in-process), %llu / %llu bytes\n", i, a.name,
+                      b.name, (unsigned long long)a.memory_bytes,
+                      (unsigned long long)b.memory_bytes);
+        assert_string_equal(a.name, b.name);
+        assert_int_equal(a.index, i);
+        assert_int_equal(a.memory_bytes, b.memory_bytes);
+        assert_int_equal(a.pcie_gen, b.pcie_gen);
+        assert_int_equal(a.pcie_width, b.pcie_width);
+        assert_int_equal(a.sms, b.sms);
+        ferry_host_props_t ha = FERRY_HOST_PROPS_INIT, hb = FERRY_HOST_PROPS_INIT;
+        assert_int_equal(ferry_device_host(dp, &ha), 0);
+        assert_int_equal(ferry_device_host(dt, &hb), 0);
+        assert_int_equal(memcmp(&ha, &hb, sizeof(ha)), 0);
+        assert_true(ferry_device_is_simulated(dp));
+        /* driving the device here is refused, naming where it is driven */
+        ferry_conn_measure_t m = FERRY_CONN_MEASURE_INIT;
+        assert_int_equal(ferry_connections_measure(dp, 4, 100000, 100000, 1, &m), FERRY_ENOTSUP);
+        assert_non_null(strstr(ferry_last_error(), "worker processes"));
+        /* registering memory is bookkeeping alone: nothing here to pin it for */
+        static unsigned char buf[1u << 16];
+        assert_int_equal(ferry_host_register(dp, buf, sizeof(buf)), 0);
+        assert_int_equal(ferry_host_unregister(dp, buf), 0);
+    }
+    ferry_device_t *none = NULL;
+    assert_int_equal(ferry_device_get(rp, 2, &none), FERRY_ENODEV);
+    /* the A100 (device 1) runs in a worker of its own, as the probe described it */
+    ferry_workload_t *wl = test_workload("scale");
+    ferry_device_t *d1 = NULL;
+    assert_int_equal(ferry_device_get(rp, 1, &d1), 0);
+    ferry_pipeline_config_t pc = test_pipeline_config(d1, ferry_workload_stage(wl), 1u << 20);
+    ferry_pipeline_t *p = test_pipeline(&pc);
+    run_t rn;
+    memset(&rn, 0, sizeof(rn));
+    stream(p, wl, 8, 1u << 20, test_seed(31), &rn);
+    assert_int_equal(atomic_load(&rn.on_gpu), 8);
+    assert_int_equal(ferry_pipeline_destroy(p), 0);
+    ferry_workload_destroy(wl);
+    assert_int_equal(ferry_runtime_destroy(rp), 0);
+    assert_int_equal(ferry_runtime_destroy(rth), 0);
+    /* errors the probe met come back from ferry_runtime_create, its text with them */
+    ferry_runtime_t *bad = NULL;
+    const char *kv2[] = {"isolation", "process", "device", "5", NULL};
+    assert_int_equal(test_sim_runtime_create(path, kv2, &bad), FERRY_ENODEV);
+    assert_non_null(strstr(ferry_last_error(), "device=5"));
+    const char *nowhere = "/nonexistent/ferry-profile.json";
+    int want = test_sim_runtime_create(nowhere, NULL, &bad);
+    assert_int_not_equal(want, 0);
+    assert_int_equal(test_sim_runtime_create(nowhere, kv, &bad), want);
+    assert_non_null(strstr(ferry_last_error(), "ferry-profile.json"));
+}
+
 static void test_misuse(void **state)
 {
     (void)state;
@@ -644,4 +720,5 @@ TEST_MAIN(NULL, NULL, cmocka_unit_test(test_batches_in_a_worker),
           cmocka_unit_test(test_host_alloc_memory_is_shared),
           cmocka_unit_test(test_workers_killed_at_random),
           cmocka_unit_test(test_a_batch_that_ends_every_worker),
-          cmocka_unit_test(test_connections_per_worker), cmocka_unit_test(test_misuse))
+          cmocka_unit_test(test_connections_per_worker),
+          cmocka_unit_test(test_the_application_opens_no_device), cmocka_unit_test(test_misuse))
