@@ -102,7 +102,7 @@ static int ask(ferry_runtime_t *rt, const char *backend, int index, probe_answer
     char *opts = ferry__options_text(rt->opts, skip, &olen);
     size_t plen = strlen(rt->profile);
     size_t len = sizeof(probe_ask_t) + olen + (plen ? plen + 9 : 0);
-    char *msg = opts != NULL ? malloc(len) : NULL;
+    char *msg = opts != NULL ? malloc(len + 1) : NULL; /* snprintf's NUL at the end */
     if (msg == NULL || len > FERRY__ZYG_MAX_MSG) {
         free(opts);
         free(msg);

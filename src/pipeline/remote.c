@@ -9,12 +9,10 @@
  * is dropped). After RM_RESPAWNS workers in a row that did not start, the device is retired:
  * the reader runs what is in flight, and every later batch, on the stage's CPU function. */
 #include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,7 +22,6 @@
 #include "core/runtime.h"
 #include "pipeline/remote.h"
 #include "pipeline/remote_internal.h"
-#include "proc/sock.h"
 
 /* Send staging region @i to the worker if it has not mapped it. Under wmu. */
 static int send_region(struct ferry__remote *r, unsigned i)
@@ -34,7 +31,7 @@ static int send_region(struct ferry__remote *r, unsigned i)
         return 0;
     ferry__wk_msg_t m = {
         .kind = FERRY__WK_MAP, .seq = s->r.serial, .in = s->r.base, .bytes = s->r.bytes};
-    if (ferry__rm_send(r->sock, &m, s->r.fd) != 0)
+    if (ferry__rm_send(r->ch, &m, s->r.fd) != 0)
         return -1;
     s->sent = r->generation + 1;
     return 0;
@@ -44,7 +41,7 @@ static int send_batch_now(struct ferry__remote *r, const rm_batch_t *b)
 {
     if (b->fail != 0) {
         ferry__wk_msg_t f = {.kind = FERRY__WK_FAIL, .seq = b->seq, .status = b->fail};
-        return ferry__rm_send(r->sock, &f, -1);
+        return ferry__rm_send(r->ch, &f, -1);
     }
     if (b->stg != RM_NO_STAGE
             ? send_region(r, b->stg) != 0
@@ -56,7 +53,7 @@ static int send_batch_now(struct ferry__remote *r, const rm_batch_t *b)
                          .out = b->out_p,
                          .bytes = b->b.bytes,
                          .user = b->b.user};
-    return ferry__rm_send(r->sock, &m, -1);
+    return ferry__rm_send(r->ch, &m, -1);
 }
 
 static int send_batch(struct ferry__remote *r, rm_batch_t *b)
@@ -69,14 +66,14 @@ static int send_batch(struct ferry__remote *r, rm_batch_t *b)
     return rc;
 }
 
-/* Send the batches staged and not sent to this worker yet, in order, as far as its socket takes
+/* Send the batches staged and not sent to this worker yet, in order, as far as its channel takes
  * them (the rest go with the next flush: every report brings one); while one batch runs alone
  * (solo), nothing after it. Takes wmu and mu. */
 static void flush(struct ferry__remote *r)
 {
     pthread_mutex_lock(&r->wmu);
     pthread_mutex_lock(&r->mu);
-    bool room = r->sock >= 0 && !r->retired;
+    bool room = r->ch != NULL && !r->retired;
     for (int i = 0; room && i < RM_REGIONS; i++) /* blocks made since, mapped ahead of use */
         room = r->regions[i].serial == 0 || ferry__rm_send_shared(r, i) == 0;
     if (room)
@@ -226,8 +223,8 @@ static int replace(struct ferry__remote *r, const char *said)
     }
     pthread_mutex_lock(&r->wmu);
     pthread_mutex_lock(&r->mu);
-    close(r->sock);
-    r->sock = -1;
+    ferry__rm_hangup(r->ch);
+    r->ch = NULL;
     r->proc.pid = -1;
     if (r->closing && r->nfl == 0) { /* closed meanwhile, its CLOSE sent to the one that ended */
         pthread_mutex_unlock(&r->mu);
@@ -281,7 +278,7 @@ static int replace(struct ferry__remote *r, const char *said)
         r->solo = h != NULL && h->ready && h->tries >= RM_RESPAWNS - 1;
         pthread_mutex_unlock(&r->mu);
     }
-    if (rc != 0 && r->sock < 0) {
+    if (rc != 0 && r->ch == NULL) {
         pthread_mutex_lock(&r->mu);
         r->retired = true;
         pthread_mutex_unlock(&r->mu);
@@ -322,16 +319,18 @@ static void run_retired(struct ferry__remote *r)
     }
 }
 
-/* Wait for the worker's next message. A worker that sends nothing, its heartbeat included,
- * for option worker_deadline_ms while a batch it was sent is in flight, or while its answer to
- * CLOSE is owed (the pipeline closing), is hung (stopped, deadlocked, stuck on a chunk): it is
- * killed, and the read that follows ends. */
-static void await_worker(struct ferry__remote *r)
+/* The worker's next message: 0, or -1 at its end. A worker that sends nothing, its heartbeat
+ * included, for option worker_deadline_ms while a batch it was sent is in flight, or while its
+ * answer to CLOSE is owed (the pipeline closing), is hung (stopped, deadlocked, stuck on a
+ * chunk): it is killed, and the read that follows ends. */
+static int next_message(struct ferry__remote *r, ferry__wk_msg_t *m)
 {
-    while (r->deadline_ms > 0) {
-        struct pollfd pf = {.fd = r->sock, .events = POLLIN};
-        if (poll(&pf, 1, (int)r->deadline_ms) != 0)
-            return; /* a message, the end, or a signal: the read sees which */
+    for (;;) {
+        int got = ferry__rm_recv(r->ch, m, r->deadline_ms > 0 ? (int)r->deadline_ms : -1);
+        if (got != 0)
+            return got > 0 ? 0 : -1;
+        if (r->killed != NULL)
+            continue; /* killed already: its end comes */
         pthread_mutex_lock(&r->mu);
         rm_batch_t *b = r->head;
         bool owed = b != NULL && b->sent == r->generation + 1;
@@ -352,7 +351,6 @@ static void await_worker(struct ferry__remote *r)
                       r->dev->index, (int)r->proc.pid, r->deadline_ms);
         r->killed = "hung past its deadline";
         ferry__zyg_kill(&r->proc, SIGKILL);
-        return;
     }
 }
 
@@ -378,8 +376,7 @@ static void *reader_main(void *arg)
     ferry__pipe_own_thread = r->h;
     for (;;) {
         ferry__wk_msg_t m;
-        await_worker(r);
-        int got = ferry__rm_recv(r->sock, &m);
+        int got = next_message(r, &m);
         if (got == 0 && m.kind == FERRY__WK_BEAT)
             continue;
         if (got == 0 && m.kind == FERRY__WK_MEASURED) {
@@ -390,7 +387,7 @@ static void *reader_main(void *arg)
             rm_batch_t *b = take(r, m.seq);
             if (b != NULL)
                 finish(r, b, &m, 0);
-            flush(r); /* room in the worker's socket, or the batch run alone done */
+            flush(r); /* room in the worker's channel, or the batch run alone done */
             continue;
         }
         if (got == 0 && m.kind == FERRY__WK_STATS) { /* the answer to CLOSE: it exits */
@@ -496,7 +493,6 @@ int ferry__remote_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **
     r->dev = dev;
     r->stage = *cfg->stage;
     r->stage.name = h->stage_name;
-    r->sock = -1;
     r->proc.pid = -1;
     r->proc.pidfd = -1;
     pthread_mutex_init(&r->mu, NULL);
@@ -529,8 +525,9 @@ int ferry__remote_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **
         rc = ferry__error(FERRY_ENOMEM, "pipeline: cannot start the worker's reader thread");
     if (rc != 0) {
         ferry__rm_spare_stop(r);
-        if (r->sock >= 0) {
-            close(r->sock); /* the worker reads the end of its socket and exits */
+        if (r->ch != NULL) {
+            ferry__rm_hangup(r->ch); /* the worker reads the end of its channel and exits */
+            r->ch = NULL;
             int st;
             ferry__zyg_wait(rt->zyg, &r->proc, RM_EXIT_WAIT, &st);
         }
@@ -746,18 +743,17 @@ int ferry__remote_close(struct ferry__remote *r)
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     pthread_mutex_lock(&r->wmu);
-    if (r->sock >= 0) {
+    if (r->ch != NULL) {
         ferry__wk_msg_t m = {.kind = FERRY__WK_CLOSE}; /* nothing in flight: room, or an end */
-        (void)ferry__sock_send(r->sock, &m, sizeof(m), NULL, 0, NULL, 0, 0);
+        (void)ferry__chan_send(r->ch, &m, sizeof(m), -1, 0);
     }
     pthread_mutex_unlock(&r->wmu);
     if (r->reader_started)
         pthread_join(r->reader, NULL);
     r->reader_started = false;
     ferry__rm_spare_stop(r);
-    if (r->sock >= 0)
-        close(r->sock);
-    r->sock = -1;
+    ferry__rm_hangup(r->ch);
+    r->ch = NULL;
     pthread_mutex_lock(&r->mu);
     r->released = true;
     pthread_mutex_unlock(&r->mu);

@@ -10,6 +10,7 @@
 
 #include "pipeline/pipeline_internal.h"
 #include "pipeline/worker.h"
+#include "proc/chan.h"
 #include "proc/shm.h"
 #include "proc/zygote.h"
 
@@ -52,7 +53,7 @@ typedef struct rm_region {
 
 /* A worker started and ready (its READY read). */
 typedef struct rm_worker {
-    int sock;
+    ferry__chan_t *ch; /* its channel (proc/chan.h) */
     ferry__zyg_proc_t proc;
     uint32_t gen;
     ferry_pipeline_stats_t stats; /* its READY's */
@@ -88,7 +89,7 @@ struct ferry__remote {
     bool shut, released, closing, retired, reader_done;
     /* the worker, replaced by the reader; written under both locks, read under either */
     pthread_mutex_t wmu;
-    int sock;
+    ferry__chan_t *ch; /* NULL: none */
     ferry__zyg_proc_t proc;
     uint32_t generation;
     pthread_t reader;
@@ -115,10 +116,15 @@ struct ferry__remote {
     ferry_pipeline_stats_t wstats;
 };
 
-/* A message to a worker, @fd (-1: none) with it; never waits (a full socket is -1, EAGAIN). */
-int ferry__rm_send(int s, const ferry__wk_msg_t *m, int fd);
-/* One message from a worker: 0, or -1 at the end of the stream. */
-int ferry__rm_recv(int s, ferry__wk_msg_t *m);
+/* A message to a worker over its channel's socket, @fd (-1: none) with it; or a hot one
+ * (worker.h: SUBMIT, FAIL) through its ring. Never waits: a full socket or ring is -1 (EAGAIN),
+ * and so is a closed channel (NULL). */
+int ferry__rm_send(ferry__chan_t *ch, const ferry__wk_msg_t *m, int fd);
+/* One message from a worker, waiting up to @timeout_ms (-1: for ever): 1, 0 when the time
+ * passed, -1 at the end (the worker ended and everything it sent was read). */
+int ferry__rm_recv(ferry__chan_t *ch, ferry__wk_msg_t *m, int timeout_ms);
+/* Close and free a worker's channel (NULL: a no-op): the worker reads the end and exits. */
+void ferry__rm_hangup(ferry__chan_t *ch);
 /* @r's hello (the worker's start message but its options and user data), from @cfg; its
  * device's connections by option connections_per_device. Returns 0 or the error. */
 int ferry__rm_make_hello(struct ferry__remote *r, const ferry_pipeline_config_t *cfg);
@@ -126,7 +132,7 @@ int ferry__rm_make_hello(struct ferry__remote *r, const ferry_pipeline_config_t 
  * (generation 0) gets option inject's faults, the others none. Returns 0 or the worker's
  * error, with its text. */
 int ferry__rm_start(struct ferry__remote *r, uint32_t gen, rm_worker_t *out);
-/* Make @w r's worker (r->sock, r->proc, r->generation and r->wstats, under r->mu). */
+/* Make @w r's worker (r->ch, r->proc, r->generation and r->wstats, under r->mu). */
 void ferry__rm_install(struct ferry__remote *r, const rm_worker_t *w);
 /* Both. */
 int ferry__rm_spawn(struct ferry__remote *r, uint32_t gen);

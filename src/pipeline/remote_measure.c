@@ -38,7 +38,7 @@ static int remote_measure(struct ferry__remote *r, unsigned streams, uint64_t a_
                          .submit_ns = a_ns,
                          .done_ns = b_ns};
     pthread_mutex_lock(&r->wmu);
-    int sent = r->sock >= 0 ? ferry__rm_send(r->sock, &m, -1) : -1;
+    int sent = ferry__rm_send(r->ch, &m, -1);
     pthread_mutex_unlock(&r->wmu);
     pthread_mutex_lock(&r->mu);
     while (sent == 0 && !r->measured && !r->reader_done)

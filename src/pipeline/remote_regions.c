@@ -14,7 +14,7 @@ int ferry__rm_send_shared(struct ferry__remote *r, int i)
         return 0;
     rm_region_t *g = &r->regions[i];
     ferry__wk_msg_t m = {.kind = FERRY__WK_MAP, .seq = g->serial, .in = g->base, .bytes = g->bytes};
-    if (ferry__rm_send(r->sock, &m, g->fd) != 0)
+    if (ferry__rm_send(r->ch, &m, g->fd) != 0)
         return -1;
     g->sent = r->generation + 1;
     return 0;
@@ -56,7 +56,7 @@ void ferry__rm_regions_put(struct ferry__remote *r, const rm_batch_t *b)
 }
 
 /* A shared block made (@bytes > 0: an entry for it, sent to the worker and the spare now, as
- * far as their sockets take it; flush sends the rest) or freed (its entry dropped when no batch
+ * far as their channels take it; flush sends the rest) or freed (its entry dropped when no batch
  * is in it). Under the runtime's lock. */
 void ferry__rm_share(struct ferry__remote *r, void *base, size_t bytes, uint64_t serial)
 {
@@ -73,12 +73,12 @@ void ferry__rm_share(struct ferry__remote *r, void *base, size_t bytes, uint64_t
         int i = ferry__rm_region_get(r, &g);
         if (i >= 0) {
             r->regions[i].refs--; /* an entry, no batch in it yet */
-            if (r->sock >= 0 && !r->retired)
+            if (r->ch != NULL && !r->retired)
                 (void)ferry__rm_send_shared(r, i);
             rm_region_t *e = &r->regions[i];
             ferry__wk_msg_t m = {.kind = FERRY__WK_MAP, .seq = serial, .in = base, .bytes = bytes};
             if (r->spare_ready && e->spare_sent != r->spare.gen + 1 &&
-                ferry__rm_send(r->spare.sock, &m, e->fd) == 0)
+                ferry__rm_send(r->spare.ch, &m, e->fd) == 0)
                 e->spare_sent = r->spare.gen + 1;
         }
     }

@@ -20,7 +20,7 @@ static void map_all(struct ferry__remote *r)
         rm_stage_t *s = r->stg[i];
         ferry__wk_msg_t m = {
             .kind = FERRY__WK_MAP, .seq = s->r.serial, .in = s->r.base, .bytes = s->r.bytes};
-        if (s->spare_sent != w->gen + 1 && ferry__rm_send(w->sock, &m, s->r.fd) != 0)
+        if (s->spare_sent != w->gen + 1 && ferry__rm_send(w->ch, &m, s->r.fd) != 0)
             return; /* its socket is full: the rest when it takes over */
         s->spare_sent = w->gen + 1;
     }
@@ -30,17 +30,19 @@ static void map_all(struct ferry__remote *r)
             .kind = FERRY__WK_MAP, .seq = g->serial, .in = g->base, .bytes = g->bytes};
         if (g->serial == 0 || g->spare_sent == w->gen + 1)
             continue;
-        if (ferry__rm_send(w->sock, &m, g->fd) != 0)
+        if (ferry__rm_send(w->ch, &m, g->fd) != 0)
             return;
         g->spare_sent = w->gen + 1;
     }
 }
 
-/* End a worker that is not r's: close its socket (it exits) and wait, SIGKILL past the wait. */
+/* End a worker that is not r's: close its channel (it exits) and wait, SIGKILL past the
+ * wait. */
 static void end_worker(struct ferry__remote *r, rm_worker_t *w)
 {
     int st = 0;
-    close(w->sock);
+    ferry__rm_hangup(w->ch);
+    w->ch = NULL;
     if (ferry__zyg_wait(r->rt->zyg, &w->proc, RM_EXIT_WAIT, &st) == FERRY_ETIMEDOUT) {
         ferry__zyg_kill(&w->proc, SIGKILL);
         ferry__zyg_wait(r->rt->zyg, &w->proc, RM_EXIT_WAIT, &st);
@@ -68,19 +70,16 @@ static void *spare_main(void *arg)
     }
     r->spare_busy = false;
     bool tail = rc == 0 && !keep; /* closed, or retired, meanwhile: it is ended below */
-    if (!tail) { /* detached: ferry__rm_spare_stop waits for this; r may go right after */
-        r->spare_thread = false;
-        pthread_cond_broadcast(&r->cv);
-    }
     pthread_mutex_unlock(&r->mu);
     pthread_mutex_unlock(&r->wmu);
-    if (tail) {
+    if (tail)
         end_worker(r, &w);
-        pthread_mutex_lock(&r->mu);
-        r->spare_thread = false;
-        pthread_cond_broadcast(&r->cv);
-        pthread_mutex_unlock(&r->mu);
-    }
+    /* detached: ferry__rm_spare_stop waits for this, and r may go right after, so the last
+     * thing this thread does with r (wmu released before: it went with r once) */
+    pthread_mutex_lock(&r->mu);
+    r->spare_thread = false;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
     return NULL;
 }
 

@@ -11,26 +11,35 @@
 #include "core/runtime.h"
 #include "ferry/connections.h"
 #include "pipeline/remote_internal.h"
-#include "proc/sock.h"
 
 /* ---- the worker ------------------------------------------------------------------------- */
 
 /* Never waits: a worker's socket holds few messages (net.unix.max_dgram_qlen, 10 here), and a
  * sender waiting for room while holding wmu would hold up the reader (flush). */
-int ferry__rm_send(int s, const ferry__wk_msg_t *m, int fd)
+int ferry__rm_send(ferry__chan_t *ch, const ferry__wk_msg_t *m, int fd)
 {
-    return ferry__sock_send(s, m, sizeof(*m), NULL, 0, &fd, fd >= 0 ? 1 : 0, MSG_DONTWAIT);
+    if (ch == NULL) {
+        errno = EPIPE;
+        return -1;
+    }
+    if (FERRY__WK_IS_HOT(m->kind))
+        return ferry__chan_post(ch, m, FERRY__WK_HOT);
+    return ferry__chan_send(ch, m, sizeof(*m), fd, MSG_DONTWAIT);
 }
 
-int ferry__rm_recv(int s, ferry__wk_msg_t *m)
+int ferry__rm_recv(ferry__chan_t *ch, ferry__wk_msg_t *m, int timeout_ms)
 {
-    /* A peer that ended with messages of ours unread makes the next read ECONNRESET, once,
-     * before the messages it sent, which are still there (its last reports, its LOST). */
-    ssize_t n;
-    do
-        n = recv(s, m, sizeof(*m), 0);
-    while (n < 0 && (errno == EINTR || errno == ECONNRESET));
-    return n == (ssize_t)sizeof(*m) ? 0 : -1;
+    int fd = -1;
+    ssize_t n = ferry__chan_recv(ch, m, sizeof(*m), &fd, timeout_ms);
+    if (fd >= 0)
+        close(fd); /* a worker sends none */
+    return n > 0 ? 1 : n == 0 ? 0 : -1;
+}
+
+void ferry__rm_hangup(ferry__chan_t *ch)
+{
+    ferry__chan_close(ch);
+    free(ch);
 }
 
 /* The options this runtime was given, as "name=value\n" lines (isolation and inject left
@@ -110,11 +119,19 @@ int ferry__rm_start(struct ferry__remote *r, uint32_t gen, rm_worker_t *out)
     size_t ilen = gen == 0 ? r->ilen : 0, ub = r->stage.user_bytes;
     size_t len = sizeof(ferry__wk_hello_t) + r->olen + ilen + ub;
     unsigned char *msg = malloc(len);
-    int sv[2] = {-1, -1};
-    if (msg == NULL || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+    ferry__chan_t *ch = malloc(sizeof(*ch));
+    int peer[FERRY__CHAN_FDS];
+    /* the rings hold every batch the proxy keeps in flight, and their reports */
+    unsigned cap =
+        r->limit < FERRY__CHAN_MAX_SLOTS / 2 - 16 ? 2 * r->limit + 16 : FERRY__CHAN_MAX_SLOTS;
+    int crc = msg == NULL || ch == NULL
+                  ? ferry__error(FERRY_ENOMEM, "isolation=process: out of memory")
+                  : ferry__chan_pair(FERRY__WK_HOT, cap < FERRY__WK_RING ? FERRY__WK_RING : cap, ch,
+                                     peer);
+    if (crc != 0) {
         free(msg);
-        return ferry__error(FERRY_ENOMEM, "isolation=process: a worker's socket: %s",
-                            strerror(errno));
+        free(ch);
+        return crc;
     }
     ferry__wk_hello_t h = r->hello;
     h.generation = gen;
@@ -126,11 +143,12 @@ int ferry__rm_start(struct ferry__remote *r, uint32_t gen, rm_worker_t *out)
     if (ub > 0)
         memcpy(msg + sizeof(h) + r->olen + ilen, r->stage.user, ub);
     ferry__zyg_proc_t p;
-    int rc = ferry__zyg_spawn(r->rt->zyg, ferry__worker_main, msg, len, &sv[1], 1, &p);
+    int rc = ferry__zyg_spawn(r->rt->zyg, ferry__worker_main, msg, len, peer, FERRY__CHAN_FDS, &p);
     free(msg);
-    close(sv[1]);
+    for (int i = 0; i < FERRY__CHAN_FDS; i++)
+        close(peer[i]);
     ferry__wk_msg_t m;
-    if (rc == 0 && ferry__rm_recv(sv[0], &m) != 0) {
+    if (rc == 0 && ferry__rm_recv(ch, &m, -1) != 1) {
         int st = 0;
         ferry__zyg_wait(r->rt->zyg, &p, RM_EXIT_WAIT, &st);
         rc = ferry__error(FERRY_EBACKEND,
@@ -145,17 +163,17 @@ int ferry__rm_start(struct ferry__remote *r, uint32_t gen, rm_worker_t *out)
                           "isolation=process: the worker could not start: %s", m.text);
     }
     if (rc != 0) {
-        close(sv[0]);
+        ferry__rm_hangup(ch);
         return rc;
     }
-    *out = (rm_worker_t){.sock = sv[0], .proc = p, .gen = gen, .stats = m.stats};
+    *out = (rm_worker_t){.ch = ch, .proc = p, .gen = gen, .stats = m.stats};
     return 0;
 }
 
 void ferry__rm_install(struct ferry__remote *r, const rm_worker_t *w)
 {
     pthread_mutex_lock(&r->mu);
-    r->sock = w->sock;
+    r->ch = w->ch;
     r->proc = w->proc;
     r->generation = w->gen;
     r->wstats = w->stats; /* its plan (chunk, depth, streams) and connections, as it started */

@@ -1,7 +1,7 @@
 /* A worker process (worker.h): a runtime of its own on the device it was given, one pipeline
  * with the application's stage, and a loop that maps the regions it is sent, submits the
  * batches it is sent (pointers into them) and reports each completion. Its callbacks run on
- * its pipeline's completion thread and write to the socket under a lock; the loop reads. When
+ * its pipeline's completion thread and send on the channel under a lock; the loop reads. When
  * its pipeline's GPU path ends (a sticky error, a hang) it says so and exits at once: what it
  * had not reported the application runs again on a fresh worker, and the device is back in a
  * new process instead of the CPU path. */
@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -18,12 +17,12 @@
 #include "ferry/options.h"
 #include "pipeline/pipeline_internal.h"
 #include "pipeline/worker.h"
+#include "proc/chan.h"
 #include "proc/shm.h"
-#include "proc/sock.h"
 
 typedef struct wk {
-    int sock;
-    pthread_mutex_t mu; /* the socket's writes */
+    ferry__chan_t ch;
+    pthread_mutex_t mu; /* the channel's sends */
     ferry_pipeline_t *pl;
     const ferry__wk_hello_t *h;
     uint64_t beat_ms;        /* option worker_deadline_ms; 0: no heartbeat */
@@ -34,15 +33,26 @@ typedef struct wk {
     _Atomic int lost;
 } wk_t;
 
+/* A message to the application: a hot one through the ring (a full ring is waited out: the
+ * application's reader empties it; a BEAT is dropped instead), the others over the socket.
+ * 0, or -1 when the application has gone. */
 static int send_wk(wk_t *w, const ferry__wk_msg_t *m)
 {
     pthread_mutex_lock(&w->mu);
-    ssize_t n;
-    do
-        n = send(w->sock, m, sizeof(*m), MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
+    int rc;
+    if (FERRY__WK_IS_HOT(m->kind)) {
+        while ((rc = ferry__chan_post(&w->ch, m, FERRY__WK_HOT)) != 0 && errno == EAGAIN &&
+               m->kind != FERRY__WK_BEAT) {
+            pthread_mutex_unlock(&w->mu);
+            usleep(20);
+            pthread_mutex_lock(&w->mu);
+        }
+        rc = rc != 0 && m->kind == FERRY__WK_BEAT && errno == EAGAIN ? 0 : rc;
+    } else {
+        rc = ferry__chan_send(&w->ch, m, sizeof(*m), -1, 0);
+    }
     pthread_mutex_unlock(&w->mu);
-    return n == (ssize_t)sizeof(*m) ? 0 : -1;
+    return rc;
 }
 
 static wk_t *the_worker; /* one a process */
@@ -279,22 +289,22 @@ static void measure(wk_t *w, ferry_runtime_t *rt, const ferry__wk_msg_t *m)
     send_wk(w, &a);
 }
 
-/* One message and its descriptor (-1 when none): 0, or -1 at the end of the stream. */
-static int recv_wk(int s, ferry__wk_msg_t *m, int *fd)
+/* The application's next message and its descriptor (-1 when none): 0, or -1 at the end. */
+static int recv_wk(wk_t *w, ferry__wk_msg_t *m, int *fd)
 {
-    unsigned n = 0;
-    *fd = -1;
-    return ferry__sock_recv(s, m, sizeof(*m), NULL, 0, fd, 1, &n) == (ssize_t)sizeof(*m) ? 0 : -1;
+    return ferry__chan_recv(&w->ch, m, sizeof(*m), fd, -1) > 0 ? 0 : -1;
 }
 
 int ferry__worker_main(const void *msg, size_t len, const int *fds, unsigned nfds)
 {
     const ferry__wk_hello_t *h = msg;
-    if (nfds < 1 || len < sizeof(*h) || h->magic != FERRY__WK_MAGIC ||
+    if (nfds < FERRY__CHAN_FDS || len < sizeof(*h) || h->magic != FERRY__WK_MAGIC ||
         len != sizeof(*h) + h->options_len + h->user_bytes)
         return 2;
     static wk_t w;
-    w = (wk_t){.sock = fds[0], .h = h};
+    w = (wk_t){.h = h};
+    if (ferry__chan_attach(fds, &w.ch) != 0)
+        return 2;
     pthread_mutex_init(&w.mu, NULL);
     the_worker = &w;
     const char *opts = (const char *)(h + 1);
@@ -313,7 +323,7 @@ int ferry__worker_main(const void *msg, size_t len, const int *fds, unsigned nfd
         _exit(2); /* without it the application would take it for hung */
     for (;;) {
         int fd = -1;
-        if (recv_wk(w.sock, &m, &fd) != 0)
+        if (recv_wk(&w, &m, &fd) != 0)
             _exit(4); /* the application is gone: nothing to report to */
         if (m.kind == FERRY__WK_MAP && fd >= 0) {
             if (map_region(&w, rt, &m, fd) != 0)

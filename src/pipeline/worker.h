@@ -1,9 +1,10 @@
 /* Worker processes (isolation=process): the messages between a pipeline's proxy in the
  * application (remote.c) and the worker that runs the device's pipeline (worker.c), over a
- * SOCK_SEQPACKET socket, one message a batch each way. A worker is forked from the runtime's
- * helper (proc/zygote.h) and starts from a hello (below) that carries everything it needs:
- * the backend, the options as text, the pipeline's config, the stage (its functions are the
- * program's, valid in the worker; its user data copied when the stage says how many bytes it
+ * channel (proc/chan.h), one message a batch each way: SUBMIT, FAIL, DONE and BEAT through its
+ * shared rings (their first FERRY__WK_HOT bytes), the others over its socket. A worker is forked
+ * from the runtime's helper (proc/zygote.h) and starts from a hello (below) that carries everything
+ * it needs: the backend, the options as text, the pipeline's config, the stage (its functions are
+ * the program's, valid in the worker; its user data copied when the stage says how many bytes it
  * is, else passed as is), and where the runtime's shared memory arena is. Batches travel as
  * pointers into regions of that arena, which the worker maps at the same addresses (MAP).
  * docs/architecture.md, "Worker processes", says why and what is not done yet. */
@@ -37,6 +38,8 @@ enum ferry__wk_kind {
                            finishes chunks or has none in flight */
 };
 
+/* The fields before text are all that SUBMIT, FAIL, DONE and BEAT use: the ring carries
+ * FERRY__WK_HOT bytes of them. */
 typedef struct ferry__wk_msg {
     uint32_t kind;
     int32_t status;
@@ -53,6 +56,14 @@ typedef struct ferry__wk_msg {
     ferry_pipeline_stats_t stats; /* STATS */
     ferry_conn_measure_t meas;    /* MEASURED */
 } ferry__wk_msg_t;
+#define FERRY__WK_HOT offsetof(ferry__wk_msg_t, text)
+/* Whether messages of @kind go through the rings. */
+#define FERRY__WK_IS_HOT(kind)                                                                     \
+    ((kind) == FERRY__WK_SUBMIT || (kind) == FERRY__WK_FAIL || (kind) == FERRY__WK_DONE ||         \
+     (kind) == FERRY__WK_BEAT)
+/* A worker's channel: its rings hold this many messages each way (at least; the proxy keeps
+ * fewer batches than this in flight, so SUBMITs always fit). */
+#define FERRY__WK_RING 256
 
 /* What a worker is started with (the zygote's message); the options follow it as
  * "name=value\n" text, then the user data's bytes. */
@@ -80,7 +91,8 @@ typedef struct ferry__wk_hello {
 #define FERRY__WK_EXIT_STICKY 3
 #define FERRY__WK_EXIT_HUNG   5
 
-/* The worker's main: the zygote's entry (proc/zygote.h). fds[0] is its socket. */
+/* The worker's main: the zygote's entry (proc/zygote.h). fds are its channel's
+ * (ferry__chan_attach). */
 int ferry__worker_main(const void *msg, size_t len, const int *fds, unsigned nfds);
 
 #endif
