@@ -127,4 +127,11 @@ head -c 8M /dev/urandom >"$TMP/in8.bin"
 expect_rc "rates, a file" 0 "$FERRY" run --input "$TMP/in8.bin" --batch-bytes 1M --json
 json_check "a file: reading is measured" "$TMP/out" "j['read_share'] > 0 and j['bound'] in ('storage', 'verification', 'simulator')"
 
+# latency: every batch's, submit to completion, p50 and p99 beside the rates
+expect_rc "latency" 0 "$FERRY" run --bytes 8M --batch-bytes 256K --json
+json_check "latency: p50 and p99 of the batches" "$TMP/out" \
+  "0 < j['latency_p50_us'] <= j['latency_p99_us'] and j['batches'] == 32"
+expect_rc "latency, text" 0 "$FERRY" run --bytes 8M --batch-bytes 256K
+expect_in "latency, text: the line" "$TMP/out" "latency    p50"
+
 finish

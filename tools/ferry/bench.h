@@ -28,6 +28,7 @@ typedef struct bench_opts {
     bool write, force;                /* io: --write a new file, --force to replace one */
     unsigned long long request_bytes; /* io: bytes per request; 0: 8M */
     unsigned long long depth;         /* io: requests in flight; 0: 16 */
+    unsigned long long threads;       /* items: submitting threads */
     cli_metrics_t *metrics;           /* --metrics-addr, --metrics-file; NULL: neither */
     ferry_metric_t *cases_done;       /* ferry_bench_cases_total */
     int argc;                         /* the command line, for the report */
@@ -44,9 +45,13 @@ ferry_runtime_t *bench_open_runtime(ferry_options_t *o, const char *backend, con
 /* The device a benchmark ran on: a comment line (@j NULL), or the members of the JSON object. */
 void bench_device_line(ferry_runtime_t *rt, ferry_device_t *dev, json_t *j);
 
+/* Random floats in +-[1, 2) over @bytes of @p (a multiple of 4), from @seed (0: a fixed one). */
+void bench_fill_floats(void *p, size_t bytes, uint64_t seed);
+
 /* The benchmarks. Return the exit status (messages printed). */
 int bench_copy(ferry_options_t *o, const bench_opts_t *bo);
 int bench_pipeline(ferry_options_t *o, const bench_opts_t *bo);
 int bench_io(const bench_opts_t *bo);
+int bench_items(ferry_options_t *o, const bench_opts_t *bo);
 
 #endif

@@ -1,7 +1,8 @@
-/* `ferry bench copy` and `ferry bench pipeline`: the device's copy rates by size and direction,
+/* `ferry bench copy`, `pipeline` and `items`: the device's copy rates by size and direction,
  * and a sweep of the round trip H2D -> kernel -> D2H over chunk size x compute streams x
  * compute intensity, each against the bidirectional copy ceiling measured in the same run;
- * `ferry bench io FILE`: the storage alone, a file read or written sequentially.
+ * `ferry bench io FILE`: the storage alone, a file read or written sequentially; `ferry bench
+ * items`: small items from many threads, each its own batch (cmd_bench_items.c).
  * `--compare` runs the sweep on the simulator too and puts prediction beside measurement;
  * `--report` charts either as an HTML page (report.c). */
 #include <stddef.h>
@@ -60,7 +61,8 @@ static int usage(void)
     printf(
         "usage: ferry bench copy [options]\n"
         "       ferry bench pipeline [options]\n"
-        "       ferry bench io FILE [options]\n\n"
+        "       ferry bench io FILE [options]\n"
+        "       ferry bench items [options]\n\n"
         "copy: time single copies of each size, H2D, D2H and both at once, from pinned and\n"
         "pageable host memory, with device events; best and median of --reps.\n"
         "  --sizes LIST      sizes (default 4K,64K,1M,4M,16M,64M,256M,1G)\n"
@@ -96,6 +98,18 @@ static int usage(void)
         "  --request-bytes SIZE  bytes per request, 4M to 16M, a multiple of 4K (default 8M)\n"
         "  --depth N         requests in flight, 8 to 32 (default 16)\n"
         "  --json            one JSON object\n\n"
+        "items: --threads threads (default 8) each submit items of the scale workload as\n"
+        "separate batches into one pipeline: per item size, GB/s each way against the\n"
+        "round-trip ceiling measured in the same run, latency from submit to completion\n"
+        "(p50, p99), and the process's CPU time per item; every pass verified.\n"
+        "  --item-sizes LIST item sizes (default 64K,256K)\n"
+        "  --threads N       submitting threads, 1 to 64 (default 8)\n"
+        "  --bytes SIZE      bytes of items per size (default 1G on a GPU, 64M on the\n"
+        "                    simulator)\n"
+        "  --passes N        measured passes, each on a fresh pipeline, the median reported\n"
+        "                    (default 3 on a GPU, after a warm-up pass; 1 on the simulator)\n"
+        "  --json            one JSON object; also --backend, --profile, --isolation and any\n"
+        "                    `ferry options` flag\n\n"
         "copy and pipeline: --json, --csv, --report FILE (an HTML page with the charts, "
         "docs/report.md),\n"
         "      --backend auto|sim|cuda, --profile FILE, any `ferry options` flag;\n"
@@ -163,6 +177,17 @@ void bench_device_line(ferry_runtime_t *rt, ferry_device_t *dev, json_t *j)
     } else {
         printf("# %s: %s, driver %s, link %.1f GB/s per direction%s\n", ferry_runtime_backend(rt),
                p.name, p.driver_version, p.link_gbps, p.simulated ? " (times simulated)" : "");
+    }
+}
+
+void bench_fill_floats(void *p, size_t bytes, uint64_t seed)
+{
+    uint64_t x = seed ? seed : 88172645463325252ull;
+    unsigned char *c = p;
+    for (size_t i = 0; i + 4 <= bytes; i += 4) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint32_t b = ((uint32_t)x & 0x807fffffu) | 0x3f800000u;
+        memcpy(c + i, &b, 4);
     }
 }
 
@@ -279,6 +304,37 @@ static const cli_flag_def_t bench_io_flags[] = {
     {NULL},
 };
 
+static int check_item_sizes(const char *cmd, const char *v, void *into)
+{
+    (void)cmd;
+    bench_opts_t *bo = into;
+    int rc = parse_list("item-sizes", v, true, 4, 256ull << 20, bo->sizes, 32, &bo->nsizes);
+    for (int i = 0; rc == CLI_OK && i < bo->nsizes; i++)
+        if (bo->sizes[i] % 4 != 0)
+            rc = cli_usage_error("bench",
+                                 "--item-sizes: %llu is not a multiple of 4 (accepted: whole "
+                                 "floats of the scale workload, 4 to 256M, e.g. 64K,256K)",
+                                 bo->sizes[i]);
+    return rc;
+}
+
+/* `bench items`: its own flags and --json (no CSV, pageable memory or report). */
+static const cli_flag_def_t bench_items_flags[] = {
+    {CLI_FLAG("json", CLI_SWITCH, bench_opts_t, json, "one JSON object")},
+    {CLI_FLAG("threads", CLI_UINT, bench_opts_t, threads, "submitting threads"), .lo = 1, .hi = 64},
+    {.name = "item-sizes",
+     .kind = CLI_CUSTOM,
+     .help = "item sizes, e.g. 64K,256K",
+     .check = check_item_sizes},
+    {CLI_FLAG("bytes", CLI_SIZE, bench_opts_t, bytes, "bytes of items per size"),
+     .check = check_bytes},
+    {CLI_FLAG("passes", CLI_UINT, bench_opts_t, passes, "measured passes per size"), .lo = 1,
+     .hi = 100},
+    {CLI_FLAG("reps", CLI_UINT, bench_opts_t, reps, "repetitions of the ceiling's copy"), .lo = 1,
+     .hi = 10000},
+    {NULL},
+};
+
 static const cli_flag_def_t bench_pipeline_flags[] = {
     {CLI_FLAG("compare", CLI_SWITCH, bench_opts_t, compare,
               "the simulator's prediction beside each case")},
@@ -324,9 +380,10 @@ int cmd_bench(int argc, char **argv)
     }
     const char *what = argv[1];
     bool copy = strcmp(what, "copy") == 0, pipe = strcmp(what, "pipeline") == 0;
-    bool io = strcmp(what, "io") == 0;
-    if (!copy && !pipe && !io)
-        return cli_usage_error(cmd, "unknown benchmark '%s' (accepted: copy, pipeline, io)", what);
+    bool io = strcmp(what, "io") == 0, items = strcmp(what, "items") == 0;
+    if (!copy && !pipe && !io && !items)
+        return cli_usage_error(cmd, "unknown benchmark '%s' (accepted: copy, pipeline, io, items)",
+                               what);
     bench_opts_t bo = {
         .reps = 10,
         .sizes = {4096, 65536, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30},
@@ -344,6 +401,15 @@ int cmd_bench(int argc, char **argv)
                       .into = &bo,
                       .context = context};
     int first = 2;
+    if (items) { /* 8 threads, 64K and 256K items (issue 20's sizes) by default */
+        p.flags[0] = bench_items_flags;
+        p.flags[1] = NULL;
+        bo.threads = 8;
+        bo.sizes[0] = 64 << 10;
+        bo.sizes[1] = 256 << 10;
+        bo.nsizes = 2;
+        bo.reps = 0;
+    }
     if (io) { /* ferry bench io FILE [options], FILE anywhere among them */
         p.flags[0] = bench_io_flags;
         p.flags[1] = NULL;
@@ -364,16 +430,20 @@ int cmd_bench(int argc, char **argv)
     /* The metrics start before the first case, so that a bad address or path is refused up
      * front, and stop after the last, when the file is written a last time. */
     unsigned long long planned =
-        io     ? 1
-        : copy ? (unsigned long long)(bo.no_pageable ? 1 : 2) * 3 * (unsigned long long)bo.nsizes
-               : (unsigned long long)bo.nchunks * (unsigned long long)bo.nstreams *
+        io      ? 1
+        : items ? (unsigned long long)bo.nsizes
+        : copy  ? (unsigned long long)(bo.no_pageable ? 1 : 2) * 3 * (unsigned long long)bo.nsizes
+                : (unsigned long long)bo.nchunks * (unsigned long long)bo.nstreams *
                      (unsigned long long)bo.nint * (bo.compare ? 2u : 1u);
     if (metrics_start(&bo, o, what, planned) != CLI_OK) {
         cli_metrics_stop(cmd, bo.metrics);
         ferry_options_destroy(o);
         return CLI_FAIL;
     }
-    rc = copy ? bench_copy(o, &bo) : pipe ? bench_pipeline(o, &bo) : bench_io(&bo);
+    rc = copy    ? bench_copy(o, &bo)
+         : pipe  ? bench_pipeline(o, &bo)
+         : items ? bench_items(o, &bo)
+                 : bench_io(&bo);
     if (cli_metrics_stop(cmd, bo.metrics) != CLI_OK && rc == CLI_OK)
         rc = CLI_FAIL;
     ferry_options_destroy(o);

@@ -266,12 +266,7 @@ static int sweep(ferry_options_t *o, const bench_opts_t *bo, const char *backend
                       .outb = (float *)(out_map + bo->host_offset),
                       .pool = pool,
                       .total = total};
-    uint64_t x = 88172645463325252ull;
-    for (size_t i = 0; i < pool / 4; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        uint32_t b = ((uint32_t)x & 0x807fffffu) | 0x3f800000u;
-        memcpy(&sc.in[i], &b, 4);
-    }
+    bench_fill_floats(sc.in, pool, 88172645463325252ull);
     if (ferry_host_register(dev, sc.in, pool) != 0 ||
         ferry_host_register(dev, sc.outb, pool) != 0) {
         rc = cli_fail("bench", "cannot pin the buffers: %s", ferry_last_error());

@@ -597,6 +597,7 @@ static void run_cleanup(run_ctx_t *c)
     ferry_workload_destroy(c->wl);
     ferry_runtime_destroy(c->rt);
     free(st->ring);
+    free(st->lat_ns);
     free(st->freeq);
     free(st->doneq);
     free(c->cbs);

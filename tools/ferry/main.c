@@ -16,11 +16,12 @@ const cli_command_t cli_commands[] = {
     {"probe", cmd_probe, "show backends, devices and their properties",
      "--json --backend --profile --calibrate -o --output --help", NULL, true},
     {"bench", cmd_bench,
-     "measure copies, the round-trip pipeline and storage (copy | pipeline | io)",
+     "measure copies, the round-trip pipeline, storage and small items (copy | pipeline | io | "
+     "items)",
      "--sizes --reps --no-pageable --bytes --chunks --streams --intensity --passes --host-offset "
      "--coalesce-bytes --compare --compare-bytes --compare-profile --json --csv --report "
-     "--write --force --request-bytes --depth --help",
-     "copy pipeline io", true},
+     "--write --force --request-bytes --depth --item-sizes --threads --help",
+     "copy pipeline io items", true},
     {"options", cmd_options, "list every option, its variable, default and range",
      "--markdown --json --man --bash-completion --help", NULL, false},
     {"connections", cmd_connections,

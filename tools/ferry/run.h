@@ -78,6 +78,10 @@ typedef struct run_state {
     /* A stream output (stdout, a device) is written in batch order: the verifier that finds
      * the next batch ready writes it and those after it, one writer at a time. */
     bool ordered, writing;
+    /* each batch's latency, submit to completion on the device's clock (the report's p50 and
+     * p99), under lock */
+    uint64_t *lat_ns;
+    size_t nlat, cap_lat;
     uint64_t cut_seq;  /* the first batch that failed: the stream ends before it */
     uint64_t next_seq; /* the next batch to write */
     int signal;        /* SIGINT or SIGTERM taken: stop submitting */

@@ -238,6 +238,28 @@ static void json_verify(json_t *j, const run_opts_t *ro, const run_totals_t *t,
     json_object_end(j);
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The batches' latency, submit to completion: p50 and p99 in microseconds; 0 when none was
+ * recorded. */
+static void latency_us(const run_state_t *st, double *p50, double *p99)
+{
+    *p50 = *p99 = 0;
+    size_t n = st != NULL ? st->nlat : 0;
+    uint64_t *v = n > 0 ? malloc(n * sizeof(*v)) : NULL;
+    if (v == NULL)
+        return;
+    memcpy(v, st->lat_ns, n * sizeof(*v));
+    qsort(v, n, sizeof(*v), cmp_u64);
+    *p50 = (double)v[n / 2] / 1e3;
+    *p99 = (double)v[n - 1 - n / 100] / 1e3;
+    free(v);
+}
+
 static void print_json(const run_opts_t *ro, ferry_runtime_t *rt, const ferry_device_props_t *p,
                        const run_outcome_t *o, const run_bound_t *b, unsigned long long chunk)
 {
@@ -265,6 +287,10 @@ static void print_json(const run_opts_t *ro, ferry_runtime_t *rt, const ferry_de
     json_key_double(&j, "wall_s", wall_s, 3);
     json_key_double(&j, "gbps_h2d", s->gbps_h2d, 3);
     json_key_double(&j, "gbps_d2h", s->gbps_d2h, 3);
+    double p50, p99;
+    latency_us(o->st, &p50, &p99);
+    json_key_double(&j, "latency_p50_us", p50, 2);
+    json_key_double(&j, "latency_p99_us", p99, 2);
     json_key_double(&j, "link_gbps", p->link_gbps, 3);
     json_key_double(&j, "overlap", s->overlap, 4);
     json_key_double(&j, "util_h2d", el > 0 ? (double)s->busy_h2d_ns / 1e9 / el : 0, 4);
@@ -398,6 +424,11 @@ void run_print_summary(const run_opts_t *ro, ferry_runtime_t *rt, ferry_device_t
     if (p.link_gbps > 0)
         printf("   (link: %.0f GB/s per direction, theoretical)", p.link_gbps);
     printf("\n");
+    double p50, p99;
+    latency_us(o->st, &p50, &p99);
+    if (o->st != NULL && o->st->nlat > 0)
+        printf("  latency    p50 %.1f us, p99 %.1f us%s: a batch, submit to completion\n", p50, p99,
+               sim);
     print_rates(&b, p.simulated);
     printf("\n  overlap    %.2f  (engine busy time / elapsed: 1 = serial, 3 = all busy)\n",
            s->overlap);
@@ -517,12 +548,6 @@ static void keep_op(const ferry_op_record_t *op, void *arg)
         l->cap = cap;
     }
     l->v[l->n++] = *op;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* The timeline's window: until the @chunks-th chunk's D2H ended, or sooner where the records

@@ -66,6 +66,16 @@ void run_on_done(const ferry_batch_result_t *r, void *arg)
     pthread_mutex_lock(&st->lock);
     st->ring[c->idx].status = r->status;
     st->ring[c->idx].where = (int)r->where;
+    if (st->nlat == st->cap_lat) { /* out of memory: the latency of the rest goes unrecorded */
+        size_t cap = st->cap_lat ? 2 * st->cap_lat : 1024;
+        uint64_t *g = realloc(st->lat_ns, cap * sizeof(*g));
+        if (g != NULL) {
+            st->lat_ns = g;
+            st->cap_lat = cap;
+        }
+    }
+    if (st->nlat < st->cap_lat)
+        st->lat_ns[st->nlat++] = r->done_ns > r->submit_ns ? r->done_ns - r->submit_ns : 0;
     st->doneq[(st->dhead + st->dcount) % st->nring] = c->idx;
     st->dcount++;
     st->callbacks++;

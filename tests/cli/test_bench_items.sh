@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# `ferry bench items`: several threads submit small items, each its own batch, into one
+# pipeline: per item size the rate each way, the fraction of the ceiling measured in the same
+# run, p50 and p99 latency and CPU time per item, every pass verified; in text and JSON, in one
+# process and under isolation=process; bad flag values refused by name.
+. "$(dirname "$0")/lib.sh"
+
+expect_rc "items --json" 0 "$FERRY" bench items --bytes 2M --item-sizes 4K,64K --threads 3 --json
+json_check "items: the members" "$TMP/out" \
+  "j['command'] == 'bench items' and j['threads'] == 3 and j['ceiling_gbps'] > 0 and j['ok'] and len(j['results']) == 2"
+json_check "items: counts, verified, latency, cpu" "$TMP/out" \
+  "[r['items'] for r in j['results']] == [512, 32] and all(r['verified'] and 0 < r['latency_p50_us'] <= r['latency_p99_us'] and r['cpu_us_per_item'] > 0 and 0 < r['fraction'] <= 1.05 and r['gbps_h2d'] > 0 for r in j['results'])"
+json_check "items: larger items move more bytes a second" "$TMP/out" \
+  "j['results'][1]['gbps_h2d'] > j['results'][0]['gbps_h2d']"
+expect_rc "items, text" 0 "$FERRY" bench items --bytes 1M --item-sizes 64K
+expect_in "text: the ceiling" "$TMP/out" "round-trip ceiling"
+expect_in "text: the header" "$TMP/out" "p99 us"
+expect_in "text: the row" "$TMP/out" "64.0 KiB"
+expect_rc "items under isolation=process" 0 "$FERRY" bench items --bytes 1M --item-sizes 64K \
+  --isolation process --json
+json_check "isolation=process: verified, no ceiling here" "$TMP/out" \
+  "j['ok'] and j['results'][0]['verified'] and j['results'][0]['items'] == 16 and j['ceiling_gbps'] == 0"
+
+expect_rc "--threads 0" 2 "$FERRY" bench items --threads 0
+expect_in "--threads 0: why" "$TMP/err" "threads"
+expect_rc "--threads 65" 2 "$FERRY" bench items --threads 65
+expect_rc "--item-sizes with an empty item" 2 "$FERRY" bench items --item-sizes 4K,,8K
+expect_in "empty item: why" "$TMP/err" "item 2 is empty"
+expect_rc "--item-sizes 4098" 2 "$FERRY" bench items --item-sizes 4098
+expect_in "4098: why" "$TMP/err" "not a multiple of 4"
+expect_rc "--item-sizes 2" 2 "$FERRY" bench items --item-sizes 2
+expect_rc "--bytes 0" 2 "$FERRY" bench items --bytes 0
+expect_rc "--csv is not offered" 2 "$FERRY" bench items --csv
+expect_rc "unknown benchmark" 2 "$FERRY" bench itemz
+expect_in "unknown benchmark: the accepted ones" "$TMP/err" "copy, pipeline, io, items"
+finish

@@ -1,0 +1,281 @@
+/* `ferry bench items`: small items, each its own batch, submitted by several threads into one
+ * pipeline, as inference requests, KV-cache blocks or messages come: per item size, the rate
+ * each way against the round-trip ceiling measured in the same run, the latency from submit to
+ * completion (p50, p99, on the device's clock as the pipeline records it), and the process's CPU
+ * time per item. Every pass's output is checked against the CPU reference before its figures
+ * count; fresh random input; a warm-up pass on a GPU, the median pass reported. */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "bench.h"
+#include "ferry/bench.h"
+
+typedef struct items_run {
+    ferry_pipeline_t *p;
+    unsigned char *in, *out;
+    size_t item;
+    unsigned long long n;            /* items in a pass */
+    _Atomic unsigned long long next; /* the next item a submitter takes */
+    atomic_int failed, submit_err;
+    uint64_t *lat_ns; /* each item's, written by its callback */
+} items_run_t;
+
+typedef struct items_row {
+    unsigned long long item, items;
+    double h2d, d2h, p50_us, p99_us, cpu_us, ceiling;
+    unsigned passes;
+    bool ok;
+} items_row_t;
+
+static void on_item(const ferry_batch_result_t *r, void *arg)
+{
+    items_run_t *ir = arg;
+    size_t i = (size_t)((const unsigned char *)r->in - ir->in) / ir->item;
+    ir->lat_ns[i] = r->done_ns > r->submit_ns ? r->done_ns - r->submit_ns : 0;
+    if (r->status != 0)
+        atomic_fetch_add(&ir->failed, 1);
+}
+
+static void *submitter(void *arg)
+{
+    items_run_t *ir = arg;
+    for (;;) {
+        unsigned long long i = atomic_fetch_add(&ir->next, 1);
+        if (i >= ir->n)
+            return NULL;
+        ferry_batch_t b = FERRY_BATCH_INIT;
+        b.in = ir->in + i * ir->item;
+        b.out = ir->out + i * ir->item;
+        b.bytes = ir->item;
+        if (ferry_pipeline_submit(ir->p, &b, on_item, ir, NULL) != 0) {
+            atomic_store(&ir->submit_err, 1);
+            return NULL;
+        }
+    }
+}
+
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One pass on a fresh pipeline: the stats, latency percentiles and CPU time into @one. */
+static int one_pass(ferry_device_t *dev, ferry_workload_t *wl, items_run_t *ir, unsigned threads,
+                    const unsigned char *ref, items_row_t *one)
+{
+    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
+    pc.device = dev;
+    pc.stage = ferry_workload_stage(wl);
+    if (ferry_pipeline_create(&pc, &ir->p) != 0)
+        return cli_fail("bench", "pipeline: %s", ferry_last_error());
+    memset(ir->out, 0, ir->n * ir->item);
+    atomic_store(&ir->next, 0);
+    atomic_store(&ir->failed, 0);
+    atomic_store(&ir->submit_err, 0);
+    pthread_t th[64];
+    unsigned started = 0;
+    double c0 = cpu_s();
+    for (; started < threads; started++)
+        if (pthread_create(&th[started], NULL, submitter, ir) != 0)
+            break;
+    for (unsigned i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    int drc = ferry_pipeline_drain(ir->p);
+    double c1 = cpu_s();
+    ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
+    ferry_pipeline_stats(ir->p, &st);
+    ferry_pipeline_destroy(ir->p);
+    ir->p = NULL;
+    if (started < threads || atomic_load(&ir->submit_err) || drc != 0)
+        return cli_fail("bench", "items: %s",
+                        started < threads ? "a submitting thread did not start"
+                                          : ferry_last_error());
+    size_t n = (size_t)ir->n;
+    one->ok = atomic_load(&ir->failed) == 0 && memcmp(ir->out, ref, n * ir->item) == 0;
+    one->h2d = st.gbps_h2d;
+    one->d2h = st.gbps_d2h;
+    one->cpu_us = (c1 - c0) / (double)n * 1e6;
+    qsort(ir->lat_ns, n, sizeof(uint64_t), cmp_u64);
+    one->p50_us = (double)ir->lat_ns[n / 2] / 1e3;
+    one->p99_us = (double)ir->lat_ns[n - 1 - n / 100] / 1e3;
+    return CLI_OK;
+}
+
+/* Every pass of item size @item: the median pass by its slower direction into @row. */
+static int measure_size(ferry_device_t *dev, ferry_workload_t *wl, const bench_opts_t *bo,
+                        size_t item, unsigned long long total, items_row_t *row)
+{
+    bool sim = ferry_device_is_simulated(dev);
+    unsigned passes = bo->passes ? (unsigned)bo->passes : sim ? 1 : 3;
+    unsigned long long n = total / item ? total / item : 1;
+    items_run_t ir = {.item = item, .n = n};
+    unsigned char *ref = malloc(n * item);
+    ir.lat_ns = malloc(n * sizeof(uint64_t));
+    int rc = CLI_OK;
+    if (ref == NULL || ir.lat_ns == NULL || ferry_host_alloc(dev, n * item, (void **)&ir.in) != 0 ||
+        ferry_host_alloc(dev, n * item, (void **)&ir.out) != 0) {
+        rc = cli_fail("bench", "items: %llu items of %zu bytes: %s", n, item,
+                      ir.in == NULL || ir.out == NULL ? ferry_last_error() : "out of memory");
+        goto out;
+    }
+    bench_fill_floats(ir.in, n * item, (uint64_t)time(NULL) ^ (uint64_t)item); /* fresh */
+    ferry_workload_reference(wl, ir.in, ref, n * item);
+    items_row_t all[101];
+    unsigned k = 0;
+    for (unsigned pass = 0; pass < passes + (sim ? 0 : 1) && rc == CLI_OK; pass++) {
+        items_row_t one = {0};
+        rc = one_pass(dev, wl, &ir, (unsigned)bo->threads, ref, &one);
+        if (rc == CLI_OK && (sim || pass > 0)) /* a GPU's first pass warms up */
+            all[k++] = one;
+        if (rc == CLI_OK && !one.ok)
+            rc = cli_fail("bench", "items of %zu bytes: output differs from the reference", item);
+    }
+    if (rc == CLI_OK) { /* the median by the slower direction (insertion sort: few passes) */
+        for (unsigned i = 1; i < k; i++)
+            for (unsigned j = i;
+                 j > 0 && fmin(all[j].h2d, all[j].d2h) < fmin(all[j - 1].h2d, all[j - 1].d2h);
+                 j--) {
+                items_row_t t = all[j];
+                all[j] = all[j - 1];
+                all[j - 1] = t;
+            }
+        *row = all[(k - 1) / 2];
+        row->item = item;
+        row->items = n;
+        row->passes = k;
+    }
+out:
+    if (ir.in != NULL)
+        ferry_host_free(dev, ir.in);
+    if (ir.out != NULL)
+        ferry_host_free(dev, ir.out);
+    free(ref);
+    free(ir.lat_ns);
+    return rc;
+}
+
+static void print_rows(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opts_t *bo,
+                       const items_row_t *rows, int n, double ceil_gbps)
+{
+    bool sim = ferry_device_is_simulated(dev);
+    if (bo->json) {
+        json_t j;
+        json_command_begin(&j, stdout, "bench items");
+        bench_device_line(rt, dev, &j);
+        json_key_double(&j, "ceiling_gbps", ceil_gbps, 3);
+        json_key_uint(&j, "threads", bo->threads);
+        json_key(&j, "results");
+        json_array_begin(&j);
+        bool ok = true;
+        for (int i = 0; i < n; i++) {
+            const items_row_t *r = &rows[i];
+            ok &= r->ok;
+            json_object_begin(&j);
+            json_key_uint(&j, "item_bytes", r->item);
+            json_key_uint(&j, "items", r->items);
+            json_key_double(&j, "gbps_h2d", r->h2d, 3);
+            json_key_double(&j, "gbps_d2h", r->d2h, 3);
+            json_key_double(&j, "fraction", ceil_gbps > 0 ? fmin(r->h2d, r->d2h) / ceil_gbps : 0,
+                            4);
+            json_key_double(&j, "latency_p50_us", r->p50_us, 2);
+            json_key_double(&j, "latency_p99_us", r->p99_us, 2);
+            json_key_double(&j, "cpu_us_per_item", r->cpu_us, 3);
+            json_key_uint(&j, "passes", r->passes);
+            json_key_bool(&j, "verified", r->ok);
+            json_object_end(&j);
+        }
+        json_array_end(&j);
+        json_key_bool(&j, "ok", ok);
+        json_end(&j);
+        return;
+    }
+    bench_device_line(rt, dev, NULL);
+    printf("# %llu threads submit items of the scale workload, each its own batch, into one "
+           "pipeline\n",
+           bo->threads);
+    if (ceil_gbps > 0)
+        printf("# round-trip ceiling (H2D and D2H of 64 MiB at once, per direction): %.2f GB/s\n",
+               ceil_gbps);
+    else
+        printf("# no ceiling: this process drives no device (isolation=process)\n");
+    printf("# latency: submit to completion on the device's clock; cpu: the process's CPU time "
+           "per item%s\n",
+           sim ? " (the simulator's kernels, run on this CPU, included)" : "");
+    printf("%8s %9s %9s %9s %9s %9s %9s %9s %3s\n", "item", "items", "H2D GB/s", "D2H GB/s",
+           "ceiling%", "p50 us", "p99 us", "cpu us", "ok");
+    for (int i = 0; i < n; i++) {
+        const items_row_t *r = &rows[i];
+        char b[32];
+        char frac[16] = "-";
+        if (ceil_gbps > 0)
+            snprintf(frac, sizeof(frac), "%.1f%%", fmin(r->h2d, r->d2h) / ceil_gbps * 100);
+        printf("%8s %9llu %9.2f %9.2f %9s %9.1f %9.1f %9.2f %3s\n",
+               cli_bytes(r->item, b, sizeof(b)), r->items, r->h2d, r->d2h, frac, r->p50_us,
+               r->p99_us, r->cpu_us, r->ok ? "yes" : "NO");
+    }
+}
+
+int bench_items(ferry_options_t *o, const bench_opts_t *bo)
+{
+    ferry_runtime_t *rt = bench_open_runtime(o, NULL, NULL);
+    if (rt == NULL)
+        return CLI_FAIL;
+    ferry_device_t *dev = NULL;
+    int64_t idx = 0;
+    ferry_options_get_i64(o, "device", &idx);
+    ferry_workload_t *wl = NULL;
+    items_row_t rows[32];
+    int n = 0, rc = CLI_OK;
+    if (ferry_device_get(rt, (int)idx, &dev) != 0 ||
+        ferry_workload_create("scale", NULL, &wl) != 0) {
+        rc = cli_fail("bench", "%s", ferry_last_error());
+        goto out;
+    }
+    bool sim = ferry_device_is_simulated(dev);
+    unsigned long long total = bo->bytes ? bo->bytes : sim ? 64ull << 20 : 1ull << 30;
+    /* the ceiling: one H2D and one D2H of 64 MiB at once (in this process: under
+     * isolation=process there is no device here, and no ceiling) */
+    double ceil_gbps = 0;
+    ferry_copy_bench_config_t c = FERRY_COPY_BENCH_CONFIG_INIT;
+    ferry_copy_bench_result_t cr = FERRY_COPY_BENCH_RESULT_INIT;
+    c.bytes = 64u << 20;
+    c.dir = FERRY_COPY_BOTH;
+    c.reps = bo->reps ? (unsigned)bo->reps : 10;
+    c.warmup = 3;
+    if (ferry_bench_copy(dev, &c, &cr) == 0)
+        ceil_gbps = cr.best_gbps / 2;
+    for (int i = 0; i < bo->nsizes && rc == CLI_OK; i++, n++)
+        rc = measure_size(dev, wl, bo, (size_t)bo->sizes[i], total, &rows[i]);
+    if (rc == CLI_OK) {
+        print_rows(rt, dev, bo, rows, n, ceil_gbps);
+        for (int i = 0; i < n; i++) {
+            char sz[32];
+            snprintf(sz, sizeof(sz), "%llu", rows[i].item);
+            const char *const lab[] = {"item_bytes", sz, NULL};
+            bench_metrics_result(bo, "ferry_bench_items_latency_p99_seconds",
+                                 "p99 latency of an item, submit to completion.", lab,
+                                 rows[i].p99_us / 1e6);
+            bench_metrics_result(bo, "ferry_bench_items_bytes_per_second",
+                                 "Items' bytes each way per second (the slower direction).", lab,
+                                 fmin(rows[i].h2d, rows[i].d2h) * 1e9);
+        }
+    }
+out:
+    ferry_workload_destroy(wl);
+    ferry_runtime_destroy(rt);
+    return rc;
+}
