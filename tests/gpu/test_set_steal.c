@@ -9,7 +9,7 @@
 
 #include "cudatest.h"
 
-#define NB    24
+#define NB    96 /* 6 GiB: a fast GPU ends 1.5 GiB before the CPU's chunk probe comes back */
 #define BATCH ((size_t)64 << 20)
 
 static ferry_cpu_fn copy_cpu;

@@ -212,9 +212,11 @@ static void print_rows(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opt
                ceil_gbps);
     else
         printf("# no ceiling: this process drives no device (isolation=process)\n");
-    printf("# latency: submit to completion on the device's clock; cpu: the process's CPU time "
+    printf("# latency: submit to completion on the device's clock; cpu: this process's CPU time "
            "per item%s\n",
-           sim ? " (the simulator's kernels, run on this CPU, included)" : "");
+           sim && ceil_gbps > 0 ? " (the simulator's kernels, run on this CPU, included)"
+           : ceil_gbps > 0      ? ""
+                                : " (the worker's not included)");
     printf("%8s %9s %9s %9s %9s %9s %9s %9s %3s\n", "item", "items", "H2D GB/s", "D2H GB/s",
            "ceiling%", "p50 us", "p99 us", "cpu us", "ok");
     for (int i = 0; i < n; i++) {
