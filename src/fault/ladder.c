@@ -55,23 +55,54 @@ void ferry__failure_log_close(ferry__failure_log_t *fl)
     fl->f = NULL;
 }
 
-void ferry__failure_log_write(ferry__failure_log_t *fl, const ferry__failure_rec_t *r)
+/* A record's start: its time (UTC, microseconds). */
+static void record_time(FILE *f)
 {
-    fl->records++;
-    if (fl->f == NULL)
-        return;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
     gmtime_r(&ts.tv_sec, &tm);
     char when[40];
     strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+    fprintf(f, "{\"time\":\"%s.%06ldZ\",", when, ts.tv_nsec / 1000);
+}
+
+static void record_end(ferry__failure_log_t *fl);
+
+void ferry__failure_log_worker(ferry__failure_log_t *fl, const ferry__worker_end_t *e)
+{
+    fl->records++;
+    if (fl->f == NULL)
+        return;
     FILE *f = fl->f;
-    fprintf(f,
-            "{\"time\":\"%s.%06ldZ\",\"device_ns\":%llu,\"batch\":%llu,\"attempt\":%u,"
-            "\"stage\":",
-            when, ts.tv_nsec / 1000, (unsigned long long)r->device_ns, (unsigned long long)r->batch,
-            r->attempt);
+    record_time(f);
+    fprintf(f, "\"kind\":\"worker\",\"device\":%d,\"stage\":", e->device);
+    ferry__json_str(f, e->stage);
+    fprintf(f, ",\"pid\":%d,\"generation\":%u,", e->pid, e->generation);
+    if (e->signal != 0)
+        fprintf(f, "\"signal\":%d,\"exit_status\":null,", e->signal);
+    else
+        fprintf(f, "\"signal\":null,\"exit_status\":%d,", e->exit_status);
+    fprintf(f, "\"cause\":");
+    ferry__json_str(f, e->cause);
+    fprintf(f, ",\"in_flight\":%u,\"oldest_batch\":", e->in_flight);
+    if (e->oldest_batch == UINT64_MAX)
+        fprintf(f, "null");
+    else
+        fprintf(f, "%llu", (unsigned long long)e->oldest_batch);
+    fprintf(f, ",\"action\":\"%s\"}\n", e->action);
+    record_end(fl);
+}
+
+void ferry__failure_log_write(ferry__failure_log_t *fl, const ferry__failure_rec_t *r)
+{
+    fl->records++;
+    if (fl->f == NULL)
+        return;
+    FILE *f = fl->f;
+    record_time(f);
+    fprintf(f, "\"device_ns\":%llu,\"batch\":%llu,\"attempt\":%u,\"stage\":",
+            (unsigned long long)r->device_ns, (unsigned long long)r->batch, r->attempt);
     ferry__json_str(f, r->stage);
     fprintf(f,
             ",\"chunk\":%u,\"chunks\":%u,\"offset\":%zu,\"bytes\":%zu,\"streams\":{\"h2d\":%u,"
@@ -85,8 +116,15 @@ void ferry__failure_log_write(ferry__failure_log_t *fl, const ferry__failure_rec
             ferry_err_name(r->err));
     ferry__json_str(f, r->msg);
     fprintf(f, ",\"action\":\"%s\",\"gpu_lost\":%s}\n", r->action, r->gpu_lost ? "true" : "false");
-    /* A record that cannot be written (a full disk, /dev/full) is counted in the stats and
-     * said once: the caller decides whether the run failed. */
+    record_end(fl);
+}
+
+/* A record's end: flushed, one write (records of several processes appended to one file do not
+ * interleave). One that cannot be written (a full disk, /dev/full) is counted in the stats and
+ * said once: the caller decides whether the run failed. */
+static void record_end(ferry__failure_log_t *fl)
+{
+    FILE *f = fl->f;
     errno = 0;
     if (fflush(f) != 0 || ferror(f)) {
         int werr = errno;

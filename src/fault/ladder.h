@@ -65,11 +65,29 @@ typedef struct ferry__failure_rec {
     bool gpu_lost;
 } ferry__failure_rec_t;
 
+/* A worker process that ended (isolation=process): who, how, why, what it held and what was
+ * done. */
+typedef struct ferry__worker_end {
+    int device;
+    const char *stage;
+    int pid;
+    uint32_t generation;
+    int exit_status;       /* -1 when a signal ended it */
+    int signal;            /* 0 when it exited */
+    const char *cause;     /* what it said or what was seen ("a sticky error", "hung past its
+                              deadline"); "" when nothing was */
+    unsigned in_flight;    /* batches sent to it and not reported */
+    uint64_t oldest_batch; /* UINT64_MAX: none */
+    const char *action;    /* "spare", "new worker", "retired" */
+} ferry__worker_end_t;
+
 /* Open @path for appending; NULL or "" means none. Returns 0 or FERRY_EIO. */
 int ferry__failure_log_open(ferry__failure_log_t *fl, const char *path);
 void ferry__failure_log_close(ferry__failure_log_t *fl);
 /* Count the record and append it; a record that cannot be written is counted in write_errors
  * and said once. */
 void ferry__failure_log_write(ferry__failure_log_t *fl, const ferry__failure_rec_t *r);
+/* Likewise a worker's end: a record of "kind":"worker". */
+void ferry__failure_log_worker(ferry__failure_log_t *fl, const ferry__worker_end_t *e);
 
 #endif

@@ -226,6 +226,14 @@ static int replace(struct ferry__remote *r, const char *said)
     ferry__rm_hangup(r->ch);
     r->ch = NULL;
     r->proc.pid = -1;
+    ferry__worker_end_t end = {.device = r->dev->index,
+                               .stage = r->h->stage_name,
+                               .pid = (int)old.pid,
+                               .generation = r->generation,
+                               .exit_status = WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+                               .signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0,
+                               .in_flight = r->nfl,
+                               .oldest_batch = r->head != NULL ? r->head->seq : UINT64_MAX};
     if (r->closing && r->nfl == 0) { /* closed meanwhile, its CLOSE sent to the one that ended */
         pthread_mutex_unlock(&r->mu);
         pthread_mutex_unlock(&r->wmu);
@@ -253,7 +261,8 @@ static int replace(struct ferry__remote *r, const char *said)
               WIFSIGNALED(st) ? "signal" : "exit status",
               WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
     int rc = -1;
-    if (!barren && ferry__rm_spare_take(r)) { /* warm: its context made, its memory pinned */
+    bool spare = !barren && ferry__rm_spare_take(r);
+    if (spare) { /* warm: its context made, its memory pinned */
         rc = 0;
         ferry_log(FERRY_LOG_INFO, "pipeline", "device %d: the spare worker (pid %d) took over",
                   r->dev->index, (int)r->proc.pid);
@@ -287,6 +296,11 @@ static int replace(struct ferry__remote *r, const char *said)
                   r->dev->index, barren ? RM_BARREN : RM_RESPAWNS,
                   barren ? "ended before they finished a batch" : "did not start");
     }
+    pthread_mutex_lock(&r->mu); /* the failure record: who ended, how, and what was done */
+    end.cause = said != NULL ? said : "";
+    end.action = rc != 0 ? "retired" : spare ? "spare" : "new worker";
+    ferry__failure_log_worker(&r->flog, &end);
+    pthread_mutex_unlock(&r->mu);
     pthread_mutex_unlock(&r->wmu);
     if (rc == 0)
         ferry__rm_spare_start(r); /* the next spare, in the background */
@@ -438,6 +452,7 @@ static void remote_free(struct ferry__remote *r)
             close(r->regions[i].fd);
     free(r->opts);
     free(r->inj);
+    ferry__failure_log_close(&r->flog);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     pthread_mutex_destroy(&r->wmu);
@@ -513,6 +528,8 @@ int ferry__remote_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **
     r->stg = calloc(r->capstg, sizeof(*r->stg));
     int rc = r->stg == NULL ? ferry__error(FERRY_ENOMEM, "pipeline: out of memory")
                             : ferry__rm_make_hello(r, cfg);
+    if (rc == 0)
+        rc = ferry__failure_log_open(&r->flog, ferry__opt_str(rt->opts, FERRY__OPT_failure_log));
     if (rc == 0)
         rc = ferry__rm_spawn(r, 0);
     r->want_spare = ferry__opt_i64(rt->opts, FERRY__OPT_worker_spare) != 0;
@@ -797,6 +814,8 @@ void ferry__remote_stats(struct ferry__remote *r, ferry_pipeline_stats_t *out)
     s.gpu_lost = r->retired;
     s.worker_restarts = r->restarts;
     s.worker_recovery_ns = r->recovery_ns;
+    s.failure_records += r->flog.records; /* the workers' ends, beside the last one's chunks */
+    s.failure_log_errors += atomic_load_explicit(&r->flog.write_errors, memory_order_relaxed);
     pthread_mutex_unlock(&r->mu);
     double el = (double)s.elapsed_ns;
     s.gbps_h2d = s.gbps_d2h = el > 0 ? (double)s.bytes_h2d / el : 0;

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "fault/ladder.h"
 #include "pipeline/pipeline_internal.h"
 #include "pipeline/worker.h"
 #include "proc/chan.h"
@@ -114,6 +115,9 @@ struct ferry__remote {
     ferry_conn_measure_t meas;
     char meas_text[256];
     ferry_pipeline_stats_t wstats;
+    /* option failure_log: a record of each worker that ended (the workers append their own
+     * chunks' records to the same file); written by the reader under mu */
+    ferry__failure_log_t flog;
 };
 
 /* A message to a worker over its channel's socket, @fd (-1: none) with it; or a hot one
