@@ -4,8 +4,8 @@
  * peer's. A ring: the consumer's head, the producer's tail and the consumer's sleeping flag,
  * each on a cache line of its own, then cap slots of a 16-byte header (the sender's socket
  * count, the length) and the message. Each side keeps its own copy of the index it owns; the
- * other's, read from shared memory, is checked (a peer that scribbles on the rings reads as a
- * corrupt channel, never as a wild read here).
+ * other's, and a slot's header, read from shared memory once, are checked (a peer that
+ * scribbles on the rings reads as a corrupt channel, never as a wild read here).
  *
  * Sleeping and waking: the consumer sets sleeping, then looks at the tail once more, then
  * polls; the producer stores the tail, then takes the flag: both sequentially consistent, so
@@ -195,7 +195,7 @@ int ferry__chan_post(ferry__chan_t *c, const void *m, size_t n)
         errno = EMSGSIZE;
         return -1;
     }
-    uint64_t t = atomic_load_explicit(&c->tx->tail, memory_order_relaxed);
+    uint64_t t = c->tx_tail;
     uint64_t h = atomic_load_explicit(&c->tx->head, memory_order_acquire);
     if (t - h >= c->cap) { /* full (or a head the peer wrote out of range: never freed) */
         errno = EAGAIN;
@@ -205,6 +205,7 @@ int ferry__chan_post(ferry__chan_t *c, const void *m, size_t n)
     s->seq = c->sent;
     s->len = (uint32_t)n;
     memcpy(s->data, m, n);
+    c->tx_tail = t + 1;
     atomic_store_explicit(&c->tx->tail, t + 1, memory_order_seq_cst);
     if (atomic_exchange_explicit(&c->tx->sleeping, 0, memory_order_seq_cst) != 0) {
         uint64_t one = 1;
@@ -226,15 +227,19 @@ int ferry__chan_send(ferry__chan_t *c, const void *m, size_t n, int fd, int flag
     return 0;
 }
 
-/* The ring's next message, or NULL when there is none; *@bad when the tail is out of range. */
-static chan_slot_t *peek(ferry__chan_t *c, bool *bad)
+/* The ring's next message, or NULL when there is none; *@bad when the tail is out of range.
+ * Its socket count and length are read once, into @seq and @len (the peer may write the slot
+ * again: what was checked is what is used). */
+static chan_slot_t *peek(ferry__chan_t *c, bool *bad, uint64_t *seq, uint32_t *len)
 {
-    uint64_t h = atomic_load_explicit(&c->rx->head, memory_order_relaxed);
+    uint64_t h = c->rx_head;
     uint64_t t = atomic_load_explicit(&c->rx->tail, memory_order_seq_cst);
     if (t == h)
         return NULL;
     chan_slot_t *s = slot_at(c, c->rx, h);
-    if (t - h > c->cap || s->len > c->slot) {
+    *seq = ((volatile chan_slot_t *)s)->seq;
+    *len = ((volatile chan_slot_t *)s)->len;
+    if (t - h > c->cap || *len > c->slot) {
         *bad = true;
         return NULL;
     }
@@ -271,7 +276,9 @@ static void sleep_for(ferry__chan_t *c, int ms)
 {
     atomic_store_explicit(&c->rx->sleeping, 1, memory_order_seq_cst);
     bool bad = false;
-    if (peek(c, &bad) != NULL || bad) {
+    uint64_t seq;
+    uint32_t len;
+    if (peek(c, &bad, &seq, &len) != NULL || bad) {
         atomic_store_explicit(&c->rx->sleeping, 0, memory_order_relaxed);
         return;
     }
@@ -312,23 +319,24 @@ ssize_t ferry__chan_recv(ferry__chan_t *c, void *m, size_t cap, int *fd, int tim
     uint64_t until = timeout_ms >= 0 ? mono_ms() + (uint64_t)timeout_ms : 0;
     for (;;) {
         bool bad = false;
-        chan_slot_t *s = peek(c, &bad);
+        uint64_t seq = 0;
+        uint32_t len = 0;
+        chan_slot_t *s = peek(c, &bad, &seq, &len);
         if (bad) {
             errno = EBADMSG;
             return -1;
         }
         /* a ring message sent before the pending socket message goes first; one sent after
          * socket messages not read yet waits for them (they were sent: the read is quick) */
-        if (s != NULL && s->seq <= c->got && !(c->pending && s->seq >= c->got)) {
-            size_t n = s->len;
-            if (n > cap) {
+        if (s != NULL && seq <= c->got && !(c->pending && seq >= c->got)) {
+            if (len > cap) {
                 errno = EMSGSIZE;
                 return -1;
             }
-            memcpy(m, s->data, n);
-            uint64_t h = atomic_load_explicit(&c->rx->head, memory_order_relaxed);
-            atomic_store_explicit(&c->rx->head, h + 1, memory_order_release);
-            return (ssize_t)n;
+            memcpy(m, s->data, len);
+            c->rx_head++;
+            atomic_store_explicit(&c->rx->head, c->rx_head, memory_order_release);
+            return (ssize_t)len;
         }
         if (c->pending)
             return deliver_pending(c, m, cap, fd);

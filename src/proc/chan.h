@@ -32,14 +32,16 @@ typedef struct ferry__chan {
     void *mem;    /* the rings' shared memory, mapped here */
     size_t bytes; /* its size */
     struct ferry__chan_ring *tx, *rx;
-    size_t slot;    /* bytes of a ring message */
-    unsigned cap;   /* messages a ring holds */
-    uint64_t sent;  /* socket messages sent (the sender's, under its lock) */
-    uint64_t got;   /* socket messages received (the receiver's) */
-    bool pending;   /* a socket message received, held until the ring messages before it are */
-    bool ended;     /* the socket's end was read */
-    ssize_t pend_n; /* its bytes */
-    int pend_fd;    /* its descriptor, -1 for none */
+    size_t slot;      /* bytes of a ring message */
+    unsigned cap;     /* messages a ring holds */
+    uint64_t tx_tail; /* this side's own copies of the indexes it owns (the peer's, in shared */
+    uint64_t rx_head; /* memory, are read and checked, never trusted) */
+    uint64_t sent;    /* socket messages sent (the sender's, under its lock) */
+    uint64_t got;     /* socket messages received (the receiver's) */
+    bool pending;     /* a socket message received, held until the ring messages before it are */
+    bool ended;       /* the socket's end was read */
+    ssize_t pend_n;   /* its bytes */
+    int pend_fd;      /* its descriptor, -1 for none */
     unsigned char pend[FERRY__CHAN_MAX_SOCK];
 } ferry__chan_t;
 

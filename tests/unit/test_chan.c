@@ -211,11 +211,19 @@ static int post_and_die(ferry__chan_t *c, uint64_t seed)
     return 13;
 }
 
-/* A bogus tail, far past the head. */
-static int scribble(ferry__chan_t *c, uint64_t seed)
+/* @how 0: a bogus tail, far past the head; 1: a message whose length is rewritten after it was
+ * posted, past the slot (the ring's three cache lines, then the slot's socket count, then its
+ * length). */
+static int scribble(ferry__chan_t *c, uint64_t how)
 {
-    (void)seed;
-    *(volatile uint64_t *)((char *)c->tx + 64) = 1u << 30;
+    if (how == 0) {
+        *(volatile uint64_t *)((char *)c->tx + 64) = 1u << 30;
+    } else {
+        msg_t one = {.n = 0};
+        if (ferry__chan_post(c, &one, sizeof(one)) != 0)
+            return 15;
+        *(volatile uint32_t *)((char *)c->tx + 3 * 64 + 8) = 1u << 20;
+    }
     msg_t m = {.kind = 1};
     return ferry__chan_send(c, &m, sizeof(m), -1, 0) == 0 ? 0 : 14;
 }
@@ -238,12 +246,14 @@ static void test_a_killed_peer_and_a_corrupt_ring(void **state)
     assert_int_equal(errno, EPIPE);
     ferry__chan_close(&c);
 
-    assert_int_equal(ferry__chan_pair(sizeof(msg_t), 64, &c, peer), 0);
-    pid = fork_peer(peer, &c, scribble, 0);
-    assert_int_equal(child_status(pid), 0);
-    assert_int_equal(ferry__chan_recv(&c, &m, sizeof(m), &fd, 1000), -1);
-    assert_int_equal(errno, EBADMSG);
-    ferry__chan_close(&c);
+    for (uint64_t how = 0; how < 2; how++) {
+        assert_int_equal(ferry__chan_pair(sizeof(msg_t), 64, &c, peer), 0);
+        pid = fork_peer(peer, &c, scribble, how);
+        assert_int_equal(child_status(pid), 0);
+        assert_int_equal(ferry__chan_recv(&c, &m, sizeof(m), &fd, 1000), -1);
+        assert_int_equal(errno, EBADMSG);
+        ferry__chan_close(&c);
+    }
 }
 
 static void test_misuse(void **state)
