@@ -314,7 +314,22 @@ typedef struct ferry_kernel_args {
      * every poll reads the word (the simulator, a device whose clock ferry could not map). */
     uint64_t abort_after;
     uint64_t abort_span;
+    /* Appended: a slab of gathered batches (option gather_bytes) given to the stage's
+     * gpu_items at once: its table, @nitems entries in device memory (copied with the slab;
+     * host memory for a CPU function), each item's bytes at items[i].offset from @in and from
+     * @out. NULL and 0 for a chunk of one batch, and for each item's own call when the stage
+     * has no gpu_items. */
+    const struct ferry_item *items;
+    uint32_t nitems;
 } ferry_kernel_args_t;
+
+/* One batch of a gathered slab (option gather_bytes), in ferry_kernel_args_t.items. */
+typedef struct ferry_item {
+    uint64_t offset;   /* where its bytes start, from args->in and from args->out */
+    uint64_t bytes;    /* its length (its batch's bytes) */
+    uint64_t batch_id; /* its batch's id, as submit returned it */
+    void *batch_user;  /* its batch's ferry_batch_t.user */
+} ferry_item_t;
 
 /* The abort word is kept in FERRY_ABORT_REPLICAS copies, FERRY_ABORT_STRIDE bytes apart, all
  * raised together: a kernel reads the copy of its multiprocessor (ferry_should_abort()), so
@@ -354,6 +369,13 @@ typedef struct ferry_stage {
      * user are copied to each worker (the data must hold no pointers); 0: user is passed as it
      * is (NULL, or data made before the runtime). Not used in isolation=thread. */
     size_t user_bytes;
+    /* Appended, optional: the kernel(s) over a whole slab of gathered batches (option
+     * gather_bytes) in one launch: args->in, out and bytes span the slab (its table and the
+     * padding between items included: a stage that transforms each byte or element alone may
+     * run over the whole span), args->items and nitems its table; batch_id, offset and
+     * batch_user are 0. NULL: ferry calls gpu once per item of a slab, with that item's
+     * arguments (its bytes, batch id and batch_user; offset 0), so every stage works. */
+    ferry_gpu_fn gpu_items;
 } ferry_stage_t;
 #define FERRY_STAGE_INIT FERRY_SIZED_INIT(ferry_stage_t)
 
@@ -429,6 +451,16 @@ typedef struct ferry_pipeline_config {
      * batches in flight in the whole set. 0: the one device above. */
     ferry_device_t *const *devices;
     unsigned ndevices;
+    /* Appended: gather small batches into pinned slabs of this many bytes (at most
+     * chunk_bytes): a batch of a quarter of it or less, without prepare, is copied into the
+     * slab being filled, and each slab moves with one copy each way and one launch
+     * (stage.gpu_items) or a launch per item; its output is copied back to each batch's out and
+     * each batch's callback runs as usual. 0: the gather_bytes option (0: off); SIZE_MAX: off.
+     * One device, isolation=thread only (refused otherwise). */
+    size_t gather_bytes;
+    /* Appended: the longest a gathered batch waits for its slab to fill before the slab goes
+     * as it is, in microseconds. 0: the gather_us option. */
+    unsigned gather_us;
 } ferry_pipeline_config_t;
 /* The most devices in one set. */
 #define FERRY_MAX_DEVICE_SET 64
@@ -616,6 +648,9 @@ typedef struct ferry_pipeline_stats {
      * replacement ran on the device (0: none yet). */
     uint64_t worker_restarts;
     uint64_t worker_recovery_ns;
+    /* Option gather_bytes: the batches moved in slabs and the slabs they made (the batch
+     * counters above count each gathered batch, not its slab). */
+    uint64_t batches_gathered, slabs;
 } ferry_pipeline_stats_t;
 #define FERRY_PIPELINE_STATS_INIT FERRY_SIZED_INIT(ferry_pipeline_stats_t)
 

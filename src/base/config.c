@@ -182,6 +182,7 @@ static const ferry__cfg_field_t pipeline_fields[] = {
     FIELD(ferry_pipeline_config_t, nonblocking, INT, FERRY__OPT_nonblocking, 0, 0, 1,
           FERRY__CF_MINUS_ONE),
     FIELD(ferry_pipeline_config_t, workers, UINT, FERRY__OPT_workers, 0, 1, 256, 0),
+    FIELD(ferry_pipeline_config_t, gather_us, UINT, FERRY__OPT_gather_us, 0, 1, 1000000, 0),
 };
 DESC(ferry__cfg_pipeline, "ferry_pipeline_create: cfg", ferry_pipeline_config_t,
      FERRY_PIPELINE_CONFIG_INIT, "pipeline", offsetof(ferry_pipeline_config_t, workers),

@@ -20,6 +20,7 @@
 #include "backend/sim/sim.h"
 #include "base/config.h"
 #include "core/runtime.h"
+#include "pipeline/gather.h"
 #include "pipeline/pipeline_internal.h"
 #include "pipeline/remote.h"
 #include "pipeline/set.h"
@@ -34,6 +35,7 @@ static void fill_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out);
  * and the queue; the stats as they stand go to final. Once per pipeline, nothing in flight. */
 static void release(ferry_pipeline_t *p)
 {
+    ferry__gather_release(p->gather);
     if (p->counted_streams)
         atomic_fetch_sub_explicit(&p->dev->active_streams, p->plan.nstreams, memory_order_relaxed);
     ferry__failure_log_close(&p->comp.flog);
@@ -119,6 +121,7 @@ static void release(ferry_pipeline_t *p)
 /* Free what a released pipeline kept: the trace, the lock, the handle. */
 static void free_husk(ferry_pipeline_t *p)
 {
+    ferry__gather_free(p->gather);
     ferry__lat_hist_unregister(&p->sh.lat);
     ferry__trace_free(&p->api.trace);
     ferry__link_curve_destroy(p->link_curve);
@@ -341,7 +344,11 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     c.stage = &st;
     cfg = &c;
     if (dev->rt->zyg != NULL) /* isolation=process */
-        return ferry__rt_fail(dev->rt, ferry__remote_create(cfg, out));
+        return ferry__rt_fail(dev->rt,
+                              ferry__gather_wanted(cfg, o)
+                                  ? ferry__error(FERRY_EINVAL, "gather_bytes: not available with "
+                                                               "isolation=process yet (0: off)")
+                                  : ferry__remote_create(cfg, out));
     bool virt = ferry_device_is_simulated(dev);
     ferry__pipe_plan_env_t env = {
         .opts = o,
@@ -354,8 +361,10 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     rc = ferry__pipe_plan_make(cfg, &env, &plan);
     if (rc != 0)
         return ferry__rt_fail(dev->rt, rc);
-    size_t chunk = plan.chunk;
-    unsigned group = plan.group;
+    size_t chunk = plan.chunk, gather = 0;
+    unsigned group = plan.group, gather_us = 0;
+    if ((rc = ferry__gather_config(cfg, o, chunk, &gather, &gather_us)) != 0)
+        return ferry__rt_fail(dev->rt, rc);
 
     /* Aligned: the shared atomics sit on cache lines of their own (pipeline_internal.h). */
     ferry_pipeline_t *p = aligned_alloc(FERRY__CACHE_LINE, sizeof(*p));
@@ -392,7 +401,8 @@ int ferry_pipeline_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t *
     if ((rc = make_slots(p, span)) != 0 || (rc = make_streams(p)) != 0 ||
         (rc = start_monitors(p, virt)) != 0)
         goto out_fail;
-    if ((rc = start_threads(p)) != 0)
+    if ((rc = start_threads(p)) != 0 ||
+        (gather > 0 && (rc = ferry__gather_create(p, gather, gather_us, &p->gather)) != 0))
         goto out_fail;
     ferry_log(FERRY_LOG_INFO, "pipeline",
               "created: stage %s, chunk %zu, %u per copy, depth %u, streams %u H2D + %u compute "
@@ -412,7 +422,7 @@ out_fail:
 }
 
 static int submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn cb, void *arg,
-                  uint64_t *id);
+                  uint64_t *id, int wait);
 
 int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn cb,
                           void *arg, uint64_t *id)
@@ -435,7 +445,7 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
         rc = ferry__error(FERRY_ECLOSED, "ferry_pipeline_submit: pipeline '%s' #%u is closed",
                           p->stage_name, p->serial);
     else
-        rc = submit(p, batch, cb, arg, id);
+        rc = submit(p, batch, cb, arg, id, -1);
     if (atomic_fetch_sub_explicit(&p->sh.entering, 1, memory_order_seq_cst) == 1 &&
         atomic_load_explicit(&p->sh.shut, memory_order_seq_cst)) {
         pthread_mutex_lock(&p->lock); /* a destroy may wait for the last one out */
@@ -481,14 +491,16 @@ static int check_batch(const ferry_pipeline_t *p, const ferry_batch_t *in, ferry
 /* Queue @b (not issued directly) with @nchunks counted in submitting; hand the issue token
  * on when nobody holds it. Returns what ferry_pipeline_submit returns; on an error @b goes back
  * to the free records and the callback is never called. */
-static int submit_queued(ferry_pipeline_t *p, batch_rec_t *b, uint64_t my_id, uint64_t *id)
+static int submit_queued(ferry_pipeline_t *p, batch_rec_t *b, uint64_t my_id, uint64_t *id,
+                         int wait)
 {
     /* A callback (or prepare function) of this pipeline must not wait for room in its queue:
      * the queue empties as slots come back, and slots come back through the thread that runs
      * the callback. Such a submit never blocks; on a full queue it is refused. */
     bool own = on_own_thread(p);
     bool waited = false;
-    int rc = ferry__bqueue_push(p->queue, &b, !p->plan.nonblocking && !own, &waited);
+    bool may_wait = (wait < 0 ? !p->plan.nonblocking : wait > 0) && !own;
+    int rc = ferry__bqueue_push(p->queue, &b, may_wait, &waited);
     bool run = false;
     pthread_mutex_lock(&p->lock);
     ferry__pipe_pass_wait(p);
@@ -541,8 +553,10 @@ static int submit_queued(ferry_pipeline_t *p, batch_rec_t *b, uint64_t my_id, ui
     return 0;
 }
 
+/* @wait: -1 as the pipeline says (a caller's batch, which a gather may take); 0 or 1 for
+ * gather.c's slabs: whether it may block for room. */
 static int submit(ferry_pipeline_t *p, const ferry_batch_t *caller, ferry_done_fn cb, void *arg,
-                  uint64_t *id)
+                  uint64_t *id, int wait)
 {
     uint64_t nchunks = 0;
     ferry_batch_t bt;
@@ -550,6 +564,15 @@ static int submit(ferry_pipeline_t *p, const ferry_batch_t *caller, ferry_done_f
     int vrc = check_batch(p, caller, cb, &bt, &nchunks);
     if (vrc != 0)
         return vrc;
+    if (p->gather != NULL && wait < 0) {
+        if (ferry__gather_takes(p->gather, &bt))
+            return ferry__gather_submit(p->gather, &bt, cb, arg, id);
+        if (ferry__gather_closing(p->gather))
+            return ferry__error(FERRY_ECLOSED,
+                                "ferry_pipeline_submit: pipeline '%s' #%u is "
+                                "closed",
+                                p->stage_name, p->serial);
+    }
     uint64_t nslots = nchunks / p->plan.group + (nchunks % p->plan.group != 0);
     /* Cheap enough to issue on whichever thread holds the token, without waiting. */
     bool light = batch->bytes == 0 || (batch->prepare == NULL && batch->bytes <= LIGHT_MAX_BYTES &&
@@ -610,7 +633,21 @@ static int submit(ferry_pipeline_t *p, const ferry_batch_t *caller, ferry_done_f
         return 0;
     }
 
-    return submit_queued(p, b, my_id, id);
+    return submit_queued(p, b, my_id, id, wait);
+}
+
+int ferry__pipe_submit_internal(ferry_pipeline_t *p, const ferry_batch_t *b, ferry_done_fn cb,
+                                void *arg, bool wait)
+{
+    atomic_fetch_add_explicit(&p->sh.entering, 1, memory_order_seq_cst);
+    int rc = submit(p, b, cb, arg, NULL, wait ? 1 : 0);
+    if (atomic_fetch_sub_explicit(&p->sh.entering, 1, memory_order_seq_cst) == 1 &&
+        atomic_load_explicit(&p->sh.shut, memory_order_seq_cst)) {
+        pthread_mutex_lock(&p->lock);
+        pthread_cond_broadcast(&p->drain_cv);
+        pthread_mutex_unlock(&p->lock);
+    }
+    return rc;
 }
 
 /* FERRY_EBUSY for @fn called on one of @p's own threads (a batch callback, a prepare
@@ -633,6 +670,8 @@ int ferry_pipeline_drain(ferry_pipeline_t *p)
         return refuse_own_thread(p, "ferry_pipeline_drain",
                                  "it would wait for itself (batches complete on the thread "
                                  "running it)");
+    if (p->gather != NULL) /* what it holds goes into the queue first */
+        ferry__gather_flush(p->gather);
     pthread_mutex_lock(&p->lock);
     uint64_t target = p->api.submitted;
     atomic_fetch_add_explicit(&p->sh.drain_waiters, 1, memory_order_seq_cst);
@@ -656,6 +695,13 @@ static void shut(ferry_pipeline_t *p)
         ferry__bqueue_close(p->queue); /* what is queued is still issued */
 }
 
+void ferry__pipe_shut(ferry_pipeline_t *p)
+{
+    pthread_mutex_lock(&p->lock);
+    shut(p);
+    pthread_mutex_unlock(&p->lock);
+}
+
 int ferry_pipeline_close(ferry_pipeline_t *p)
 {
     if (p == NULL)
@@ -664,6 +710,11 @@ int ferry_pipeline_close(ferry_pipeline_t *p)
         return ferry__pset_close(p->set);
     if (p->remote != NULL)
         return ferry__remote_close(p->remote);
+    /* A gather sends what it holds first; from a callback the last slab it sends shuts. */
+    if (p->gather != NULL && !ferry__gather_close(p->gather, !on_own_thread(p)))
+        return refuse_own_thread(p, "ferry_pipeline_close",
+                                 "it is shut to new batches, but its threads can be stopped "
+                                 "only from another thread (close it again there)");
     pthread_mutex_lock(&p->lock);
     shut(p);
     if (atomic_load_explicit(&p->sh.released, memory_order_acquire)) {
@@ -756,6 +807,8 @@ int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
     else
         fill_stats(p, &full);
     pthread_mutex_unlock(&p->lock);
+    if (p->gather != NULL)
+        ferry__gather_stats(p->gather, &full);
     ferry__sized_copy_out(out, &full, sizeof(full));
     return 0;
 }

@@ -268,6 +268,8 @@ struct ferry_pipeline {
     struct ferry__pset *set;
     /* A pipeline in a worker process (remote.c, option isolation=process): likewise. */
     struct ferry__remote *remote;
+    /* Option gather_bytes (gather.c): small batches go into its slabs; NULL: off. */
+    struct ferry__gather *gather;
     /* A set's member (set.c sets both once it is made, before its first part): the chunks
      * its GPU path can no longer run, once it has ended, are offered back to the set that owns
      * it: [off, off + bytes) of the batch whose callback argument is @cb_arg, to run on another
@@ -495,5 +497,11 @@ int ferry__pipe_launch_group(ferry_pipeline_t *p, slot_t *s, ferry_be_stream_t *
 void *ferry__pipe_completion_main(void *arg);
 void ferry__pipe_pass_wait(ferry_pipeline_t *p);
 int ferry__pipe_retry_on_gpu(ferry_pipeline_t *p, slot_t *s);
+/* For gather.c: submit @b as ferry_pipeline_submit does, neither gathered nor refused by a
+ * gather's close; @wait: may block for room (not on one of @p's threads). */
+int ferry__pipe_submit_internal(ferry_pipeline_t *p, const ferry_batch_t *b, ferry_done_fn cb,
+                                void *arg, bool wait);
+/* Refuse submits from now on (the close's first step). */
+void ferry__pipe_shut(ferry_pipeline_t *p);
 
 #endif

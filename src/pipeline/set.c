@@ -23,6 +23,7 @@
 
 #include "base/config.h"
 #include "core/runtime.h"
+#include "pipeline/gather.h"
 #include "pipeline/set.h"
 #include "pipeline/set_internal.h"
 
@@ -581,6 +582,9 @@ int ferry__pset_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **ou
     if (rc != 0)
         return rc;
     ferry_runtime_t *rt = cfg->devices[0]->rt;
+    if (ferry__gather_wanted(cfg, rt->opts)) /* refused, not ignored */
+        return ferry__error(FERRY_EINVAL, "gather_bytes: not available for a set of devices yet "
+                                          "(0: off)");
     struct ferry__pset *s = calloc(1, sizeof(*s));
     ferry_pipeline_t *h = calloc(1, sizeof(*h));
     pset_dev_t *d = calloc(cfg->ndevices, sizeof(*d));

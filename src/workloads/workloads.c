@@ -129,6 +129,8 @@ int ferry_workload_create(const char *name, const ferry_workload_params_t *param
     w->stage.name = names[kind];
     w->stage.cpu = cpu_fn;
     w->stage.gpu = ferry__backend_gpu_launcher(names[kind]);
+    /* Elementwise: a slab of gathered batches is one span for the same kernel. */
+    w->stage.gpu_items = w->stage.gpu;
     w->stage.user = w;
     w->stage.user_bytes = sizeof(w->p); /* all the functions read of it (backend.h) */
     w->stage.granularity = sizeof(float);

@@ -106,8 +106,11 @@ static int one_pass(ferry_device_t *dev, ferry_workload_t *wl, items_run_t *ir, 
                                           : ferry_last_error());
     size_t n = (size_t)ir->n;
     one->ok = atomic_load(&ir->failed) == 0 && memcmp(ir->out, ref, n * ir->item) == 0;
-    one->h2d = st.gbps_h2d;
-    one->d2h = st.gbps_d2h;
+    /* The items' bytes over the time: a slab's copies (option gather_bytes) also carry its
+     * table and the padding between items, which are not the items' data. */
+    double data = (double)ir->n * (double)ir->item;
+    one->h2d = st.bytes_h2d > 0 ? st.gbps_h2d * data / (double)st.bytes_h2d : 0;
+    one->d2h = st.bytes_d2h > 0 ? st.gbps_d2h * data / (double)st.bytes_d2h : 0;
     one->cpu_us = (c1 - c0) / (double)n * 1e6;
     qsort(ir->lat_ns, n, sizeof(uint64_t), cmp_u64);
     one->p50_us = (double)ir->lat_ns[n / 2] / 1e3;

@@ -1,0 +1,651 @@
+/* Gathering small batches into slabs (gather.h). A slab is pinned memory, in and out, of
+ * gather_bytes each: its table of items first (ferry_item_t, GATHER_MAX_ITEMS at most), then
+ * each item's bytes at a GATHER_ALIGN boundary. A submitter reserves its item's place under
+ * the lock and copies its bytes without it; the slab goes into the pipeline, as a batch whose
+ * user pointer is the slab, when it is sealed (full, or its first item waited gather_us: the
+ * flusher thread) and its last copy is in. Its callback, on the completion thread, copies each
+ * item's output to its batch, frees the slab and runs the items' callbacks in order. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pipeline/gather.h"
+#include "pipeline/pipeline_internal.h"
+
+#define GATHER_ALIGN     256u
+#define GATHER_MAX_ITEMS 1024u
+/* Slab outputs at least this large are copied back to their batches by the host workers too. */
+#define GATHER_SCATTER_SPLIT (1u << 20)
+
+enum slab_state { SLAB_FREE, SLAB_OPEN, SLAB_SEALED, SLAB_SENT };
+
+typedef struct gather_item {
+    ferry_done_fn cb;
+    void *arg;
+    const void *in;
+    void *out;
+    size_t bytes;
+    uint64_t id, submit_ns;
+} gather_item_t;
+
+typedef struct gather_slab {
+    unsigned char *h_in, *h_out;
+    ferry_item_t *table; /* at h_in */
+    gather_item_t *items;
+    uint32_t nitems;
+    size_t used;      /* from the slab's start: the table's room, then the items */
+    unsigned writers; /* copies in progress into it */
+    int state;        /* enum slab_state */
+    uint64_t opened_ns, seal_no;
+    struct gather_slab *next;
+    struct ferry__gather *g;
+} gather_slab_t;
+
+struct ferry__gather {
+    ferry_pipeline_t *p;
+    ferry_stage_t stage; /* the user's */
+    size_t cap, table_bytes, item_max;
+    uint32_t max_items;
+    uint64_t flush_ns;
+    unsigned nslabs;
+    gather_slab_t *slabs;
+    unsigned char *mem;
+    pthread_mutex_t mu;
+    pthread_cond_t free_cv, flush_cv, sent_cv;
+    gather_slab_t *free, *open, *handoff; /* handoff: sealed slabs the flusher sends */
+    unsigned unsent;                      /* sealed, not yet in the pipeline */
+    unsigned inflight;                    /* in the pipeline, not yet done */
+    unsigned eager;                       /* fewer slabs than this sealed or in flight: the
+                                             open one goes at once (the device would idle) */
+    unsigned waiters;
+    bool closing, shut_pending, stop, flusher_idle, flusher_started;
+    uint64_t seals;
+    uint64_t id_next, id_end;
+    pthread_t flusher;
+    _Atomic uint64_t items_in, slabs_in, items_done[3], slabs_done[3];
+    gather_item_t *scratch; /* the completion thread's copy of a slab's items */
+};
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static size_t round_up(size_t n, size_t a)
+{
+    return (n + a - 1) / a * a;
+}
+
+/* ---- the stage, wrapped ---------------------------------------------------------------- */
+
+/* The slab @user names, when it is one of @g's; NULL for a batch of the caller's own. */
+static const gather_slab_t *slab_of(const ferry__gather_t *g, const void *user)
+{
+    uintptr_t u = (uintptr_t)user, a = (uintptr_t)g->slabs;
+    if (u < a || u >= a + (uintptr_t)g->nslabs * sizeof(gather_slab_t) ||
+        (u - a) % sizeof(gather_slab_t) != 0)
+        return NULL;
+    return user;
+}
+
+/* Item @i's own arguments within the slab chunk @a. */
+static ferry_kernel_args_t item_args(const ferry_kernel_args_t *a, const gather_slab_t *s,
+                                     uint32_t i)
+{
+    const ferry_item_t *it = &s->table[i];
+    ferry_kernel_args_t x = *a;
+    x.in = (const unsigned char *)a->in + it->offset;
+    x.out = (unsigned char *)a->out + it->offset;
+    x.bytes = it->bytes;
+    x.offset = 0;
+    x.batch_id = it->batch_id;
+    x.chunk = 0;
+    x.batch_user = it->batch_user;
+    x.items = NULL;
+    x.nitems = 0;
+    return x;
+}
+
+/* A slab is always one chunk (gather_bytes <= chunk_bytes): anything else is a bug. */
+static int whole(const ferry_kernel_args_t *a, const gather_slab_t *s)
+{
+    if (a->offset == 0 && a->bytes == s->used)
+        return 0;
+    return ferry__error(FERRY_ESTATE,
+                        "gather: a slab of %zu bytes reached the stage as %zu "
+                        "bytes at %zu",
+                        s->used, a->bytes, a->offset);
+}
+
+static int gather_gpu(const ferry_kernel_args_t *a, void *stream, void *user)
+{
+    const ferry__gather_t *g = user;
+    const gather_slab_t *s = slab_of(g, a->batch_user);
+    if (s == NULL)
+        return g->stage.gpu(a, stream, g->stage.user);
+    int rc = whole(a, s);
+    if (rc == 0 && g->stage.gpu_items != NULL) {
+        ferry_kernel_args_t x = *a;
+        x.items = (const ferry_item_t *)a->in; /* the table, copied with the slab */
+        x.nitems = s->nitems;
+        x.batch_id = 0;
+        x.batch_user = NULL;
+        return g->stage.gpu_items(&x, stream, g->stage.user);
+    }
+    for (uint32_t i = 0; rc == 0 && i < s->nitems; i++) {
+        ferry_kernel_args_t x = item_args(a, s, i);
+        rc = g->stage.gpu(&x, stream, g->stage.user);
+    }
+    return rc;
+}
+
+static int gather_cpu(const ferry_kernel_args_t *a, void *user)
+{
+    const ferry__gather_t *g = user;
+    const gather_slab_t *s = slab_of(g, a->batch_user);
+    if (s == NULL)
+        return g->stage.cpu(a, g->stage.user);
+    int rc = whole(a, s);
+    for (uint32_t i = 0; rc == 0 && i < s->nitems; i++) {
+        ferry_kernel_args_t x = item_args(a, s, i);
+        rc = g->stage.cpu(&x, g->stage.user);
+    }
+    return rc;
+}
+
+/* ---- sending slabs ----------------------------------------------------------------------- */
+
+/* Seal @s (under lock): no item joins it from now on. True when its copies are all in and the
+ * caller sends it (ferry__gather's send); otherwise its last writer does. */
+static bool seal(ferry__gather_t *g, gather_slab_t *s)
+{
+    if (g->open == s)
+        g->open = NULL;
+    s->state = SLAB_SEALED;
+    s->seal_no = ++g->seals;
+    g->unsent++;
+    return s->writers == 0;
+}
+
+/* Under lock: seal the open slab when the device would otherwise idle (Nagle's rule: fewer
+ * than g->eager slabs sealed or in flight), so that a batch waits for others to join it only
+ * while the device is busy. Returns the slab the caller sends, or NULL. */
+static gather_slab_t *seal_if_idle(ferry__gather_t *g)
+{
+    gather_slab_t *s = g->open;
+    if (s == NULL || g->unsent + g->inflight >= g->eager)
+        return NULL;
+    return seal(g, s) ? s : NULL;
+}
+
+static void slab_done(const ferry_batch_result_t *r, void *arg);
+
+/* Mark @s as in the pipeline (@sent) or hand it to the flusher. */
+static void sent(ferry__gather_t *g, gather_slab_t *s, bool ok)
+{
+    bool shut = false;
+    pthread_mutex_lock(&g->mu);
+    if (ok) {
+        s->state = SLAB_SENT;
+        g->unsent--;
+        g->inflight++;
+        shut = g->shut_pending && g->unsent == 0;
+        if (shut)
+            g->shut_pending = false;
+        pthread_cond_broadcast(&g->sent_cv);
+    } else {
+        s->next = g->handoff;
+        g->handoff = s;
+        pthread_cond_signal(&g->flush_cv);
+    }
+    pthread_mutex_unlock(&g->mu);
+    atomic_fetch_add_explicit(&g->slabs_in, ok, memory_order_relaxed);
+    if (shut)
+        ferry__pipe_shut(g->p);
+}
+
+/* Submit sealed @s, whose copies are in, into the pipeline. @wait: the caller may block for
+ * room; otherwise a full queue hands it to the flusher, which may. */
+static int send(ferry__gather_t *g, gather_slab_t *s, bool wait)
+{
+    ferry_batch_t b = FERRY_BATCH_INIT;
+    b.in = s->h_in;
+    b.out = s->h_out;
+    b.bytes = s->used;
+    b.user = s;
+    int rc = ferry__pipe_submit_internal(g->p, &b, slab_done, s, wait);
+    sent(g, s, rc == 0);
+    return rc;
+}
+
+static void *flusher_main(void *arg)
+{
+    ferry__gather_t *g = arg;
+    pthread_mutex_lock(&g->mu);
+    while (!g->stop) {
+        gather_slab_t *s = g->handoff;
+        if (s != NULL) {
+            g->handoff = s->next;
+            pthread_mutex_unlock(&g->mu);
+            if (send(g, s, true) != 0) {
+                struct timespec ts = {0, 1000000}; /* refused for now (memory): again soon */
+                nanosleep(&ts, NULL);
+            }
+            pthread_mutex_lock(&g->mu);
+            continue;
+        }
+        s = g->open;
+        if (s != NULL) {
+            uint64_t due = s->opened_ns + g->flush_ns, now = mono_ns();
+            if (now >= due) {
+                if (seal(g, s)) {
+                    pthread_mutex_unlock(&g->mu);
+                    send(g, s, true);
+                    pthread_mutex_lock(&g->mu);
+                }
+                continue;
+            }
+            struct timespec ts = {(time_t)(due / 1000000000u), (long)(due % 1000000000u)};
+            pthread_cond_timedwait(&g->flush_cv, &g->mu, &ts);
+            continue;
+        }
+        g->flusher_idle = true;
+        pthread_cond_wait(&g->flush_cv, &g->mu);
+        g->flusher_idle = false;
+    }
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+/* ---- the batches' side -------------------------------------------------------------------- */
+
+bool ferry__gather_takes(const ferry__gather_t *g, const ferry_batch_t *b)
+{
+    return g != NULL && b->bytes > 0 && b->bytes <= g->item_max && b->prepare == NULL &&
+           b->in != NULL;
+}
+
+/* An id for a gathered batch, from the pipeline's own sequence (under g's lock). */
+static uint64_t take_id(ferry__gather_t *g)
+{
+    if (g->id_next == g->id_end) { /* a block of the pipeline's ids (g's lock, then p's) */
+        pthread_mutex_lock(&g->p->lock);
+        g->id_next = g->p->api.next_id;
+        g->p->api.next_id += 4096;
+        pthread_mutex_unlock(&g->p->lock);
+        g->id_end = g->id_next + 4096;
+    }
+    return g->id_next++;
+}
+
+/* Under lock: a slab with room for @need bytes, open (opening a free one, sealing a full one
+ * into *@to_send); NULL with the lock held when none is free: the caller waits or refuses. */
+static gather_slab_t *room(ferry__gather_t *g, size_t need, gather_slab_t **to_send)
+{
+    gather_slab_t *s = g->open;
+    if (s != NULL && s->nitems < g->max_items && s->used + need <= g->cap)
+        return s;
+    if (s != NULL && seal(g, s))
+        *to_send = s;
+    if ((s = g->free) == NULL)
+        return NULL;
+    g->free = s->next;
+    s->state = SLAB_OPEN;
+    s->nitems = 0;
+    s->used = g->table_bytes;
+    s->opened_ns = mono_ns();
+    g->open = s;
+    if (g->flusher_idle)
+        pthread_cond_signal(&g->flush_cv); /* a slab to watch: only when the pipeline idled */
+    return s;
+}
+
+int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_fn cb, void *arg,
+                         uint64_t *id)
+{
+    ferry_pipeline_t *p = g->p;
+    size_t need = round_up(b->bytes, GATHER_ALIGN);
+    bool own = on_own_thread(p), may_wait = !own && !p->plan.nonblocking;
+    uint64_t now = submit_stamp(p);
+    gather_slab_t *to_send = NULL, *s = NULL;
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        if (g->closing) {
+            pthread_mutex_unlock(&g->mu);
+            if (to_send != NULL)
+                send(g, to_send, !own);
+            return ferry__error(FERRY_ECLOSED,
+                                "ferry_pipeline_submit: pipeline '%s' #%u is "
+                                "closed",
+                                p->stage_name, p->serial);
+        }
+        if ((s = room(g, need, &to_send)) != NULL)
+            break;
+        if (to_send != NULL) { /* send it first: it frees a slab in time */
+            pthread_mutex_unlock(&g->mu);
+            send(g, to_send, !own);
+            to_send = NULL;
+            pthread_mutex_lock(&g->mu);
+            continue;
+        }
+        if (!may_wait) {
+            pthread_mutex_unlock(&g->mu);
+            if (p->plan.nonblocking)
+                return FERRY_EAGAIN;
+            return ferry__error(FERRY_EBUSY,
+                                "ferry_pipeline_submit: every slab of pipeline '%s' #%u is in "
+                                "flight and this is one of its callbacks: waiting for one would "
+                                "deadlock",
+                                p->stage_name, p->serial);
+        }
+        g->waiters++;
+        pthread_cond_wait(&g->free_cv, &g->mu);
+        g->waiters--;
+    }
+    uint32_t i = s->nitems++;
+    size_t off = s->used;
+    s->used += need;
+    s->writers++;
+    uint64_t my_id = take_id(g);
+    pthread_mutex_unlock(&g->mu);
+    if (to_send != NULL)
+        send(g, to_send, !own);
+
+    memcpy(s->h_in + off, b->in, b->bytes);
+    s->table[i] =
+        (ferry_item_t){.offset = off, .bytes = b->bytes, .batch_id = my_id, .batch_user = b->user};
+    s->items[i] = (gather_item_t){.cb = cb,
+                                  .arg = arg,
+                                  .in = b->in,
+                                  .out = b->out,
+                                  .bytes = b->bytes,
+                                  .id = my_id,
+                                  .submit_ns = now};
+    atomic_fetch_add_explicit(&g->items_in, 1, memory_order_relaxed);
+    pthread_mutex_lock(&g->mu);
+    bool last = --s->writers == 0 && s->state == SLAB_SEALED;
+    gather_slab_t *idle = last ? NULL : seal_if_idle(g);
+    pthread_mutex_unlock(&g->mu);
+    if (last)
+        send(g, s, !own);
+    if (idle != NULL)
+        send(g, idle, !own);
+    else if (!last && p->plan.virtual_clock)
+        poke(p, false); /* the caller is back: a virtual clock need not wait for it */
+    if (id != NULL)
+        *id = my_id;
+    return 0;
+}
+
+/* Copy each item's output of @s back to its batch. */
+typedef struct scatter_part {
+    const gather_slab_t *s;
+    uint32_t from, to;
+} scatter_part_t;
+
+static void scatter_run(void *arg)
+{
+    const scatter_part_t *sp = arg;
+    for (uint32_t i = sp->from; i < sp->to; i++) {
+        const gather_item_t *it = &sp->s->items[i];
+        if (it->out != NULL)
+            memcpy(it->out, sp->s->h_out + sp->s->table[i].offset, it->bytes);
+    }
+}
+
+static void scatter(ferry__gather_t *g, const gather_slab_t *s)
+{
+    ferry_workers_t *w = g->p->workers;
+    unsigned parts = (unsigned)(s->used / GATHER_SCATTER_SPLIT);
+    if (w == NULL || parts < 2) {
+        scatter_run(&(scatter_part_t){s, 0, s->nitems});
+        return;
+    }
+    unsigned nw = ferry__workers_count(w) + 1;
+    parts = parts < nw ? parts : nw;
+    parts = parts < s->nitems ? parts : s->nitems;
+    scatter_part_t sp[64];
+    parts = parts < 64 ? parts : 64;
+    ferry_taskgroup_t tg;
+    ferry__taskgroup_init(&tg);
+    for (unsigned k = 0; k < parts; k++) {
+        sp[k] = (scatter_part_t){s, (uint32_t)((uint64_t)s->nitems * k / parts),
+                                 (uint32_t)((uint64_t)s->nitems * (k + 1) / parts)};
+        if (k > 0 && ferry__taskgroup_run(w, &tg, scatter_run, &sp[k]) != 0)
+            scatter_run(&sp[k]);
+    }
+    scatter_run(&sp[0]);
+    ferry__taskgroup_wait(w, &tg);
+    ferry__taskgroup_fini(&tg);
+}
+
+static void slab_done(const ferry_batch_result_t *r, void *arg)
+{
+    gather_slab_t *s = arg;
+    ferry__gather_t *g = s->g;
+    if (r->status == 0)
+        scatter(g, s);
+    uint32_t n = s->nitems;
+    memcpy(g->scratch, s->items, n * sizeof(*s->items));
+    int where = r->status != 0 ? FERRY_DONE_FAILED : (int)r->where;
+    atomic_fetch_add_explicit(&g->slabs_done[where], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g->items_done[where], n, memory_order_relaxed);
+    pthread_mutex_lock(&g->mu);
+    s->state = SLAB_FREE;
+    s->next = g->free;
+    g->free = s;
+    g->inflight--;
+    if (g->waiters > 0)
+        pthread_cond_signal(&g->free_cv);
+    gather_slab_t *idle = seal_if_idle(g);
+    pthread_mutex_unlock(&g->mu);
+    if (idle != NULL)
+        send(g, idle, false);
+    for (uint32_t i = 0; i < n; i++) {
+        const gather_item_t *it = &g->scratch[i];
+        ferry_batch_result_t ir = {.id = it->id,
+                                   .status = r->status,
+                                   .where = (ferry_batch_where_t)where,
+                                   .in = it->in,
+                                   .out = it->out,
+                                   .bytes = it->bytes,
+                                   .chunks = 1,
+                                   .submit_ns = it->submit_ns,
+                                   .done_ns = r->done_ns};
+        it->cb(&ir, it->arg);
+    }
+}
+
+/* ---- lifetime ----------------------------------------------------------------------------- */
+
+bool ferry__gather_wanted(const ferry_pipeline_config_t *cfg, const ferry_options_t *o)
+{
+    return cfg->gather_bytes != SIZE_MAX &&
+           (cfg->gather_bytes != 0 || ferry__opt_i64(o, FERRY__OPT_gather_bytes) != 0);
+}
+
+int ferry__gather_config(const ferry_pipeline_config_t *cfg, const ferry_options_t *o, size_t chunk,
+                         size_t *bytes, unsigned *flush_us)
+{
+    size_t n = 0;
+    if (ferry__gather_wanted(cfg, o))
+        n = cfg->gather_bytes ? cfg->gather_bytes
+                              : (size_t)ferry__opt_i64(o, FERRY__OPT_gather_bytes);
+    if (n != 0 && (n < 8 * GATHER_ALIGN || n > chunk))
+        return ferry__error(FERRY_EINVAL,
+                            "gather_bytes %zu is out of range: a slab is one chunk, so %u to "
+                            "chunk_bytes (%zu) bytes, or 0 (off)",
+                            n, 8 * GATHER_ALIGN, chunk);
+    *bytes = n;
+    *flush_us = cfg->gather_us ? cfg->gather_us : (unsigned)ferry__opt_i64(o, FERRY__OPT_gather_us);
+    return 0;
+}
+
+int ferry__gather_create(ferry_pipeline_t *p, size_t bytes, unsigned flush_us,
+                         ferry__gather_t **out)
+{
+    ferry__gather_t *g = calloc(1, sizeof(*g));
+    if (g == NULL)
+        return ferry__error(FERRY_ENOMEM, "gather: out of memory");
+    g->p = p;
+    g->stage = p->stage;
+    g->item_max = bytes / 4;
+    /* The table's room: one entry per GATHER_ALIGN of the rest, GATHER_MAX_ITEMS at most. */
+    g->max_items = (uint32_t)(bytes / GATHER_ALIGN / 2);
+    if (g->max_items > GATHER_MAX_ITEMS)
+        g->max_items = GATHER_MAX_ITEMS;
+    g->table_bytes = round_up(g->max_items * sizeof(ferry_item_t), GATHER_ALIGN);
+    g->cap = bytes;
+    g->item_max = (bytes - g->table_bytes) / 4;
+    g->flush_ns = (uint64_t)flush_us * 1000u;
+    g->nslabs = p->plan.depth + 4;
+    g->eager = p->plan.depth / 2 > 2 ? p->plan.depth / 2 : 2;
+    ferry__mutex_init_adaptive(&g->mu);
+    pthread_cond_init(&g->free_cv, NULL);
+    pthread_cond_init(&g->flush_cv, NULL);
+    pthread_cond_init(&g->sent_cv, NULL);
+    int rc = FERRY_ENOMEM;
+    size_t isz = GATHER_MAX_ITEMS * sizeof(gather_item_t);
+    g->slabs = calloc(g->nslabs, sizeof(*g->slabs));
+    g->scratch = malloc(GATHER_MAX_ITEMS * sizeof(gather_item_t));
+    if (g->slabs == NULL || g->scratch == NULL)
+        goto fail;
+    for (unsigned i = 0; i < g->nslabs; i++) {
+        if ((g->slabs[i].items = malloc(isz)) == NULL)
+            goto fail;
+        g->slabs[i].g = g;
+    }
+    if ((rc = ferry_host_alloc(p->dev, (size_t)g->nslabs * 2 * bytes, (void **)&g->mem)) != 0)
+        goto fail;
+    for (unsigned i = 0; i < g->nslabs; i++) {
+        gather_slab_t *s = &g->slabs[i];
+        s->h_in = g->mem + (size_t)i * 2 * bytes;
+        s->h_out = s->h_in + bytes;
+        s->table = (ferry_item_t *)(void *)s->h_in;
+        s->next = g->free;
+        g->free = s;
+    }
+    if (ferry__thread_start(&g->flusher, &g->flusher_started, flusher_main, g, "ferry-gather") !=
+        0) {
+        rc = ferry__error(FERRY_ENOMEM, "gather: could not start the flusher thread");
+        goto fail;
+    }
+    if (p->stage.gpu != NULL)
+        p->stage.gpu = gather_gpu;
+    if (p->stage.cpu != NULL)
+        p->stage.cpu = gather_cpu;
+    p->stage.user = g;
+    *out = g;
+    return 0;
+fail:
+    ferry__gather_release(g);
+    ferry__gather_free(g);
+    return rc;
+}
+
+/* Seal the open slab (under lock; sets closing first when @closing) and send it when its copies
+ * are in. Returns the seal number it waits for. */
+static uint64_t seal_open(ferry__gather_t *g, bool closing, bool wait)
+{
+    pthread_mutex_lock(&g->mu);
+    if (closing)
+        g->closing = true;
+    gather_slab_t *s = g->open;
+    bool mine = s != NULL && seal(g, s);
+    uint64_t seals = g->seals;
+    pthread_mutex_unlock(&g->mu);
+    if (mine)
+        send(g, s, wait);
+    return seals;
+}
+
+void ferry__gather_flush(ferry__gather_t *g)
+{
+    uint64_t mine = seal_open(g, false, true);
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        bool pending = false;
+        for (unsigned i = 0; i < g->nslabs && !pending; i++) {
+            const gather_slab_t *s = &g->slabs[i];
+            pending = s->state == SLAB_SEALED && s->seal_no <= mine;
+        }
+        if (!pending)
+            break;
+        pthread_cond_wait(&g->sent_cv, &g->mu);
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+bool ferry__gather_close(ferry__gather_t *g, bool wait)
+{
+    seal_open(g, true, wait);
+    pthread_mutex_lock(&g->mu);
+    while (wait && g->unsent > 0)
+        pthread_cond_wait(&g->sent_cv, &g->mu);
+    bool done = g->unsent == 0;
+    if (!done)
+        g->shut_pending = true;
+    pthread_mutex_unlock(&g->mu);
+    return done;
+}
+
+bool ferry__gather_closing(ferry__gather_t *g)
+{
+    pthread_mutex_lock(&g->mu);
+    bool c = g->closing;
+    pthread_mutex_unlock(&g->mu);
+    return c;
+}
+
+static uint64_t minus(uint64_t a, uint64_t b)
+{
+    return a > b ? a - b : 0;
+}
+
+void ferry__gather_stats(ferry__gather_t *g, ferry_pipeline_stats_t *st)
+{
+    uint64_t in = atomic_load_explicit(&g->items_in, memory_order_relaxed);
+    uint64_t slabs = atomic_load_explicit(&g->slabs_in, memory_order_relaxed);
+    st->batches_submitted = minus(st->batches_submitted, slabs) + in;
+    uint64_t *done[3] = {&st->batches_done_gpu, &st->batches_done_cpu, &st->batches_failed};
+    for (int w = 0; w < 3; w++)
+        *done[w] = minus(*done[w], atomic_load_explicit(&g->slabs_done[w], memory_order_relaxed)) +
+                   atomic_load_explicit(&g->items_done[w], memory_order_relaxed);
+    st->batches_gathered = in;
+    st->slabs = slabs;
+}
+
+void ferry__gather_release(ferry__gather_t *g)
+{
+    if (g == NULL)
+        return;
+    if (g->flusher_started) {
+        pthread_mutex_lock(&g->mu);
+        g->stop = true;
+        pthread_cond_signal(&g->flush_cv);
+        pthread_mutex_unlock(&g->mu);
+        pthread_join(g->flusher, NULL);
+        g->flusher_started = false;
+    }
+    if (g->mem != NULL)
+        ferry_host_free(g->p->dev, g->mem);
+    g->mem = NULL;
+}
+
+void ferry__gather_free(ferry__gather_t *g)
+{
+    if (g == NULL)
+        return;
+    for (unsigned i = 0; g->slabs != NULL && i < g->nslabs; i++)
+        free(g->slabs[i].items);
+    free(g->slabs);
+    free(g->scratch);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->free_cv);
+    pthread_cond_destroy(&g->flush_cv);
+    pthread_cond_destroy(&g->sent_cv);
+    free(g);
+}

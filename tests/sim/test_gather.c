@@ -1,0 +1,345 @@
+/* Gathering small batches into slabs (option gather_bytes), through the public API: many threads
+ * submit batches of random sizes (some too large to gather) with per-batch parameters; every
+ * callback runs exactly once with its batch's id, buffers and the right output, on the simulated
+ * GPU, after kernel faults (the CPU fallback) and after the GPU is lost; a lone batch arrives
+ * without a drain (the flush bound); callbacks that submit, nonblocking mode, a close from a
+ * callback, drain and destroy with slabs half full; refused configurations name the option. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testlib.h"
+
+/* out[i] = in[i] ^ key, the key the batch's user pointer points to (0 when NULL). Checks that a
+ * call covers one batch: its bytes start where its batch_id's table says. */
+static atomic_int bad_args;
+
+static int cpu_xor(const ferry_kernel_args_t *a, void *user)
+{
+    (void)user;
+    if (a->items != NULL || a->nitems != 0 || a->offset != 0)
+        atomic_fetch_add(&bad_args, 1);
+    unsigned char k = a->batch_user ? *(const unsigned char *)a->batch_user : 0;
+    const unsigned char *in = a->in;
+    unsigned char *out = a->out;
+    for (size_t i = 0; i < a->bytes; i++)
+        out[i] = in[i] ^ k;
+    return 0;
+}
+
+enum { MAXB = 4096 };
+
+typedef struct run {
+    ferry_pipeline_t *p;
+    unsigned char *in, *out;
+    size_t *off, *len;
+    unsigned char *key;
+    uint64_t *id;
+    atomic_int *calls, *refused;
+    atomic_int failed, cpu, resubmits;
+    _Atomic unsigned next;
+    unsigned n;
+    bool resubmit; /* the first callback of each tenth batch submits one more batch */
+} run_t;
+
+static void on_done(const ferry_batch_result_t *r, void *arg);
+
+static void submit_one(run_t *rn, unsigned i, bool from_cb)
+{
+    ferry_batch_t b = FERRY_BATCH_INIT;
+    b.in = rn->in + rn->off[i];
+    b.out = rn->out + rn->off[i];
+    b.bytes = rn->len[i];
+    b.user = &rn->key[i];
+    int rc;
+    while ((rc = ferry_pipeline_submit(rn->p, &b, on_done, rn, &rn->id[i])) != 0) {
+        if (!from_cb && rc != FERRY_EAGAIN)
+            fail_msg("submit %u: %s", i, ferry_last_error());
+        if (from_cb) { /* a full pipeline from its own callback: refused, never blocks */
+            assert_true(rc == FERRY_EBUSY || rc == FERRY_EAGAIN);
+            atomic_store(&rn->refused[i], 1); /* the main thread submits it again */
+            return;
+        }
+        usleep(50);
+    }
+}
+
+static void on_done(const ferry_batch_result_t *r, void *arg)
+{
+    run_t *rn = arg;
+    size_t at = (size_t)((const unsigned char *)r->in - rn->in);
+    unsigned i = 0;
+    while (i < rn->n && rn->off[i] != at)
+        i++;
+    assert_true(i < rn->n);
+    atomic_fetch_add(&rn->calls[i], 1);
+    assert_int_equal(r->bytes, rn->len[i]);
+    assert_ptr_equal(r->out, rn->out + rn->off[i]);
+    if (r->status != 0)
+        atomic_fetch_add(&rn->failed, 1);
+    if (r->where == FERRY_DONE_CPU)
+        atomic_fetch_add(&rn->cpu, 1);
+    if (rn->resubmit && i % 10 == 0 && i + 1 < rn->n && atomic_load(&rn->calls[i]) == 1) {
+        unsigned j = atomic_fetch_add(&rn->next, 1);
+        if (j < rn->n) {
+            atomic_fetch_add(&rn->resubmits, 1);
+            submit_one(rn, j, true);
+        }
+    }
+}
+
+static void *submitter(void *arg)
+{
+    run_t *rn = arg;
+    for (unsigned i; (i = atomic_fetch_add(&rn->next, 1)) < rn->n;)
+        submit_one(rn, i, false);
+    return NULL;
+}
+
+/* @n batches of random sizes (a fifth of them over a quarter of the slab: not gathered) from
+ * @threads threads into a pipeline gathering in slabs of @slab bytes; checks every output. */
+static void stream(uint64_t seed, unsigned threads, unsigned n, size_t slab, const char *inject,
+                   bool nonblocking, bool resubmit)
+{
+    char sb[32], nb[8];
+    snprintf(sb, sizeof(sb), "%zu", slab);
+    snprintf(nb, sizeof(nb), "%d", nonblocking);
+    const char *const kv[] = {"gather_bytes", sb, "gather_us",   "300", "inject", inject,
+                              "nonblocking",  nb, "gpu_retries", "0",   NULL};
+    ferry_runtime_t *rt = test_sim_runtime_with(kv);
+    ferry_stage_t st = test_cpu_stage("xor", cpu_xor);
+    ferry_pipeline_config_t pc = test_pipeline_config(test_device(rt), &st, 1u << 20);
+    run_t rn = {.p = test_pipeline(&pc), .n = n, .resubmit = resubmit};
+    rn.off = calloc(n, sizeof(size_t));
+    rn.len = calloc(n, sizeof(size_t));
+    rn.key = calloc(n, 1);
+    rn.id = calloc(n, sizeof(uint64_t));
+    rn.calls = calloc(n, sizeof(atomic_int));
+    rn.refused = calloc(n, sizeof(atomic_int));
+    size_t total = 0;
+    uint64_t r = seed;
+    for (unsigned i = 0; i < n; i++) {
+        rn.off[i] = total;
+        rn.len[i] = test_rand_range(&r, 0, 4) == 0 ? test_rand_range(&r, slab / 4 + 1, slab)
+                                                   : test_rand_range(&r, 1, slab / 4);
+        rn.key[i] = (unsigned char)test_rand_range(&r, 1, 255);
+        total += rn.len[i];
+    }
+    rn.in = malloc(total);
+    rn.out = malloc(total);
+    test_fill_random(rn.in, total, &r);
+    memset(rn.out, 0, total);
+    pthread_t th[16];
+    for (unsigned t = 0; t < threads; t++)
+        assert_int_equal(pthread_create(&th[t], NULL, submitter, &rn), 0);
+    for (unsigned t = 0; t < threads; t++)
+        pthread_join(th[t], NULL);
+    for (bool again = true; again;) { /* what callbacks could not submit, submitted here */
+        assert_int_equal(ferry_pipeline_drain(rn.p), 0);
+        again = false;
+        for (unsigned i = 0; i < n; i++)
+            if (atomic_exchange(&rn.refused[i], 0)) {
+                submit_one(&rn, i, false);
+                again = true;
+            }
+    }
+    unsigned gathered = 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (atomic_load(&rn.calls[i]) != 1)
+            fail_msg("seed %llu inject '%s': batch %u (%zu bytes) completed %d times",
+                     (unsigned long long)seed, inject, i, rn.len[i], atomic_load(&rn.calls[i]));
+        gathered += rn.len[i] <= slab / 4;
+        for (size_t k = 0; k < rn.len[i]; k++)
+            if (rn.out[rn.off[i] + k] != (rn.in[rn.off[i] + k] ^ rn.key[i]))
+                fail_msg("seed %llu inject '%s': batch %u byte %zu of %zu wrong",
+                         (unsigned long long)seed, inject, i, k, rn.len[i]);
+        for (unsigned j = 0; j < i && j < 64; j++)
+            assert_true(rn.id[j] != rn.id[i]);
+    }
+    assert_int_equal(atomic_load(&rn.failed), 0);
+    assert_int_equal(atomic_load(&bad_args), 0);
+    ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
+    assert_int_equal(ferry_pipeline_stats(rn.p, &s), 0);
+    assert_true(s.batches_gathered <= gathered && s.batches_gathered > 0);
+    assert_true(s.slabs > 0 && s.slabs < s.batches_gathered);
+    assert_int_equal(s.batches_submitted, n);
+    assert_int_equal(s.batches_done_gpu + s.batches_done_cpu, n);
+    if (inject[0])
+        assert_true(atomic_load(&rn.cpu) > 0);
+    print_message("seed %llu threads %u inject '%s'%s: %u batches, %llu gathered in %llu slabs, "
+                  "%d on the CPU, %d submitted from callbacks\n",
+                  (unsigned long long)seed, threads, inject, nonblocking ? " nonblocking" : "", n,
+                  (unsigned long long)s.batches_gathered, (unsigned long long)s.slabs,
+                  atomic_load(&rn.cpu), atomic_load(&rn.resubmits));
+    assert_int_equal(ferry_pipeline_destroy(rn.p), 0);
+    ferry_runtime_destroy(rt);
+    free(rn.in);
+    free(rn.out);
+    free(rn.off);
+    free(rn.len);
+    free(rn.key);
+    free(rn.id);
+    free(rn.calls);
+    free(rn.refused);
+}
+
+static unsigned scaled(unsigned n)
+{
+    const char *scale = getenv("FERRY_TEST_SCALE");
+    return scale && strcmp(scale, "sanitizer") == 0 ? n / 4 : n;
+}
+
+static void test_threads_random_sizes(void **state)
+{
+    (void)state;
+    uint64_t seed = test_seed(1);
+    unsigned seeds = scaled(8) ? scaled(8) : 2;
+    for (unsigned k = 0; k < seeds; k++)
+        stream(seed + k, 1 + (unsigned)(k % 8), scaled(1600), (k % 2 ? 256u : 64u) << 10, "",
+               k % 3 == 2, k % 4 == 1);
+}
+
+static void test_faults(void **state)
+{
+    (void)state;
+    const char *const specs[] = {"kernel@n=5,kernel@n=40", "sticky@n=30", "hang@n=20",
+                                 "kernel@p=0.05"};
+    for (unsigned k = 0; k < 4; k++)
+        stream(test_seed(7) + k, 4, scaled(1200), 256u << 10, specs[k], false, k % 2 == 1);
+}
+
+/* One batch, no drain: the flusher sends its slab after gather_us. */
+static atomic_int lone_done;
+static void on_lone(const ferry_batch_result_t *r, void *arg)
+{
+    (void)arg;
+    assert_int_equal(r->status, 0);
+    atomic_fetch_add(&lone_done, 1);
+}
+
+static void test_flush_bound_and_lifetimes(void **state)
+{
+    (void)state;
+    const char *const kv[] = {"gather_bytes", "1M", "gather_us", "2000", NULL};
+    ferry_runtime_t *rt = test_sim_runtime_with(kv);
+    ferry_stage_t st = test_cpu_stage("copy", test_cpu_copy);
+    ferry_pipeline_config_t pc = test_pipeline_config(test_device(rt), &st, 1u << 20);
+    ferry_pipeline_t *p = test_pipeline(&pc);
+    static unsigned char in[4096], out[4096];
+    memset(in, 7, sizeof(in));
+    ferry_batch_t b = FERRY_BATCH_INIT;
+    b.in = in;
+    b.out = out;
+    b.bytes = 100;
+    assert_int_equal(ferry_pipeline_submit(p, &b, on_lone, NULL, NULL), 0);
+    uint64_t t0 = test_now_ns();
+    while (atomic_load(&lone_done) == 0 && test_now_ns() - t0 < 5000000000ull)
+        usleep(100);
+    assert_int_equal(atomic_load(&lone_done), 1);
+    assert_int_equal(out[99], 7);
+    /* A half-full slab at destroy: its batches complete first. */
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(ferry_pipeline_submit(p, &b, on_lone, NULL, NULL), 0);
+    assert_int_equal(ferry_pipeline_destroy(p), 0);
+    assert_int_equal(atomic_load(&lone_done), 6);
+    /* Close, then submit: refused, gathered or not. */
+    p = test_pipeline(&pc);
+    assert_int_equal(ferry_pipeline_submit(p, &b, on_lone, NULL, NULL), 0);
+    assert_int_equal(ferry_pipeline_drain(p), 0);
+    assert_int_equal(atomic_load(&lone_done), 7);
+    assert_int_equal(ferry_pipeline_close(p), 0);
+    assert_int_equal(ferry_pipeline_submit(p, &b, on_lone, NULL, NULL), FERRY_ECLOSED);
+    assert_int_equal(ferry_pipeline_destroy(p), 0);
+    ferry_runtime_destroy(rt);
+}
+
+/* A callback that closes its own pipeline while a slab is being filled. */
+typedef struct closer {
+    ferry_pipeline_t *p;
+    atomic_int done, close_rc;
+} closer_t;
+
+static void on_close(const ferry_batch_result_t *r, void *arg)
+{
+    closer_t *c = arg;
+    (void)r;
+    if (atomic_fetch_add(&c->done, 1) == 3)
+        atomic_store(&c->close_rc, ferry_pipeline_close(c->p));
+}
+
+static void test_close_from_callback(void **state)
+{
+    (void)state;
+    const char *const kv[] = {"gather_bytes", "64K", "gather_us", "100", NULL};
+    ferry_runtime_t *rt = test_sim_runtime_with(kv);
+    ferry_stage_t st = test_cpu_stage("copy", test_cpu_copy);
+    ferry_pipeline_config_t pc = test_pipeline_config(test_device(rt), &st, 1u << 20);
+    closer_t c = {.p = test_pipeline(&pc), .close_rc = 1};
+    static unsigned char in[8192], out[8192];
+    unsigned accepted = 0;
+    for (int i = 0; i < 400; i++) {
+        ferry_batch_t b = FERRY_BATCH_INIT;
+        b.in = in;
+        b.out = out;
+        b.bytes = 1 + (size_t)i % 8000;
+        int rc = ferry_pipeline_submit(c.p, &b, on_close, &c, NULL);
+        if (rc == FERRY_ECLOSED)
+            break;
+        assert_int_equal(rc, 0);
+        accepted++;
+    }
+    assert_int_equal(ferry_pipeline_destroy(c.p), 0);
+    assert_int_equal(atomic_load(&c.done), (int)accepted);
+    assert_int_equal(atomic_load(&c.close_rc), FERRY_EBUSY);
+    ferry_runtime_destroy(rt);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    ferry_stage_t st = test_cpu_stage("copy", test_cpu_copy);
+    const char *const big[] = {"gather_bytes", "2M", NULL};
+    ferry_runtime_t *rt = test_sim_runtime_with(big);
+    ferry_pipeline_config_t pc = test_pipeline_config(test_device(rt), &st, 1u << 20);
+    ferry_pipeline_t *p = NULL;
+    assert_int_equal(ferry_pipeline_create(&pc, &p), FERRY_EINVAL);
+    assert_non_null(strstr(ferry_last_error(), "gather_bytes"));
+    assert_non_null(strstr(ferry_last_error(), "chunk_bytes"));
+    pc.gather_bytes = SIZE_MAX; /* off, whatever the option says */
+    assert_int_equal(ferry_pipeline_create(&pc, &p), 0);
+    ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
+    test_submit_generated(p, 1u << 20, 4096, 4);
+    assert_int_equal(ferry_pipeline_stats(p, &s), 0);
+    assert_int_equal(s.batches_gathered, 0);
+    assert_int_equal(ferry_pipeline_destroy(p), 0);
+    ferry_runtime_destroy(rt);
+
+    const char *const kv[] = {"gather_bytes", "1M", NULL};
+    char prof[512];
+    test_profile_with_devices(prof, sizeof(prof), 2);
+    rt = test_sim_runtime_on(prof, kv);
+    ferry_device_t *devs[2];
+    assert_int_equal(ferry_device_get(rt, 0, &devs[0]), 0);
+    assert_int_equal(ferry_device_get(rt, 1, &devs[1]), 0);
+    pc = test_pipeline_config(NULL, &st, 1u << 20);
+    pc.devices = devs;
+    pc.ndevices = 2;
+    assert_int_equal(ferry_pipeline_create(&pc, &p), FERRY_EINVAL);
+    assert_non_null(strstr(ferry_last_error(), "gather_bytes"));
+    ferry_runtime_destroy(rt);
+    unlink(prof);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_threads_random_sizes),
+        cmocka_unit_test(test_faults),
+        cmocka_unit_test(test_flush_bound_and_lifetimes),
+        cmocka_unit_test(test_close_from_callback),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
