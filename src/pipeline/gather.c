@@ -438,8 +438,8 @@ static void slab_done(const ferry_batch_result_t *r, void *arg)
     s->next = g->free;
     g->free = s;
     g->inflight--;
-    if (g->waiters > 0)
-        pthread_cond_signal(&g->free_cv);
+    if (g->waiters > 0) /* all of them: the slab takes many, and one alone fills it slowly */
+        pthread_cond_broadcast(&g->free_cv);
     gather_slab_t *idle = seal_if_idle(g);
     pthread_mutex_unlock(&g->mu);
     if (idle != NULL)
