@@ -6,7 +6,7 @@
 set -u
 # shellcheck source=bench/explore/carry-env.sh
 . "$(dirname "$0")/carry-env.sh"
-[ -x build-gpu/ferry ] || build_gpu
+build_gpu # incremental: the tree may have changed since build-gpu was made
 git rev-parse --short HEAD >"$OUT/commit.txt" 2>/dev/null || cp .carry/commit "$OUT/commit.txt"
 for r in $(seq 1 "${ROUNDS:-2}"); do
   for g in 0 2M 8M; do
