@@ -452,10 +452,11 @@ typedef struct ferry_pipeline_config {
     ferry_device_t *const *devices;
     unsigned ndevices;
     /* Appended: gather small batches into pinned slabs of this many bytes (at most
-     * chunk_bytes): a batch of a quarter of it or less, without prepare, is copied into the
-     * slab being filled, and each slab moves with one copy each way and one launch
-     * (stage.gpu_items) or a launch per item; its output is copied back to each batch's out and
-     * each batch's callback runs as usual. 0: the gather_bytes option (0: off); SIZE_MAX: off.
+     * chunk_bytes): a batch of a quarter of it (256 KiB at most) or less, without prepare, is
+     * copied into the slab being filled, and each slab moves with one copy each way and one
+     * launch (stage.gpu_items) or a launch per item; its output is copied back to each batch's
+     * out and each batch's callback runs as usual. A slab goes when full, when the device would
+     * otherwise idle, or after gather_us. 0: the gather_bytes option (0: off); SIZE_MAX: off.
      * One device, isolation=thread only (refused otherwise). */
     size_t gather_bytes;
     /* Appended: the longest a gathered batch waits for its slab to fill before the slab goes
