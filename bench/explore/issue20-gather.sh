@@ -7,7 +7,7 @@ set -u
 # shellcheck source=bench/explore/carry-env.sh
 . "$(dirname "$0")/carry-env.sh"
 build_gpu # incremental: the tree may have changed since build-gpu was made
-git rev-parse --short HEAD >"$OUT/commit.txt" 2>/dev/null || cp .carry/commit "$OUT/commit.txt"
+cp .carry/commit "$OUT/commit.txt" # the tree's commit (the copy's .git may be older)
 for r in $(seq 1 "${ROUNDS:-2}"); do
   for g in 0 2M 8M; do
     FERRY_GATHER_BYTES=$g build-gpu/ferry bench items --backend cuda --threads 8 \
