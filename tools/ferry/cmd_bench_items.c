@@ -26,7 +26,7 @@ typedef struct items_run {
 } items_run_t;
 
 typedef struct items_row {
-    unsigned long long item, items;
+    unsigned long long item, items, gathered, slabs; /* option gather_bytes */
     double h2d, d2h, p50_us, p99_us, cpu_us, ceiling;
     unsigned passes;
     bool ok;
@@ -112,6 +112,8 @@ static int one_pass(ferry_device_t *dev, ferry_workload_t *wl, items_run_t *ir, 
     one->h2d = st.bytes_h2d > 0 ? st.gbps_h2d * data / (double)st.bytes_h2d : 0;
     one->d2h = st.bytes_d2h > 0 ? st.gbps_d2h * data / (double)st.bytes_d2h : 0;
     one->cpu_us = (c1 - c0) / (double)n * 1e6;
+    one->gathered = st.batches_gathered;
+    one->slabs = st.slabs;
     qsort(ir->lat_ns, n, sizeof(uint64_t), cmp_u64);
     one->p50_us = (double)ir->lat_ns[n / 2] / 1e3;
     one->p99_us = (double)ir->lat_ns[n - 1 - n / 100] / 1e3;
@@ -198,6 +200,8 @@ static void print_rows(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opt
             json_key_double(&j, "latency_p99_us", r->p99_us, 2);
             json_key_double(&j, "cpu_us_per_item", r->cpu_us, 3);
             json_key_uint(&j, "passes", r->passes);
+            json_key_uint(&j, "batches_gathered", r->gathered);
+            json_key_uint(&j, "slabs", r->slabs);
             json_key_bool(&j, "verified", r->ok);
             json_object_end(&j);
         }
