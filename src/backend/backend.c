@@ -171,6 +171,17 @@ int ferry__be_memcpy_d2h(ferry_device_t *d, ferry_be_stream_t *s, void *dst, con
     return BE_CALL(d, memcpy_d2h, s, dst, src, n);
 }
 
+int ferry__be_copy_pieces(ferry_device_t *d, ferry_be_stream_t *s, bool to_dev, void *dev,
+                          const ferry_be_piece_t *pieces, size_t n)
+{
+    return BE_CALL(d, copy_pieces, s, to_dev, dev, pieces, n);
+}
+
+bool ferry__be_has_copy_pieces(const ferry_device_t *d)
+{
+    return d->ops->copy_pieces != NULL;
+}
+
 int ferry__be_launch(ferry_device_t *d, ferry_be_stream_t *s, const ferry_be_launch_t *l)
 {
     if (s == NULL || l == NULL)

@@ -12,7 +12,7 @@
 
 #include "ferry.h"
 
-#define FERRY_BACKEND_ABI 9
+#define FERRY_BACKEND_ABI 10
 
 /* event_create flags. */
 #define FERRY_BE_EVENT_TIMING 1u
@@ -59,6 +59,12 @@ typedef struct ferry_be_workload {
     unsigned intensity;
     float factor;
 } ferry_be_workload_t;
+
+/* A piece of a copy_pieces call: @bytes at @host (pinned) and at @off in the device buffer. */
+typedef struct ferry_be_piece {
+    void *host;
+    size_t off, bytes;
+} ferry_be_piece_t;
 
 typedef struct ferry_backend_ops {
     const char *name; /* "cuda", "sim" */
@@ -175,6 +181,13 @@ typedef struct ferry_backend_ops {
      * the caller has filled with this machine's CPU count and zeros (ferry_device_host).
      * sim: its profile's host_memory and storage sections. NULL on cuda. */
     void (*host_props)(ferry_be_device_t *dev, ferry_host_props_t *out);
+
+    /* Optional (ABI 10): @n pieces between pinned host memory and the device buffer @dev in
+     * one call on @s (cuda: cudaMemcpyBatchAsync): @to_dev, piece i from its host address to
+     * dev + off; else from dev + off to its host address. The call is in stream order as a
+     * whole; its pieces may move in any order among themselves (none may overlap). */
+    int (*copy_pieces)(ferry_be_stream_t *s, bool to_dev, void *dev, const ferry_be_piece_t *pieces,
+                       size_t n);
 } ferry_backend_ops_t;
 
 /* For a backend's event_wait_any: checks @evs (@n of them, none NULL, all of one device, as
@@ -256,6 +269,10 @@ int ferry__be_memcpy_h2d(ferry_device_t *d, ferry_be_stream_t *s, void *dst, con
 int ferry__be_memcpy_d2h(ferry_device_t *d, ferry_be_stream_t *s, void *dst, const void *src,
                          size_t n);
 int ferry__be_launch(ferry_device_t *d, ferry_be_stream_t *s, const ferry_be_launch_t *l);
+/* copy_pieces above; FERRY_ENOTSUP when the backend has none (ferry__be_has_copy_pieces). */
+int ferry__be_copy_pieces(ferry_device_t *d, ferry_be_stream_t *s, bool to_dev, void *dev,
+                          const ferry_be_piece_t *pieces, size_t n);
+bool ferry__be_has_copy_pieces(const ferry_device_t *d);
 /* @ops's GPU launcher called @name (gpu_launcher above); NULL when @ops has none (a NULL
  * operation, as on the simulator), which is no error: the stage keeps its CPU function. */
 ferry_gpu_fn ferry__be_gpu_launcher(const ferry_backend_ops_t *ops, const char *name);

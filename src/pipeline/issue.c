@@ -120,9 +120,27 @@ static slot_t *acquire_slot(ferry_pipeline_t *p)
     return s;
 }
 
-static bool is_pinned(ferry_pipeline_t *p, const void *ptr, size_t n)
+bool ferry__pipe_is_pinned(ferry_pipeline_t *p, const void *ptr, size_t n)
 {
     return ferry_pool_owns(p->pool, ptr, n) || ferry__rt_is_registered(p->dev, ptr, n);
+}
+#define is_pinned ferry__pipe_is_pinned
+
+int ferry__pipe_copy_in(ferry_pipeline_t *p, const slot_t *s, ferry_be_stream_t *st,
+                        const void *src)
+{
+    const ferry__pieces_t *pc = s->batch->pieces;
+    if (pc != NULL)
+        return ferry__be_copy_pieces(p->dev, st, true, s->d_in, pc->in, pc->nin);
+    return ferry__be_memcpy_h2d(p->dev, st, s->d_in, src, s->bytes);
+}
+
+int ferry__pipe_copy_out(ferry_pipeline_t *p, const slot_t *s, ferry_be_stream_t *st, void *dst)
+{
+    const ferry__pieces_t *pc = s->batch->pieces;
+    if (pc != NULL)
+        return ferry__be_copy_pieces(p->dev, st, false, s->d_out, pc->out, pc->nout);
+    return ferry__be_memcpy_d2h(p->dev, st, dst, s->d_out, s->bytes);
 }
 
 /* Issue the ops of the group bound to @s: one H2D, a kernel per chunk, one D2H. Returns 0 or
@@ -167,7 +185,7 @@ static int issue_chunk(ferry_pipeline_t *p, slot_t *s)
     s->issue_ns = ferry_device_now_ns(d);
     if (((sample || s->h2d_start_timed) &&
          (rc = ferry__be_event_record(d, s->tev[TEV_H2D_START], sh)) != 0) ||
-        (rc = ferry__be_memcpy_h2d(d, sh, s->d_in, src, s->bytes)) != 0 ||
+        (rc = ferry__pipe_copy_in(p, s, sh, src)) != 0 ||
         (rc = ferry__be_event_record(d, dep[EV_H2D_END], sh)) != 0)
         return rc;
     /* On one stream, stream order already is the dependency. */
@@ -178,7 +196,7 @@ static int issue_chunk(ferry_pipeline_t *p, slot_t *s)
         return rc;
     if ((sd != sc && (rc = ferry__be_stream_wait_event(d, sd, dep[EV_COMP_END])) != 0) ||
         (sample && (rc = ferry__be_event_record(d, s->tev[TEV_D2H_START], sd)) != 0) ||
-        (rc = ferry__be_memcpy_d2h(d, sd, dst, s->d_out, s->bytes)) != 0 ||
+        (rc = ferry__pipe_copy_out(p, s, sd, dst)) != 0 ||
         (rc = ferry__be_event_record(d, dep[EV_D2H_END], sd)) != 0)
         return rc;
     return 0;

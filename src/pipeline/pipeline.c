@@ -422,7 +422,7 @@ out_fail:
 }
 
 static int submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn cb, void *arg,
-                  uint64_t *id, int wait);
+                  uint64_t *id, int wait, const ferry__pieces_t *pieces);
 
 int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn cb,
                           void *arg, uint64_t *id)
@@ -445,7 +445,7 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
         rc = ferry__error(FERRY_ECLOSED, "ferry_pipeline_submit: pipeline '%s' #%u is closed",
                           p->stage_name, p->serial);
     else
-        rc = submit(p, batch, cb, arg, id, -1);
+        rc = submit(p, batch, cb, arg, id, -1, NULL);
     if (atomic_fetch_sub_explicit(&p->sh.entering, 1, memory_order_seq_cst) == 1 &&
         atomic_load_explicit(&p->sh.shut, memory_order_seq_cst)) {
         pthread_mutex_lock(&p->lock); /* a destroy may wait for the last one out */
@@ -556,7 +556,7 @@ static int submit_queued(ferry_pipeline_t *p, batch_rec_t *b, uint64_t my_id, ui
 /* @wait: -1 as the pipeline says (a caller's batch, which a gather may take); 0 or 1 for
  * gather.c's slabs: whether it may block for room. */
 static int submit(ferry_pipeline_t *p, const ferry_batch_t *caller, ferry_done_fn cb, void *arg,
-                  uint64_t *id, int wait)
+                  uint64_t *id, int wait, const ferry__pieces_t *pieces)
 {
     uint64_t nchunks = 0;
     ferry_batch_t bt;
@@ -614,6 +614,7 @@ static int submit(ferry_pipeline_t *p, const ferry_batch_t *caller, ferry_done_f
         pthread_cond_signal(&p->work_cv); /* wait_for_caller: the caller is back */
     pthread_mutex_unlock(&p->lock);
     b->b = bt; /* imported by check_batch */
+    b->pieces = pieces;
     b->cb = cb;
     b->arg = arg;
     b->nchunks = (uint32_t)nchunks;
@@ -637,10 +638,10 @@ static int submit(ferry_pipeline_t *p, const ferry_batch_t *caller, ferry_done_f
 }
 
 int ferry__pipe_submit_internal(ferry_pipeline_t *p, const ferry_batch_t *b, ferry_done_fn cb,
-                                void *arg, bool wait)
+                                void *arg, bool wait, const ferry__pieces_t *pieces)
 {
     atomic_fetch_add_explicit(&p->sh.entering, 1, memory_order_seq_cst);
-    int rc = submit(p, b, cb, arg, NULL, wait ? 1 : 0);
+    int rc = submit(p, b, cb, arg, NULL, wait ? 1 : 0, pieces);
     if (atomic_fetch_sub_explicit(&p->sh.entering, 1, memory_order_seq_cst) == 1 &&
         atomic_load_explicit(&p->sh.shut, memory_order_seq_cst)) {
         pthread_mutex_lock(&p->lock);

@@ -75,8 +75,17 @@ enum chunk_timing { TIME_NONE, TIME_ENDS, TIME_SAMPLE, TIME_ANCHOR };
  * in ~1-2 us, so this catches the next one, while a long idle period costs one futex sleep. */
 #define COMPLETION_SPIN_NS 10000u
 
+/* A batch of gather.c's whose bytes move as pieces (backend copy_pieces) between pinned host
+ * memory, its own and its items', and the slot's device buffers: @nin pieces in, @nout out.
+ * Borrowed until the batch's callback. */
+typedef struct ferry__pieces {
+    const ferry_be_piece_t *in, *out;
+    size_t nin, nout;
+} ferry__pieces_t;
+
 typedef struct batch_rec {
     uint64_t id;
+    const ferry__pieces_t *pieces; /* NULL: the batch's in and out, contiguous */
     ferry_batch_t b;
     ferry_done_fn cb;
     void *arg;
@@ -500,7 +509,14 @@ int ferry__pipe_retry_on_gpu(ferry_pipeline_t *p, slot_t *s);
 /* For gather.c: submit @b as ferry_pipeline_submit does, neither gathered nor refused by a
  * gather's close; @wait: may block for room (not on one of @p's threads). */
 int ferry__pipe_submit_internal(ferry_pipeline_t *p, const ferry_batch_t *b, ferry_done_fn cb,
-                                void *arg, bool wait);
+                                void *arg, bool wait, const ferry__pieces_t *pieces);
+/* The H2D of the group bound to @s on @st: from @src, or its batch's pieces. */
+int ferry__pipe_copy_in(ferry_pipeline_t *p, const slot_t *s, ferry_be_stream_t *st,
+                        const void *src);
+/* The D2H of the group bound to @s on @st: to @dst, or its batch's pieces. */
+int ferry__pipe_copy_out(ferry_pipeline_t *p, const slot_t *s, ferry_be_stream_t *st, void *dst);
+/* @n bytes at @ptr are in pinned memory the device can copy from directly. */
+bool ferry__pipe_is_pinned(ferry_pipeline_t *p, const void *ptr, size_t n);
 /* Refuse submits from now on (the close's first step). */
 void ferry__pipe_shut(ferry_pipeline_t *p);
 

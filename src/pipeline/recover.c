@@ -80,9 +80,9 @@ int ferry__pipe_retry_on_gpu(ferry_pipeline_t *p, slot_t *s)
     batch_rec_t *b = s->batch;
     void *dst =
         s->copy_out || b->b.out == NULL ? (void *)s->h_out : (unsigned char *)b->b.out + s->offset;
-    if ((rc = ferry__be_memcpy_h2d(d, p->comp.retry_stream, s->d_in, s->host_in, s->bytes)) != 0 ||
+    if ((rc = ferry__pipe_copy_in(p, s, p->comp.retry_stream, s->host_in)) != 0 ||
         (rc = ferry__pipe_launch_group(p, s, p->comp.retry_stream)) != 0 ||
-        (rc = ferry__be_memcpy_d2h(d, p->comp.retry_stream, dst, s->d_out, s->bytes)) != 0 ||
+        (rc = ferry__pipe_copy_out(p, s, p->comp.retry_stream, dst)) != 0 ||
         (rc = ferry__be_event_record(d, p->comp.retry_ev, p->comp.retry_stream)) != 0) {
         ferry__be_stream_sync(d,
                               p->comp.retry_stream); /* what was queued, before the slot moves on */

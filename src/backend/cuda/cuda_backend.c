@@ -566,6 +566,55 @@ static int cuda_memcpy_d2h(ferry_be_stream_t *s, void *dst_host, const void *src
     return cuda_memcpy(s, 1, dst_host, src_dev, bytes);
 }
 
+/* Pieces in one cudaMemcpyBatchAsync (CUDA 12.8 and later): on an H100 host 128 pieces of
+ * 64 KiB moved at 97.7-97.8% of one copy's rate each way, against 32-34% for a cudaMemcpyAsync
+ * each (bench/explore/small_copies.cu). A driver that refuses the call gets a copy each. */
+static int cuda_copy_pieces(ferry_be_stream_t *s, bool to_dev, void *dbuf,
+                            const ferry_be_piece_t *pieces, size_t n)
+{
+    if (s == NULL || dbuf == NULL || (n > 0 && pieces == NULL))
+        return ferry__error(FERRY_EINVAL, "cuda: copy_pieces: NULL stream or pointer");
+    int rc = ferry__cuda_use_device(s->dev->index);
+    if (rc != 0 || n == 0)
+        return rc;
+    void **ptrs = malloc(n * 2 * sizeof(void *));
+    size_t *sizes = malloc(n * sizeof(size_t));
+    if (ptrs == NULL || sizes == NULL) {
+        free(ptrs);
+        free(sizes);
+        return ferry__error(FERRY_ENOMEM, "cuda: copy_pieces: out of memory");
+    }
+    void **dsts = ptrs, **srcs = ptrs + n;
+    for (size_t i = 0; i < n; i++) {
+        void *d = (unsigned char *)dbuf + pieces[i].off;
+        dsts[i] = to_dev ? d : pieces[i].host;
+        srcs[i] = to_dev ? pieces[i].host : d;
+        sizes[i] = pieces[i].bytes;
+    }
+    range_push(to_dev ? "ferry H2D pieces" : "ferry D2H pieces");
+    cudaError_t e = cudaErrorNotSupported;
+#if CUDART_VERSION >= 12080
+    struct cudaMemcpyAttributes a;
+    memset(&a, 0, sizeof(a));
+    a.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    size_t idx = 0;
+    e = cudaMemcpyBatchAsync(dsts, (const void *const *)srcs, sizes, n, &a, &idx, 1, s->st);
+#endif
+    if (e == cudaErrorNotSupported || e == cudaErrorInvalidValue) {
+        (void)cudaGetLastError();
+        e = cudaSuccess;
+        for (size_t i = 0; i < n && e == cudaSuccess; i++)
+            e = cudaMemcpyAsync(dsts[i], srcs[i], sizes[i], cudaMemcpyDefault, s->st);
+    }
+    range_pop();
+    free(ptrs);
+    free(sizes);
+    if (e != cudaSuccess)
+        return ferry__cuda_fail(e, "cudaMemcpyBatchAsync(%s, %zu pieces)", to_dev ? "H2D" : "D2H",
+                                n);
+    return 0;
+}
+
 static int cuda_launch(ferry_be_stream_t *s, const ferry_be_launch_t *l)
 {
     if (l->gpu == NULL)
@@ -694,6 +743,7 @@ const ferry_backend_ops_t ferry__cuda_backend = {
     .event_time_ns = cuda_event_time_ns,
     .memcpy_h2d = cuda_memcpy_h2d,
     .memcpy_d2h = cuda_memcpy_d2h,
+    .copy_pieces = cuda_copy_pieces,
     .launch = cuda_launch,
     .mem_info = cuda_mem_info,
     .abort_kernels = cuda_abort_kernels,

@@ -20,6 +20,14 @@
 
 enum ferry_sim_dir { FERRY_SIM_H2D = 0, FERRY_SIM_D2H = 1 };
 
+/* copy_pieces (cudaMemcpyBatchAsync): what a piece costs beyond its bytes, on the device and on
+ * the calling thread. An H100 host (bench/explore/small_copies.cu, 2026-12-06): 128 pieces of
+ * 64 KiB in one call moved 8 MiB at 97.7-97.8% of one copy's rate each way (~28 ns a piece)
+ * and the call took 90-92 us (~0.7 us a piece). Not yet in the profiles: measured once, on one
+ * kind of host. */
+#define FERRY_SIM_PIECE_DEV_NS  28u
+#define FERRY_SIM_PIECE_HOST_NS 700u
+
 /* A measured copy curve: the elapsed time of one copy of bytes[i] on an idle GPU, as bytes[i] /
  * gbps[i] (GB/s = bytes per ns). Bytes and times strictly increase. */
 struct ferry_sim_curve {

@@ -527,6 +527,56 @@ static int sim_memcpy_d2h(ferry_be_stream_t *s, void *dst_host, const void *src_
     return sim_memcpy(s, FERRY_SIM_D2H, dst_host, src_dev, bytes);
 }
 
+static int sim_copy_pieces(ferry_be_stream_t *s, bool to_dev, void *dbuf,
+                           const ferry_be_piece_t *pieces, size_t n)
+{
+    if (s == NULL || dbuf == NULL || (n > 0 && pieces == NULL))
+        return ferry__error(FERRY_EINVAL, "sim: copy_pieces: NULL stream or pointer");
+    struct ferry_be_device *dev = s->dev;
+    int rc = 0;
+    size_t total = 0;
+    lock(dev);
+    if (dev->sticky) {
+        rc = ferry__sim_sticky_fail("copy_pieces");
+        goto out_unlock;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const ferry_be_piece_t *pc = &pieces[i];
+        if (pc->host == NULL ||
+            !ferry__sim_dev_inside(dev, (unsigned char *)dbuf + pc->off, pc->bytes) ||
+            !ferry__sim_pinned(pc->host, pc->bytes)) {
+            rc = ferry__error(FERRY_EINVAL,
+                              "sim: copy_pieces: piece %zu (%zu bytes at %zu) is not in one "
+                              "device allocation, or its host memory is not pinned",
+                              i, pc->bytes, pc->off);
+            goto out_unlock;
+        }
+        total += pc->bytes;
+    }
+    charge(dev, dev->prof.copy_submit_ns + n * FERRY_SIM_PIECE_HOST_NS);
+    if (total == 0)
+        goto out_unlock;
+    struct sim_op *op = op_new(s, SIM_OP_COPY, to_dev ? "memcpy_h2d" : "memcpy_d2h", &rc);
+    if (op == NULL)
+        goto out_unlock;
+    if ((op->u.copy.pieces = malloc(n * sizeof(*pieces))) == NULL) {
+        rc = ferry__error(FERRY_ENOMEM, "sim: copy_pieces: out of memory");
+        ferry__sim_op_unref(dev, op); /* never submitted */
+        goto out_unlock;
+    }
+    memcpy(op->u.copy.pieces, pieces, n * sizeof(*pieces));
+    op->u.copy.npieces = n;
+    op->u.copy.dir = to_dev ? FERRY_SIM_H2D : FERRY_SIM_D2H;
+    op->u.copy.pinned = true;
+    op->u.copy.dst = to_dev ? dbuf : NULL;
+    op->u.copy.src = to_dev ? NULL : dbuf;
+    op->u.copy.bytes = total;
+    ferry__sim_submit(dev, op);
+out_unlock:
+    unlock(dev);
+    return rc;
+}
+
 static int sim_launch(ferry_be_stream_t *s, const ferry_be_launch_t *l)
 {
     if (l->cpu == NULL)
@@ -673,6 +723,7 @@ const ferry_backend_ops_t ferry__sim_backend = {
     .event_time_ns = sim_event_time_ns,
     .memcpy_h2d = sim_memcpy_h2d,
     .memcpy_d2h = sim_memcpy_d2h,
+    .copy_pieces = sim_copy_pieces,
     .launch = sim_launch,
     .mem_info = sim_mem_info,
     .abort_kernels = sim_abort_kernels,

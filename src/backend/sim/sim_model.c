@@ -30,6 +30,8 @@ void ferry__sim_op_unref(struct ferry_be_device *dev, struct sim_op *op)
         return;
     if (op->kind == SIM_OP_WAIT && op->u.wait.target != NULL)
         ferry__sim_op_unref(dev, op->u.wait.target);
+    if (op->kind == SIM_OP_COPY)
+        free(op->u.copy.pieces);
     SIM_LIST_UNLINK(dev->ops, op, all_prev, all_next);
     free(op);
 }
@@ -302,7 +304,8 @@ static void start_copies(struct ferry_be_device *dev, int d)
         e->op = op;
         e->cap = op->u.copy.pinned ? INFINITY : dev->prof.pageable_gbps[d];
         e->slow = copy_slowdown(dev);
-        uint64_t lat = ferry__sim_copy_latency_ns(&dev->prof, d, op->u.copy.bytes);
+        uint64_t lat = ferry__sim_copy_latency_ns(&dev->prof, d, op->u.copy.bytes) +
+                       op->u.copy.npieces * FERRY_SIM_PIECE_DEV_NS;
         if (lat > 0) {
             e->phase = SIM_ENG_LATENCY;
             e->lat_end_ns = dev->now + lat;
@@ -315,7 +318,18 @@ static void start_copies(struct ferry_be_device *dev, int d)
 static void finish_copy(struct ferry_be_device *dev, struct sim_engine *e)
 {
     struct sim_op *op = e->op;
-    if (op->u.copy.bytes > 0)
+    const ferry_be_piece_t *pc = op->u.copy.pieces;
+    for (size_t i = 0; i < op->u.copy.npieces; i++) {
+        unsigned char *dv =
+            (unsigned char *)(op->u.copy.dir == FERRY_SIM_H2D ? op->u.copy.dst
+                                                              : (void *)(uintptr_t)op->u.copy.src) +
+            pc[i].off;
+        if (op->u.copy.dir == FERRY_SIM_H2D)
+            memmove(dv, pc[i].host, pc[i].bytes);
+        else
+            memmove(pc[i].host, dv, pc[i].bytes);
+    }
+    if (pc == NULL && op->u.copy.bytes > 0)
         memmove(op->u.copy.dst, op->u.copy.src, op->u.copy.bytes);
     dev->stats.copies[op->u.copy.dir]++;
     dev->stats.bytes[op->u.copy.dir] += op->u.copy.bytes;

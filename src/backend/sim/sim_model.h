@@ -40,6 +40,10 @@ struct sim_op {
             void *dst;
             const void *src;
             size_t bytes;
+            /* copy_pieces: the pieces (owned), dst or src being the device buffer; bytes their
+             * sum. NULL: one copy of bytes from src to dst. */
+            ferry_be_piece_t *pieces;
+            size_t npieces;
         } copy;
         struct {
             ferry_be_launch_t l;
