@@ -227,12 +227,16 @@ static void sent(ferry__gather_t *g, gather_slab_t *s, bool ok)
 
 /* Submit sealed @s, whose copies are in, into the pipeline. @wait: the caller may block for
  * room; otherwise a full queue hands it to the flusher, which may. */
-/* Append [@host, +@bytes) at device offset @off to @pc (@n of them), merged into the last piece
- * when both sides continue it. */
-static void add_piece(ferry_be_piece_t *pc, size_t *n, void *host, size_t off, size_t bytes)
+/* Append [@host, +@bytes) at device offset @off to @pc (@n of them). A piece of the slab's own
+ * memory (@merge) is merged into the last one when both sides continue it; a batch's never:
+ * two batches side by side may be two registrations, which one copy may not span (the
+ * simulator refused it, CUDA said invalid argument). */
+static void add_piece(ferry_be_piece_t *pc, size_t *n, void *host, size_t off, size_t bytes,
+                      bool merge)
 {
     ferry_be_piece_t *l = *n > 0 ? &pc[*n - 1] : NULL;
-    if (l != NULL && (unsigned char *)l->host + l->bytes == host && l->off + l->bytes == off) {
+    if (merge && l != NULL && (unsigned char *)l->host + l->bytes == host &&
+        l->off + l->bytes == off) {
         l->bytes += bytes;
         return;
     }
@@ -247,17 +251,17 @@ static const ferry__pieces_t *pieces_of(const ferry__gather_t *g, gather_slab_t 
     if (s->ndirect == 0)
         return NULL;
     size_t nin = 0, nout = 0;
-    add_piece(s->pin, &nin, s->h_in, 0, g->table_bytes);
+    add_piece(s->pin, &nin, s->h_in, 0, g->table_bytes, true);
     for (uint32_t i = 0; i < s->nitems; i++) {
         const gather_item_t *it = &s->items[i];
         size_t off = s->table[i].offset;
         if (it->direct) {
-            add_piece(s->pin, &nin, (void *)(uintptr_t)it->in, off, it->bytes);
-            add_piece(s->pout, &nout, it->out, off, it->bytes);
+            add_piece(s->pin, &nin, (void *)(uintptr_t)it->in, off, it->bytes, false);
+            add_piece(s->pout, &nout, it->out, off, it->bytes, false);
         } else {
-            add_piece(s->pin, &nin, s->h_in + off, off, round_up(it->bytes, GATHER_ALIGN));
+            add_piece(s->pin, &nin, s->h_in + off, off, round_up(it->bytes, GATHER_ALIGN), true);
             if (it->out != NULL)
-                add_piece(s->pout, &nout, s->h_out + off, off, it->bytes);
+                add_piece(s->pout, &nout, s->h_out + off, off, it->bytes, true);
         }
     }
     s->pieces = (ferry__pieces_t){.in = s->pin, .out = s->pout, .nin = nin, .nout = nout};

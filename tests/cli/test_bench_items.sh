@@ -33,4 +33,18 @@ expect_rc "--bytes 0" 2 "$FERRY" bench items --bytes 0
 expect_rc "--csv is not offered" 2 "$FERRY" bench items --csv
 expect_rc "unknown benchmark" 2 "$FERRY" bench itemz
 expect_in "unknown benchmark: the accepted ones" "$TMP/err" "copy, pipeline, io, items"
+
+# Gathering (option gather_bytes): more items a slab than without it, each verified; `ferry run`
+# of 64 KiB batches gathered, whose ring buffers are separate allocations (their pieces must not
+# be merged across two of them), with no failed GPU attempt.
+expect_rc "items gathered" 0 env FERRY_GATHER_BYTES=2M "$FERRY" bench items --bytes 4M \
+  --item-sizes 4K,64K --threads 4 --json
+json_check "gathered: fewer slabs than items, verified" "$TMP/out" \
+  "all(r['verified'] and 0 < r['slabs'] < r['batches_gathered'] == r['items'] for r in j['results'])"
+expect_rc "run gathered" 0 "$FERRY" run --gather-bytes 8M --bytes 64M --batch-bytes 64K
+expect_in "run gathered: verified" "$TMP/out" "verify     OK"
+expect_not_in "run gathered: no failed attempt" "$TMP/out" "failed GPU attempt"
+expect_rc "gather_bytes over the chunk" 1 "$FERRY" run --gather-bytes 64M --bytes 64M \
+  --batch-bytes 64K
+expect_in "gather_bytes over the chunk: why" "$TMP/err" "chunk_bytes"
 finish

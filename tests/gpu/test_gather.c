@@ -1,8 +1,9 @@
 /* Gathering small batches (option gather_bytes) on a real GPU: 8 threads submit batches of random
  * sizes (1 byte to 256 KiB, some in malloc'd memory at odd addresses, some in ferry_host_alloc
- * memory) of the scale workload; every batch completes once, on the GPU, bit-identical to the
- * CPU reference, through the stage's gpu_items (one launch per slab) and through the one-item
- * launcher (gpu_items NULL: a launch per item). Skips (exit 77) without a GPU. */
+ * memory, which moves as pieces of its own from 64 KiB) of the scale workload; every batch
+ * completes once, on the GPU, bit-identical to the CPU reference, through the stage's gpu_items
+ * (one launch per slab) and through the one-item launcher (gpu_items NULL: a launch per item).
+ * Skips (exit 77) without a GPU. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -65,7 +66,11 @@ static void run(bool items_launcher)
         fail_msg("pipeline_create: %s", ferry_last_error());
     uint64_t rs = test_seed(0x6A7);
     for (unsigned i = 0; i < N; i++) {
-        size_t n = rn->len[i] = (size_t)test_rand_range(&rs, 1, 256u << 10);
+        /* whole floats mostly: with gpu_items a batch of part of an element is not gathered */
+        size_t n = (size_t)test_rand_range(&rs, 1, 256u << 10);
+        if (i % 4 != 0 && n >= 4)
+            n &= ~(size_t)3;
+        rn->len[i] = n;
         rn->pinned[i] = i % 3 == 0;
         if (rn->pinned[i]) {
             assert_int_equal(ferry_host_alloc(dev, n, (void **)&rn->in[i]), 0);
