@@ -552,6 +552,12 @@ int ferry__gather_config(const ferry_pipeline_config_t *cfg, const ferry_options
                             "gather_bytes %zu is out of range: a slab is one chunk, so %u to "
                             "chunk_bytes (%zu) bytes, or 0 (off)",
                             n, 8 * GATHER_ALIGN, chunk);
+    unsigned slabs = (unsigned)ferry__opt_i64(o, FERRY__OPT_gather_slabs);
+    if (n != 0 && slabs != 0 && slabs < 3)
+        return ferry__error(FERRY_EINVAL,
+                            "gather_slabs %u is out of range: 3 to 256 (one filling, two in "
+                            "flight at least), or 0 (depth + 4)",
+                            slabs);
     *bytes = n;
     *flush_us = cfg->gather_us ? cfg->gather_us : (unsigned)ferry__opt_i64(o, FERRY__OPT_gather_us);
     return 0;
@@ -577,8 +583,11 @@ int ferry__gather_create(ferry_pipeline_t *p, size_t bytes, unsigned flush_us,
     if (g->item_max > GATHER_ITEM_MAX)
         g->item_max = GATHER_ITEM_MAX;
     g->flush_ns = (uint64_t)flush_us * 1000u;
-    g->nslabs = p->plan.depth + 4;
+    unsigned want = (unsigned)ferry__opt_i64(p->dev->rt->opts, FERRY__OPT_gather_slabs);
+    g->nslabs = want ? want : p->plan.depth + 4;
     g->eager = p->plan.depth / 2 > 2 ? p->plan.depth / 2 : 2;
+    if (g->eager > g->nslabs - 2) /* one slab at least fills while the others are busy */
+        g->eager = g->nslabs - 2;
     g->direct = ferry__be_has_copy_pieces(p->dev);
     ferry__mutex_init_adaptive(&g->mu);
     pthread_cond_init(&g->free_cv, NULL);
