@@ -13,6 +13,10 @@ for g in 0 8M 8M:6 2M:6; do
   FERRY_GATHER_SLABS=$slabs FERRY_GATHER_BYTES=${g%:*} build-gpu/ferry bench items --backend cuda \
     --threads 8 --item-sizes 64K,256K --json >"$OUT/f-items-$g.json" 2>>"$OUT/items.err"
 done
+for t in 1 2; do
+  FERRY_GATHER_BYTES=8M build-gpu/ferry bench items --backend cuda --threads $t \
+    --item-sizes 64K,256K --json >"$OUT/f-items-8M-t$t.json" 2>>"$OUT/items.err"
+done
 python3 - "$OUT" <<'PY'
 import json, sys, os
 o = sys.argv[1]
@@ -20,10 +24,10 @@ for l in open(os.path.join(o, 'peer.jsonl')):
     r = json.loads(l)
     print('torch %-6s s=%d g=%-3d item %7d %7.2f GB/s%s' % (r['mode'], r['streams'], r['group'],
           r['item_bytes'], r['gbps_each_way'], '  BEST' if r.get('best') else ''))
-for g in ('0', '8M', '8M:6', '2M:6'):
+for g in ('0', '8M', '8M:6', '2M:6', '8M-t1', '8M-t2'):
     j = json.load(open(os.path.join(o, 'f-items-%s.json' % g)))
     for r in j['results']:
-        print('ferry gather=%-5s item %7d %7.2f GB/s %5.1f%% of %.2f p99 %.0f us ok %s' % (g,
+        print('ferry gather=%-5s item %7d %7.2f GB/s %5.1f%% of %.2f p50 %.0f p99 %.0f us cpu %.1f us ok %s' % (g,
               r['item_bytes'], r['gbps_h2d'], 100 * r['fraction'], j['ceiling_gbps'],
-              r['latency_p99_us'], r['verified']))
+              r['latency_p50_us'], r['latency_p99_us'], r['cpu_us_per_item'], r['verified']))
 PY
