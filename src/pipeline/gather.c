@@ -36,18 +36,30 @@ typedef struct gather_item {
     bool direct; /* its bytes move between its own pinned memory and the device (pieces) */
 } gather_item_t;
 
+/* A slab's reservation word: the bytes used (from its start: the table's room, then the items),
+ * its items, the submitters still writing theirs, and whether it is sealed. A submit reserves
+ * its place with one compare-exchange, and the one that drops the writers of a sealed slab to 0
+ * (or seals one with none) sends it: the open slab's fast path takes no lock. */
+#define W_USED_MASK  ((UINT64_C(1) << 40) - 1)
+#define W_ITEM       (UINT64_C(1) << 40)
+#define W_ITEMS(w)   ((uint32_t)(((w) >> 40) & 0xfffu))
+#define W_WRITER     (UINT64_C(1) << 52)
+#define W_WRITERS(w) ((unsigned)(((w) >> 52) & 0x7ffu))
+#define W_SEALED     (UINT64_C(1) << 63)
+
 typedef struct gather_slab {
     unsigned char *h_in, *h_out;
     ferry_item_t *table; /* at h_in */
     gather_item_t *items;
-    uint32_t nitems;
-    size_t used;      /* from the slab's start: the table's room, then the items */
-    unsigned writers; /* copies in progress into it */
-    int state;        /* enum slab_state */
+    _Atomic uint64_t word; /* the reservation word above */
+    uint64_t id_base;      /* item i's batch id is id_base + i */
+    uint32_t nitems;       /* from the word, once sealed and its copies in (send) */
+    size_t used;
+    int state; /* enum slab_state, under the gather's lock */
     uint64_t opened_ns, seal_no;
     struct gather_slab *next;
     struct ferry__gather *g;
-    unsigned ndirect;             /* items whose bytes are not copied into the slab */
+    _Atomic unsigned ndirect;     /* items whose bytes are not copied into the slab */
     ferry_be_piece_t *pin, *pout; /* with ndirect > 0: the pieces each way */
     ferry__pieces_t pieces;
 } gather_slab_t;
@@ -65,6 +77,8 @@ struct ferry__gather {
     pthread_mutex_t mu;
     pthread_cond_t free_cv, flush_cv, sent_cv;
     gather_slab_t *free, *open, *handoff; /* handoff: sealed slabs the flusher sends */
+    _Atomic(gather_slab_t *) open_fast;   /* open, for the fast path (may be stale: see word) */
+    _Atomic unsigned busy;                /* unsent + inflight, for a look without the lock */
     unsigned unsent;                      /* sealed, not yet in the pipeline */
     unsigned inflight;                    /* in the pipeline, not yet done */
     unsigned eager;                       /* fewer slabs than this sealed or in flight: the
@@ -72,7 +86,6 @@ struct ferry__gather {
     unsigned waiters;
     bool closing, shut_pending, stop, flusher_idle, flusher_started;
     uint64_t seals;
-    uint64_t id_next, id_end;
     pthread_t flusher;
     _Atomic uint64_t items_in, slabs_in, items_done[3], slabs_done[3];
     gather_item_t *scratch; /* the completion thread's copy of a slab's items */
@@ -180,12 +193,34 @@ static int gather_cpu(const ferry_kernel_args_t *a, void *user)
  * caller sends it (ferry__gather's send); otherwise its last writer does. */
 static bool seal(ferry__gather_t *g, gather_slab_t *s)
 {
-    if (g->open == s)
+    if (g->open == s) {
         g->open = NULL;
+        atomic_store_explicit(&g->open_fast, NULL, memory_order_relaxed);
+    }
     s->state = SLAB_SEALED;
     s->seal_no = ++g->seals;
     g->unsent++;
-    return s->writers == 0;
+    atomic_fetch_add_explicit(&g->busy, 1, memory_order_relaxed);
+    uint64_t w = atomic_fetch_or_explicit(&s->word, W_SEALED, memory_order_acq_rel);
+    return W_WRITERS(w) == 0;
+}
+
+/* Reserve @need bytes and an item in @s: true with its index and offset, false when @s is
+ * sealed or has no room. A writer is counted in until done_writing. */
+static bool reserve(const ferry__gather_t *g, gather_slab_t *s, size_t need, uint32_t *i,
+                    size_t *off)
+{
+    uint64_t w = atomic_load_explicit(&s->word, memory_order_relaxed);
+    for (;;) {
+        if ((w & W_SEALED) || W_ITEMS(w) >= g->max_items || (w & W_USED_MASK) + need > g->cap)
+            return false;
+        if (atomic_compare_exchange_weak_explicit(&s->word, &w, w + need + W_ITEM + W_WRITER,
+                                                  memory_order_acq_rel, memory_order_relaxed)) {
+            *i = W_ITEMS(w);
+            *off = (size_t)(w & W_USED_MASK);
+            return true;
+        }
+    }
 }
 
 /* Under lock: seal the open slab when the device would otherwise idle (Nagle's rule: fewer
@@ -248,7 +283,7 @@ static void add_piece(ferry_be_piece_t *pc, size_t *n, void *host, size_t off, s
  * where its callback reads it. */
 static const ferry__pieces_t *pieces_of(const ferry__gather_t *g, gather_slab_t *s)
 {
-    if (s->ndirect == 0)
+    if (atomic_load_explicit(&s->ndirect, memory_order_relaxed) == 0)
         return NULL;
     size_t nin = 0, nout = 0;
     add_piece(s->pin, &nin, s->h_in, 0, g->table_bytes, true);
@@ -270,6 +305,9 @@ static const ferry__pieces_t *pieces_of(const ferry__gather_t *g, gather_slab_t 
 
 static int send(ferry__gather_t *g, gather_slab_t *s, bool wait)
 {
+    uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire); /* sealed: final */
+    s->nitems = W_ITEMS(w);
+    s->used = (size_t)(w & W_USED_MASK);
     ferry_batch_t b = FERRY_BATCH_INIT;
     b.in = s->h_in;
     b.out = s->h_out;
@@ -331,25 +369,23 @@ bool ferry__gather_takes(const ferry__gather_t *g, const ferry_batch_t *b)
             b->bytes % g->stage.granularity == 0);
 }
 
-/* An id for a gathered batch, from the pipeline's own sequence (under g's lock). */
-static uint64_t take_id(ferry__gather_t *g)
+/* A block of @n batch ids of the pipeline's own sequence (g's lock, then p's). */
+static uint64_t take_ids(ferry__gather_t *g, uint64_t n)
 {
-    if (g->id_next == g->id_end) { /* a block of the pipeline's ids (g's lock, then p's) */
-        pthread_mutex_lock(&g->p->lock);
-        g->id_next = g->p->api.next_id;
-        g->p->api.next_id += 4096;
-        pthread_mutex_unlock(&g->p->lock);
-        g->id_end = g->id_next + 4096;
-    }
-    return g->id_next++;
+    pthread_mutex_lock(&g->p->lock);
+    uint64_t first = g->p->api.next_id;
+    g->p->api.next_id += n;
+    pthread_mutex_unlock(&g->p->lock);
+    return first;
 }
 
-/* Under lock: a slab with room for @need bytes, open (opening a free one, sealing a full one
- * into *@to_send); NULL with the lock held when none is free: the caller waits or refuses. */
-static gather_slab_t *room(ferry__gather_t *g, size_t need, gather_slab_t **to_send)
+/* Under lock: reserve @need bytes in the open slab (*@i, *@off), opening a free one and sealing a
+ * full one into *@to_send; NULL (the lock held) when none is free: the caller waits or refuses. */
+static gather_slab_t *room(ferry__gather_t *g, size_t need, gather_slab_t **to_send, uint32_t *i,
+                           size_t *off)
 {
     gather_slab_t *s = g->open;
-    if (s != NULL && s->nitems < g->max_items && s->used + need <= g->cap)
+    if (s != NULL && reserve(g, s, need, i, off))
         return s;
     if (s != NULL && seal(g, s))
         *to_send = s;
@@ -357,11 +393,18 @@ static gather_slab_t *room(ferry__gather_t *g, size_t need, gather_slab_t **to_s
         return NULL;
     g->free = s->next;
     s->state = SLAB_OPEN;
-    s->nitems = 0;
-    s->ndirect = 0;
-    s->used = g->table_bytes;
+    atomic_store_explicit(&s->ndirect, 0, memory_order_relaxed);
+    s->id_base = take_ids(g, g->max_items);
     s->opened_ns = mono_ns();
+    /* Ours is in the word the slab opens with (it fits: need <= item_max, a quarter of what
+     * the table leaves): a submit that still holds this slab from before, or the fast path
+     * once it is published, can only come after it. */
+    *i = 0;
+    *off = g->table_bytes;
+    atomic_store_explicit(&s->word, (uint64_t)(g->table_bytes + need) + W_ITEM + W_WRITER,
+                          memory_order_release);
     g->open = s;
+    atomic_store_explicit(&g->open_fast, s, memory_order_release);
     if (g->flusher_idle)
         pthread_cond_signal(&g->flush_cv); /* a slab to watch: only when the pipeline idled */
     return s;
@@ -374,49 +417,51 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
     size_t need = round_up(b->bytes, GATHER_ALIGN);
     bool own = on_own_thread(p), may_wait = !own && !p->plan.nonblocking;
     uint64_t now = submit_stamp(p);
-    gather_slab_t *to_send = NULL, *s = NULL;
-    pthread_mutex_lock(&g->mu);
-    for (;;) {
-        if (g->closing) {
-            pthread_mutex_unlock(&g->mu);
-            if (to_send != NULL)
+    gather_slab_t *to_send = NULL;
+    uint32_t i = 0;
+    size_t off = 0;
+    /* The fast path: the open slab, with room. A stale pointer is harmless: a slab that was
+     * sealed refuses (its word says so) until it is opened again, and then it is the open one. */
+    gather_slab_t *s = atomic_load_explicit(&g->open_fast, memory_order_acquire);
+    if (s == NULL || !reserve(g, s, need, &i, &off)) {
+        pthread_mutex_lock(&g->mu);
+        for (;;) {
+            if (g->closing) {
+                pthread_mutex_unlock(&g->mu);
+                if (to_send != NULL)
+                    send(g, to_send, !own);
+                return ferry__error(FERRY_ECLOSED,
+                                    "ferry_pipeline_submit: pipeline '%s' #%u is closed",
+                                    p->stage_name, p->serial);
+            }
+            if ((s = room(g, need, &to_send, &i, &off)) != NULL)
+                break;
+            if (to_send != NULL) { /* send it first: it frees a slab in time */
+                pthread_mutex_unlock(&g->mu);
                 send(g, to_send, !own);
-            return ferry__error(FERRY_ECLOSED,
-                                "ferry_pipeline_submit: pipeline '%s' #%u is "
-                                "closed",
-                                p->stage_name, p->serial);
+                to_send = NULL;
+                pthread_mutex_lock(&g->mu);
+                continue;
+            }
+            if (!may_wait) {
+                pthread_mutex_unlock(&g->mu);
+                if (p->plan.nonblocking)
+                    return FERRY_EAGAIN;
+                return ferry__error(FERRY_EBUSY,
+                                    "ferry_pipeline_submit: every slab of pipeline '%s' #%u is in "
+                                    "flight and this is one of its callbacks: waiting for one "
+                                    "would deadlock",
+                                    p->stage_name, p->serial);
+            }
+            g->waiters++;
+            pthread_cond_wait(&g->free_cv, &g->mu);
+            g->waiters--;
         }
-        if ((s = room(g, need, &to_send)) != NULL)
-            break;
-        if (to_send != NULL) { /* send it first: it frees a slab in time */
-            pthread_mutex_unlock(&g->mu);
+        pthread_mutex_unlock(&g->mu);
+        if (to_send != NULL)
             send(g, to_send, !own);
-            to_send = NULL;
-            pthread_mutex_lock(&g->mu);
-            continue;
-        }
-        if (!may_wait) {
-            pthread_mutex_unlock(&g->mu);
-            if (p->plan.nonblocking)
-                return FERRY_EAGAIN;
-            return ferry__error(FERRY_EBUSY,
-                                "ferry_pipeline_submit: every slab of pipeline '%s' #%u is in "
-                                "flight and this is one of its callbacks: waiting for one would "
-                                "deadlock",
-                                p->stage_name, p->serial);
-        }
-        g->waiters++;
-        pthread_cond_wait(&g->free_cv, &g->mu);
-        g->waiters--;
     }
-    uint32_t i = s->nitems++;
-    size_t off = s->used;
-    s->used += need;
-    s->writers++;
-    uint64_t my_id = take_id(g);
-    pthread_mutex_unlock(&g->mu);
-    if (to_send != NULL)
-        send(g, to_send, !own);
+    uint64_t my_id = s->id_base + i;
 
     bool direct = g->direct && b->bytes >= GATHER_DIRECT_MIN && b->out != NULL &&
                   ferry__pipe_is_pinned(p, b->in, b->bytes) &&
@@ -433,12 +478,19 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
                                   .id = my_id,
                                   .submit_ns = now,
                                   .direct = direct};
+    if (direct)
+        atomic_fetch_add_explicit(&s->ndirect, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&g->items_in, 1, memory_order_relaxed);
-    pthread_mutex_lock(&g->mu);
-    s->ndirect += direct;
-    bool last = --s->writers == 0 && s->state == SLAB_SEALED;
-    gather_slab_t *idle = last ? NULL : seal_if_idle(g);
-    pthread_mutex_unlock(&g->mu);
+    /* Done writing: the last writer of a sealed slab sends it (the release publishes the item
+     * to whoever sends). */
+    uint64_t w = atomic_fetch_sub_explicit(&s->word, W_WRITER, memory_order_acq_rel);
+    bool last = (w & W_SEALED) && W_WRITERS(w) == 1;
+    gather_slab_t *idle = NULL;
+    if (!last && atomic_load_explicit(&g->busy, memory_order_relaxed) < g->eager) {
+        pthread_mutex_lock(&g->mu); /* the device may idle: look again, under the lock */
+        idle = seal_if_idle(g);
+        pthread_mutex_unlock(&g->mu);
+    }
     if (last)
         send(g, s, !own);
     if (idle != NULL)
@@ -511,6 +563,7 @@ static void slab_done(const ferry_batch_result_t *r, void *arg)
     s->next = g->free;
     g->free = s;
     g->inflight--;
+    atomic_fetch_sub_explicit(&g->busy, 1, memory_order_relaxed);
     if (g->waiters > 0) /* all of them: the slab takes many, and one alone fills it slowly */
         pthread_cond_broadcast(&g->free_cv);
     gather_slab_t *idle = seal_if_idle(g);
