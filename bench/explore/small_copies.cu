@@ -73,7 +73,8 @@ int main()
     piece *dpieces = nullptr;
     size_t maxp = SLAB / 4096 * SLABS;
     CK(cudaMalloc(&dpieces, maxp * sizeof(piece)));
-    printf("%-4s %8s %-6s %9s %9s %10s\n", "dir", "piece", "method", "GB/s", "of one", "host us/slab");
+    printf("%-4s %8s %-6s %9s %9s %10s\n", "dir", "piece", "method", "GB/s", "of one",
+           "host us/slab");
     const char *names[] = {"one", "each", "batch", "kernel"};
     for (int dir = 0; dir < 2; dir++) { // 0 H2D, 1 D2H
         for (size_t pz : sizes) {
@@ -88,7 +89,8 @@ int main()
                     unsigned char *dp_ = d + s * SLAB + i * pz;
                     dsts[k] = dir == 0 ? (void *)dp_ : (void *)hp_;
                     srcs[k] = dir == 0 ? (void *)hp_ : (void *)dp_;
-                    hp[k] = {(unsigned long long)(hd + (hp_ - h)), (unsigned long long)(dp_ - d), pz};
+                    hp[k] = {(unsigned long long)(hd + (hp_ - h)), (unsigned long long)(dp_ - d),
+                             pz};
                 }
             CK(cudaMemcpy(dpieces, hp.data(), hp.size() * sizeof(piece), cudaMemcpyHostToDevice));
             double one_gbps = 0;
@@ -149,7 +151,8 @@ int main()
                                      check[k * pz + pz - 1] == (unsigned char)((seed + k) & 0xff);
                         } else {
                             for (size_t k = 0; ok && k < np * SLABS; k++)
-                                ok = ((unsigned char *)dsts[k])[0] == (unsigned char)((seed + k) & 0xff) &&
+                                ok = ((unsigned char *)dsts[k])[0] ==
+                                         (unsigned char)((seed + k) & 0xff) &&
                                      ((unsigned char *)dsts[k])[pz - 1] ==
                                          (unsigned char)((seed + k) & 0xff);
                         }
