@@ -1,10 +1,13 @@
 /* Gathering small batches into slabs (gather.h). A slab is pinned memory, in and out, of
  * gather_bytes each: its table of items first (ferry_item_t, GATHER_MAX_ITEMS at most), then
- * each item's bytes at a GATHER_ALIGN boundary. A submitter reserves its item's place under
- * the lock and copies its bytes without it; the slab goes into the pipeline, as a batch whose
- * user pointer is the slab, when it is sealed (full, or its first item waited gather_us: the
- * flusher thread) and its last copy is in. Its callback, on the completion thread, copies each
- * item's output to its batch, frees the slab and runs the items' callbacks in order. */
+ * each item's bytes at a GATHER_ALIGN boundary. A submitter reserves its item's place with one
+ * compare-exchange on the slab's word (the lock only opens, seals and waits), then copies its
+ * bytes in, or, for a pinned batch of GATHER_DIRECT_MIN or more, leaves them where they are to
+ * move as a piece of the slab's copies (backend copy_pieces). The slab goes into the pipeline, as
+ * a batch whose user pointer is the slab, once sealed (full; the device about to idle; its
+ * first item waited gather_us: the flusher thread; drain, close) and its last writer done. Its
+ * callback, on the completion thread, copies each copied item's output back to its batch, frees
+ * the slab and runs the items' callbacks in order. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

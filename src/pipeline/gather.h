@@ -1,10 +1,11 @@
 /* Gathering small batches across batches (option gather_bytes): batches of a quarter of a slab
- * or less, from any thread, are copied into the pinned slab being filled; a slab that is full,
- * or whose first batch has waited gather_us, goes into the pipeline as one batch of its own (one
- * copy each way, one launch through the stage's gpu_items or a launch per item); its callback
- * copies each item's output to its batch and runs the batches' callbacks, on the completion
- * thread as any callback. The pipeline's stage is wrapped so that a slab's chunk reaches the
- * user's stage as its items. */
+ * or less (256 KiB at most), from any thread, go into the pinned slab being filled, copied in or,
+ * pinned and 64 KiB or more, as pieces moved straight from and to their own memory; a slab that
+ * is full, or whose device would idle, or whose first batch has waited gather_us, goes into the
+ * pipeline as one batch of its own (one copy each way, one launch through the stage's gpu_items
+ * or a launch per item); its callback puts each item's output in place and runs the batches'
+ * callbacks, on the completion thread as any callback. The pipeline's stage is wrapped so that a
+ * slab's chunk reaches the user's stage as its items. */
 #ifndef FERRY_PIPELINE_GATHER_H
 #define FERRY_PIPELINE_GATHER_H
 
