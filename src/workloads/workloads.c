@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "base/config.h"
 #include "ferry/workloads.h"
+#include "workloads/fma_simd.h"
 
 /* The index of the name in names[], as ferry_be_workload_t.kind. */
 enum wl_kind { WL_COPY, WL_SCALE, WL_FMA };
@@ -62,7 +63,7 @@ static void transform(const struct ferry_workload *w, const void *in, void *out,
         }
         break;
     case WL_FMA:
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = ferry__fma_simd(ib, ob, n, w->p.intensity, w->p.factor); i < n; i++) {
             float x;
             memcpy(&x, ib + i * 4, 4);
             for (unsigned k = 0; k < w->p.intensity; k++)

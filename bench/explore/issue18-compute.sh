@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Issue 18's compute-heavy target on one GPU in one device call: the fma workload at
+# INTENSITIES (default "64 256"), where the GPU is bound by its link and the CPU, with the
+# vector FMA loop (src/workloads/fma_simd.c), is a real share. Per round (ROUNDS, default 3),
+# interleaved: `--devices 0` (the GPU alone), `--devices cpu` (the CPU alone, CPU_BYTES),
+# `--devices 0,cpu` (a fresh guard trial each run) and `--devices 0,cpu --perf-model F` (the
+# first round calibrates F, the later ones load its verdict). Target: the set >= the GPU alone +
+# 0.9 x the CPU alone. Writes $OUT/runs.jsonl; prints a table last.
+set -u
+# shellcheck source=bench/explore/carry-env.sh
+. "$(dirname "$0")/carry-env.sh"
+rounds=${ROUNDS:-3}
+bytes=${BYTES:-16G}
+cpu_bytes=${CPU_BYTES:-2G}
+build_gpu
+{ lscpu | grep -E "Model name|^CPU\(s\)|Thread"; grep -o -w -m1 "avx512f" /proc/cpuinfo; } >>"$OUT/machine.txt"
+js() { python3 -c "import json,sys; j=json.load(sys.stdin); j.update($1); print(json.dumps(j))"; }
+for r in $(seq 1 "$rounds"); do
+  for it in ${INTENSITIES:-64 256}; do
+    for how in gpu cpu set setpm; do
+      b=$bytes
+      case $how in
+        gpu) dv="--devices 0" ;;
+        cpu) dv="--devices cpu" b=$cpu_bytes ;;
+        set) dv="--devices 0,cpu" ;;
+        setpm) dv="--devices 0,cpu --perf-model $OUT/pm-$it.json" ;;
+      esac
+      # shellcheck disable=SC2086
+      timeout 120 build-gpu/ferry run --backend cuda --workload fma --intensity "$it" --bytes "$b" $dv \
+        --json 2>>"$OUT/runs.err" | js "{'how':'$how','it':$it,'round':$r}" >>"$OUT/runs.jsonl"
+    done
+  done
+done
+python3 - "$OUT/runs.jsonl" <<'PY'
+import json, sys, statistics as st
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{')]
+for it in sorted({r['it'] for r in rows}):
+    med = {}
+    for how in ('gpu', 'cpu', 'set', 'setpm'):
+        v = [r for r in rows if r['it'] == it and r['how'] == how]
+        if not v:
+            continue
+        med[how] = st.median(r['gbps_h2d'] for r in v)
+        cpu = [d for r in v for d in r.get('devices', []) if d.get('index') == -1]
+        print('fma %-4d %-6s %6.2f GB/s transport, e2e %6.2f, verified %s, runs %s%s' % (
+            it, how, med[how], st.median(r['end_to_end_gbps'] for r in v),
+            all(r.get('verified') for r in v), ' '.join('%.2f' % r['gbps_h2d'] for r in v),
+            ' cpu share %s' % ' '.join('%.3f' % d['share'] for d in cpu) if cpu else ''))
+        for d in cpu:
+            print('      cpu: %s' % (d.get('note') or 'kept'))
+    if {'gpu', 'cpu'} <= med.keys():
+        want = med['gpu'] + 0.9 * med['cpu']
+        for how in ('set', 'setpm'):
+            if how in med:
+                print('fma %-4d %-6s %.2f against the target %.2f (gpu %.2f + 0.9 x cpu %.2f): %s' % (
+                    it, how, med[how], want, med['gpu'], med['cpu'],
+                    'met' if med[how] >= want else 'NOT met'))
+PY
