@@ -5,14 +5,17 @@
 # interleaved: `--devices 0` (the GPU alone), `--devices cpu` (the CPU alone, CPU_BYTES),
 # `--devices 0,cpu` (a fresh guard trial each run) and `--devices 0,cpu --perf-model F` (the
 # first round calibrates F, the later ones load its verdict). Target: the set >= the GPU alone +
-# 0.9 x the CPU alone. Writes $OUT/runs.jsonl; prints a table last.
+# 0.9 x the CPU alone. VERIFY (full, the default, or sample: a batch in 16) is ferry run's
+# --verify: full verification of ~50 GB/s takes most of a 16-core host's cores, which the CPU
+# device's threads then compete for. Writes $OUT/runs.jsonl (appends); prints a table last.
 set -u
 # shellcheck source=bench/explore/carry-env.sh
 . "$(dirname "$0")/carry-env.sh"
 rounds=${ROUNDS:-3}
 bytes=${BYTES:-16G}
 cpu_bytes=${CPU_BYTES:-2G}
-build_gpu
+verify=${VERIFY:-full}
+[ -x build-gpu/ferry ] && [ "${SKIP_BUILD:-0}" = 1 ] || build_gpu
 { lscpu | grep -E "Model name|^CPU\(s\)|Thread"; grep -o -w -m1 "avx512f" /proc/cpuinfo; } >>"$OUT/machine.txt"
 js() { python3 -c "import json,sys; j=json.load(sys.stdin); j.update($1); print(json.dumps(j))"; }
 for r in $(seq 1 "$rounds"); do
@@ -23,21 +26,23 @@ for r in $(seq 1 "$rounds"); do
         gpu) dv="--devices 0" ;;
         cpu) dv="--devices cpu" b=$cpu_bytes ;;
         set) dv="--devices 0,cpu" ;;
-        setpm) dv="--devices 0,cpu --perf-model $OUT/pm-$it.json" ;;
+        setpm) dv="--devices 0,cpu --perf-model $OUT/pm-$it-$verify.json" ;;
       esac
       # shellcheck disable=SC2086
       timeout 120 build-gpu/ferry run --backend cuda --workload fma --intensity "$it" --bytes "$b" $dv \
-        --json 2>>"$OUT/runs.err" | js "{'how':'$how','it':$it,'round':$r}" >>"$OUT/runs.jsonl"
+        --verify "$verify" --json 2>>"$OUT/runs.err" |
+        js "{'how':'$how','it':$it,'round':$r,'verify':'$verify'}" >>"$OUT/runs.jsonl"
     done
   done
 done
 python3 - "$OUT/runs.jsonl" <<'PY'
 import json, sys, statistics as st
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{')]
-for it in sorted({r['it'] for r in rows}):
+for vf, it in sorted({(r['verify'], r['it']) for r in rows}):
     med = {}
+    print('--verify %s' % vf)
     for how in ('gpu', 'cpu', 'set', 'setpm'):
-        v = [r for r in rows if r['it'] == it and r['how'] == how]
+        v = [r for r in rows if r['it'] == it and r['how'] == how and r['verify'] == vf]
         if not v:
             continue
         med[how] = st.median(r['gbps_h2d'] for r in v)
