@@ -4,7 +4,8 @@
 # vector FMA loop (src/workloads/fma_simd.c), is a real share. Per round (ROUNDS, default 3),
 # interleaved: `--devices 0` (the GPU alone), `--devices cpu` (the CPU alone, CPU_BYTES),
 # `--devices 0,cpu` (a fresh guard trial each run) and `--devices 0,cpu --perf-model F` (the
-# first round calibrates F, the later ones load its verdict). Target: the set >= the GPU alone +
+# calibration run before the rounds writes F, the rounds load its verdict), for each of THREADS (the CPU
+# device's threads, default 8). Target: the set >= the GPU alone +
 # 0.9 x the CPU alone. VERIFY (full, the default, or sample: a batch in 16) is ferry run's
 # --verify: full verification of ~50 GB/s takes most of a 16-core host's cores, which the CPU
 # device's threads then compete for. Writes $OUT/runs.jsonl (appends); prints a table last.
@@ -18,31 +19,41 @@ verify=${VERIFY:-full}
 [ -x build-gpu/ferry ] && [ "${SKIP_BUILD:-0}" = 1 ] || build_gpu
 { lscpu | grep -E "Model name|^CPU\(s\)|Thread"; grep -o -w -m1 "avx512f" /proc/cpuinfo; } >>"$OUT/machine.txt"
 js() { python3 -c "import json,sys; j=json.load(sys.stdin); j.update($1); print(json.dumps(j))"; }
-for r in $(seq 1 "$rounds"); do
+for r in $(seq 0 "$rounds"); do # round 0: the perf models' calibration runs alone
   for it in ${INTENSITIES:-64 256}; do
-    for how in gpu cpu set setpm; do
-      b=$bytes
-      case $how in
-        gpu) dv="--devices 0" ;;
-        cpu) dv="--devices cpu" b=$cpu_bytes ;;
-        set) dv="--devices 0,cpu" ;;
-        setpm) dv="--devices 0,cpu --perf-model $OUT/pm-$it-$verify.json" ;;
-      esac
-      # shellcheck disable=SC2086
-      timeout 120 build-gpu/ferry run --backend cuda --workload fma --intensity "$it" --bytes "$b" $dv \
-        --verify "$verify" --json 2>>"$OUT/runs.err" |
-        js "{'how':'$how','it':$it,'round':$r,'verify':'$verify'}" >>"$OUT/runs.jsonl"
+    for how in ${HOWS:-gpu cpu set setpm}; do
+      for t in ${THREADS:-8}; do
+        b=$bytes
+        case $how in
+          gpu) dv="--devices 0" ;;
+          cpu) dv="--devices cpu" b=$cpu_bytes ;;
+          set) dv="--devices 0,cpu" ;;
+          setpm) dv="--devices 0,cpu --perf-model $OUT/pm-$it-$verify-$t.json" ;;
+        esac
+        [ "$how" = gpu ] && [ "$t" != "${THREADS%% *}" ] && continue # once a round
+        [ "$r" = 0 ] && [ "$how" != setpm ] && continue
+        # shellcheck disable=SC2086
+        timeout 120 build-gpu/ferry run --backend cuda --workload fma --intensity "$it" --bytes "$b" \
+          $dv --cpu-threads "$t" --verify "$verify" --json 2>>"$OUT/runs.err" |
+          js "{'how':'$how','it':$it,'round':$r,'verify':'$verify','t':$t}" >>"$OUT/runs.jsonl"
+      done
     done
   done
 done
 python3 - "$OUT/runs.jsonl" <<'PY'
 import json, sys, statistics as st
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{')]
-for vf, it in sorted({(r['verify'], r['it']) for r in rows}):
+for r in rows:  # the calibration runs: their verdicts, not their rates
+    if r['round'] == 0:
+        print('calibration, fma %d, %d threads: %.2f GB/s, cpu: %s' % (r['it'], r.get('t', 8), r['gbps_h2d'],
+              [d.get('note') or 'kept' for d in r.get('devices', []) if d.get('index') == -1]))
+rows = [r for r in rows if r['round'] > 0]
+for vf, it, t in sorted({(r['verify'], r['it'], r.get('t', 8)) for r in rows}):
     med = {}
-    print('--verify %s' % vf)
+    print('--verify %s, fma intensity %d, --cpu-threads %d' % (vf, it, t))
     for how in ('gpu', 'cpu', 'set', 'setpm'):
-        v = [r for r in rows if r['it'] == it and r['how'] == how and r['verify'] == vf]
+        v = [r for r in rows if r['it'] == it and r['how'] == how and r['verify'] == vf and
+             (how == 'gpu' or r.get('t', 8) == t)]
         if not v:
             continue
         med[how] = st.median(r['gbps_h2d'] for r in v)
