@@ -1,7 +1,8 @@
 /* `ferry run`'s verifier (tools/ferry/run_verify.c) driven directly: a batch of the generated
  * pool is checked against the digests of its reference, a wrong byte anywhere in it (any digest
  * block, the short last block) is caught and its offset in the stream reported exactly, short
- * batches fall back to the CPU reference, and --verify sample and off check what they say. */
+ * batches fall back to the CPU reference, and --verify sample and off check what they say; the
+ * verifier threads share a batch's units and still report each batch once, exactly. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -168,6 +169,72 @@ static void sample_and_off(void **state)
     assert_string_equal(run_verify_name(RUN_VERIFY_SAMPLE), "sample");
 }
 
+/* The verifier threads share a batch by units (take_unit in run_verify.c): four of them check
+ * batches one at a time, each batch with 0 to 3 wrong bytes at random (a unit each, or two in
+ * one): the first is reported exactly, once per batch, a good batch's bytes all count, and a
+ * short batch (the CPU reference) the same. */
+static void verifiers_share_a_batch(void **state)
+{
+    (void)state;
+    run_state_t s = st;
+    s.verify = RUN_VERIFY_FULL;
+    s.nring = 2;
+    ring_entry_t ring[2];
+    size_t freeq[2], doneq[2];
+    s.ring = ring;
+    s.freeq = freeq;
+    s.doneq = doneq;
+    pthread_mutex_init(&s.lock, NULL);
+    pthread_cond_init(&s.cv_free, NULL);
+    pthread_cond_init(&s.cv_done, NULL);
+    pthread_t th[4];
+    unsigned n = 0;
+    while (n < 4) /* one helper thread per call on a small machine */
+        n += run_verifiers_start(&s, th + n, 4 - n);
+    uint64_t rng = 12345;
+    for (uint64_t seq = 0; seq < 60; seq++) {
+        size_t bytes = seq % 7 == 6 ? BATCH - 4 * (seq + 1) : BATCH; /* some short ones */
+        ring_entry_t e = entry(seq, seq % SLOTS, bytes);
+        unsigned wrong = (unsigned)(seq % 4);
+        for (unsigned w = 0; w < wrong; w++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            out[(size_t)(rng >> 20) % bytes] ^= 0x04;
+        }
+        pthread_mutex_lock(&s.lock);
+        s.t = (run_totals_t){0};
+        s.nfree = 0;
+        ring[0] = e;
+        cb_ctx_t c = {&s, 0};
+        pthread_mutex_unlock(&s.lock);
+        ferry_batch_result_t r = {.status = 0, .where = FERRY_DONE_GPU};
+        run_on_done(&r, &c);
+        pthread_mutex_lock(&s.lock);
+        while (s.nfree == 0)
+            pthread_cond_wait(&s.cv_free, &s.lock);
+        /* the first wrong byte (a bit flipped twice is right again) */
+        unsigned char *want = malloc(bytes);
+        assert_non_null(want);
+        ferry_workload_reference(wl, e.in, want, bytes);
+        size_t first = 0;
+        while (first < bytes && want[first] == out[first])
+            first++;
+        free(want);
+        assert_int_equal(s.t.mismatched, first < bytes);
+        assert_int_equal(s.t.checked, 1);
+        assert_int_equal(s.t.verified_bytes, first < bytes ? 0 : bytes);
+        if (first < bytes)
+            assert_int_equal(s.t.first_bad_offset, seq * BATCH + first);
+        assert_true(ring[0].vunits >= 1 && ring[0].vleft == 0);
+        pthread_mutex_unlock(&s.lock);
+    }
+    run_verifiers_stop(&s, th, &n);
+    assert_int_equal(n, 0);
+    free(s.lat_ns);
+    pthread_cond_destroy(&s.cv_done);
+    pthread_cond_destroy(&s.cv_free);
+    pthread_mutex_destroy(&s.lock);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -175,6 +242,7 @@ int main(void)
         cmocka_unit_test(wrong_byte_found_exactly),
         cmocka_unit_test(short_batch_uses_the_cpu_reference),
         cmocka_unit_test(sample_and_off),
+        cmocka_unit_test(verifiers_share_a_batch),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

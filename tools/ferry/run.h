@@ -23,6 +23,9 @@ typedef enum run_verify { RUN_VERIFY_FULL, RUN_VERIFY_SAMPLE, RUN_VERIFY_OFF } r
 /* A file's batches are checked against their CPU reference in blocks of this size, each made
  * and compared while in cache. A multiple of 4. */
 #define RUN_CHECK_BLOCK (256u << 10)
+/* A batch is checked in units of this size, which the verifier threads share (a multiple of
+ * both blocks above). */
+#define RUN_VERIFY_UNIT RUN_DIGEST_BLOCK
 
 typedef struct run_totals {
     uint64_t ok_gpu, ok_cpu, failed, mismatched;
@@ -45,6 +48,10 @@ typedef struct ring_entry {
     int status, where;
     uint64_t seq; /* the batch's number, for a stream output written in order */
     bool ready;   /* a stream output: verified, waiting for the batches before it */
+    /* its check, shared by the verifiers (run_verify.c), under the state's lock: units in all,
+     * taken, not finished; the first bad byte found (bytes: none); a verifier without memory */
+    size_t vunits, vnext, vleft, vbad;
+    bool vnomem;
 } ring_entry_t;
 
 /* Shared by the submitting thread, the pipeline's callback and the verifier threads. */
@@ -149,6 +156,14 @@ size_t run_digest_blocks(size_t batch);
  * matched (or was not to be checked). Used by the verifier threads; exposed for tests. */
 bool run_verify_batch(const run_state_t *st, const ring_entry_t *e, unsigned char *scratch,
                       run_totals_t *t);
+/* The same in parts, as the verifier threads share a batch: its units of RUN_VERIFY_UNIT (1
+ * for a batch with nothing to read); unit @u checked, returning the first bad byte's offset in
+ * the batch or e->bytes; and the batch counted into @t given the first bad byte @bad over all
+ * its units (the return value of run_verify_batch). */
+size_t run_verify_units(const run_state_t *st, const ring_entry_t *e);
+size_t run_verify_unit(const run_state_t *st, const ring_entry_t *e, size_t u,
+                       unsigned char *scratch);
+bool run_verify_count(const run_state_t *st, const ring_entry_t *e, size_t bad, run_totals_t *t);
 /* CLOCK_MONOTONIC in ns. */
 uint64_t run_now_ns(void);
 /* Wait on cv_free once (st->lock held), the time charged to what holds the ring's entries:
