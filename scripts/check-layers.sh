@@ -26,6 +26,7 @@ workloads     4
 measure       4
 io            4
 pipeline      5
+mpi           6
 '
 
 # Known edges that point up, "file include", each with the reason it is still there (none

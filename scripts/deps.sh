@@ -21,6 +21,9 @@ need=(
   "liburing-dev:/usr/include/liburing.h"
   # `ferry run` checks its output against XXH3 digests of the reference
   "libxxhash-dev:/usr/include/xxhash.h"
+  # jobs across nodes (`mpirun -n N ferry run`, libferry_mpi): Open MPI
+  "libopenmpi-dev:/usr/include/x86_64-linux-gnu/openmpi/mpi.h"
+  "openmpi-bin:/usr/bin/mpirun"
   "python3:/usr/bin/python3"
   # the metrics tests parse ferry's exposition with a real Prometheus parser, and scrape it
   "python3-prometheus-client:/usr/lib/python3/dist-packages/prometheus_client/__init__.py"

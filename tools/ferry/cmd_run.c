@@ -138,6 +138,15 @@ static int check_report(const char *cmd, const char *v, void *into)
     return report_check_path(cmd, v);
 }
 
+static int check_stripe_bytes(const char *cmd, const char *v, void *into)
+{
+    (void)v;
+    if (((run_opts_t *)into)->stripe_bytes == 0)
+        return cli_usage_error(cmd, "--stripe-bytes must be at least 1 (a multiple of 4 for "
+                                    "the float workloads)");
+    return 0;
+}
+
 static const cli_flag_def_t run_flags[] = {
     {CLI_FLAG("json", CLI_SWITCH, run_opts_t, json, "print the summary as one JSON object")},
     {CLI_FLAG("quiet", CLI_SWITCH, run_opts_t, quiet, "print nothing but errors")},
@@ -157,6 +166,13 @@ static const cli_flag_def_t run_flags[] = {
      .check = check_trace},
     {CLI_FLAG("report", CLI_STRING, run_opts_t, report, "write an HTML page"),
      .check = check_report},
+    {CLI_FLAG("stripe-bytes", CLI_SIZE, run_opts_t, stripe_bytes,
+              "under mpirun: bytes per stripe the ranks take (default 256M)"),
+     .check = check_stripe_bytes},
+    {CLI_FLAG("resume", CLI_SWITCH, run_opts_t, resume,
+              "under mpirun: finish the job the journal describes")},
+    {CLI_FLAG("journal", CLI_STRING, run_opts_t, journal,
+              "under mpirun: the journal's path prefix (default OUTPUT.journal)")},
     {NULL},
 };
 
@@ -173,6 +189,13 @@ static int check_flags(const run_opts_t *r)
         return cli_usage_error(cmd, "--intensity applies to --workload fma only");
     if (r->bytes == 0 && (!r->input || r->bytes_set))
         return cli_usage_error(cmd, "--bytes must be at least 1");
+    if (run_mpi_ranks() == 0 && (r->stripe_bytes || r->resume || r->journal))
+        return cli_usage_error(cmd,
+                               "%s: only for a job over MPI ranks (mpirun -n N ferry run "
+                               "..., srun ...; docs/mpi.md)",
+                               r->stripe_bytes ? "--stripe-bytes"
+                               : r->resume     ? "--resume"
+                                               : "--journal");
     return 0;
 }
 
@@ -612,9 +635,10 @@ static void run_cleanup(run_ctx_t *c)
 
 int cmd_run(int argc, char **argv)
 {
+    static const char verify_default[] = "full";
     run_ctx_t c = {
         .ro = {.workload = "scale",
-               .verify = "full",
+               .verify = verify_default,
                .bytes = 4ull << 30,
                .batch_bytes = 64ull << 20},
         .st = {.outfd = -1, .cut_seq = UINT64_MAX},
@@ -628,6 +652,12 @@ int cmd_run(int argc, char **argv)
     if (pr != CLI_OK)
         return pr == CLI_HELP ? usage() : pr;
     if ((pr = check_flags(&c.ro)) != CLI_OK) {
+        ferry_options_destroy(c.opts);
+        return pr;
+    }
+    /* started by mpirun or srun: one rank of a job over them (a launch of one rank too) */
+    if (run_mpi_ranks() > 0) {
+        pr = run_mpi(&c.ro, c.opts, c.ro.verify != verify_default);
         ferry_options_destroy(c.opts);
         return pr;
     }

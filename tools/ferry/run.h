@@ -120,6 +120,10 @@ typedef struct run_opts {
     int signal;                    /* the run was stopped by this signal (0: it was not) */
     bool report_done;              /* the report was written */
     unsigned long long tl_chunks;  /* --report: the chunks its timeline shows */
+    /* a job over MPI ranks (run_mpi.c): --stripe-bytes, --resume, --journal */
+    unsigned long long stripe_bytes;
+    bool resume;
+    const char *journal;
     const ferry_options_t *opts;
     int argc; /* the command line, for the report */
     char **argv;
@@ -140,6 +144,13 @@ typedef struct run_outcome {
 
 /* The pipeline's callback (a ferry thread, @arg a cb_ctx_t): hand the batch to the verifiers. */
 void run_on_done(const ferry_batch_result_t *r, void *arg);
+/* The ranks an MPI launcher (mpirun, srun) says this process is one of; 0: not launched so. */
+int run_mpi_ranks(void);
+/* `ferry run` as one rank of a job over MPI ranks (run_mpi.c), the flags parsed into @ro and
+ * @opts; @verify_given: --verify was on the command line. Returns CLI_OK, CLI_USAGE or
+ * CLI_FAIL. */
+int run_mpi(const run_opts_t *ro, ferry_options_t *opts, bool verify_given);
+
 /* Start up to @max verifier threads on @st; returns how many started. */
 unsigned run_verifiers_start(run_state_t *st, pthread_t *th, unsigned max);
 /* Let the verifiers finish what is queued, then join them (*n becomes 0). */

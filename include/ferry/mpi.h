@@ -1,0 +1,103 @@
+/* ferry across nodes: one job over the ranks of an MPI communicator (libferry_mpi, built when
+ * CMake finds MPI; option FERRY_WITH_MPI). A file is cut into stripes; each rank takes the next
+ * stripe not yet taken (a counter on rank 0, through MPI one-sided operations: a slower rank
+ * takes fewer), reads it at its offset, streams it through its own pipeline (its devices, its
+ * faults and fallbacks: everything a pipeline does) and writes the result at the same offset of
+ * the output, so that the output is byte for byte what one process would write. A journal of
+ * finished stripes, made durable before a stripe counts as finished, lets a job that stopped
+ * (a rank that died, a signal) be finished later with no stripe lost or written twice.
+ *
+ * `mpirun -n N ferry run --input F --output G ...` is this job (docs/mpi.md). Link with
+ * ferry::ferry_mpi (CMake) and MPI. */
+#ifndef FERRY_MPI_H
+#define FERRY_MPI_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What one job does; the same on every rank (the caller's, read during the call only). */
+typedef struct ferry_mpi_job {
+    size_t size; /* sizeof(ferry_mpi_job_t): set by FERRY_MPI_JOB_INIT */
+    /* a regular file, read by every rank at its stripes' offsets */
+    const char *input;
+    /* the output file: made (or, with resume, kept) by rank 0 at the input's size, each stripe
+     * written at its offset; a regular file on a file system every rank sees */
+    const char *output;
+    /* this rank's pipeline: its config (device or devices, stage, options), made and closed by
+     * the job; its stage's granularity must divide stripe_bytes and batch_bytes */
+    const ferry_pipeline_config_t *pipeline;
+    uint64_t stripe_bytes; /* 0: 256 MiB */
+    size_t batch_bytes;    /* a stripe goes as batches of this; 0: 64 MiB; <= stripe_bytes */
+    /* the journal's path prefix: rank r appends to "<journal>.<r>"; NULL: "<output>.journal" */
+    const char *journal;
+    /* 1: finish the job a journal describes (the same input, output and stripe size): stripes
+     * it records as finished are not run again; 0: a new job (old journal files removed) */
+    int resume;
+} ferry_mpi_job_t;
+
+#define FERRY_MPI_JOB_INIT FERRY_SIZED_INIT(ferry_mpi_job_t)
+
+/* One rank's part of the job. */
+typedef struct ferry_mpi_rank {
+    int rank;
+    char host[64];
+    char device[128]; /* its pipeline's first device */
+    uint64_t bytes;   /* of the stripes it ran */
+    uint64_t stripes;
+    uint64_t batches_gpu, batches_cpu, batches_failed;
+    double seconds; /* from the job's start (a barrier) to its last write */
+    double gbps;    /* bytes / seconds */
+    /* its pipeline's time on its devices' clock, first copy to last (virtual on the
+     * simulator, where wall time is the simulation's), and bytes / that */
+    double device_seconds, device_gbps;
+    int simulated; /* 1: its device is simulated */
+} ferry_mpi_rank_t;
+
+typedef struct ferry_mpi_result {
+    size_t size; /* sizeof(ferry_mpi_result_t): set by FERRY_MPI_RESULT_INIT */
+    unsigned nranks;
+    ferry_mpi_rank_t *ranks;     /* nranks of them, by rank; free with ferry_mpi_result_free */
+    uint64_t bytes;              /* the input's size */
+    uint64_t stripes;            /* in all */
+    uint64_t stripes_done;       /* run by this job */
+    uint64_t stripes_resumed;    /* finished before (resume), not run again */
+    uint64_t stripes_unfinished; /* claimed in the journal by a job that stopped, run again */
+    double seconds;              /* the slowest rank's */
+    double gbps;                 /* bytes run by this job / seconds */
+    double device_seconds;       /* the slowest rank's on its devices' clock */
+    double device_gbps;          /* bytes run by this job / device_seconds */
+} ferry_mpi_result_t;
+
+#define FERRY_MPI_RESULT_INIT FERRY_SIZED_INIT(ferry_mpi_result_t)
+
+/** Run @p job over the ranks of @p comm: a collective call, made by every rank of @p comm with
+ *  the same job, after MPI_Init (only the calling thread makes MPI calls). Every rank's @p out
+ *  (may be NULL; its size set) is
+ *  filled with every rank's figures on success and on a failure of the stripes' batches.
+ *  Returns the same value on every rank: 0; FERRY_EINVAL (NULL job or communicator, a size
+ *  not set, a value out of range, an input that is not a regular file, a journal of another
+ *  job); FERRY_EIO (a file that cannot be opened, read, written or synced, on any rank);
+ *  FERRY_ENOMEM; FERRY_EBACKEND (batches failed: their stripes are not journaled as finished,
+ *  so resume runs them again); or what creating a rank's pipeline returned.
+ *  ferry_mpi_last_error() says what and where (the rank) on every rank. Not thread-safe with
+ *  other MPI calls on @p comm. */
+FERRY_EXTERN int ferry_mpi_run(MPI_Comm comm, const ferry_mpi_job_t *job, ferry_mpi_result_t *out);
+
+/** Release what ferry_mpi_run put in @p r (its ranks); @p r may be NULL. */
+FERRY_EXTERN void ferry_mpi_result_free(ferry_mpi_result_t *r);
+
+/** The last ferry_mpi_run error's text on this thread ("" when none). */
+FERRY_EXTERN const char *ferry_mpi_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,228 @@
+/* `ferry run` started by an MPI launcher (mpirun, srun): the job of include/ferry/mpi.h over the
+ * ranks of MPI_COMM_WORLD, --input cut into stripes that the ranks take as they have room, the
+ * result written into --output at each stripe's offset; rank 0 prints the job's summary
+ * (docs/mpi.md). Built with MPI only (FERRY_HAVE_MPI); without it a launch of several ranks is
+ * refused, since each would run the whole job into the same output. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ferry.h"
+#include "ferry/workloads.h"
+#include "json.h"
+#include "run.h"
+
+#ifdef FERRY_HAVE_MPI
+#include "ferry/mpi.h"
+#endif
+
+static const char cmd[] = "run";
+
+int run_mpi_ranks(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char *v = getenv(vars[i]);
+        if (v != NULL && v[0] != '\0') {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*end == '\0' && n > 0)
+                return (int)n;
+        }
+    }
+    /* PMIx alone (srun --mpi=pmix) says the rank, not the size: at least one */
+    return getenv("PMIX_RANK") != NULL ? 1 : 0;
+}
+
+#ifndef FERRY_HAVE_MPI
+
+int run_mpi(const run_opts_t *ro, ferry_options_t *opts, bool verify_given)
+{
+    (void)ro;
+    (void)opts;
+    (void)verify_given;
+    return cli_fail(cmd,
+                    "started as one of %d ranks by an MPI launcher, but this ferry was "
+                    "built without MPI (FERRY_WITH_MPI; Debian: libopenmpi-dev): each rank "
+                    "would run the whole job into the same output",
+                    run_mpi_ranks());
+}
+
+#else
+
+static void print_text(const ferry_mpi_result_t *r, const run_opts_t *ro, const char *workload)
+{
+    char b1[32], b2[32];
+    uint64_t gpu = 0, cpu = 0, failed = 0;
+    printf("ferry run: %s over %u rank(s), %s of %s in %llu stripe(s) of %s -> %s\n", workload,
+           r->nranks, cli_bytes(r->bytes, b1, sizeof(b1)), ro->input,
+           (unsigned long long)r->stripes, cli_bytes(ro->stripe_bytes, b2, sizeof(b2)), ro->output);
+    for (unsigned i = 0; i < r->nranks; i++) {
+        const ferry_mpi_rank_t *k = &r->ranks[i];
+        printf("  rank %-4d %s, %s: %llu stripe(s), %s in %.3f s, %.2f GB/s; on its device "
+               "%.2f GB/s%s\n",
+               k->rank, k->host, k->device[0] ? k->device : "no device",
+               (unsigned long long)k->stripes, cli_bytes(k->bytes, b1, sizeof(b1)), k->seconds,
+               k->gbps, k->device_gbps, k->simulated ? " (simulated)" : "");
+        gpu += k->batches_gpu;
+        cpu += k->batches_cpu;
+        failed += k->batches_failed;
+    }
+    printf("  job       %llu stripe(s) run in %.3f s (the slowest rank): %.2f GB/s; on the "
+           "devices' clocks %.2f GB/s; %llu finished before (resumed)\n",
+           (unsigned long long)r->stripes_done, r->seconds, r->gbps, r->device_gbps,
+           (unsigned long long)r->stripes_resumed);
+    if (r->stripes_unfinished > 0)
+        printf("  resumed   %llu stripe(s) a stopped job had claimed and not finished: run "
+               "again\n",
+               (unsigned long long)r->stripes_unfinished);
+    printf("  batches   %llu ok on GPU, %llu ok on CPU, %llu failed\n", (unsigned long long)gpu,
+           (unsigned long long)cpu, (unsigned long long)failed);
+    printf("  verify    off: a job over MPI ranks does not check its batches against the "
+           "CPU reference\n");
+}
+
+static void print_json(const ferry_mpi_result_t *r, const run_opts_t *ro, const char *workload,
+                       int rc)
+{
+    json_t j;
+    json_command_begin(&j, stdout, "run");
+    json_key_bool(&j, "ok", rc == 0);
+    json_key_bool(&j, "mpi", true);
+    json_key_str(&j, "workload", workload);
+    json_key_str(&j, "input", ro->input);
+    json_key_str(&j, "output", ro->output);
+    json_key_uint(&j, "ranks", r->nranks);
+    json_key_uint(&j, "bytes", r->bytes);
+    json_key_uint(&j, "stripe_bytes", ro->stripe_bytes);
+    json_key_uint(&j, "stripes", r->stripes);
+    json_key_uint(&j, "stripes_done", r->stripes_done);
+    json_key_uint(&j, "stripes_resumed", r->stripes_resumed);
+    json_key_uint(&j, "stripes_unfinished", r->stripes_unfinished);
+    json_key_double(&j, "seconds", r->seconds, 6);
+    json_key_double(&j, "gbps", r->gbps, 3);
+    json_key_double(&j, "device_seconds", r->device_seconds, 6);
+    json_key_double(&j, "device_gbps", r->device_gbps, 3);
+    json_key_str(&j, "verify", "off");
+    if (rc != 0)
+        json_key_str(&j, "error", ferry_mpi_last_error());
+    json_key(&j, "per_rank");
+    json_array_begin(&j);
+    for (unsigned i = 0; i < r->nranks; i++) {
+        const ferry_mpi_rank_t *k = &r->ranks[i];
+        json_object_begin(&j);
+        json_key_int(&j, "rank", k->rank);
+        json_key_str(&j, "host", k->host);
+        json_key_str(&j, "device", k->device);
+        json_key_uint(&j, "stripes", k->stripes);
+        json_key_uint(&j, "bytes", k->bytes);
+        json_key_double(&j, "seconds", k->seconds, 6);
+        json_key_double(&j, "gbps", k->gbps, 3);
+        json_key_double(&j, "device_seconds", k->device_seconds, 6);
+        json_key_double(&j, "device_gbps", k->device_gbps, 3);
+        json_key_bool(&j, "simulated", k->simulated != 0);
+        json_key_uint(&j, "batches_gpu", k->batches_gpu);
+        json_key_uint(&j, "batches_cpu", k->batches_cpu);
+        json_key_uint(&j, "batches_failed", k->batches_failed);
+        json_object_end(&j);
+    }
+    json_array_end(&j);
+    json_end(&j);
+}
+
+/* What a job over ranks cannot do, said rather than ignored (every rank finds the same). */
+static int check_mpi_flags(const run_opts_t *ro, bool verify_given)
+{
+    struct stat sb;
+    if (ro->input == NULL || ro->output == NULL)
+        return cli_usage_error(cmd, "under an MPI launcher, ferry run streams a file: --input "
+                                    "FILE and --output FILE are both needed (docs/mpi.md)");
+    if (strcmp(ro->input, "-") == 0 || stat(ro->input, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return cli_usage_error(cmd,
+                               "--input %s: under an MPI launcher, a regular file every "
+                               "rank can read",
+                               ro->input);
+    if (strcmp(ro->output, "-") == 0 || (stat(ro->output, &sb) == 0 && !S_ISREG(sb.st_mode)))
+        return cli_usage_error(cmd,
+                               "--output %s: under an MPI launcher, a regular file every "
+                               "rank can write",
+                               ro->output);
+    if (verify_given && ro->verify_mode != RUN_VERIFY_OFF)
+        return cli_usage_error(cmd,
+                               "--verify %s: a job over MPI ranks does not check its "
+                               "batches (accepted there: off)",
+                               ro->verify);
+    if (ro->trace || ro->report || ro->bytes_set)
+        return cli_usage_error(cmd, "%s: not available for a job over MPI ranks",
+                               ro->trace    ? "--trace"
+                               : ro->report ? "--report"
+                                            : "--bytes");
+    return 0;
+}
+
+int run_mpi(const run_opts_t *ro, ferry_options_t *opts, bool verify_given)
+{
+    int provided = 0;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        return cli_fail(cmd, "MPI_Init failed");
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int rc = check_mpi_flags(ro, verify_given);
+    ferry_runtime_t *rt = NULL;
+    ferry_workload_t *wl = NULL;
+    ferry_mpi_result_t res = FERRY_MPI_RESULT_INIT;
+    int jr = 0;
+    if (rc == 0) {
+        ferry_runtime_config_t rcfg = FERRY_RUNTIME_CONFIG_INIT;
+        rcfg.options = opts;
+        ferry_device_t *devs[FERRY_MAX_DEVICE_SET];
+        unsigned ndev = 0;
+        ferry_workload_params_t wp = FERRY_WORKLOAD_PARAMS_INIT;
+        wp.intensity = (unsigned)ro->intensity;
+        ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
+        if ((jr = ferry_runtime_create(&rcfg, &rt)) == 0 &&
+            (jr = ferry_devices_select(rt, NULL, devs, FERRY_MAX_DEVICE_SET, &ndev)) == 0 &&
+            (jr = ferry_workload_create(ro->workload, &wp, &wl)) == 0) {
+            if (ndev > 1) {
+                pc.devices = devs;
+                pc.ndevices = ndev;
+            } else {
+                pc.device = devs[0];
+            }
+            pc.stage = ferry_workload_stage(wl);
+            pc.single_stream = ro->single_stream;
+            ferry_mpi_job_t job = FERRY_MPI_JOB_INIT;
+            job.input = ro->input;
+            job.output = ro->output;
+            job.pipeline = &pc;
+            job.stripe_bytes = ro->stripe_bytes;
+            job.batch_bytes = (size_t)ro->batch_bytes;
+            job.journal = ro->journal;
+            job.resume = ro->resume;
+            jr = ferry_mpi_run(MPI_COMM_WORLD, &job, &res);
+            if (rank == 0 && res.nranks > 0) {
+                if (ro->json)
+                    print_json(&res, ro, ro->workload, jr);
+                else if (!ro->quiet)
+                    print_text(&res, ro, ro->workload);
+            }
+            if (jr != 0 && rank == 0)
+                cli_fail(cmd, "%s", ferry_mpi_last_error());
+        } else {
+            /* this rank alone: the job was never joined, so the others would wait for it */
+            cli_fail(cmd, "rank %d: %s", rank, ferry_last_error());
+            ferry_workload_destroy(wl);
+            ferry_runtime_destroy(rt);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    }
+    ferry_mpi_result_free(&res);
+    ferry_workload_destroy(wl);
+    if (rt != NULL)
+        ferry_runtime_destroy(rt);
+    MPI_Finalize();
+    return rc != 0 ? rc : jr != 0 ? CLI_FAIL : CLI_OK;
+}
+
+#endif
