@@ -73,6 +73,9 @@ typedef struct ferry_mpi_result {
     double gbps;                 /* bytes run by this job / seconds */
     double device_seconds;       /* the slowest rank's on its devices' clock */
     double device_gbps;          /* bytes run by this job / device_seconds */
+    /* resumed: the ranks of the stopped job and the stripes each had claimed and not finished
+     * ("rank 1: stripe(s) 12 15; rank 2: stripe(s) 13"; "..." where it is cut); "" when none */
+    char unfinished[512];
 } ferry_mpi_result_t;
 
 #define FERRY_MPI_RESULT_INIT FERRY_SIZED_INIT(ferry_mpi_result_t)

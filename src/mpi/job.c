@@ -26,6 +26,7 @@
 #define DEFAULT_STRIPE (256ull << 20)
 #define DEFAULT_BATCH  ((size_t)64 << 20)
 #define NSLOTS         8
+#define MAX_OPEN       2
 
 static __thread char last_err[1024];
 
@@ -256,7 +257,36 @@ static void run_stripe(rank_job_t *j, uint64_t s, cb_arg_t *cbs)
 typedef struct setup {
     int64_t rc;
     uint64_t total, nstripes, unfinished, resumed;
+    char held[512]; /* resumed: who held the unfinished stripes (ferry_mpi_result_t.unfinished) */
 } setup_t;
+
+/* "rank R: stripe(s) s s s; rank Q: stripe(s) s" of the stripes claimed and not finished, into
+ * @out ("..." where it is full). */
+static void held_note(const unsigned char *done, const int *claimed, uint64_t n, char *out,
+                      size_t len)
+{
+    size_t at = 0;
+    out[0] = '\0';
+    int max = -1;
+    for (uint64_t i = 0; i < n; i++)
+        max = claimed[i] > max ? claimed[i] : max;
+    for (int r = 0; r <= max; r++) {
+        bool any = false;
+        for (uint64_t i = 0; i < n; i++) {
+            if (done[i] || claimed[i] != r)
+                continue;
+            int k = any ? snprintf(out + at, len - at, " %llu", (unsigned long long)i)
+                        : snprintf(out + at, len - at, "%srank %d: stripe(s) %llu", at ? "; " : "",
+                                   r, (unsigned long long)i);
+            if (k < 0 || (size_t)k >= len - at - 4) {
+                snprintf(out + at, len - at, "...");
+                return;
+            }
+            at += (size_t)k;
+            any = true;
+        }
+    }
+}
 
 static int check_job(const ferry_mpi_job_t *job)
 {
@@ -329,6 +359,7 @@ static int setup_root(const ferry_mpi_job_t *job, const char *jpath, uint64_t st
             su->resumed += (*done)[i];
             su->unfinished += !(*done)[i] && claimed[i] >= 0;
         }
+        held_note(*done, claimed, su->nstripes, su->held, sizeof(su->held));
     } else if (ferry__journal_clear(jpath) != 0) {
         free(claimed);
         return fail(FERRY_EIO, "rank 0: cannot remove the old journal files %s.*: %s", jpath,
@@ -426,6 +457,11 @@ static void take_stripes(rank_job_t *j, MPI_Win win, const uint64_t *todo, uint6
     for (unsigned i = 0; i < NSLOTS; i++)
         cbs[i] = (cb_arg_t){j, i};
     while (j->rc == 0) {
+        /* room for the next stripe first: a rank holds at most MAX_OPEN stripes (the one it
+         * reads while the last one's batches run), so that the stripes left go to whichever
+         * rank frees up, not to one that claimed a queue of them */
+        while (j->nopen >= MAX_OPEN)
+            write_one(j);
         int64_t one = 1, got = 0;
         MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win);
         MPI_Fetch_and_op(&one, &got, MPI_INT64_T, 0, 0, MPI_SUM, win);
@@ -555,6 +591,7 @@ int ferry_mpi_run(MPI_Comm comm, const ferry_mpi_job_t *job, ferry_mpi_result_t 
         out->stripes = su.nstripes;
         out->stripes_resumed = su.resumed;
         out->stripes_unfinished = su.unfinished;
+        snprintf(out->unfinished, sizeof(out->unfinished), "%s", su.held);
         uint64_t bytes = 0;
         for (int r = 0; r < nranks; r++) {
             out->stripes_done += all[r].stripes;

@@ -108,9 +108,10 @@ static int check_bytes(const char *cmd, const char *v, void *into)
 static int check_batch_bytes(const char *cmd, const char *v, void *into)
 {
     (void)v;
-    const run_opts_t *r = into;
+    run_opts_t *r = into;
     if (r->batch_bytes == 0 || r->batch_bytes > (1ull << 34))
         return cli_usage_error(cmd, "--batch-bytes must be 1 to 16G");
+    r->batch_set = true;
     return CLI_OK;
 }
 

@@ -114,6 +114,7 @@ typedef struct run_opts {
     run_verify_t verify_mode;
     bool json, quiet, single_stream;
     bool bytes_set;                /* --bytes given: with --input, a limit */
+    bool batch_set;                /* --batch-bytes given (under MPI: else at most a stripe) */
     bool output_stream;            /* --output is stdout or a device, written in order */
     bool output_file, output_null; /* --output is a regular file; /dev/null */
     bool input_file, input_stream; /* --input is a regular file; stdin or a device */

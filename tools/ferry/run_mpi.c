@@ -74,9 +74,9 @@ static void print_text(const ferry_mpi_result_t *r, const run_opts_t *ro, const 
            (unsigned long long)r->stripes_done, r->seconds, r->gbps, r->device_gbps,
            (unsigned long long)r->stripes_resumed);
     if (r->stripes_unfinished > 0)
-        printf("  resumed   %llu stripe(s) a stopped job had claimed and not finished: run "
-               "again\n",
-               (unsigned long long)r->stripes_unfinished);
+        printf("  resumed   %llu stripe(s) a stopped job had claimed and not finished, run "
+               "again: %s\n",
+               (unsigned long long)r->stripes_unfinished, r->unfinished);
     printf("  batches   %llu ok on GPU, %llu ok on CPU, %llu failed\n", (unsigned long long)gpu,
            (unsigned long long)cpu, (unsigned long long)failed);
     printf("  verify    off: a job over MPI ranks does not check its batches against the "
@@ -100,6 +100,7 @@ static void print_json(const ferry_mpi_result_t *r, const run_opts_t *ro, const 
     json_key_uint(&j, "stripes_done", r->stripes_done);
     json_key_uint(&j, "stripes_resumed", r->stripes_resumed);
     json_key_uint(&j, "stripes_unfinished", r->stripes_unfinished);
+    json_key_str(&j, "unfinished", r->unfinished);
     json_key_double(&j, "seconds", r->seconds, 6);
     json_key_double(&j, "gbps", r->gbps, 3);
     json_key_double(&j, "device_seconds", r->device_seconds, 6);
@@ -197,7 +198,10 @@ int run_mpi(const run_opts_t *ro, ferry_options_t *opts, bool verify_given)
             job.output = ro->output;
             job.pipeline = &pc;
             job.stripe_bytes = ro->stripe_bytes;
+            /* the default batch is at most a stripe; a --batch-bytes over it is refused */
             job.batch_bytes = (size_t)ro->batch_bytes;
+            if (!ro->batch_set && ro->stripe_bytes && ro->stripe_bytes < ro->batch_bytes)
+                job.batch_bytes = (size_t)ro->stripe_bytes;
             job.journal = ro->journal;
             job.resume = ro->resume;
             jr = ferry_mpi_run(MPI_COMM_WORLD, &job, &res);

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# `mpirun -n N ferry run --input F --output G`: a job over MPI ranks (libferry_mpi, docs/mpi.md),
+# ranks on the simulated H200, oversubscribed on a small machine. For N = 1..4 the output is
+# byte for byte what one process writes; every stripe is run once, by some rank; a rank killed
+# mid-job fails the job, and `--resume` finishes it from the journal (the output identical, the
+# stripes finished before not run again, the ones the dead rank held run again); a rank that
+# gets less of the CPU (nice 19) takes fewer stripes; and what cannot work is refused with a
+# message: the flags of a job outside one, a stream or no file, --verify full, a journal of
+# another job, a resume with no journal, stripes that cut a float.
+# Skipped (77) without mpirun or without MPI in this ferry, and under the sanitizers: Open MPI's
+# own threads and allocations are not ferry's to vouch for.
+. "$(dirname "$0")/lib.sh"
+
+command -v mpirun >/dev/null || { echo "skip: no mpirun (scripts/deps.sh installs openmpi-bin)"; exit 77; }
+[ "${FERRY_TEST_SCALE:-}" = sanitizer ] && { echo "skip: not under the sanitizers"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
+export OMPI_MCA_rmaps_base_oversubscribe=1
+mpi() { timeout 120 mpirun --oversubscribe "$@"; }
+
+head -c $((24 << 20)) /dev/urandom >"$TMP/in.bin"
+mpi -n 1 "$FERRY" run --input "$TMP/in.bin" --output "$TMP/probe.bin" --stripe-bytes 8M >"$TMP/out" 2>&1
+if grep -q "built without MPI" "$TMP/out"; then echo "skip: this ferry was built without MPI"; exit 77; fi
+
+# one process's output, the reference
+expect_rc "the reference, one process" 0 "$FERRY" run --input "$TMP/in.bin" --output "$TMP/ref.bin" --quiet
+for n in 1 2 3 4; do
+  expect_rc "$n rank(s)" 0 mpi -n $n "$FERRY" run --input "$TMP/in.bin" --output "$TMP/out$n.bin" \
+    --stripe-bytes 256K --json
+  cp "$TMP/out" "$TMP/j$n.json"
+  if cmp -s "$TMP/out$n.bin" "$TMP/ref.bin"; then ok "$n rank(s): the output is one process's"; else bad "$n rank(s): the output differs"; fi
+  json_check "$n rank(s): one summary (rank 0), every stripe once" "$TMP/j$n.json" \
+    "j['ranks'] == $n and j['stripes'] == 96 and j['stripes_done'] == 96 and sum(r['stripes'] for r in j['per_rank']) == 96 and sum(r['bytes'] for r in j['per_rank']) == j['bytes'] == 24 << 20 and j['ok']"
+done
+# the simulator's target: 4 ranks, each its own simulated H200, >= 0.9 x 4 x one rank's rate on
+# the devices' clocks, the job's time being the slowest rank's (storage is not modelled)
+python3 - "$TMP/j1.json" "$TMP/j4.json" <<'PY' && ok "4 ranks >= 0.9 x 4 x one rank (devices' clocks)" || bad "4 ranks under 0.9 x 4 x one rank"
+import json, sys
+one, four = (json.load(open(f)) for f in sys.argv[1:3])
+r = four['device_gbps'] / (4 * one['device_gbps'])
+print('# one rank %.2f GB/s, 4 ranks %.2f GB/s (%.3f of 4x; stripes by rank %s)' % (
+    one['device_gbps'], four['device_gbps'], r, [k['stripes'] for k in four['per_rank']]))
+sys.exit(0 if r >= 0.9 else 1)
+PY
+# the text summary names each rank
+expect_rc "text summary" 0 mpi -n 2 "$FERRY" run --input "$TMP/in.bin" --output "$TMP/t.bin" --stripe-bytes 4M
+expect_in "text summary: rank 1's line" "$TMP/out" "rank 1"
+expect_in "text summary: the job's line" "$TMP/out" "stripe(s) run in"
+
+# ---- a rank killed mid-job, then --resume ----------------------------------------------------
+wl="--workload fma --intensity 3000"
+kwl="--workload fma --intensity 100000" # slow enough to kill a rank mid-job
+head -c $((4 << 20)) "$TMP/in.bin" >"$TMP/kin.bin"
+# shellcheck disable=SC2086
+expect_rc "the slow fma reference" 0 "$FERRY" run --input "$TMP/kin.bin" --output "$TMP/kref.bin" $kwl --quiet
+# shellcheck disable=SC2086
+expect_rc "the fma reference" 0 "$FERRY" run --input "$TMP/in.bin" --output "$TMP/fref.bin" $wl --quiet
+done_records() { # finished stripes in the journal files of $1
+  python3 - "$1" <<'PY'
+import glob, struct, sys
+n = 0
+for f in glob.glob(sys.argv[1] + '.journal.*'):
+    b = open(f, 'rb').read()
+    for i in range(0, len(b) - 47, 48):
+        magic, kind = struct.unpack_from('<II', b, i)
+        n += magic == 0x3152464a and kind == 2
+print(n)
+PY
+}
+# shellcheck disable=SC2086
+mpi -n 3 "$FERRY" run --input "$TMP/kin.bin" --output "$TMP/k.bin" $kwl --stripe-bytes 128K \
+  --json >"$TMP/k.out" 2>"$TMP/k.err" &
+mpirun_pid=$!
+victim=""
+for _ in $(seq 1 600); do
+  if [ "$(done_records "$TMP/k.bin")" -ge 3 ]; then
+    for p in $(pgrep -f -- "--output $TMP/k.bin"); do
+      if tr '\0' '\n' </proc/"$p"/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then victim=$p; fi
+    done
+    [ -n "$victim" ] && break
+  fi
+  sleep 0.05
+done
+if [ -n "$victim" ]; then
+  kill -9 "$victim"
+  wait $mpirun_pid
+  krc=$?
+  if [ $krc -ne 0 ]; then ok "a rank killed mid-job: the job fails (exit $krc)"; else bad "a rank killed mid-job: the job exited 0"; fi
+  before=$(done_records "$TMP/k.bin")
+  # shellcheck disable=SC2086
+  expect_rc "resume with other stripes: refused" 1 mpi -n 2 "$FERRY" run --input "$TMP/kin.bin" \
+    --output "$TMP/k.bin" $kwl --stripe-bytes 256K --resume
+  expect_in "resume with other stripes: says the journal is of another job" "$TMP/err" "of another job"
+  # shellcheck disable=SC2086
+  expect_rc "--resume finishes it" 0 mpi -n 2 "$FERRY" run --input "$TMP/kin.bin" \
+    --output "$TMP/k.bin" $kwl --stripe-bytes 128K --resume --json
+  cp "$TMP/out" "$TMP/r.json"
+  if cmp -s "$TMP/k.bin" "$TMP/kref.bin"; then ok "resumed: the output is one process's"; else bad "resumed: the output differs"; fi
+  json_check "resumed: the $before stripes finished before are not run again, the rest are" "$TMP/r.json" \
+    "j['stripes_resumed'] == $before < 32 and j['stripes_done'] + j['stripes_resumed'] == j['stripes'] == 32"
+  json_check "resumed: names the stripes rank 1 held when it died" "$TMP/r.json" \
+    "'rank 1: stripe(s) ' in j['unfinished'] and j['stripes_unfinished'] >= 1"
+  echo "# killed rank 1 after $before finished stripes; resume: $(python3 -c "import json;j=json.load(open('$TMP/r.json'));print(j['stripes_done'],'run;',j['stripes_unfinished'],'claimed and unfinished:',j['unfinished'])")"
+else
+  bad "a rank to kill: none found (the job ended before 3 stripes were journaled?)"
+  wait $mpirun_pid
+fi
+
+# ---- a slow rank takes fewer stripes ---------------------------------------------------------
+# three ranks on this machine's cores, rank 0 at nice 19: it gets the CPU the others leave
+# shellcheck disable=SC2086
+expect_rc "a slow rank" 0 mpi -n 1 nice -n 19 "$FERRY" run --input "$TMP/in.bin" --output "$TMP/s.bin" \
+  $wl --stripe-bytes 512K --batch-bytes 256K --json : -n 2 "$FERRY" run --input "$TMP/in.bin" \
+  --output "$TMP/s.bin" $wl --stripe-bytes 512K --batch-bytes 256K --json
+cp "$TMP/out" "$TMP/s.json"
+json_check "a slow rank: rank 0 (nice 19) took fewer stripes than the others on average" "$TMP/s.json" \
+  "j['per_rank'][0]['stripes'] < sum(r['stripes'] for r in j['per_rank'][1:]) / 2"
+echo "# stripes by rank, rank 0 at nice 19: $(python3 -c "import json;print([r['stripes'] for r in json.load(open('$TMP/s.json'))['per_rank']])")"
+if cmp -s "$TMP/s.bin" "$TMP/fref.bin"; then ok "a slow rank: the output is one process's"; else bad "a slow rank: the output differs"; fi
+
+# ---- what is refused -------------------------------------------------------------------------
+expect_rc "--resume outside MPI" 2 "$FERRY" run --input "$TMP/in.bin" --output "$TMP/x.bin" --resume
+expect_in "--resume outside MPI: says where it applies" "$TMP/err" "only for a job over MPI ranks"
+expect_rc "no files under mpirun" 2 mpi -n 2 "$FERRY" run --bytes 1M
+expect_in "no files under mpirun: says what is needed" "$TMP/err" "--input FILE and --output FILE"
+expect_rc "stdin under mpirun" 2 mpi -n 2 "$FERRY" run --input - --output "$TMP/x.bin"
+expect_rc "--verify full under mpirun" 2 mpi -n 2 "$FERRY" run --input "$TMP/in.bin" --output "$TMP/x.bin" --verify full
+expect_in "--verify full under mpirun: says what is accepted" "$TMP/err" "accepted there: off"
+expect_rc "resume with no journal" 1 mpi -n 2 "$FERRY" run --input "$TMP/in.bin" --output "$TMP/out1.bin" \
+  --journal "$TMP/none" --resume
+expect_in "resume with no journal: says so" "$TMP/err" "no journal"
+expect_rc "stripes that cut a float" 1 mpi -n 2 "$FERRY" run --input "$TMP/in.bin" --output "$TMP/x.bin" --stripe-bytes 1001
+expect_in "stripes that cut a float: names the granularity" "$TMP/err" "granularity"
+finish
