@@ -43,6 +43,11 @@ FERRY_EXTERN void ferry_metric_set(ferry_metric_t *g, double v);
 /** Histograms only. */
 FERRY_EXTERN void ferry_metric_observe(ferry_metric_t *h, double v);
 
+/** Add the label @p name="@p value" to every sample the registry writes, before a series' own
+ *  labels (a job's rank="3", a host's name): for labels no series has. Calls add up. Returns
+ *  0, FERRY_EINVAL (NULL, or @p name not a valid label name, naming it) or FERRY_ENOMEM. */
+FERRY_EXTERN int ferry_metrics_label_all(ferry_metrics_t *m, const char *name, const char *value);
+
 /** Attach @p p: its statistics appear as `ferry_pipeline_*` and `ferry_fault_*` series with the
  *  label pipeline="@p label". Detach before closing the pipeline. Returns 0, FERRY_EINVAL or
  *  FERRY_ENOMEM. */

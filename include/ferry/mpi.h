@@ -40,6 +40,11 @@ typedef struct ferry_mpi_job {
     /* 1: finish the job a journal describes (the same input, output and stripe size): stripes
      * it records as finished are not run again; 0: a new job (old journal files removed) */
     int resume;
+    /* NULL, or called on the calling thread with this rank's pipeline once it is made (@up 1)
+     * and before it is closed, drained (@up 0): to attach metrics, say (`ferry run` labels
+     * them rank="R"); the pipeline is the job's, not to be submitted to or closed */
+    void (*on_pipeline)(ferry_pipeline_t *p, int rank, int up, void *arg);
+    void *arg;
 } ferry_mpi_job_t;
 
 #define FERRY_MPI_JOB_INIT FERRY_SIZED_INIT(ferry_mpi_job_t)

@@ -54,7 +54,12 @@ struct ferry_metrics {
     family_t *families, *last;
     attached_t *pipelines;
     struct MHD_Daemon *daemon; /* the endpoint, or NULL; set and cleared under the lock */
+    char *common;              /* labels every sample carries ('k="v",...', escaped), or NULL */
 };
+
+/* While ferry_metrics_write runs on this thread (under the registry's lock): its registry's
+ * common labels, which put_sample puts first on every sample. */
+static __thread const char *write_common;
 
 /* ---- values ------------------------------------------------------------------------------ */
 
@@ -270,6 +275,27 @@ int ferry_metrics_histogram(ferry_metrics_t *m, const char *name, const char *he
     return add_series(m, K_HISTOGRAM, name, help, labels, bounds, n, out);
 }
 
+int ferry_metrics_label_all(ferry_metrics_t *m, const char *name, const char *value)
+{
+    if (m == NULL || name == NULL || value == NULL)
+        return ferry__error(FERRY_EINVAL, "ferry_metrics_label_all: NULL argument");
+    const char *const one[] = {name, value, NULL};
+    char *lab = NULL;
+    int rc = format_labels(one, &lab);
+    if (rc != 0)
+        return rc;
+    pthread_mutex_lock(&m->lock);
+    size_t have = m->common != NULL ? strlen(m->common) : 0;
+    char *c = realloc(m->common, have + strlen(lab) + 2);
+    if (c != NULL) {
+        snprintf(c + have, strlen(lab) + 2, "%s%s", have ? "," : "", lab);
+        m->common = c;
+    }
+    pthread_mutex_unlock(&m->lock);
+    free(lab);
+    return c != NULL ? 0 : ferry__error(FERRY_ENOMEM, "ferry_metrics_label_all: out of memory");
+}
+
 int ferry_metrics_add_pipeline(ferry_metrics_t *m, ferry_pipeline_t *p, const char *label)
 {
     if (m == NULL || p == NULL || label == NULL)
@@ -336,8 +362,10 @@ static void put_value(FILE *f, double v)
 static void put_sample(FILE *f, const char *name, const char *suffix, const char *labels,
                        const char *extra, double v)
 {
-    bool any = labels[0] || (extra && extra[0]);
-    fprintf(f, "%s%s%s%s%s%s%s ", name, suffix, any ? "{" : "", labels,
+    const char *c = write_common != NULL ? write_common : "";
+    bool any = c[0] || labels[0] || (extra && extra[0]);
+    fprintf(f, "%s%s%s%s%s%s%s%s%s ", name, suffix, any ? "{" : "", c,
+            c[0] && (labels[0] || (extra && extra[0])) ? "," : "", labels,
             labels[0] && extra && extra[0] ? "," : "", extra ? extra : "", any ? "}" : "");
     put_value(f, v);
     fputc('\n', f);
@@ -542,8 +570,11 @@ int ferry_metrics_write(ferry_metrics_t *m, FILE *f)
         return ferry__error(FERRY_EINVAL, "ferry_metrics_write: NULL argument");
     pthread_mutex_lock(&m->lock);
     /* Prometheus' convention for what is running: a gauge of 1 whose labels say it. */
+    write_common = m->common;
     head(f, "ferry_build_info", "gauge", "ferry's version, in the label; always 1.");
-    fprintf(f, "ferry_build_info{version=\"%s\"} 1\n", ferry_version_string());
+    char version[64];
+    snprintf(version, sizeof(version), "version=\"%s\"", ferry_version_string());
+    put_sample(f, "ferry_build_info", "", version, NULL, 1);
     for (family_t *fa = m->families; fa != NULL; fa = fa->next) {
         head(f, fa->name, kind_names[fa->kind], fa->help);
         for (ferry_metric_t *s = fa->series; s != NULL; s = s->next) {
@@ -559,6 +590,7 @@ int ferry_metrics_write(ferry_metrics_t *m, FILE *f)
         }
     }
     write_pipelines(m, f);
+    write_common = NULL;
     pthread_mutex_unlock(&m->lock);
     return ferror(f) ? ferry__error(FERRY_EIO, "ferry_metrics_write: write error") : 0;
 }
@@ -830,6 +862,7 @@ void ferry_metrics_destroy(ferry_metrics_t *m)
         free(a->label);
         free(a);
     }
+    free(m->common);
     pthread_mutex_destroy(&m->lock);
     free(m);
 }

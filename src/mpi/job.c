@@ -382,6 +382,11 @@ static int setup_root(const ferry_mpi_job_t *job, const char *jpath, uint64_t st
 
 /* ---- one rank -------------------------------------------------------------------------- */
 
+static bool has_hook(const ferry_mpi_job_t *job)
+{
+    return job->size >= offsetof(ferry_mpi_job_t, arg) + sizeof(void *) && job->on_pipeline != NULL;
+}
+
 /* This rank's files, buffers and pipeline. */
 static int rank_open(rank_job_t *j, const char *jpath)
 {
@@ -420,6 +425,8 @@ static int rank_open(rank_job_t *j, const char *jpath)
     int rc = ferry_pipeline_create(pc, &j->pl);
     if (rc != 0)
         return set_err(j, rc, "cannot create the pipeline: %s", ferry_last_error());
+    if (has_hook(j->job))
+        j->job->on_pipeline(j->pl, j->rank, 1, j->job->arg);
     return 0;
 }
 
@@ -432,6 +439,8 @@ static void rank_close(rank_job_t *j)
         j->me.device_gbps = st.elapsed_ns > 0 ? (double)j->me.bytes / (double)st.elapsed_ns : 0;
     }
     j->me.simulated = j->dev != NULL && ferry_device_is_simulated(j->dev);
+    if (j->pl != NULL && has_hook(j->job))
+        j->job->on_pipeline(j->pl, j->rank, 0, j->job->arg);
     if (j->pl != NULL && ferry_pipeline_destroy(j->pl) != 0)
         set_err(j, FERRY_EBACKEND, "closing the pipeline: %s", ferry_last_error());
     for (unsigned i = 0; i < NSLOTS; i++) {

@@ -5,7 +5,8 @@
 # mid-job fails the job, and `--resume` finishes it from the journal (the output identical, the
 # stripes finished before not run again, the ones the dead rank held run again); a rank that
 # gets less of the CPU (nice 19) takes fewer stripes; and what cannot work is refused with a
-# message: the flags of a job outside one, a stream or no file, --verify full, a journal of
+# message: the flags of a job outside one, each rank's metrics in a file of its own labelled with
+# its rank, a stream or no file, --verify full, a journal of
 # another job, a resume with no journal, stripes that cut a float.
 # Skipped (77) without mpirun or without MPI in this ferry, and under the sanitizers: Open MPI's
 # own threads and allocations are not ferry's to vouch for.
@@ -45,6 +46,22 @@ PY
 expect_rc "text summary" 0 mpi -n 2 "$FERRY" run --input "$TMP/in.bin" --output "$TMP/t.bin" --stripe-bytes 4M
 expect_in "text summary: rank 1's line" "$TMP/out" "rank 1"
 expect_in "text summary: the job's line" "$TMP/out" "stripe(s) run in"
+
+# each rank's metrics: a file of its own (FILE.rankR.prom), every sample labelled rank="R"
+expect_rc "metrics per rank" 0 mpi -n 2 "$FERRY" run --input "$TMP/in.bin" --output "$TMP/t.bin" \
+  --stripe-bytes 4M --metrics-file "$TMP/m.prom" --quiet
+for r in 0 1; do
+  if /usr/bin/python3 - "$TMP/m.rank$r.prom" "$r" <<'PY'; then ok "metrics of rank $r: parsed, every sample rank=\"$r\", the pipeline's series there"; else bad "metrics of rank $r"; fi
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+fams = list(text_string_to_metric_families(open(sys.argv[1]).read()))
+samples = [s for f in fams for s in f.samples]
+assert samples and all(s.labels.get('rank') == sys.argv[2] for s in samples), samples[:3]
+assert any(f.name.startswith('ferry_pipeline_') for f in fams)
+assert any(s.name == 'ferry_pipeline_bytes_total' and s.value > 0 for s in samples) or \
+       any(s.name.startswith('ferry_pipeline_batches') and s.value > 0 for s in samples)
+PY
+done
 
 # ---- a rank killed mid-job, then --resume ----------------------------------------------------
 wl="--workload fma --intensity 3000"

@@ -107,6 +107,10 @@ bool cli_color(void);
 typedef struct cli_metrics cli_metrics_t;
 int cli_metrics_start(const char *cmd, const ferry_options_t *o, ferry_pipeline_t *p,
                       const char *label, bool quiet, cli_metrics_t **out);
+/* The same for rank @rank of a job over MPI ranks: every sample labelled rank="@rank", the file
+ * FILE.rank@rank (before its extension) and the port PORT + @rank. */
+int cli_metrics_start_rank(const char *cmd, const ferry_options_t *o, ferry_pipeline_t *p,
+                           const char *label, bool quiet, int rank, cli_metrics_t **out);
 int cli_metrics_attach(cli_metrics_t *cm, ferry_pipeline_t *p, const char *label);
 void cli_metrics_detach(cli_metrics_t *cm, ferry_pipeline_t *p);
 ferry_metrics_t *cli_metrics_registry(cli_metrics_t *cm);

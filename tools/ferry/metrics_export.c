@@ -43,14 +43,57 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
+/* One rank's metrics of a job over ranks: the file FILE.rankR (before its extension:
+ * ferry.prom -> ferry.rankR.prom, which node_exporter's textfile collector still reads) and the
+ * port PORT + R (port 0 stays 0: any). */
+static void rank_file(const char *file, int rank, char *out, size_t len)
+{
+    const char *slash = strrchr(file, '/');
+    const char *dot = strrchr(slash != NULL ? slash + 1 : file, '.');
+    if (dot == NULL || dot == (slash != NULL ? slash + 1 : file))
+        snprintf(out, len, "%s.rank%d", file, rank);
+    else
+        snprintf(out, len, "%.*s.rank%d%s", (int)(dot - file), file, rank, dot);
+}
+
+static int rank_addr(const char *cmd, const char *addr, int rank, char *out, size_t len)
+{
+    const char *colon = strrchr(addr, ':');
+    char *end;
+    long port = colon != NULL ? strtol(colon + 1, &end, 10) : -1;
+    if (colon == NULL || *end != '\0' || port < 0 || port + rank > 65535)
+        return cli_fail(cmd,
+                        "metrics_addr '%s': a job over ranks needs HOST:PORT, each rank "
+                        "serving PORT + its rank (0: any port)",
+                        addr);
+    snprintf(out, len, "%.*s:%ld", (int)(colon - addr), addr, port ? port + rank : 0);
+    return CLI_OK;
+}
+
 int cli_metrics_start(const char *cmd, const ferry_options_t *o, ferry_pipeline_t *p,
                       const char *label, bool quiet, cli_metrics_t **out)
+{
+    return cli_metrics_start_rank(cmd, o, p, label, quiet, -1, out);
+}
+
+int cli_metrics_start_rank(const char *cmd, const ferry_options_t *o, ferry_pipeline_t *p,
+                           const char *label, bool quiet, int rank, cli_metrics_t **out)
 {
     *out = NULL;
     const char *addr = ferry_options_get_str(o, "metrics_addr");
     const char *file = ferry_options_get_str(o, "metrics_file");
     if ((addr == NULL || !addr[0]) && (file == NULL || !file[0]))
         return CLI_OK;
+    char raddr[256], rfile[4096];
+    if (rank >= 0 && addr != NULL && addr[0]) {
+        if (rank_addr(cmd, addr, rank, raddr, sizeof(raddr)) != CLI_OK)
+            return CLI_FAIL;
+        addr = raddr;
+    }
+    if (rank >= 0 && file != NULL && file[0]) {
+        rank_file(file, rank, rfile, sizeof(rfile));
+        file = rfile;
+    }
     cli_metrics_t *cm = calloc(1, sizeof(*cm));
     if (cm == NULL)
         return cli_fail(cmd, "out of memory for the metrics");
@@ -58,7 +101,10 @@ int cli_metrics_start(const char *cmd, const ferry_options_t *o, ferry_pipeline_
     pthread_cond_init(&cm->cv, NULL);
     cm->cmd = cmd;
     cm->p = p;
+    char rk[16];
+    snprintf(rk, sizeof(rk), "%d", rank);
     if (ferry_metrics_create(&cm->reg) != 0 ||
+        (rank >= 0 && ferry_metrics_label_all(cm->reg, "rank", rk) != 0) ||
         (p != NULL && ferry_metrics_add_pipeline(cm->reg, p, label) != 0))
         goto fail;
     if (addr != NULL && addr[0]) {

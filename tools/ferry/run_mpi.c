@@ -132,6 +132,24 @@ static void print_json(const ferry_mpi_result_t *r, const run_opts_t *ro, const 
     json_end(&j);
 }
 
+/* Each rank's metrics (options metrics_file, metrics_addr): labelled rank="R", a file and a port
+ * of each rank's own (cli_metrics_start_rank), attached to its pipeline while the job runs. */
+typedef struct rank_metrics {
+    const run_opts_t *ro;
+    ferry_options_t *opts;
+    cli_metrics_t *cm;
+    int rc;
+} rank_metrics_t;
+
+static void on_pipeline(ferry_pipeline_t *p, int rank, int up, void *arg)
+{
+    rank_metrics_t *rm = arg;
+    if (up)
+        rm->rc = cli_metrics_start_rank(cmd, rm->opts, p, "run", rm->ro->quiet, rank, &rm->cm);
+    else if (rm->cm != NULL && cli_metrics_stop(cmd, rm->cm) != CLI_OK)
+        rm->rc = CLI_FAIL;
+}
+
 /* What a job over ranks cannot do, said rather than ignored (every rank finds the same). */
 static int check_mpi_flags(const run_opts_t *ro, bool verify_given)
 {
@@ -204,7 +222,11 @@ int run_mpi(const run_opts_t *ro, ferry_options_t *opts, bool verify_given)
                 job.batch_bytes = (size_t)ro->stripe_bytes;
             job.journal = ro->journal;
             job.resume = ro->resume;
+            rank_metrics_t rm = {ro, opts, NULL, CLI_OK};
+            job.on_pipeline = on_pipeline;
+            job.arg = &rm;
             jr = ferry_mpi_run(MPI_COMM_WORLD, &job, &res);
+            rc = rm.rc; /* a metrics file or port that failed (said by that rank) */
             if (rank == 0 && res.nranks > 0) {
                 if (ro->json)
                     print_json(&res, ro, ro->workload, jr);
