@@ -98,6 +98,15 @@ typedef struct ferry_mpi_result {
  *  other MPI calls on @p comm. */
 FERRY_EXTERN int ferry_mpi_run(MPI_Comm comm, const ferry_mpi_job_t *job, ferry_mpi_result_t *out);
 
+/** What the journal of @p job (its input, output, journal and stripe_bytes as given to
+ *  ferry_mpi_run) says was claimed and not finished, by rank, into @p out ("rank 1: stripe(s)
+ *  5 8; rank 2: stripe(s) 7"; "" when nothing is): for saying, when a job stops, which stripes
+ *  a resume will run again. Reads files only, no MPI call: callable from any thread, while the
+ *  job runs (a thread that watches for signals). Returns how many such stripes, or
+ *  FERRY_EINVAL (a bad job or buffer, a journal of another job), FERRY_EIO (no input),
+ *  FERRY_ENOMEM; ferry_mpi_last_error() on this thread says which. */
+FERRY_EXTERN int ferry_mpi_unfinished(const ferry_mpi_job_t *job, char *out, size_t len);
+
 /** Release what ferry_mpi_run put in @p r (its ranks); @p r may be NULL. */
 FERRY_EXTERN void ferry_mpi_result_free(ferry_mpi_result_t *r);
 

@@ -617,6 +617,43 @@ int ferry_mpi_run(MPI_Comm comm, const ferry_mpi_job_t *job, ferry_mpi_result_t 
     return rc;
 }
 
+int ferry_mpi_unfinished(const ferry_mpi_job_t *job, char *out, size_t len)
+{
+    if (out == NULL || len == 0)
+        return fail(FERRY_EINVAL, "ferry_mpi_unfinished: NULL or empty buffer");
+    out[0] = '\0';
+    int rc = check_job(job);
+    if (rc != 0)
+        return rc;
+    struct stat sb;
+    if (stat(job->input, &sb) != 0)
+        return fail(FERRY_EIO, "ferry_mpi_unfinished: the input %s: %s", job->input,
+                    strerror(errno));
+    char jpath[4096];
+    if (job->journal != NULL)
+        snprintf(jpath, sizeof(jpath), "%s", job->journal);
+    else
+        snprintf(jpath, sizeof(jpath), "%s.journal", job->output);
+    uint64_t stripe = job->stripe_bytes ? job->stripe_bytes : DEFAULT_STRIPE;
+    uint64_t total = (uint64_t)sb.st_size, n = (total + stripe - 1) / stripe;
+    unsigned char *done = calloc(n + 1, 1);
+    int *claimed = calloc(n + 1, sizeof(int));
+    char why[768];
+    ferry__journal_state_t js = {done, claimed, 0};
+    if (done == NULL || claimed == NULL)
+        rc = fail(FERRY_ENOMEM, "ferry_mpi_unfinished: %llu stripes", (unsigned long long)n);
+    else if (ferry__journal_scan(jpath, stripe, total, n, &js, why, sizeof(why)) != 0)
+        rc = fail(FERRY_EINVAL, "ferry_mpi_unfinished: %s", why);
+    int count = 0;
+    for (uint64_t i = 0; rc == 0 && i < n; i++)
+        count += !done[i] && claimed[i] >= 0;
+    if (rc == 0)
+        held_note(done, claimed, n, out, len);
+    free(done);
+    free(claimed);
+    return rc != 0 ? rc : count;
+}
+
 void ferry_mpi_result_free(ferry_mpi_result_t *r)
 {
     if (r == NULL)

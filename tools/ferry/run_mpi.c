@@ -3,10 +3,14 @@
  * result written into --output at each stripe's offset; rank 0 prints the job's summary
  * (docs/mpi.md). Built with MPI only (FERRY_HAVE_MPI); without it a launch of several ranks is
  * refused, since each would run the whole job into the same output. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ferry.h"
 #include "ferry/workloads.h"
@@ -150,6 +154,45 @@ static void on_pipeline(ferry_pipeline_t *p, int rank, int up, void *arg)
         rm->rc = CLI_FAIL;
 }
 
+/* SIGINT and SIGTERM during the job: mpirun sends SIGTERM to every rank when one ends (Open MPI
+ * 4 cannot go on without it), and a user's ^C comes the same way. Rank 0 says, from the journal,
+ * which stripes were claimed and not finished, by rank (the one that ended among them), and
+ * that --resume finishes the job; every rank then exits at once (128 + the signal): the job
+ * cannot finish, and its journal already holds what a resume needs. Blocked before MPI_Init so
+ * that MPI's threads leave the signals to this one. */
+typedef struct stop_watch {
+    sigset_t set;
+    int rank;
+    ferry_mpi_job_t job; /* valid while running is set */
+    atomic_int running;
+} stop_watch_t;
+
+static void *stop_main(void *arg)
+{
+    stop_watch_t *sw = arg;
+    int sig = 0;
+    if (sigwait(&sw->set, &sig) != 0)
+        return NULL;
+    if (sw->rank == 0 && atomic_load(&sw->running)) {
+        char held[1024];
+        int n = ferry_mpi_unfinished(&sw->job, held, sizeof(held));
+        fprintf(stderr,
+                "ferry run: the job stopped (%s: mpirun stops every rank when one ends); %s%s%s; "
+                "run the same command with --resume to finish it\n",
+                sig == SIGINT ? "SIGINT" : "SIGTERM",
+                n > 0   ? "claimed and not finished: "
+                : n < 0 ? "the journal cannot say what was left: "
+                        : "no stripe was in progress",
+                n > 0   ? held
+                : n < 0 ? ferry_mpi_last_error()
+                        : "",
+                "");
+        fflush(stderr);
+    }
+    _exit(128 + sig);
+    return NULL;
+}
+
 /* What a job over ranks cannot do, said rather than ignored (every rank finds the same). */
 static int check_mpi_flags(const run_opts_t *ro, bool verify_given)
 {
@@ -182,11 +225,17 @@ static int check_mpi_flags(const run_opts_t *ro, bool verify_given)
 
 int run_mpi(const run_opts_t *ro, ferry_options_t *opts, bool verify_given)
 {
+    static stop_watch_t sw;
+    sigemptyset(&sw.set);
+    sigaddset(&sw.set, SIGINT);
+    sigaddset(&sw.set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sw.set, NULL);
     int provided = 0;
     if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
         return cli_fail(cmd, "MPI_Init failed");
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    sw.rank = rank;
     int rc = check_mpi_flags(ro, verify_given);
     ferry_runtime_t *rt = NULL;
     ferry_workload_t *wl = NULL;
@@ -222,10 +271,16 @@ int run_mpi(const run_opts_t *ro, ferry_options_t *opts, bool verify_given)
                 job.batch_bytes = (size_t)ro->stripe_bytes;
             job.journal = ro->journal;
             job.resume = ro->resume;
+            sw.job = job; /* its paths are the command line's: they outlive the job */
+            pthread_t stop_th;
+            if (pthread_create(&stop_th, NULL, stop_main, &sw) == 0)
+                pthread_detach(stop_th);
             rank_metrics_t rm = {ro, opts, NULL, CLI_OK};
             job.on_pipeline = on_pipeline;
             job.arg = &rm;
+            atomic_store(&sw.running, 1);
             jr = ferry_mpi_run(MPI_COMM_WORLD, &job, &res);
+            atomic_store(&sw.running, 0); /* its config goes out of scope below */
             rc = rm.rc; /* a metrics file or port that failed (said by that rank) */
             if (rank == 0 && res.nranks > 0) {
                 if (ro->json)
