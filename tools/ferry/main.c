@@ -11,7 +11,7 @@
 const cli_command_t cli_commands[] = {
     {"run", cmd_run, "stream data through a workload on the GPU or the simulated H200",
      "--bytes --input --output --workload --intensity --batch-bytes --verify --trace --report "
-     "--single-stream --json --quiet --help",
+     "--single-stream --stripe-bytes --resume --journal --json --quiet --help",
      NULL, true},
     {"probe", cmd_probe, "show backends, devices and their properties",
      "--json --backend --profile --calibrate -o --output --help", NULL, true},
