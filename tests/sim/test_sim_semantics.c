@@ -742,7 +742,7 @@ static void test_profile_and_props(void **state)
     assert_true(p.host_memory_gbps == 150.0 && p.host_thread_read_gbps == 6.5);
     assert_int_equal(p.host_threads, 16);
     assert_string_equal(p.storage_kind, "tmpfs");
-    assert_true(p.storage_read_gbps == 34.7 && p.storage_write_gbps == 0.0);
+    assert_true(p.storage_read_gbps == 34.7 && p.storage_write_gbps == 1.97);
     /* Both sections are optional: without them nothing of the host is modelled. */
     static const struct mod no_host[] = {{NULL, "host_memory", -1, NULL, NULL, NULL},
                                          {NULL, "storage", -1, NULL, NULL, NULL}};
