@@ -83,7 +83,7 @@ same "run --backend values" "$(printf '%s\n' auto cuda sim)" "$(comp ferry run -
 same "run --workload values" "$(printf '%s\n' copy fma scale)" "$(comp ferry run --workload '')"
 same "run --log-level values" "$(printf '%s\n' debug error info warn)" "$(comp ferry run --log-level '')"
 same "bench subcommands" "$(printf '%s\n' copy io items pipeline)" "$(comp ferry bench '')"
-same "bench copy --si" "--sizes" "$(comp ferry bench copy --si)"
+same "bench copy --siz" "--sizes" "$(comp ferry bench copy --siz)"
 same "env --format values" "$(printf '%s\n' docker k8s profile.d sh systemd)" "$(comp ferry env --format '')"
 same "options --m" "$(printf '%s\n' --man --markdown)" "$(comp ferry options --m)"
 same "env takes no option flags" "" "$(comp ferry env --dep)"

@@ -3,8 +3,9 @@
 # ranks on the simulated H200, oversubscribed on a small machine. For N = 1..4 the output is
 # byte for byte what one process writes; every stripe is run once, by some rank; a rank killed
 # mid-job fails the job, and `--resume` finishes it from the journal (the output identical, the
-# stripes finished before not run again, the ones the dead rank held run again); a rank that
-# gets less of the CPU (nice 19) takes fewer stripes; and what cannot work is refused with a
+# stripes finished before not run again, the ones the dead rank held run again); a rank on a
+# slower simulated device (paced in real time) takes fewer stripes, the job near the ideal split;
+# and what cannot work is refused with a
 # message: the flags of a job outside one, each rank's metrics in a file of its own labelled with
 # its rank, a stream or no file, --verify full, a journal of
 # another job, a resume with no journal, stripes that cut a float.
@@ -128,17 +129,43 @@ else
   wait $mpirun_pid
 fi
 
-# ---- a slow rank takes fewer stripes ---------------------------------------------------------
-# three ranks on this machine's cores, rank 0 at nice 19: it gets the CPU the others leave
-# shellcheck disable=SC2086
-expect_rc "a slow rank" 0 mpi -n 1 nice -n 19 "$FERRY" run --input "$TMP/in.bin" --output "$TMP/s.bin" \
-  $wl --stripe-bytes 512K --batch-bytes 256K --json : -n 2 "$FERRY" run --input "$TMP/in.bin" \
-  --output "$TMP/s.bin" $wl --stripe-bytes 512K --batch-bytes 256K --json
-cp "$TMP/out" "$TMP/s.json"
-json_check "a slow rank: rank 0 (nice 19) took fewer stripes than the others on average" "$TMP/s.json" \
-  "j['per_rank'][0]['stripes'] < sum(r['stripes'] for r in j['per_rank'][1:]) / 2"
-echo "# stripes by rank, rank 0 at nice 19: $(python3 -c "import json;print([r['stripes'] for r in json.load(open('$TMP/s.json'))['per_rank']])")"
-if cmp -s "$TMP/s.bin" "$TMP/fref.bin"; then ok "a slow rank: the output is one process's"; else bad "a slow rank: the output differs"; fi
+# ---- a rank on a slower simulated device takes fewer stripes -------------------------------
+# sim_pace 200: each simulated device runs 200x slower in real time (the host's work is then
+# small beside it), so ranks that take stripes in real time see their devices' rates: rank 0 on
+# the A100 PCIe profile (a link half the H200's), rank 1 on the H200. Each alone first, then
+# both: the slower one takes fewer stripes, and the job's time is held against the ideal split
+# in proportion to the rates alone (the issue's target: within 10%; the test holds 25% on a
+# shared CI machine, and prints the figure; docs/mpi.md has the measurements).
+export FERRY_SIM_PACE=200
+head -c $((128 << 20)) /dev/urandom >"$TMP/bin.bin"
+a100="$(dirname "$0")/../../profiles/a100-pcie.json"
+expect_rc "the A100 alone" 0 mpi -n 1 "$FERRY" run --profile "$a100" --input "$TMP/bin.bin" \
+  --output "$TMP/ba.bin" --stripe-bytes 4M --json
+cp "$TMP/out" "$TMP/ba.json"
+expect_rc "the H200 alone" 0 mpi -n 1 "$FERRY" run --input "$TMP/bin.bin" --output "$TMP/bh.bin" \
+  --stripe-bytes 4M --json
+cp "$TMP/out" "$TMP/bh.json"
+expect_rc "a slower rank" 0 mpi -n 1 "$FERRY" run --profile "$a100" --input "$TMP/bin.bin" \
+  --output "$TMP/bb.bin" --stripe-bytes 4M --json : -n 1 "$FERRY" run --input "$TMP/bin.bin" \
+  --output "$TMP/bb.bin" --stripe-bytes 4M --json
+cp "$TMP/out" "$TMP/bb.json"
+unset FERRY_SIM_PACE
+if cmp -s "$TMP/bb.bin" "$TMP/bh.bin" && cmp -s "$TMP/ba.bin" "$TMP/bh.bin"; then ok "a slower rank: the output is one process's"; else bad "a slower rank: the output differs"; fi
+python3 - "$TMP/ba.json" "$TMP/bh.json" "$TMP/bb.json" <<'PY' && ok "a slower rank: fewer stripes, the job within 25% of the ideal split" || bad "a slower rank: the stripes or the job's time"
+import json, sys
+a, h, b = (json.load(open(f)) for f in sys.argv[1:4])
+ra, rh = a['gbps'], h['gbps']  # GB/s in real time, each alone
+ideal = b['bytes'] / 1e9 / (ra + rh)
+ratio = b['seconds'] / ideal
+st = [r['stripes'] for r in b['per_rank']]
+print('# alone: A100 %.3f GB/s, H200 %.3f GB/s; together %.3f s, ideal %.3f s: %.3f of the ideal; '
+      'stripes A100 %d, H200 %d (in proportion: %.1f)' % (ra, rh, b['seconds'], ideal, ratio, st[0],
+      st[1], b['stripes'] * ra / (ra + rh)))
+assert 'A100' in b['per_rank'][0]['device'] and 'H200' in b['per_rank'][1]['device'], b['per_rank']
+assert rh > 1.5 * ra, (ra, rh)  # the pace makes the slower device slower in real time
+assert st[0] < st[1] and sum(st) == b['stripes'] == 32, st
+assert ratio <= 1.25, ratio
+PY
 
 # ---- what is refused -------------------------------------------------------------------------
 expect_rc "--resume outside MPI" 2 "$FERRY" run --input "$TMP/in.bin" --output "$TMP/x.bin" --resume

@@ -15,19 +15,16 @@
 #define SIM_CONNS_MAX_DOC  32
 #define SIM_CONNS_MAX_SEEN 64
 
+/* Every call takes the device's lock here: with option sim_pace the model first runs up to
+ * the real time that passed. */
 static void lock(struct ferry_be_device *dev)
 {
     pthread_mutex_lock(&dev->mu);
+    ferry__sim_pace_follow(dev);
 }
 static void unlock(struct ferry_be_device *dev)
 {
     pthread_mutex_unlock(&dev->mu);
-}
-
-/* The host spends @ns in a call: the device model runs alongside up to the new host time. */
-static void charge(struct ferry_be_device *dev, uint64_t ns)
-{
-    ferry__sim_advance_to(dev, dev->now + ns);
 }
 
 /* CUDA reads CUDA_DEVICE_MAX_CONNECTIONS at cuInit; we read it at open, the way
@@ -90,7 +87,7 @@ static int op_begin(ferry_be_stream_t *s, enum sim_op_kind kind, const char *wha
 /* Ends an op_begin(): charges the call's host cost @ns, submits @op, releases the lock. */
 static void op_submit(struct ferry_be_device *dev, struct sim_op *op, uint64_t ns)
 {
-    charge(dev, ns);
+    ferry__sim_charge(dev, ns);
     ferry__sim_submit(dev, op);
     unlock(dev);
 }
@@ -164,6 +161,10 @@ static int sim_device_open(int index, const ferry_be_open_params_t *params, ferr
             goto out_free;
         }
     ferry__fault_spec_for_device(&dev->faults, index);
+    dev->pace = params != NULL && params->options != NULL
+                    ? ferry__opt_double(params->options, FERRY__OPT_sim_pace)
+                    : 0;
+    dev->pace_origin_ns = (double)ferry__mono_ns();
     dev->fault_rng = (params != NULL ? params->seed : 1) ^ 0x5deece66dull;
     if (dev->faults.n > 0)
         ferry_log(FERRY_LOG_INFO, "sim", "device %d: %zu injected fault(s): %s", index,
@@ -296,7 +297,9 @@ static int sim_stream_sync(ferry_be_stream_t *s)
                                            : s->in_err;
     if (s->own_err != 0 && s->completed == s->submitted)
         s->own_err_reported = true; /* the host has seen it */
+    uint64_t t = dev->now;
     unlock(dev);
+    ferry__sim_pace_wait(dev, t);
     if (rc != 0)
         return ferry__error(rc, "sim: stream_sync: work on or before this stream failed (%s)",
                             ferry_err_name(rc));
@@ -425,8 +428,10 @@ static int sim_event_wait_any(ferry_be_event_t *const *evs, size_t n, uint64_t t
             break;
         }
     }
-out_unlock:
+out_unlock:;
+    uint64_t t = dev->now;
     unlock(dev);
+    ferry__sim_pace_wait(dev, t);
     if (rc == FERRY_ETIMEDOUT)
         return ferry__error(rc,
                             "sim: event_wait_any: none of %zu events completed within "
@@ -488,7 +493,7 @@ static int sim_memcpy(ferry_be_stream_t *s, int dir, void *dst, const void *src,
         goto out_unlock;
     }
     if (bytes == 0) {
-        charge(dev, dev->prof.copy_submit_ns);
+        ferry__sim_charge(dev, dev->prof.copy_submit_ns);
         goto out_unlock;
     }
     struct sim_op *op = op_new(s, SIM_OP_COPY, names[dir], &rc);
@@ -499,7 +504,7 @@ static int sim_memcpy(ferry_be_stream_t *s, int dir, void *dst, const void *src,
     op->u.copy.dst = dst;
     op->u.copy.src = src;
     op->u.copy.bytes = bytes;
-    charge(dev, dev->prof.copy_submit_ns);
+    ferry__sim_charge(dev, dev->prof.copy_submit_ns);
     if (op->u.copy.pinned) {
         ferry__sim_submit(dev, op);
         goto out_unlock;
@@ -512,6 +517,10 @@ static int sim_memcpy(ferry_be_stream_t *s, int dir, void *dst, const void *src,
     while (!op->done && ferry__sim_step(dev, SIM_NEVER)) {
     }
     ferry__sim_op_unref(dev, op);
+    uint64_t t = dev->now;
+    unlock(dev);
+    ferry__sim_pace_wait(dev, t);
+    return rc;
 out_unlock:
     unlock(dev);
     return rc;
@@ -553,7 +562,7 @@ static int sim_copy_pieces(ferry_be_stream_t *s, bool to_dev, void *dbuf,
         }
         total += pc->bytes;
     }
-    charge(dev, dev->prof.copy_submit_ns + n * FERRY_SIM_PIECE_HOST_NS);
+    ferry__sim_charge(dev, dev->prof.copy_submit_ns + n * FERRY_SIM_PIECE_HOST_NS);
     if (total == 0)
         goto out_unlock;
     struct sim_op *op = op_new(s, SIM_OP_COPY, to_dev ? "memcpy_h2d" : "memcpy_d2h", &rc);

@@ -12,12 +12,6 @@
 /* cudaMalloc returns at least 256-byte aligned memory; kernels may rely on it. */
 #define SIM_DEV_ALIGN 256
 
-/* The host spends @ns in a call (under the device's lock): the model runs alongside. */
-static void charge_host(struct ferry_be_device *dev, uint64_t ns)
-{
-    ferry__sim_advance_to(dev, dev->now + ns);
-}
-
 /* ---- address ranges ---------------------------------------------------------------------- */
 
 /* Index of the last range starting at or below @p, or -1. */
@@ -131,7 +125,7 @@ int ferry__sim_host_register(ferry_be_device_t *dev, void *p, size_t bytes)
     }
     dev->reg_bytes += bytes;
     /* FACTS.md: cudaHostRegister of 1 GiB took 49 ms. */
-    charge_host(dev, per_gib_ns(dev->prof.register_ns_per_gib, bytes));
+    ferry__sim_charge(dev, per_gib_ns(dev->prof.register_ns_per_gib, bytes));
 out_unlock:
     pthread_mutex_unlock(&pins_lock);
     pthread_mutex_unlock(&dev->mu);
@@ -157,7 +151,7 @@ int ferry__sim_host_unregister(ferry_be_device_t *dev, void *p)
     }
     /* Copies in flight may still read or write the range: let them finish first. */
     ferry__sim_drain(dev);
-    charge_host(dev, per_gib_ns(dev->prof.unregister_ns_per_gib, bytes));
+    ferry__sim_charge(dev, per_gib_ns(dev->prof.unregister_ns_per_gib, bytes));
     dev->reg_bytes -= bytes;
     pthread_mutex_lock(&pins_lock);
     if ((i = range_find(pins, npins, p)) >= 0) /* under this device's lock: still there */

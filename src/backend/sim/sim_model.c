@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/sim/sim_model.h"
 #include "base/base.h"
@@ -618,6 +619,36 @@ void ferry__sim_advance_to(struct ferry_be_device *dev, uint64_t t)
     }
     if (t > dev->now)
         dev->now = t;
+}
+
+void ferry__sim_pace_follow(struct ferry_be_device *dev)
+{
+    if (!(dev->pace > 0))
+        return;
+    double t = ((double)ferry__mono_ns() - dev->pace_origin_ns) / dev->pace;
+    if (t > (double)dev->now)
+        ferry__sim_advance_to(dev, (uint64_t)t);
+}
+
+void ferry__sim_charge(struct ferry_be_device *dev, uint64_t ns)
+{
+    ferry__sim_advance_to(dev, dev->now + ns);
+    dev->pace_origin_ns -= (double)ns * dev->pace;
+}
+
+void ferry__sim_pace_wait(const struct ferry_be_device *dev, uint64_t t)
+{
+    if (!(dev->pace > 0))
+        return;
+    double at = dev->pace_origin_ns + (double)t * dev->pace;
+    for (;;) {
+        uint64_t now = ferry__mono_ns();
+        if ((double)now >= at)
+            return;
+        double left = at - (double)now;
+        struct timespec ts = {(time_t)(left / 1e9), (long)fmod(left, 1e9)};
+        nanosleep(&ts, NULL);
+    }
 }
 
 void ferry__sim_drain(struct ferry_be_device *dev)
