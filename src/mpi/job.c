@@ -4,8 +4,9 @@
  * window on rank 0, taken with MPI_Fetch_and_op, hands out the next index of that list, so a
  * rank takes a stripe whenever it has room for one and a slower rank takes fewer. A rank runs
  * its stripes as batches through its own pipeline, from NSLOTS buffers (pinned where the device
- * allows): the calling thread reads a batch into a free buffer and submits it, and writes the
- * results that came back (the pipeline's callback only queues them) at their offsets. A stripe
+ * allows), over the parallel reader and writer of ferry/io.h: the calling thread starts a read
+ * into every free buffer and submits each batch whose read finished; the pipeline's callback
+ * starts the batch's write at its offset, and a writer thread collects the writes. A stripe
  * whose batches all succeeded and are written is synced and then journaled as finished. Only
  * the calling thread makes MPI calls. */
 #include <errno.h>
@@ -18,8 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "ferry/io.h"
 #include "ferry/mpi.h"
 #include "mpi/journal.h"
 
@@ -45,32 +48,44 @@ static int fail(int code, const char *fmt, ...)
     return code;
 }
 
+enum slot_state { SLOT_FREE, SLOT_READING, SLOT_RUNNING, SLOT_WRITING };
+
 typedef struct slot {
     unsigned char *in, *out;
-    bool pinned, busy;
+    bool pinned;
+    enum slot_state state; /* the calling thread's alone */
     uint64_t stripe, off;
     size_t bytes;
-    int status, where;
+    int status, where; /* the pipeline's result */
+    int io_error;      /* the output's write failed (FERRY_EIO), its words in why */
+    char why[256];
 } slot_t;
 
-/* A stripe with batches not yet written. */
+/* A stripe with batches not yet read, or read and not yet written. */
 typedef struct open_stripe {
     uint64_t stripe;
-    unsigned left; /* batches not yet written (or failed) */
-    bool failed, all_sent;
+    uint64_t next, end; /* the next byte to read, the stripe's end */
+    unsigned left;      /* batches started (read) and not yet written (or failed) */
+    bool failed;
 } open_stripe_t;
 
 typedef struct rank_job {
     const ferry_mpi_job_t *job;
-    int rank, infd, outfd, jfd;
+    int rank, jfd;
     uint64_t total, stripe_bytes;
     size_t batch;
     ferry_device_t *dev; /* for ferry_host_alloc */
     ferry_pipeline_t *pl;
+    ferry_file_t *src, *dst; /* the input and the output, many requests in flight */
     slot_t slots[NSLOTS];
+    unsigned reads; /* reads in flight (the calling thread's) */
     pthread_mutex_t lock;
-    pthread_cond_t cv;
-    unsigned doneq[NSLOTS], ndone; /* under lock: slots the pipeline finished */
+    pthread_cond_t cv;             /* a slot joined doneq */
+    pthread_cond_t wcv;            /* a write started, or the writer is to stop */
+    unsigned doneq[NSLOTS], ndone; /* under lock: slots written, or whose batch failed */
+    unsigned writes;               /* under lock: writes started and not yet collected */
+    bool writer_started, writer_stop;
+    pthread_t writer;
     open_stripe_t open[NSLOTS + 1];
     unsigned nopen;
     ferry_mpi_rank_t me;
@@ -83,16 +98,82 @@ typedef struct cb_arg {
     unsigned i;
 } cb_arg_t;
 
+static void slot_finished(rank_job_t *j, unsigned i)
+{
+    pthread_mutex_lock(&j->lock);
+    j->doneq[j->ndone++] = i;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->lock);
+}
+
+/* The pipeline's callback: a batch that succeeded starts its write at its offset (which never
+ * blocks on the storage; the writer thread collects it), one that failed is finished. */
 static void batch_done(const ferry_batch_result_t *r, void *arg)
 {
     cb_arg_t *a = arg;
     rank_job_t *j = a->j;
-    pthread_mutex_lock(&j->lock);
-    j->slots[a->i].status = r->status;
-    j->slots[a->i].where = (int)r->where;
-    j->doneq[j->ndone++] = a->i;
-    pthread_cond_signal(&j->cv);
-    pthread_mutex_unlock(&j->lock);
+    slot_t *sl = &j->slots[a->i];
+    sl->status = r->status;
+    sl->where = (int)r->where;
+    sl->io_error = 0;
+    if (r->status == 0) {
+        if (ferry_file_write_async(j->dst, sl->out, sl->bytes, sl->off, a->i) == 0) {
+            pthread_mutex_lock(&j->lock);
+            j->writes++;
+            pthread_cond_signal(&j->wcv);
+            pthread_mutex_unlock(&j->lock);
+            return;
+        }
+        sl->io_error = FERRY_EIO;
+        snprintf(sl->why, sizeof(sl->why), "%s", ferry_last_error());
+    }
+    slot_finished(j, a->i);
+}
+
+/* The output's writes, collected: each written slot is finished. */
+static void *writer_main(void *arg)
+{
+    rank_job_t *j = arg;
+    for (;;) {
+        pthread_mutex_lock(&j->lock);
+        while (j->writes == 0 && !j->writer_stop)
+            pthread_cond_wait(&j->wcv, &j->lock);
+        bool idle = j->writes == 0;
+        pthread_mutex_unlock(&j->lock);
+        if (idle)
+            return NULL; /* stopped with nothing in flight */
+        ferry_file_completion_t c;
+        int w = ferry_file_wait(j->dst, &c, 100);
+        if (w == FERRY_ETIMEDOUT)
+            continue;
+        if (w == FERRY_ESTATE) { /* counted before it was queued: look again shortly */
+            nanosleep(&(struct timespec){0, 200000}, NULL);
+            continue;
+        }
+        if (w != 0) {
+            /* io_uring itself failed: the writes in flight cannot be collected, and their
+             * slots never come back. Say so to the calling thread, which stops waiting. */
+            pthread_mutex_lock(&j->lock);
+            j->writes = 0;
+            pthread_mutex_unlock(&j->lock);
+            for (unsigned i = 0; i < NSLOTS; i++)
+                if (j->slots[i].state == SLOT_WRITING) {
+                    j->slots[i].io_error = FERRY_EIO;
+                    snprintf(j->slots[i].why, sizeof(j->slots[i].why), "%s", ferry_last_error());
+                    slot_finished(j, i);
+                }
+            return NULL;
+        }
+        slot_t *sl = &j->slots[c.tag];
+        if (c.error != 0 || c.bytes != sl->bytes) {
+            sl->io_error = FERRY_EIO;
+            snprintf(sl->why, sizeof(sl->why), "%s", c.error ? ferry_last_error() : "short write");
+        }
+        pthread_mutex_lock(&j->lock);
+        j->writes--;
+        pthread_mutex_unlock(&j->lock);
+        slot_finished(j, (unsigned)c.tag);
+    }
 }
 
 static int set_err(rank_job_t *j, int code, const char *fmt, ...)
@@ -110,34 +191,6 @@ static int set_err(rank_job_t *j, int code, const char *fmt, ...)
     return j->rc = code;
 }
 
-static int pread_all(int fd, void *buf, size_t n, uint64_t off)
-{
-    size_t got = 0;
-    while (got < n) {
-        ssize_t k = pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return k == 0 ? (errno = EIO, -1) : -1; /* the file shrank under the job */
-        got += (size_t)k;
-    }
-    return 0;
-}
-
-static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
-{
-    size_t put = 0;
-    while (put < n) {
-        ssize_t k = pwrite(fd, (const char *)buf + put, n - put, (off_t)(off + put));
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        put += (size_t)k;
-    }
-    return 0;
-}
-
 static open_stripe_t *find_open(rank_job_t *j, uint64_t stripe)
 {
     for (unsigned i = 0; i < j->nopen; i++)
@@ -146,16 +199,19 @@ static open_stripe_t *find_open(rank_job_t *j, uint64_t stripe)
     return NULL;
 }
 
-/* Stripe @o has no batch left: synced and journaled as finished when all of it succeeded. */
-static void stripe_end(rank_job_t *j, open_stripe_t *o)
+/* A batch of stripe @o is no longer in flight: when it was the stripe's last one and the whole
+ * stripe was read, the stripe ends, synced and journaled as finished if all of it succeeded. */
+static void batch_left(rank_job_t *j, open_stripe_t *o)
 {
+    if (--o->left > 0 || (o->next < o->end && !o->failed && j->rc == 0))
+        return;
     uint64_t s = o->stripe;
-    bool ok = !o->failed;
+    bool ok = !o->failed && o->next >= o->end;
     *o = j->open[--j->nopen];
     if (!ok)
         return;
-    if (fdatasync(j->outfd) != 0) {
-        set_err(j, FERRY_EIO, "syncing %s: %s", j->job->output, strerror(errno));
+    if (ferry_file_sync(j->dst) != 0) {
+        set_err(j, FERRY_EIO, "syncing %s: %s", j->job->output, ferry_last_error());
         return;
     }
     if (ferry__journal_note(j->jfd, j->rank, s, j->stripe_bytes, j->total, true) != 0) {
@@ -167,14 +223,9 @@ static void stripe_end(rank_job_t *j, open_stripe_t *o)
     j->me.bytes += end - s * j->stripe_bytes;
 }
 
-/* Wait for one finished batch and write it out. */
-static void write_one(rank_job_t *j)
+/* Slot @i's batch was written, or failed: counted, the slot free again. */
+static void slot_done(rank_job_t *j, unsigned i)
 {
-    pthread_mutex_lock(&j->lock);
-    while (j->ndone == 0)
-        pthread_cond_wait(&j->cv, &j->lock);
-    unsigned i = j->doneq[--j->ndone];
-    pthread_mutex_unlock(&j->lock);
     slot_t *sl = &j->slots[i];
     open_stripe_t *o = find_open(j, sl->stripe);
     if (sl->status != 0) {
@@ -186,70 +237,137 @@ static void write_one(rank_job_t *j)
     } else {
         j->me.batches_gpu += sl->where == FERRY_DONE_GPU;
         j->me.batches_cpu += sl->where == FERRY_DONE_CPU;
-        if (pwrite_all(j->outfd, sl->out, sl->bytes, sl->off) != 0) {
+        if (sl->io_error != 0) {
             o->failed = true;
             set_err(j, FERRY_EIO, "writing %s at %llu: %s", j->job->output,
-                    (unsigned long long)sl->off, strerror(errno));
+                    (unsigned long long)sl->off, sl->why);
         }
     }
-    sl->busy = false;
-    if (--o->left == 0 && o->all_sent)
-        stripe_end(j, o);
+    sl->state = SLOT_FREE;
+    batch_left(j, o);
 }
 
-static slot_t *free_slot(rank_job_t *j, unsigned *idx)
+/* A read finished: its batch submitted to the pipeline, or the stripe failed. */
+static void read_done(rank_job_t *j, const ferry_file_completion_t *c, cb_arg_t *cbs)
 {
-    for (;;) {
-        for (unsigned i = 0; i < NSLOTS; i++)
-            if (!j->slots[i].busy) {
-                *idx = i;
-                return &j->slots[i];
-            }
-        write_one(j);
-    }
-}
-
-/* Run stripe @s: its batches read, submitted, and (as they come back) written. */
-static void run_stripe(rank_job_t *j, uint64_t s, cb_arg_t *cbs)
-{
-    uint64_t from = s * j->stripe_bytes;
-    uint64_t to = from + j->stripe_bytes < j->total ? from + j->stripe_bytes : j->total;
-    if (ferry__journal_note(j->jfd, j->rank, s, j->stripe_bytes, j->total, false) != 0) {
-        set_err(j, FERRY_EIO, "writing the journal: %s", strerror(errno));
-        return;
-    }
-    open_stripe_t *o = &j->open[j->nopen++];
-    *o = (open_stripe_t){.stripe = s};
-    for (uint64_t off = from; off < to && j->rc == 0; off += j->batch) {
-        unsigned i;
-        slot_t *sl = free_slot(j, &i);
-        o = find_open(j, s); /* the array moves as stripes end */
-        sl->stripe = s;
-        sl->off = off;
-        sl->bytes = to - off < j->batch ? (size_t)(to - off) : j->batch;
-        if (pread_all(j->infd, sl->in, sl->bytes, off) != 0) {
-            set_err(j, FERRY_EIO, "reading %s at %llu: %s", j->job->input, (unsigned long long)off,
-                    strerror(errno));
-            break;
-        }
+    slot_t *sl = &j->slots[c->tag];
+    j->reads--;
+    open_stripe_t *o = find_open(j, sl->stripe);
+    if (c->error != 0 || c->bytes != sl->bytes) {
+        set_err(j, FERRY_EIO, "reading %s at %llu: %s", j->job->input,
+                (unsigned long long)(sl->off + c->bytes),
+                c->error ? ferry_last_error() : "the file shrank under the job");
+    } else if (j->rc == 0) {
         ferry_batch_t b = FERRY_BATCH_INIT;
         b.in = sl->in;
         b.out = sl->out;
         b.bytes = sl->bytes;
-        int rc = ferry_pipeline_submit(j->pl, &b, batch_done, &cbs[i], NULL);
-        if (rc != 0) {
-            set_err(j, rc, "submitting a batch of stripe %llu: %s", (unsigned long long)s,
-                    ferry_last_error());
-            break;
-        }
-        sl->busy = true;
-        o->left++;
+        sl->state = SLOT_RUNNING; /* before the submit: the callback may come at once */
+        int rc = ferry_pipeline_submit(j->pl, &b, batch_done, &cbs[c->tag], NULL);
+        if (rc == 0)
+            return;
+        set_err(j, rc, "submitting a batch of stripe %llu: %s", (unsigned long long)sl->stripe,
+                ferry_last_error());
     }
-    o = find_open(j, s);
-    o->all_sent = true;
-    o->failed |= j->rc != 0;
-    if (o->left == 0)
-        stripe_end(j, o);
+    o->failed = true;
+    sl->state = SLOT_FREE;
+    batch_left(j, o);
+}
+
+/* Claim the next stripe from the shared counter and open it. Returns false when none is left
+ * (or the journal failed). */
+static bool claim(rank_job_t *j, MPI_Win win, const uint64_t *todo, uint64_t ntodo)
+{
+    int64_t one = 1, got = 0;
+    MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win);
+    MPI_Fetch_and_op(&one, &got, MPI_INT64_T, 0, 0, MPI_SUM, win);
+    MPI_Win_unlock(0, win);
+    if (got < 0 || (uint64_t)got >= ntodo)
+        return false;
+    uint64_t s = todo[got];
+    if (ferry__journal_note(j->jfd, j->rank, s, j->stripe_bytes, j->total, false) != 0) {
+        set_err(j, FERRY_EIO, "writing the journal: %s", strerror(errno));
+        return false;
+    }
+    uint64_t from = s * j->stripe_bytes;
+    uint64_t to = from + j->stripe_bytes < j->total ? from + j->stripe_bytes : j->total;
+    j->open[j->nopen++] = (open_stripe_t){.stripe = s, .next = from, .end = to};
+    return true;
+}
+
+/* Start reading the next batch of an open stripe into free slot @i. Returns whether it did. */
+static bool start_read(rank_job_t *j, unsigned i)
+{
+    open_stripe_t *o = NULL;
+    for (unsigned k = 0; k < j->nopen && o == NULL; k++)
+        if (j->open[k].next < j->open[k].end && !j->open[k].failed)
+            o = &j->open[k];
+    if (o == NULL)
+        return false;
+    slot_t *sl = &j->slots[i];
+    sl->stripe = o->stripe;
+    sl->off = o->next;
+    sl->bytes = o->end - o->next < j->batch ? (size_t)(o->end - o->next) : j->batch;
+    if (ferry_file_read_async(j->src, sl->in, sl->bytes, sl->off, i) != 0) {
+        o->failed = true;
+        set_err(j, FERRY_EIO, "reading %s at %llu: %s", j->job->input, (unsigned long long)sl->off,
+                ferry_last_error());
+        if (o->left == 0)
+            *o = j->open[--j->nopen];
+        return false;
+    }
+    o->next += sl->bytes;
+    o->left++;
+    sl->state = SLOT_READING;
+    j->reads++;
+    return true;
+}
+
+/* Take stripes from the shared counter until none is left (or this rank failed): every free
+ * slot reads the next batch of an open stripe (a rank holds at most MAX_OPEN stripes: the one
+ * it reads while the last one's batches run, so that the stripes left go to whichever rank
+ * frees up, not to one that claimed a queue of them); a finished read is submitted, a batch
+ * that comes back is written by the callback and collected by the writer thread. */
+static void take_stripes(rank_job_t *j, MPI_Win win, const uint64_t *todo, uint64_t ntodo)
+{
+    cb_arg_t cbs[NSLOTS];
+    for (unsigned i = 0; i < NSLOTS; i++)
+        cbs[i] = (cb_arg_t){j, i};
+    bool more = true; /* the counter may still hand out stripes */
+    for (;;) {
+        pthread_mutex_lock(&j->lock);
+        unsigned done[NSLOTS], n = j->ndone;
+        memcpy(done, j->doneq, n * sizeof(unsigned));
+        j->ndone = 0;
+        pthread_mutex_unlock(&j->lock);
+        for (unsigned k = 0; k < n; k++)
+            slot_done(j, done[k]);
+        unsigned busy = 0;
+        for (unsigned i = 0; i < NSLOTS; i++) {
+            slot_t *sl = &j->slots[i];
+            while (sl->state == SLOT_FREE && j->rc == 0 && !start_read(j, i) && more &&
+                   j->nopen < MAX_OPEN && j->rc == 0)
+                more = claim(j, win, todo, ntodo);
+            busy += sl->state != SLOT_FREE;
+        }
+        if (busy == 0 && (!more || j->rc != 0))
+            break; /* what was in flight came back (and was written), even after an error */
+        if (j->reads > 0) {
+            ferry_file_completion_t c;
+            int w = ferry_file_wait(j->src, &c, 1);
+            if (w == 0)
+                read_done(j, &c, cbs);
+            else if (w != FERRY_ETIMEDOUT) { /* io_uring itself failed: the reads are lost */
+                set_err(j, FERRY_EIO, "reading %s: %s", j->job->input, ferry_last_error());
+                break;
+            }
+            continue;
+        }
+        pthread_mutex_lock(&j->lock);
+        while (j->ndone == 0)
+            pthread_cond_wait(&j->cv, &j->lock);
+        pthread_mutex_unlock(&j->lock);
+    }
 }
 
 /* ---- set-up on rank 0, shared with every rank ------------------------------------------ */
@@ -387,7 +505,7 @@ static bool has_hook(const ferry_mpi_job_t *job)
     return job->size >= offsetof(ferry_mpi_job_t, arg) + sizeof(void *) && job->on_pipeline != NULL;
 }
 
-/* This rank's files, buffers and pipeline. */
+/* This rank's files, buffers, pipeline and writer thread. */
 static int rank_open(rank_job_t *j, const char *jpath)
 {
     const ferry_pipeline_config_t *pc = j->job->pipeline;
@@ -398,14 +516,12 @@ static int rank_open(rank_job_t *j, const char *jpath)
             snprintf(j->me.device, sizeof(j->me.device), "%s", p.name);
     }
     gethostname(j->me.host, sizeof(j->me.host) - 1);
-    j->infd = open(j->job->input, O_RDONLY | O_CLOEXEC);
-    if (j->infd < 0)
-        return set_err(j, FERRY_EIO, "cannot open the input %s: %s", j->job->input,
-                       strerror(errno));
-    j->outfd = open(j->job->output, O_WRONLY | O_CLOEXEC);
-    if (j->outfd < 0)
-        return set_err(j, FERRY_EIO, "cannot open the output %s: %s", j->job->output,
-                       strerror(errno));
+    /* the parallel reader and writer of `ferry run` (ferry_file_t): O_DIRECT where the file
+     * system takes it, several requests in flight either way */
+    if (ferry_file_open(j->job->input, FERRY_FILE_READ, NULL, &j->src) != 0)
+        return set_err(j, FERRY_EIO, "cannot open the input: %s", ferry_last_error());
+    if (ferry_file_open(j->job->output, FERRY_FILE_WRITE, NULL, &j->dst) != 0)
+        return set_err(j, FERRY_EIO, "cannot open the output: %s", ferry_last_error());
     j->jfd = ferry__journal_open(jpath, j->rank);
     if (j->jfd < 0)
         return set_err(j, FERRY_EIO, "cannot open the journal %s.%d: %s", jpath, j->rank,
@@ -427,6 +543,9 @@ static int rank_open(rank_job_t *j, const char *jpath)
         return set_err(j, rc, "cannot create the pipeline: %s", ferry_last_error());
     if (has_hook(j->job))
         j->job->on_pipeline(j->pl, j->rank, 1, j->job->arg);
+    if ((rc = pthread_create(&j->writer, NULL, writer_main, j)) != 0)
+        return set_err(j, FERRY_ENOMEM, "cannot start the output's writer: %s", strerror(rc));
+    j->writer_started = true;
     return 0;
 }
 
@@ -443,6 +562,13 @@ static void rank_close(rank_job_t *j)
         j->job->on_pipeline(j->pl, j->rank, 0, j->job->arg);
     if (j->pl != NULL && ferry_pipeline_destroy(j->pl) != 0)
         set_err(j, FERRY_EBACKEND, "closing the pipeline: %s", ferry_last_error());
+    if (j->writer_started) { /* every write was collected: take_stripes waited for them */
+        pthread_mutex_lock(&j->lock);
+        j->writer_stop = true;
+        pthread_cond_signal(&j->wcv);
+        pthread_mutex_unlock(&j->lock);
+        pthread_join(j->writer, NULL);
+    }
     for (unsigned i = 0; i < NSLOTS; i++) {
         if (j->slots[i].in == NULL)
             continue;
@@ -451,43 +577,12 @@ static void rank_close(rank_job_t *j)
         else
             free(j->slots[i].in);
     }
-    if (j->infd >= 0)
-        close(j->infd);
-    if (j->outfd >= 0 && close(j->outfd) != 0)
-        set_err(j, FERRY_EIO, "closing %s: %s", j->job->output, strerror(errno));
+    if (j->src != NULL)
+        ferry_file_close(j->src);
+    if (j->dst != NULL && ferry_file_close(j->dst) != 0)
+        set_err(j, FERRY_EIO, "closing %s: %s", j->job->output, ferry_last_error());
     if (j->jfd >= 0)
         close(j->jfd);
-}
-
-/* Take stripes from the shared counter until none is left (or this rank failed). */
-static void take_stripes(rank_job_t *j, MPI_Win win, const uint64_t *todo, uint64_t ntodo)
-{
-    cb_arg_t cbs[NSLOTS];
-    for (unsigned i = 0; i < NSLOTS; i++)
-        cbs[i] = (cb_arg_t){j, i};
-    while (j->rc == 0) {
-        /* room for the next stripe first: a rank holds at most MAX_OPEN stripes (the one it
-         * reads while the last one's batches run), so that the stripes left go to whichever
-         * rank frees up, not to one that claimed a queue of them */
-        while (j->nopen >= MAX_OPEN)
-            write_one(j);
-        int64_t one = 1, got = 0;
-        MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win);
-        MPI_Fetch_and_op(&one, &got, MPI_INT64_T, 0, 0, MPI_SUM, win);
-        MPI_Win_unlock(0, win);
-        if (got < 0 || (uint64_t)got >= ntodo)
-            break;
-        run_stripe(j, todo[got], cbs);
-    }
-    /* what is in flight comes back (and is written) even after an error */
-    for (;;) {
-        bool busy = false;
-        for (unsigned i = 0; i < NSLOTS; i++)
-            busy |= j->slots[i].busy;
-        if (!busy)
-            break;
-        write_one(j);
-    }
 }
 
 /* Every rank agrees on the first rank's error (its code and text), if any. */
@@ -545,18 +640,13 @@ int ferry_mpi_run(MPI_Comm comm, const ferry_mpi_job_t *job, ferry_mpi_result_t 
             todo[ntodo++] = i;
     free(done);
 
-    rank_job_t j = {.job = job,
-                    .rank = rank,
-                    .infd = -1,
-                    .outfd = -1,
-                    .jfd = -1,
-                    .total = su.total,
-                    .stripe_bytes = stripe};
+    rank_job_t j = {.job = job, .rank = rank, .jfd = -1, .total = su.total, .stripe_bytes = stripe};
     j.batch = job->batch_bytes ? job->batch_bytes : DEFAULT_BATCH;
     j.batch = j.batch < stripe ? j.batch : (size_t)stripe;
     j.me.rank = rank;
     pthread_mutex_init(&j.lock, NULL);
     pthread_cond_init(&j.cv, NULL);
+    pthread_cond_init(&j.wcv, NULL);
     if (todo == NULL)
         set_err(&j, FERRY_ENOMEM, "the list of %llu stripes", (unsigned long long)su.nstripes);
     else
@@ -578,6 +668,7 @@ int ferry_mpi_run(MPI_Comm comm, const ferry_mpi_job_t *job, ferry_mpi_result_t 
     rank_close(&j);
     free(todo);
     pthread_cond_destroy(&j.cv);
+    pthread_cond_destroy(&j.wcv);
     pthread_mutex_destroy(&j.lock);
     j.me.gbps = j.me.seconds > 0 ? (double)j.me.bytes / j.me.seconds / 1e9 : 0;
 
