@@ -63,6 +63,11 @@ typedef struct ferry_mpi_rank {
      * simulator, where wall time is the simulation's), and bytes / that */
     double device_seconds, device_gbps;
     int simulated; /* 1: its device is simulated */
+    /* Faults its pipeline handled (ferry_pipeline_stats_t): failed GPU attempts recorded,
+     * chunks that succeeded on a GPU retry, chunks the CPU fallback produced, and the ladder's
+     * level at the end (0: the plan as configured). */
+    uint64_t faults, chunks_retried, chunks_cpu;
+    unsigned ladder_level;
 } ferry_mpi_rank_t;
 
 typedef struct ferry_mpi_result {

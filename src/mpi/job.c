@@ -556,6 +556,10 @@ static void rank_close(rank_job_t *j)
         ferry_pipeline_stats(j->pl, &st) == 0) {
         j->me.device_seconds = (double)st.elapsed_ns / 1e9;
         j->me.device_gbps = st.elapsed_ns > 0 ? (double)j->me.bytes / (double)st.elapsed_ns : 0;
+        j->me.faults = st.failure_records;
+        j->me.chunks_retried = st.chunks_retried;
+        j->me.chunks_cpu = st.chunks_cpu;
+        j->me.ladder_level = st.ladder_level;
     }
     j->me.simulated = j->dev != NULL && ferry_device_is_simulated(j->dev);
     if (j->pl != NULL && has_hook(j->job))

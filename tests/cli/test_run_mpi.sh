@@ -7,7 +7,7 @@
 # slower simulated device (paced in real time) takes fewer stripes, the job near the ideal split;
 # and what cannot work is refused with a
 # message: the flags of a job outside one, each rank's metrics in a file of its own labelled with
-# its rank, a stream or no file, --verify full, a journal of
+# its rank, a GPU fault inside a rank (handled there), a stream or no file, --verify full, a journal of
 # another job, a resume with no journal, stripes that cut a float.
 # Skipped (77) without mpirun or without MPI in this ferry, and under the sanitizers: Open MPI's
 # own threads and allocations are not ferry's to vouch for.
@@ -66,6 +66,21 @@ assert any(s.name == 'ferry_pipeline_bytes_total' and s.value > 0 for s in sampl
        any(s.name.startswith('ferry_pipeline_batches') and s.value > 0 for s in samples)
 PY
 done
+
+# ---- a GPU fault inside a rank: that rank's pipeline handles it, the job goes on ----------------
+# rank 0's device: a kernel fault (retried on the GPU a level lower), then a sticky one (its GPU
+# path ends; the rest of its batches run on the CPU); rank 1 untouched
+expect_rc "faults in a rank" 0 mpi -n 1 -x FERRY_INJECT=kernel@batch=2,sticky@batch=9 "$FERRY" run \
+  --input "$TMP/in.bin" --output "$TMP/f.bin" --stripe-bytes 2M --batch-bytes 512K --json : -n 1 \
+  "$FERRY" run --input "$TMP/in.bin" --output "$TMP/f.bin" --stripe-bytes 2M --batch-bytes 512K --json
+cp "$TMP/out" "$TMP/f.json"
+if cmp -s "$TMP/f.bin" "$TMP/ref.bin"; then ok "faults in a rank: the output is one process's"; else bad "faults in a rank: the output differs"; fi
+json_check "faults in a rank: rank 0 reports them (a retry, the CPU), rank 1 none, no batch failed" "$TMP/f.json" \
+  "j['ok'] and j['per_rank'][0]['faults'] >= 2 and j['per_rank'][0]['chunks_retried'] >= 1 and j['per_rank'][0]['chunks_cpu'] >= 1 and j['per_rank'][0]['batches_cpu'] >= 1 and j['per_rank'][1]['faults'] == 0 and sum(r['batches_failed'] for r in j['per_rank']) == 0 and j['stripes_done'] == 12"
+expect_rc "faults in a rank, the text summary" 0 mpi -n 1 -x FERRY_INJECT=kernel@batch=2 "$FERRY" run \
+  --input "$TMP/in.bin" --output "$TMP/f.bin" --stripe-bytes 2M --batch-bytes 512K : -n 1 \
+  "$FERRY" run --input "$TMP/in.bin" --output "$TMP/f.bin" --stripe-bytes 2M --batch-bytes 512K
+expect_in "faults in a rank: the summary says which rank had them" "$TMP/out" "faults: 1 failed GPU attempt(s), 1 chunk(s) retried"
 
 # ---- a rank killed mid-job, then --resume ----------------------------------------------------
 wl="--workload fma --intensity 3000"

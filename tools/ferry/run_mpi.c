@@ -69,6 +69,11 @@ static void print_text(const ferry_mpi_result_t *r, const run_opts_t *ro, const 
                k->rank, k->host, k->device[0] ? k->device : "no device",
                (unsigned long long)k->stripes, cli_bytes(k->bytes, b1, sizeof(b1)), k->seconds,
                k->gbps, k->device_gbps, k->simulated ? " (simulated)" : "");
+        if (k->faults > 0 || k->chunks_cpu > 0 || k->ladder_level > 0)
+            printf("            faults: %llu failed GPU attempt(s), %llu chunk(s) retried on the "
+                   "GPU, %llu run on the CPU; ladder level %u at the end\n",
+                   (unsigned long long)k->faults, (unsigned long long)k->chunks_retried,
+                   (unsigned long long)k->chunks_cpu, k->ladder_level);
         gpu += k->batches_gpu;
         cpu += k->batches_cpu;
         failed += k->batches_failed;
@@ -130,6 +135,10 @@ static void print_json(const ferry_mpi_result_t *r, const run_opts_t *ro, const 
         json_key_uint(&j, "batches_gpu", k->batches_gpu);
         json_key_uint(&j, "batches_cpu", k->batches_cpu);
         json_key_uint(&j, "batches_failed", k->batches_failed);
+        json_key_uint(&j, "faults", k->faults);
+        json_key_uint(&j, "chunks_retried", k->chunks_retried);
+        json_key_uint(&j, "chunks_cpu", k->chunks_cpu);
+        json_key_uint(&j, "ladder_level", k->ladder_level);
         json_object_end(&j);
     }
     json_array_end(&j);
