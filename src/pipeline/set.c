@@ -569,7 +569,8 @@ static int set_cpu_open(struct ferry__pset *s, const ferry_pipeline_config_t *cf
         unsigned lanes = 0;
         double mem = 0;
         set_cpu_model(s, first_gpu, &lanes, &mem);
-        rc = ferry__cpudev_create(&st, s->chunk, lanes, s->virt, mem, &s->d[i].cpu);
+        int nice = (int)ferry__opt_i64(s->rt->opts, FERRY__OPT_cpu_nice);
+        rc = ferry__cpudev_create(&st, s->chunk, lanes, s->virt, mem, nice, &s->d[i].cpu);
         if (rc == 0)
             snprintf(s->d[i].name, sizeof(s->d[i].name), "CPU (%u threads)", lanes);
     }

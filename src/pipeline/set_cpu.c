@@ -2,8 +2,11 @@
  * take in order (several threads on the chunks of one part), the stage's CPU function from the
  * part's input to its output. The part calls back when its last chunk is done. See
  * set_cpu.h for the clock. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,6 +37,7 @@ struct ferry__cpudev {
     size_t chunk;
     unsigned lanes, nthreads;
     bool virt;
+    int nice;        /* real clocks: the threads' nice increment (option cpu_nice) */
     double mem_bpns; /* bytes per ns through the host's memory; 0: not modelled */
     pthread_mutex_t lock;
     pthread_cond_t work, idle;
@@ -150,9 +154,29 @@ static void finish(ferry__cpudev_t *c, cpart_t *p)
     pthread_mutex_unlock(&c->lock);
 }
 
+/* On real clocks the device's threads yield to the host's others (option cpu_nice): a GPU's
+ * submission and completion threads, the verifiers and the application come first, and the CPU
+ * takes the cores they leave. Linux applies setpriority to one thread by its id; failing to
+ * lower a priority is harmless (raising it back is what needs a privilege). */
+static void yield_priority(const ferry__cpudev_t *c)
+{
+    if (c->virt || c->nice <= 0)
+        return;
+    id_t tid = (id_t)syscall(SYS_gettid);
+    errno = 0;
+    int cur = getpriority(PRIO_PROCESS, tid);
+    if (cur == -1 && errno != 0)
+        return;
+    int want = cur + c->nice > 19 ? 19 : cur + c->nice;
+    if (setpriority(PRIO_PROCESS, tid, want) != 0)
+        ferry_log(FERRY_LOG_DEBUG, "cpu", "cannot lower the CPU device's thread priority: %s",
+                  strerror(errno));
+}
+
 static void *cpudev_main(void *arg)
 {
     ferry__cpudev_t *c = arg;
+    yield_priority(c);
     unsigned char *tmp = malloc(2 * c->chunk);
     pthread_mutex_lock(&c->lock);
     for (;;) {
@@ -188,7 +212,7 @@ static void *cpudev_main(void *arg)
 }
 
 int ferry__cpudev_create(const ferry_stage_t *stage, size_t chunk, unsigned lanes, bool virt,
-                         double mem_gbps, ferry__cpudev_t **out)
+                         double mem_gbps, int nice, ferry__cpudev_t **out)
 {
     if (stage == NULL || stage->cpu == NULL)
         return ferry__error(FERRY_EINVAL, "the CPU as a device: stage '%s' has no CPU function",
@@ -202,6 +226,7 @@ int ferry__cpudev_create(const ferry_stage_t *stage, size_t chunk, unsigned lane
     c->chunk = chunk > 0 ? chunk : 1;
     c->lanes = lanes;
     c->virt = virt;
+    c->nice = nice;
     c->mem_bpns = mem_gbps > 0 ? mem_gbps : 0; /* GB/s is bytes per ns */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     c->nthreads = cpus > 0 && (unsigned)cpus < lanes ? (unsigned)cpus : lanes;

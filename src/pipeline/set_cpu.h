@@ -19,10 +19,11 @@
 typedef struct ferry__cpudev ferry__cpudev_t;
 
 /* Create the device: @stage copied (its cpu function required), chunks of @chunk bytes, @lanes
- * threads (the modelled host's on a virtual clock; real threads are at most the online CPUs).
+ * threads (the modelled host's on a virtual clock; real threads are at most the online CPUs),
+ * on real clocks @nice nicer than the process (option cpu_nice; 0: as the process).
  * Returns 0, FERRY_EINVAL (no CPU function), FERRY_ENOMEM. */
 int ferry__cpudev_create(const ferry_stage_t *stage, size_t chunk, unsigned lanes, bool virt,
-                         double mem_gbps, ferry__cpudev_t **out);
+                         double mem_gbps, int nice, ferry__cpudev_t **out);
 
 /* Run @part (in, out or prepare as in a batch; prepare is called with offsets within the part)
  * of batch @batch_id, whose first byte is at @base_off in its batch, chunk by chunk (in pieces

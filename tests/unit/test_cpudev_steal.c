@@ -6,18 +6,22 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "testlib.h"
 #include "pipeline/set_cpu.h"
 
 #define MIB ((size_t)1 << 20)
 
-static atomic_int gate_open, started;
+static atomic_int gate_open, started, worker_nice = 99;
 
 static int gated_copy(const ferry_kernel_args_t *a, void *user)
 {
     (void)user;
+    atomic_store(&worker_nice, getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid)));
     atomic_fetch_add(&started, 1);
     while (!atomic_load(&gate_open)) {
         struct timespec ts = {0, 200000};
@@ -61,12 +65,12 @@ static void submit(ferry__cpudev_t *c, unsigned char *in, unsigned char *out, si
 }
 
 /* The CPU device on two threads (this host may have more: lanes bound them), 1 MiB chunks,
- * running gated_copy with the gate shut. */
+ * running gated_copy with the gate shut; its threads 5 nicer than this one (option cpu_nice). */
 static ferry__cpudev_t *gated_device(void)
 {
     ferry_stage_t st = test_cpu_stage("gated", gated_copy);
     ferry__cpudev_t *c = NULL;
-    assert_int_equal(ferry__cpudev_create(&st, MIB, 2, false, 0, &c), 0);
+    assert_int_equal(ferry__cpudev_create(&st, MIB, 2, false, 0, 5, &c), 0);
     atomic_store(&gate_open, 0);
     atomic_store(&started, 0);
     return c;
@@ -107,6 +111,9 @@ static void test_steal(void **state)
     assert_int_equal(off, 3 * MIB);
     assert_int_equal(ferry__cpudev_steal(c, 100 * MIB, &arg, &off), 0); /* A: 2 stays */
 
+    /* the worker runs nicer than the process by the device's increment (capped at 19) */
+    int mine = getpriority(PRIO_PROCESS, 0), want = mine + 5 > 19 ? 19 : mine + 5;
+    assert_int_equal(atomic_load(&worker_nice), want);
     atomic_store(&gate_open, 1);
     ferry__cpudev_drain(c);
     assert_int_equal(atomic_load(&da.calls), 1);
