@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The open GPU targets in one device call (run it with OUT set; carry .carry). On an H200:
+# issue 17's generated 16 GiB run (issue17-gen.sh, 3 rounds) and issue 20's gathered items at
+# 64K and 256K (8 MiB slabs, and 8 MiB x 6). On any GPU: issue 18's compute-heavy CPU+GPU
+# target (issue18-compute.sh, fma 64, --verify sample, 2 rounds) with the CPU device's threads
+# niced (option cpu_nice 10, the default) and not (0). Everything lands in $OUT/all.tgz.
+set -u
+o=$OUT
+# shellcheck source=bench/explore/carry-env.sh
+. "$(dirname "$0")/carry-env.sh"
+build_gpu
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+mkdir -p "$o/g" "$o/i" "$o/n0" "$o/n10"
+if [[ $gpu == *H200* ]]; then
+  OUT=$o/g ROUNDS=3 bash bench/explore/issue17-gen.sh 2>&1 | tail -4
+  for g in 8M 8M:6; do
+    s=${g#*:}; [ "$s" = "$g" ] && s=0
+    FERRY_GATHER_SLABS=$s FERRY_GATHER_BYTES=${g%:*} build-gpu/ferry bench items --backend cuda \
+      --threads 8 --item-sizes 64K,256K --json >"$o/i/f-$g.json" 2>>"$o/i/err"
+    python3 - "$o/i/f-$g.json" "$g" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+for r in j['results']:
+    print('items %s %7d %6.2f GB/s %5.1f%% of %.2f p50 %.0f p99 %.0f us cpu %.1f us ok %s' % (
+        sys.argv[2], r['item_bytes'], r['gbps_h2d'], 100 * r['fraction'], j['ceiling_gbps'],
+        r['latency_p50_us'], r['latency_p99_us'], r['cpu_us_per_item'], r['verified']))
+PY
+  done
+fi
+for n in 10 0; do
+  echo "== cpu_nice $n"
+  OUT=$o/n$n FERRY_CPU_NICE=$n SKIP_BUILD=1 VERIFY=sample INTENSITIES=64 ROUNDS=2 \
+    bash bench/explore/issue18-compute.sh 2>&1 | tail -6
+done
+cp "$o/g/machine.txt" "$o/machine.txt" 2>/dev/null || nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$o/machine.txt"
+(cd "$o" && tar czf all.tgz g i n0 n10 machine.txt && rm -rf g i n0 n10)
