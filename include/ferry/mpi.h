@@ -45,9 +45,23 @@ typedef struct ferry_mpi_job {
      * them rank="R"); the pipeline is the job's, not to be submitted to or closed */
     void (*on_pipeline)(ferry_pipeline_t *p, int rank, int up, void *arg);
     void *arg;
+    /* NULL, or each batch checked before its output is written, on one of check_threads
+     * threads of the rank (0: 2): @in and @out the batch's buffers (@bytes each), @offset
+     * where the batch starts in the file, @arg the job's. Return 0 to write the batch (it was
+     * checked), FERRY_MPI_CHECK_SKIPPED to write it unchecked (a sample), or anything else:
+     * the batch fails (its stripe is not journaled as finished, the job returns
+     * FERRY_EVERIFY) and @why (@why_len bytes, "" on entry) may say what differed, for
+     * ferry_mpi_last_error. Called concurrently from several threads; not to block for long
+     * (a rank's buffers wait on it). `ferry run --verify` compares with the CPU reference. */
+    int (*check)(const void *in, const void *out, size_t bytes, uint64_t offset, char *why,
+                 size_t why_len, void *arg);
+    unsigned check_threads; /* 0: 2; at most 64 */
 } ferry_mpi_job_t;
 
 #define FERRY_MPI_JOB_INIT FERRY_SIZED_INIT(ferry_mpi_job_t)
+
+/* job.check's answer for a batch it let through without looking (a sample's others). */
+#define FERRY_MPI_CHECK_SKIPPED (-1)
 
 /* One rank's part of the job. */
 typedef struct ferry_mpi_rank {
@@ -68,6 +82,8 @@ typedef struct ferry_mpi_rank {
      * level at the end (0: the plan as configured). */
     uint64_t faults, chunks_retried, chunks_cpu;
     unsigned ladder_level;
+    /* job.check: the batches it checked and passed (and their bytes), and refused */
+    uint64_t batches_checked, bytes_checked, batches_check_failed;
 } ferry_mpi_rank_t;
 
 typedef struct ferry_mpi_result {
@@ -98,7 +114,8 @@ typedef struct ferry_mpi_result {
  *  not set, a value out of range, an input that is not a regular file, a journal of another
  *  job); FERRY_EIO (a file that cannot be opened, read, written or synced, on any rank);
  *  FERRY_ENOMEM; FERRY_EBACKEND (batches failed: their stripes are not journaled as finished,
- *  so resume runs them again); or what creating a rank's pipeline returned.
+ *  so resume runs them again); FERRY_EVERIFY (job.check refused a batch: likewise); or what
+ *  creating a rank's pipeline returned.
  *  ferry_mpi_last_error() says what and where (the rank) on every rank. Not thread-safe with
  *  other MPI calls on @p comm. */
 FERRY_EXTERN int ferry_mpi_run(MPI_Comm comm, const ferry_mpi_job_t *job, ferry_mpi_result_t *out);

@@ -30,6 +30,7 @@
 #define DEFAULT_BATCH  ((size_t)64 << 20)
 #define NSLOTS         8
 #define MAX_OPEN       2
+#define MAX_CHECKERS   64
 
 static __thread char last_err[1024];
 
@@ -57,7 +58,8 @@ typedef struct slot {
     uint64_t stripe, off;
     size_t bytes;
     int status, where; /* the pipeline's result */
-    int io_error;      /* the output's write failed (FERRY_EIO), its words in why */
+    int io_error;      /* the output's write failed (FERRY_EIO), or job.check refused the
+                          batch (FERRY_EVERIFY); its words in why */
     char why[256];
 } slot_t;
 
@@ -86,6 +88,11 @@ typedef struct rank_job {
     unsigned writes;               /* under lock: writes started and not yet collected */
     bool writer_started, writer_stop;
     pthread_t writer;
+    /* job.check: the batches to check (under lock), its threads */
+    pthread_cond_t ccv;
+    unsigned checkq[NSLOTS], ncheck, nchecker;
+    bool check_stop;
+    pthread_t checker[MAX_CHECKERS];
     open_stripe_t open[NSLOTS + 1];
     unsigned nopen;
     ferry_mpi_rank_t me;
@@ -106,8 +113,31 @@ static void slot_finished(rank_job_t *j, unsigned i)
     pthread_mutex_unlock(&j->lock);
 }
 
-/* The pipeline's callback: a batch that succeeded starts its write at its offset (which never
- * blocks on the storage; the writer thread collects it), one that failed is finished. */
+static bool has_check(const ferry_mpi_job_t *job)
+{
+    return job->size >= offsetof(ferry_mpi_job_t, check_threads) + sizeof(unsigned) &&
+           job->check != NULL;
+}
+
+/* Start slot @i's write at its offset (which never blocks on the storage; the writer thread
+ * collects it), or finish the slot with the error. */
+static void start_write(rank_job_t *j, unsigned i)
+{
+    slot_t *sl = &j->slots[i];
+    if (ferry_file_write_async(j->dst, sl->out, sl->bytes, sl->off, i) == 0) {
+        pthread_mutex_lock(&j->lock);
+        j->writes++;
+        pthread_cond_signal(&j->wcv);
+        pthread_mutex_unlock(&j->lock);
+        return;
+    }
+    sl->io_error = FERRY_EIO;
+    snprintf(sl->why, sizeof(sl->why), "%s", ferry_last_error());
+    slot_finished(j, i);
+}
+
+/* The pipeline's callback: a batch that succeeded goes to the checkers (job.check) or straight
+ * to its write; one that failed is finished. */
 static void batch_done(const ferry_batch_result_t *r, void *arg)
 {
     cb_arg_t *a = arg;
@@ -116,18 +146,54 @@ static void batch_done(const ferry_batch_result_t *r, void *arg)
     sl->status = r->status;
     sl->where = (int)r->where;
     sl->io_error = 0;
-    if (r->status == 0) {
-        if (ferry_file_write_async(j->dst, sl->out, sl->bytes, sl->off, a->i) == 0) {
-            pthread_mutex_lock(&j->lock);
-            j->writes++;
-            pthread_cond_signal(&j->wcv);
-            pthread_mutex_unlock(&j->lock);
-            return;
-        }
-        sl->io_error = FERRY_EIO;
-        snprintf(sl->why, sizeof(sl->why), "%s", ferry_last_error());
+    if (r->status != 0) {
+        slot_finished(j, a->i);
+    } else if (j->nchecker > 0) {
+        pthread_mutex_lock(&j->lock);
+        j->checkq[j->ncheck++] = a->i;
+        pthread_cond_signal(&j->ccv);
+        pthread_mutex_unlock(&j->lock);
+    } else {
+        start_write(j, a->i);
     }
-    slot_finished(j, a->i);
+}
+
+/* job.check's threads: a batch it passes is written, one it refuses finished as failed. */
+static void *checker_main(void *arg)
+{
+    rank_job_t *j = arg;
+    pthread_mutex_lock(&j->lock);
+    for (;;) {
+        while (j->ncheck == 0 && !j->check_stop)
+            pthread_cond_wait(&j->ccv, &j->lock);
+        if (j->ncheck == 0)
+            break;
+        unsigned i = j->checkq[--j->ncheck];
+        pthread_mutex_unlock(&j->lock);
+        slot_t *sl = &j->slots[i];
+        sl->why[0] = '\0';
+        int rc = j->job->check(sl->in, sl->out, sl->bytes, sl->off, sl->why, sizeof(sl->why),
+                               j->job->arg);
+        pthread_mutex_lock(&j->lock);
+        if (rc == 0) {
+            j->me.batches_checked++;
+            j->me.bytes_checked += sl->bytes;
+        } else if (rc != FERRY_MPI_CHECK_SKIPPED) {
+            j->me.batches_check_failed++;
+        }
+        pthread_mutex_unlock(&j->lock);
+        if (rc == 0 || rc == FERRY_MPI_CHECK_SKIPPED) {
+            start_write(j, i);
+        } else {
+            sl->io_error = FERRY_EVERIFY;
+            if (sl->why[0] == '\0')
+                snprintf(sl->why, sizeof(sl->why), "the check returned %d", rc);
+            slot_finished(j, i);
+        }
+        pthread_mutex_lock(&j->lock);
+    }
+    pthread_mutex_unlock(&j->lock);
+    return NULL;
 }
 
 /* The output's writes, collected: each written slot is finished. */
@@ -237,7 +303,12 @@ static void slot_done(rank_job_t *j, unsigned i)
     } else {
         j->me.batches_gpu += sl->where == FERRY_DONE_GPU;
         j->me.batches_cpu += sl->where == FERRY_DONE_CPU;
-        if (sl->io_error != 0) {
+        if (sl->io_error == FERRY_EVERIFY) {
+            o->failed = true;
+            set_err(
+                j, FERRY_EVERIFY, "the batch at %llu (stripe %llu, %zu bytes) failed its check: %s",
+                (unsigned long long)sl->off, (unsigned long long)sl->stripe, sl->bytes, sl->why);
+        } else if (sl->io_error != 0) {
             o->failed = true;
             set_err(j, FERRY_EIO, "writing %s at %llu: %s", j->job->output,
                     (unsigned long long)sl->off, sl->why);
@@ -414,6 +485,9 @@ static int check_job(const ferry_mpi_job_t *job)
     if (job->input == NULL || job->output == NULL || job->pipeline == NULL)
         return fail(FERRY_EINVAL, "ferry_mpi_run: the job needs an input, an output and a "
                                   "pipeline config");
+    if (has_check(job) && job->check_threads > MAX_CHECKERS)
+        return fail(FERRY_EINVAL, "ferry_mpi_run: check_threads %u (accepted: 0 to %d)",
+                    job->check_threads, MAX_CHECKERS);
     if (strcmp(job->input, job->output) == 0)
         return fail(FERRY_EINVAL, "ferry_mpi_run: the output %s is the input", job->output);
     uint64_t stripe = job->stripe_bytes ? job->stripe_bytes : DEFAULT_STRIPE;
@@ -546,6 +620,10 @@ static int rank_open(rank_job_t *j, const char *jpath)
     if ((rc = pthread_create(&j->writer, NULL, writer_main, j)) != 0)
         return set_err(j, FERRY_ENOMEM, "cannot start the output's writer: %s", strerror(rc));
     j->writer_started = true;
+    unsigned nc = !has_check(j->job) ? 0 : j->job->check_threads == 0 ? 2 : j->job->check_threads;
+    for (; j->nchecker < nc; j->nchecker++)
+        if ((rc = pthread_create(&j->checker[j->nchecker], NULL, checker_main, j)) != 0)
+            return set_err(j, FERRY_ENOMEM, "cannot start the batches' checkers: %s", strerror(rc));
     return 0;
 }
 
@@ -566,6 +644,14 @@ static void rank_close(rank_job_t *j)
         j->job->on_pipeline(j->pl, j->rank, 0, j->job->arg);
     if (j->pl != NULL && ferry_pipeline_destroy(j->pl) != 0)
         set_err(j, FERRY_EBACKEND, "closing the pipeline: %s", ferry_last_error());
+    if (j->nchecker > 0) { /* every batch was checked: take_stripes waited for them */
+        pthread_mutex_lock(&j->lock);
+        j->check_stop = true;
+        pthread_cond_broadcast(&j->ccv);
+        pthread_mutex_unlock(&j->lock);
+        for (unsigned i = 0; i < j->nchecker; i++)
+            pthread_join(j->checker[i], NULL);
+    }
     if (j->writer_started) { /* every write was collected: take_stripes waited for them */
         pthread_mutex_lock(&j->lock);
         j->writer_stop = true;
@@ -651,6 +737,7 @@ int ferry_mpi_run(MPI_Comm comm, const ferry_mpi_job_t *job, ferry_mpi_result_t 
     pthread_mutex_init(&j.lock, NULL);
     pthread_cond_init(&j.cv, NULL);
     pthread_cond_init(&j.wcv, NULL);
+    pthread_cond_init(&j.ccv, NULL);
     if (todo == NULL)
         set_err(&j, FERRY_ENOMEM, "the list of %llu stripes", (unsigned long long)su.nstripes);
     else
@@ -673,6 +760,7 @@ int ferry_mpi_run(MPI_Comm comm, const ferry_mpi_job_t *job, ferry_mpi_result_t 
     free(todo);
     pthread_cond_destroy(&j.cv);
     pthread_cond_destroy(&j.wcv);
+    pthread_cond_destroy(&j.ccv);
     pthread_mutex_destroy(&j.lock);
     j.me.gbps = j.me.seconds > 0 ? (double)j.me.bytes / j.me.seconds / 1e9 : 0;
 

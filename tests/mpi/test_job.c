@@ -2,7 +2,8 @@
  * it (run by ctest under `mpirun -n 3`): a stage of the test's own (each byte XOR a key,
  * granularity 1) over files of odd sizes, random stripe and
  * batch sizes over several seeds, each output checked byte for byte by rank 0; the pipeline
- * hook called once up and once down on every rank; every rank's figures the same; and misuse:
+ * hook called once up and once down on every rank; every rank's figures the same; the check
+ * hook (every batch checked, a refused one failing the job and resumed); and misuse:
  * NULL job, its size not set, a batch over the stripe, the output being the input, stripes
  * that cut the stage's granularity, a resume with no output, a missing input. Every call
  * returns the same value on every rank. */
@@ -48,6 +49,31 @@ static void on_pipeline(ferry_pipeline_t *p, int r, int up, void *arg)
         hook_up++;
     else
         hook_down++;
+}
+
+/* job.check: the output against the input XOR the key, every byte; refuses the batch that
+ * holds byte `refuse_at` of the file (UINT64_MAX: none); lets the batch at 1 MiB through
+ * unchecked (FERRY_MPI_CHECK_SKIPPED). Counts its calls. */
+static uint64_t refuse_at = UINT64_MAX;
+static int checks;
+static int check_batch(const void *in, const void *out, size_t bytes, uint64_t offset, char *why,
+                       size_t why_len, void *arg)
+{
+    CHECK(arg == &refuse_at, "the check's argument");
+    __atomic_add_fetch(&checks, 1, __ATOMIC_RELAXED);
+    if (offset == (1u << 20))
+        return FERRY_MPI_CHECK_SKIPPED;
+    const unsigned char *a = in, *b = out;
+    for (size_t i = 0; i < bytes; i++)
+        if (b[i] != (a[i] ^ 0xa5)) {
+            snprintf(why, why_len, "byte %llu differs", (unsigned long long)(offset + i));
+            return 1;
+        }
+    if (refuse_at >= offset && refuse_at < offset + bytes) {
+        snprintf(why, why_len, "refused at %llu on purpose", (unsigned long long)refuse_at);
+        return 2;
+    }
+    return 0;
 }
 
 /* Every rank got the same return value. */
@@ -150,6 +176,72 @@ int main(int argc, char **argv)
                 fclose(b);
         }
         MPI_Barrier(MPI_COMM_WORLD);
+    }
+
+    /* job.check: every batch checked on the rank's checker threads, then one refused: the job
+     * fails with FERRY_EVERIFY everywhere, naming the batch and the check's words, and its
+     * stripe is not journaled, so a resume with a check that passes runs it (and only the
+     * stripes not finished) */
+    if (rank == 0) {
+        FILE *f = fopen(in, "wb");
+        CHECK(f != NULL, "cannot write %s", in);
+        for (uint64_t i = 0; f != NULL && i < (3u << 20) + 77; i++)
+            fputc((int)((i * 40503u) >> 7 & 0xff), f);
+        if (f != NULL)
+            fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    {
+        ferry_mpi_job_t cj = FERRY_MPI_JOB_INIT;
+        cj.input = in;
+        cj.output = out;
+        cj.pipeline = &pc;
+        cj.journal = jr;
+        cj.stripe_bytes = 256 << 10;
+        cj.batch_bytes = 64 << 10;
+        cj.check = check_batch;
+        cj.arg = &refuse_at;
+        cj.check_threads = 3;
+        ferry_mpi_result_t res = FERRY_MPI_RESULT_INIT;
+        checks = 0;
+        int crc = ferry_mpi_run(MPI_COMM_WORLD, &cj, &res);
+        same_everywhere(crc, "a checked job");
+        uint64_t nb = 0, nbytes = 0, nchecks = 0, mine = (uint64_t)checks;
+        for (unsigned r = 0; crc == 0 && r < res.nranks; r++) {
+            nb += res.ranks[r].batches_checked;
+            nbytes += res.ranks[r].bytes_checked;
+        }
+        MPI_Allreduce(&mine, &nchecks, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+        CHECK(crc == 0 && nb == 48 && nbytes == (3u << 20) + 77 - (64 << 10) && nchecks == 49,
+              "a checked job: %d (%s), %llu batches and %llu bytes checked, %llu calls", crc,
+              ferry_mpi_last_error(), (unsigned long long)nb, (unsigned long long)nbytes,
+              (unsigned long long)nchecks);
+        ferry_mpi_result_free(&res);
+        refuse_at = (2u << 20) + 5000; /* in stripe 8 */
+        crc = ferry_mpi_run(MPI_COMM_WORLD, &cj, &res);
+        same_everywhere(crc, "a refused batch");
+        CHECK(crc == FERRY_EVERIFY && strstr(ferry_mpi_last_error(), "at 2097152 (stripe 8") &&
+                  strstr(ferry_mpi_last_error(), "refused at 2102152 on purpose"),
+              "a refused batch: %d %s", crc, ferry_mpi_last_error());
+        uint64_t refused = 0;
+        for (unsigned r = 0; r < res.nranks; r++)
+            refused += res.ranks[r].batches_check_failed;
+        CHECK(refused == 1, "a refused batch: %llu counted", (unsigned long long)refused);
+        ferry_mpi_result_free(&res);
+        refuse_at = UINT64_MAX;
+        cj.resume = 1;
+        crc = ferry_mpi_run(MPI_COMM_WORLD, &cj, &res);
+        same_everywhere(crc, "the resume after a refused batch");
+        CHECK(crc == 0 && res.stripes_done >= 1 && res.stripes_done + res.stripes_resumed == 13,
+              "the resume after a refused batch: %d (%s), %llu run, %llu resumed", crc,
+              ferry_mpi_last_error(), (unsigned long long)res.stripes_done,
+              (unsigned long long)res.stripes_resumed);
+        ferry_mpi_result_free(&res);
+        cj.resume = 0;
+        cj.check_threads = 65;
+        crc = ferry_mpi_run(MPI_COMM_WORLD, &cj, NULL);
+        CHECK(crc == FERRY_EINVAL && strstr(ferry_mpi_last_error(), "check_threads"),
+              "65 check threads: %d %s", crc, ferry_mpi_last_error());
     }
 
     /* misuse: the same refusal on every rank, with a message */

@@ -55,10 +55,11 @@ int run_mpi(const run_opts_t *ro, ferry_options_t *opts, bool verify_given)
 
 #else
 
-static void print_text(const ferry_mpi_result_t *r, const run_opts_t *ro, const char *workload)
+static void print_text(const ferry_mpi_result_t *r, const run_opts_t *ro, const char *workload,
+                       bool checked)
 {
     char b1[32], b2[32];
-    uint64_t gpu = 0, cpu = 0, failed = 0;
+    uint64_t gpu = 0, cpu = 0, failed = 0, nchecked = 0, bchecked = 0, nbad = 0;
     printf("ferry run: %s over %u rank(s), %s of %s in %llu stripe(s) of %s -> %s\n", workload,
            r->nranks, cli_bytes(r->bytes, b1, sizeof(b1)), ro->input,
            (unsigned long long)r->stripes, cli_bytes(ro->stripe_bytes, b2, sizeof(b2)), ro->output);
@@ -77,6 +78,9 @@ static void print_text(const ferry_mpi_result_t *r, const run_opts_t *ro, const 
         gpu += k->batches_gpu;
         cpu += k->batches_cpu;
         failed += k->batches_failed;
+        nchecked += k->batches_checked;
+        bchecked += k->bytes_checked;
+        nbad += k->batches_check_failed;
     }
     printf("  job       %llu stripe(s) run in %.3f s (the slowest rank): %.2f GB/s; on the "
            "devices' clocks %.2f GB/s; %llu finished before (resumed)\n",
@@ -88,13 +92,24 @@ static void print_text(const ferry_mpi_result_t *r, const run_opts_t *ro, const 
                (unsigned long long)r->stripes_unfinished, r->unfinished);
     printf("  batches   %llu ok on GPU, %llu ok on CPU, %llu failed\n", (unsigned long long)gpu,
            (unsigned long long)cpu, (unsigned long long)failed);
-    printf("  verify    off: a job over MPI ranks does not check its batches against the "
-           "CPU reference\n");
+    if (!checked)
+        printf("  verify    off (--verify sample|full checks the batches against the CPU "
+               "reference)\n");
+    else
+        printf("  verify    %s: %llu batch(es), %s, checked against the CPU reference: %s\n",
+               ro->verify, (unsigned long long)nchecked, cli_bytes(bchecked, b1, sizeof(b1)),
+               nbad == 0 && failed == 0 ? "all match" : "MISMATCH (the job failed)");
 }
 
 static void print_json(const ferry_mpi_result_t *r, const run_opts_t *ro, const char *workload,
-                       int rc)
+                       int rc, bool checked)
 {
+    uint64_t nchecked = 0, bchecked = 0, nbad = 0;
+    for (unsigned i = 0; i < r->nranks; i++) {
+        nchecked += r->ranks[i].batches_checked;
+        bchecked += r->ranks[i].bytes_checked;
+        nbad += r->ranks[i].batches_check_failed;
+    }
     json_t j;
     json_command_begin(&j, stdout, "run");
     json_key_bool(&j, "ok", rc == 0);
@@ -114,7 +129,12 @@ static void print_json(const ferry_mpi_result_t *r, const run_opts_t *ro, const 
     json_key_double(&j, "gbps", r->gbps, 3);
     json_key_double(&j, "device_seconds", r->device_seconds, 6);
     json_key_double(&j, "device_gbps", r->device_gbps, 3);
-    json_key_str(&j, "verify", "off");
+    json_key_str(&j, "verify", checked ? ro->verify : "off");
+    json_key_uint(&j, "batches_checked", nchecked);
+    json_key_uint(&j, "bytes_checked", bchecked);
+    json_key_uint(&j, "batches_check_failed", nbad);
+    if (checked)
+        json_key_bool(&j, "verified", rc == 0 && nbad == 0);
     if (rc != 0)
         json_key_str(&j, "error", ferry_mpi_last_error());
     json_key(&j, "per_rank");
@@ -139,24 +159,76 @@ static void print_json(const ferry_mpi_result_t *r, const run_opts_t *ro, const 
         json_key_uint(&j, "chunks_retried", k->chunks_retried);
         json_key_uint(&j, "chunks_cpu", k->chunks_cpu);
         json_key_uint(&j, "ladder_level", k->ladder_level);
+        json_key_uint(&j, "batches_checked", k->batches_checked);
         json_object_end(&j);
     }
     json_array_end(&j);
     json_end(&j);
 }
 
-/* Each rank's metrics (options metrics_file, metrics_addr): labelled rank="R", a file and a port
- * of each rank's own (cli_metrics_start_rank), attached to its pipeline while the job runs. */
-typedef struct rank_metrics {
+/* The job's hooks' argument: each rank's metrics (options metrics_file, metrics_addr: labelled
+ * rank="R", a file and a port of each rank's own, cli_metrics_start_rank, attached to its
+ * pipeline while the job runs) and --verify's check. */
+typedef struct rank_hooks {
     const run_opts_t *ro;
     ferry_options_t *opts;
     cli_metrics_t *cm;
     int rc;
-} rank_metrics_t;
+    const ferry_workload_t *wl;
+    size_t batch; /* the job's batch size: a shorter batch is a stripe's last */
+} rank_hooks_t;
+
+/* --verify under MPI (job.check, on the rank's checker threads): the batch's output against the
+ * workload's CPU reference, block by block (each block compared while in cache); sample checks
+ * one batch in RUN_VERIFY_SAMPLE_EVERY by its place in the file, and every short one. */
+static int check_batch(const void *in, const void *out, size_t bytes, uint64_t offset, char *why,
+                       size_t why_len, void *arg)
+{
+    const rank_hooks_t *h = arg;
+    if (h->ro->verify_mode == RUN_VERIFY_SAMPLE && bytes == h->batch &&
+        offset / h->batch % RUN_VERIFY_SAMPLE_EVERY != 0)
+        return FERRY_MPI_CHECK_SKIPPED;
+    unsigned char *ref = malloc(RUN_CHECK_BLOCK);
+    if (ref == NULL) {
+        snprintf(why, why_len, "no memory for the reference");
+        return 1;
+    }
+    const unsigned char *a = in, *b = out;
+    int rc = 0;
+    for (size_t off = 0; off < bytes && rc == 0; off += RUN_CHECK_BLOCK) {
+        size_t n = bytes - off < RUN_CHECK_BLOCK ? bytes - off : RUN_CHECK_BLOCK;
+        if (ferry_workload_reference(h->wl, a + off, ref, n) != 0) {
+            snprintf(why, why_len, "the CPU reference failed: %s", ferry_last_error());
+            rc = 1;
+        } else if (memcmp(ref, b + off, n) != 0) {
+            size_t k = 0;
+            while (ref[k] == b[off + k])
+                k++;
+            snprintf(why, why_len, "byte %llu of the output differs from the CPU reference",
+                     (unsigned long long)(offset + off + k));
+            rc = 1;
+        }
+    }
+    free(ref);
+    return rc;
+}
+
+/* --verify's threads on this rank: full takes many (the reference costs what the stage does on
+ * the CPU), shared among the ranks of a node (Open MPI's local size); sample two. */
+static unsigned check_threads(const run_opts_t *ro)
+{
+    if (ro->verify_mode != RUN_VERIFY_FULL)
+        return 2;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    long local = ls != NULL && atol(ls) > 0 ? atol(ls) : 1;
+    long n = (cpus > 0 ? cpus : 2) / 2 / local;
+    return n < 1 ? 1 : n > 64 ? 64 : (unsigned)n;
+}
 
 static void on_pipeline(ferry_pipeline_t *p, int rank, int up, void *arg)
 {
-    rank_metrics_t *rm = arg;
+    rank_hooks_t *rm = arg;
     if (up)
         rm->rc = cli_metrics_start_rank(cmd, rm->opts, p, "run", rm->ro->quiet, rank, &rm->cm);
     else if (rm->cm != NULL && cli_metrics_stop(cmd, rm->cm) != CLI_OK)
@@ -203,7 +275,7 @@ static void *stop_main(void *arg)
 }
 
 /* What a job over ranks cannot do, said rather than ignored (every rank finds the same). */
-static int check_mpi_flags(const run_opts_t *ro, bool verify_given)
+static int check_mpi_flags(const run_opts_t *ro)
 {
     struct stat sb;
     if (ro->input == NULL || ro->output == NULL)
@@ -219,11 +291,6 @@ static int check_mpi_flags(const run_opts_t *ro, bool verify_given)
                                "--output %s: under an MPI launcher, a regular file every "
                                "rank can write",
                                ro->output);
-    if (verify_given && ro->verify_mode != RUN_VERIFY_OFF)
-        return cli_usage_error(cmd,
-                               "--verify %s: a job over MPI ranks does not check its "
-                               "batches (accepted there: off)",
-                               ro->verify);
     if (ro->trace || ro->report || ro->bytes_set)
         return cli_usage_error(cmd, "%s: not available for a job over MPI ranks",
                                ro->trace    ? "--trace"
@@ -245,7 +312,7 @@ int run_mpi(const run_opts_t *ro, ferry_options_t *opts, bool verify_given)
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     sw.rank = rank;
-    int rc = check_mpi_flags(ro, verify_given);
+    int rc = check_mpi_flags(ro);
     ferry_runtime_t *rt = NULL;
     ferry_workload_t *wl = NULL;
     ferry_mpi_result_t res = FERRY_MPI_RESULT_INIT;
@@ -284,18 +351,26 @@ int run_mpi(const run_opts_t *ro, ferry_options_t *opts, bool verify_given)
             pthread_t stop_th;
             if (pthread_create(&stop_th, NULL, stop_main, &sw) == 0)
                 pthread_detach(stop_th);
-            rank_metrics_t rm = {ro, opts, NULL, CLI_OK};
+            rank_hooks_t rm = {ro, opts, NULL, CLI_OK, wl, job.batch_bytes};
+            if (rm.batch == 0) /* the job's default: 64 MiB, at most a stripe */
+                rm.batch = ro->stripe_bytes && ro->stripe_bytes < (64u << 20)
+                               ? (size_t)ro->stripe_bytes
+                               : (size_t)64 << 20;
             job.on_pipeline = on_pipeline;
             job.arg = &rm;
+            if (verify_given && ro->verify_mode != RUN_VERIFY_OFF) {
+                job.check = check_batch;
+                job.check_threads = check_threads(ro);
+            }
             atomic_store(&sw.running, 1);
             jr = ferry_mpi_run(MPI_COMM_WORLD, &job, &res);
             atomic_store(&sw.running, 0); /* its config goes out of scope below */
             rc = rm.rc; /* a metrics file or port that failed (said by that rank) */
             if (rank == 0 && res.nranks > 0) {
                 if (ro->json)
-                    print_json(&res, ro, ro->workload, jr);
+                    print_json(&res, ro, ro->workload, jr, job.check != NULL);
                 else if (!ro->quiet)
-                    print_text(&res, ro, ro->workload);
+                    print_text(&res, ro, ro->workload, job.check != NULL);
             }
             if (jr != 0 && rank == 0)
                 cli_fail(cmd, "%s", ferry_mpi_last_error());
