@@ -647,7 +647,10 @@ int ferry__gather_create(ferry_pipeline_t *p, size_t bytes, unsigned flush_us,
     g->direct = ferry__be_has_copy_pieces(p->dev);
     ferry__mutex_init_adaptive(&g->mu);
     pthread_cond_init(&g->free_cv, NULL);
-    pthread_cond_init(&g->flush_cv, NULL);
+    /* the flusher waits for a slab's due time on CLOCK_MONOTONIC (mono_ns): on the default
+     * clock (CLOCK_REALTIME) that deadline lies in the past, and the flusher spun on the lock
+     * while a slab was open */
+    ferry__cond_init_monotonic(&g->flush_cv);
     pthread_cond_init(&g->sent_cv, NULL);
     int rc = FERRY_ENOMEM;
     size_t isz = GATHER_MAX_ITEMS * sizeof(gather_item_t);
