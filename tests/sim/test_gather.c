@@ -4,8 +4,10 @@
  * GPU, after kernel faults (the CPU fallback) and after the GPU is lost; a lone batch arrives
  * without a drain (the flush bound); callbacks that submit, nonblocking mode, a close from a
  * callback, drain and destroy with slabs half full; refused configurations name the option. */
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -275,6 +277,84 @@ static void test_flush_bound_and_lifetimes(void **state)
     ferry_runtime_destroy(rt);
 }
 
+/* The flusher sleeps until an open slab is due: two slabs in flight (the eager bound) behind a
+ * stage that takes 400 ms, a third slab open with gather_us 300 ms; over 200 ms of that wait the
+ * flusher thread ("ferry-gather") takes almost no CPU. (On a condition of the wrong clock its
+ * deadline was always past, and it spun on the gather lock the whole time.) */
+static int slow_copy(const ferry_kernel_args_t *a, void *user)
+{
+    (void)user;
+    usleep(400000);
+    memcpy(a->out, a->in, a->bytes);
+    return 0;
+}
+
+/* CPU ticks (utime + stime) of this process's threads named @name. */
+static long thread_ticks(const char *name)
+{
+    long sum = 0;
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        char path[300], comm[64] = "", stat[1024];
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        if (fgets(comm, sizeof(comm), f) == NULL)
+            comm[0] = '\0';
+        fclose(f);
+        comm[strcspn(comm, "\n")] = '\0';
+        if (strcmp(comm, name) != 0)
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+        if ((f = fopen(path, "r")) == NULL)
+            continue;
+        size_t n = fread(stat, 1, sizeof(stat) - 1, f);
+        fclose(f);
+        stat[n] = '\0';
+        const char *c = strrchr(stat, ')'); /* then: state, fields 4.. ; utime, stime: 14, 15 */
+        long ut = 0, st = 0;
+        if (c != NULL &&
+            sscanf(c + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &ut, &st) == 2)
+            sum += ut + st;
+    }
+    if (d != NULL)
+        closedir(d);
+    return sum;
+}
+
+static void test_flusher_sleeps(void **state)
+{
+    (void)state;
+    const char *const kv[] = {"gather_bytes", "64K", "gather_us", "300000", "depth", "4", NULL};
+    ferry_runtime_t *rt = test_sim_runtime_with(kv);
+    ferry_stage_t st = test_cpu_stage("slow", slow_copy);
+    ferry_pipeline_config_t pc = test_pipeline_config(test_device(rt), &st, 64u << 10);
+    ferry_pipeline_t *p = test_pipeline(&pc);
+    static unsigned char in[3][4096], out[3][4096];
+    for (int i = 0; i < 3; i++) {
+        memset(in[i], i + 1, sizeof(in[i]));
+        ferry_batch_t b = FERRY_BATCH_INIT;
+        b.in = in[i];
+        b.out = out[i];
+        b.bytes = sizeof(in[i]);
+        assert_int_equal(ferry_pipeline_submit(p, &b, on_lone, NULL, NULL), 0);
+        usleep(20000); /* the first two go at once, each its own slab; the third waits */
+    }
+    long t0 = thread_ticks("ferry-gather");
+    usleep(200000);
+    long used = thread_ticks("ferry-gather") - t0;
+    long hz = sysconf(_SC_CLK_TCK);
+    print_message("# the flusher used %ld of %ld ticks in 200 ms with a slab open\n", used, hz / 5);
+    assert_true(used <= hz / 50); /* at most 10% of the wait */
+    assert_int_equal(ferry_pipeline_drain(p), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(out[i][4095], i + 1);
+    assert_int_equal(ferry_pipeline_destroy(p), 0);
+    ferry_runtime_destroy(rt);
+}
+
 /* A callback that closes its own pipeline while a slab is being filled. */
 typedef struct closer {
     ferry_pipeline_t *p;
@@ -355,11 +435,9 @@ static void test_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_threads_random_sizes),
-        cmocka_unit_test(test_faults),
-        cmocka_unit_test(test_flush_bound_and_lifetimes),
-        cmocka_unit_test(test_close_from_callback),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_threads_random_sizes),      cmocka_unit_test(test_faults),
+        cmocka_unit_test(test_flush_bound_and_lifetimes), cmocka_unit_test(test_flusher_sleeps),
+        cmocka_unit_test(test_close_from_callback),       cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
