@@ -297,9 +297,9 @@ static int sim_stream_sync(ferry_be_stream_t *s)
                                            : s->in_err;
     if (s->own_err != 0 && s->completed == s->submitted)
         s->own_err_reported = true; /* the host has seen it */
-    uint64_t t = dev->now;
+    double until = ferry__sim_pace_until(dev);
     unlock(dev);
-    ferry__sim_pace_wait(dev, t);
+    ferry__sim_pace_sleep(until);
     if (rc != 0)
         return ferry__error(rc, "sim: stream_sync: work on or before this stream failed (%s)",
                             ferry_err_name(rc));
@@ -429,9 +429,9 @@ static int sim_event_wait_any(ferry_be_event_t *const *evs, size_t n, uint64_t t
         }
     }
 out_unlock:;
-    uint64_t t = dev->now;
+    double until = ferry__sim_pace_until(dev);
     unlock(dev);
-    ferry__sim_pace_wait(dev, t);
+    ferry__sim_pace_sleep(until);
     if (rc == FERRY_ETIMEDOUT)
         return ferry__error(rc,
                             "sim: event_wait_any: none of %zu events completed within "
@@ -517,9 +517,9 @@ static int sim_memcpy(ferry_be_stream_t *s, int dir, void *dst, const void *src,
     while (!op->done && ferry__sim_step(dev, SIM_NEVER)) {
     }
     ferry__sim_op_unref(dev, op);
-    uint64_t t = dev->now;
+    double until = ferry__sim_pace_until(dev);
     unlock(dev);
-    ferry__sim_pace_wait(dev, t);
+    ferry__sim_pace_sleep(until);
     return rc;
 out_unlock:
     unlock(dev);

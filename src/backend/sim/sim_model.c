@@ -636,14 +636,16 @@ void ferry__sim_charge(struct ferry_be_device *dev, uint64_t ns)
     dev->pace_origin_ns -= (double)ns * dev->pace;
 }
 
-void ferry__sim_pace_wait(const struct ferry_be_device *dev, uint64_t t)
+double ferry__sim_pace_until(const struct ferry_be_device *dev)
 {
-    if (!(dev->pace > 0))
-        return;
-    double at = dev->pace_origin_ns + (double)t * dev->pace;
+    return dev->pace > 0 ? dev->pace_origin_ns + (double)dev->now * dev->pace : 0;
+}
+
+void ferry__sim_pace_sleep(double at)
+{
     for (;;) {
         uint64_t now = ferry__mono_ns();
-        if ((double)now >= at)
+        if (!(at > (double)now))
             return;
         double left = at - (double)now;
         struct timespec ts = {(time_t)(left / 1e9), (long)fmod(left, 1e9)};

@@ -209,15 +209,16 @@ void ferry__sim_submit(struct ferry_be_device *dev, struct sim_op *op);
 /* Process every model event up to @t and set the clock to @t (t >= now). */
 void ferry__sim_advance_to(struct ferry_be_device *dev, uint64_t t);
 /* Option sim_pace. Under the lock: the virtual clock catches up with real time (time passes on
- * the device while the host works or idles in real time). Outside it: sleep until real time
- * reaches virtual time @t, so that work the host waited for took its paced time. Both do
- * nothing when dev->pace is 0. */
+ * the device while the host works or idles in real time); and the real time (CLOCK_MONOTONIC
+ * ns) the virtual clock's present corresponds to, 0 when dev->pace is 0. Outside it: sleep
+ * until that real time, so that work the host waited for took its paced time. */
 void ferry__sim_pace_follow(struct ferry_be_device *dev);
+double ferry__sim_pace_until(const struct ferry_be_device *dev);
+void ferry__sim_pace_sleep(double at);
 /* The host spends @ns of modelled time in a call (under the lock): the model runs alongside up
  * to the new host time. With sim_pace that time is not paced: the call's real cost is what it
  * took in real time, and the device's work goes on in virtual time meanwhile. */
 void ferry__sim_charge(struct ferry_be_device *dev, uint64_t ns);
-void ferry__sim_pace_wait(const struct ferry_be_device *dev, uint64_t t);
 /* Process the next batch of simultaneous events, if one is due at or before @limit: returns
  * false (and changes nothing) when none is, so callers can wait for a condition. */
 bool ferry__sim_step(struct ferry_be_device *dev, uint64_t limit);
