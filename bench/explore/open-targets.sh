@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The open GPU targets in one device call (run it with OUT set; carry .carry). On an H200:
-# issue 17's generated 16 GiB run (issue17-gen.sh, 3 rounds) and issue 20's gathered items at
-# 64K and 256K (8 MiB slabs, and 8 MiB x 6). On any GPU: issue 18's compute-heavy CPU+GPU
-# target (issue18-compute.sh, fma 64, --verify sample, 2 rounds) with the CPU device's threads
-# niced (option cpu_nice 10, the default) and not (0). Everything lands in $OUT/all.tgz.
+# The open GPU targets in one device call (run it with OUT set; carry .carry): issue 17's
+# generated 16 GiB run (issue17-gen.sh, 3 rounds) and issue 20's gathered items at 64K and 256K
+# (8 MiB slabs, and 8 MiB x 6); with ISSUE18=1 also issue 18's compute-heavy CPU+GPU target
+# (issue18-compute.sh, fma 64, --verify sample, 2 rounds) with the CPU device's threads niced
+# (option cpu_nice 10, the default) and not (0). The targets are the H200's; another GPU's
+# figures are recorded as that GPU's. Everything lands in $OUT/all.tgz.
 set -u
 o=$OUT
 # shellcheck source=bench/explore/carry-env.sh
@@ -11,7 +12,8 @@ o=$OUT
 build_gpu
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 mkdir -p "$o/g" "$o/i" "$o/n0" "$o/n10"
-if [[ $gpu == *H200* ]]; then
+echo "== $gpu"
+{
   OUT=$o/g ROUNDS=3 bash bench/explore/issue17-gen.sh 2>&1 | tail -4
   for g in 8M 8M:6; do
     s=${g#*:}; [ "$s" = "$g" ] && s=0
@@ -26,8 +28,9 @@ for r in j['results']:
         r['latency_p50_us'], r['latency_p99_us'], r['cpu_us_per_item'], r['verified']))
 PY
   done
-fi
+}
 for n in 10 0; do
+  [ "${ISSUE18:-0}" = 1 ] || break
   echo "== cpu_nice $n"
   OUT=$o/n$n FERRY_CPU_NICE=$n SKIP_BUILD=1 VERIFY=sample INTENSITIES=64 ROUNDS=2 \
     bash bench/explore/issue18-compute.sh 2>&1 | tail -6
