@@ -13,6 +13,10 @@ build_gpu
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 mkdir -p "$o/g" "$o/i" "$o/n0" "$o/n10"
 echo "== $gpu"
+# issue 17: one tmpfs file written by several threads, pwrite against a shared mapping
+echo "== tmpfs writes (shmem THP: $(cat /sys/kernel/mm/transparent_hugepage/shmem_enabled 2>/dev/null))"
+gcc -O2 -pthread -o "$o/tmpfs-write" bench/explore/tmpfs-write.c &&
+  "$o/tmpfs-write" /dev/shm/ferry-tw.bin 4 1 4 8 14 | tee "$o/tmpfs-write.txt" && rm -f "$o/tmpfs-write"
 {
   OUT=$o/g ROUNDS=3 bash bench/explore/issue17-gen.sh 2>&1 | tail -4
   for g in 8M 8M:6; do
@@ -36,4 +40,4 @@ for n in 10 0; do
     bash bench/explore/issue18-compute.sh 2>&1 | tail -6
 done
 cp "$o/g/machine.txt" "$o/machine.txt" 2>/dev/null || nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$o/machine.txt"
-(cd "$o" && tar czf all.tgz g i n0 n10 machine.txt && rm -rf g i n0 n10)
+(cd "$o" && tar czf all.tgz g i n0 n10 machine.txt tmpfs-write.txt && rm -rf g i n0 n10)
