@@ -10,12 +10,17 @@ json_check "items: the members" "$TMP/out" \
   "j['command'] == 'bench items' and j['threads'] == 3 and j['ceiling_gbps'] > 0 and j['ok'] and len(j['results']) == 2"
 json_check "items: counts, verified, latency, cpu" "$TMP/out" \
   "[r['items'] for r in j['results']] == [512, 32] and all(r['verified'] and 0 < r['latency_p50_us'] <= r['latency_p99_us'] and r['cpu_us_per_item'] > 0 and 0 < r['fraction'] <= 1.05 and r['gbps_h2d'] > 0 for r in j['results'])"
+# where the CPU went, by thread: the submitters (ended by the end of a pass) and ferry's own
+# threads, summing to the process's CPU time per item (schedstat against getrusage's ticks)
+json_check "items: the CPU by thread sums to the CPU per item" "$TMP/out" \
+  "all('(ended)' in r['cpu_us_per_item_by_thread'] and any(k.startswith('ferry-') for k in r['cpu_us_per_item_by_thread']) and abs(sum(r['cpu_us_per_item_by_thread'].values()) - r['cpu_us_per_item']) <= 0.25 * r['cpu_us_per_item'] + 20000.0 / r['items'] for r in j['results'])"
 json_check "items: larger items move more bytes a second" "$TMP/out" \
   "j['results'][1]['gbps_h2d'] > j['results'][0]['gbps_h2d']"
 expect_rc "items, text" 0 "$FERRY" bench items --bytes 1M --item-sizes 64K
 expect_in "text: the ceiling" "$TMP/out" "round-trip ceiling"
 expect_in "text: the header" "$TMP/out" "p99 us"
 expect_in "text: the row" "$TMP/out" "64.0 KiB"
+expect_in "text: the CPU by thread" "$TMP/out" "cpu us per 64.0 KiB item by thread"
 expect_rc "items under isolation=process" 0 "$FERRY" bench items --bytes 1M --item-sizes 64K \
   --isolation process --json
 json_check "isolation=process: verified, no ceiling here" "$TMP/out" \

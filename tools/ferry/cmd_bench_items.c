@@ -14,6 +14,7 @@
 
 #include "bench.h"
 #include "ferry/bench.h"
+#include "thread_cpu.h"
 
 typedef struct items_run {
     ferry_pipeline_t *p;
@@ -30,6 +31,8 @@ typedef struct items_row {
     double h2d, d2h, p50_us, p99_us, cpu_us, ceiling;
     unsigned passes;
     bool ok;
+    thread_cpu_group_t by_thread[THREAD_CPU_GROUPS]; /* cpu_us's seconds, by thread name */
+    unsigned nby;
 } items_row_t;
 
 static void on_item(const ferry_batch_result_t *r, void *arg)
@@ -88,6 +91,8 @@ static int one_pass(ferry_device_t *dev, ferry_workload_t *wl, items_run_t *ir, 
     atomic_store(&ir->submit_err, 0);
     pthread_t th[64];
     unsigned started = 0;
+    static thread_cpu_snap_t snap[2]; /* one pass at a time */
+    thread_cpu_snapshot(&snap[0]);
     double c0 = cpu_s();
     for (; started < threads; started++)
         if (pthread_create(&th[started], NULL, submitter, ir) != 0)
@@ -96,6 +101,8 @@ static int one_pass(ferry_device_t *dev, ferry_workload_t *wl, items_run_t *ir, 
         pthread_join(th[i], NULL);
     int drc = ferry_pipeline_drain(ir->p);
     double c1 = cpu_s();
+    thread_cpu_snapshot(&snap[1]);
+    one->nby = thread_cpu_groups(&snap[0], &snap[1], one->by_thread);
     ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
     ferry_pipeline_stats(ir->p, &st);
     ferry_pipeline_destroy(ir->p);
@@ -199,6 +206,12 @@ static void print_rows(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opt
             json_key_double(&j, "latency_p50_us", r->p50_us, 2);
             json_key_double(&j, "latency_p99_us", r->p99_us, 2);
             json_key_double(&j, "cpu_us_per_item", r->cpu_us, 3);
+            json_key(&j, "cpu_us_per_item_by_thread");
+            json_object_begin(&j);
+            for (unsigned k = 0; k < r->nby; k++)
+                json_key_double(&j, r->by_thread[k].name,
+                                r->by_thread[k].s / (double)r->items * 1e6, 3);
+            json_object_end(&j);
             json_key_uint(&j, "passes", r->passes);
             json_key_uint(&j, "batches_gathered", r->gathered);
             json_key_uint(&j, "slabs", r->slabs);
@@ -235,6 +248,15 @@ static void print_rows(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opt
         printf("%8s %9llu %9.2f %9.2f %9s %9.1f %9.1f %9.2f %3s\n",
                cli_bytes(r->item, b, sizeof(b)), r->items, r->h2d, r->d2h, frac, r->p50_us,
                r->p99_us, r->cpu_us, r->ok ? "yes" : "NO");
+    }
+    for (int i = 0; i < n; i++) { /* where the CPU went: the submitters are "(ended)" */
+        char b[32];
+        printf("# cpu us per %s item by thread ((ended): the submitters):",
+               cli_bytes(rows[i].item, b, sizeof(b)));
+        for (unsigned k = 0; k < rows[i].nby && rows[i].by_thread[k].s > 0; k++)
+            printf(" %s %.2f", rows[i].by_thread[k].name,
+                   rows[i].by_thread[k].s / (double)rows[i].items * 1e6);
+        printf("\n");
     }
 }
 
