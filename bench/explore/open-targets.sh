@@ -30,6 +30,7 @@ for r in j['results']:
     print('items %s %7d %6.2f GB/s %5.1f%% of %.2f p50 %.0f p99 %.0f us cpu %.1f us ok %s' % (
         sys.argv[2], r['item_bytes'], r['gbps_h2d'], 100 * r['fraction'], j['ceiling_gbps'],
         r['latency_p50_us'], r['latency_p99_us'], r['cpu_us_per_item'], r['verified']))
+    print('  cpu by thread: ' + ' '.join('%s %.2f' % kv for kv in r.get('cpu_us_per_item_by_thread', {}).items()))
 PY
   done
 }
