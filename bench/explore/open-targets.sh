@@ -19,11 +19,18 @@ gcc -O2 -pthread -o "$o/tmpfs-write" bench/explore/tmpfs-write.c &&
   "$o/tmpfs-write" /dev/shm/ferry-tw.bin 4 1 4 8 14 | tee "$o/tmpfs-write.txt" && rm -f "$o/tmpfs-write"
 {
   OUT=$o/g ROUNDS=3 bash bench/explore/issue17-gen.sh 2>&1 | tail -4
-  for g in 8M 8M:6; do
-    s=${g#*:}; [ "$s" = "$g" ] && s=0
-    FERRY_GATHER_SLABS=$s FERRY_GATHER_BYTES=${g%:*} build-gpu/ferry bench items --backend cuda \
-      --threads 8 --item-sizes 64K,256K --json >"$o/i/f-$g.json" 2>>"$o/i/err"
-    python3 - "$o/i/f-$g.json" "$g" <<'PY'
+  # closed loop (as fast as 8 threads submit), then offered on a schedule at the issue's
+  # rates (64K at 75% of the ceiling, 256K at 90%): p99 against gather_us + a slab's round trip
+  for g in 8M 8M:6 8M@64K:75% 8M@256K:90%; do
+    case $g in
+      *@*) sizes=${g#*@}; rate=${sizes#*:}; sizes=${sizes%:*}; slabs=0; gb=${g%@*}
+           args=(--item-sizes "$sizes" --rate "$rate") ;;
+      *) s=${g#*:}; [ "$s" = "$g" ] && s=0; slabs=$s; gb=${g%:*}; args=(--item-sizes 64K,256K) ;;
+    esac
+    f=$o/i/f-${g//[:@%]/_}.json
+    FERRY_GATHER_SLABS=$slabs FERRY_GATHER_BYTES=$gb build-gpu/ferry bench items --backend cuda \
+      --threads 8 "${args[@]}" --json >"$f" 2>>"$o/i/err"
+    python3 - "$f" "$g" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 for r in j['results']:

@@ -35,9 +35,28 @@ expect_rc "--item-sizes 4098" 2 "$FERRY" bench items --item-sizes 4098
 expect_in "4098: why" "$TMP/err" "not a multiple of 4"
 expect_rc "--item-sizes 2" 2 "$FERRY" bench items --item-sizes 2
 expect_rc "--bytes 0" 2 "$FERRY" bench items --bytes 0
+for r in abc 0 -3 150% % 30GB; do
+  expect_rc "--rate $r" 2 "$FERRY" bench items --rate "$r"
+  expect_in "--rate $r: what is accepted" "$TMP/err" "accepted: GB/s above 0"
+done
+expect_rc "--rate on virtual time" 2 "$FERRY" bench items --backend sim --rate 1
+expect_in "--rate on virtual time: why" "$TMP/err" "sim_pace"
+expect_rc "--rate as a share of no ceiling" 2 "$FERRY" bench items --rate 50% --isolation process
+expect_in "--rate 50% of no ceiling: why" "$TMP/err" "no ceiling"
 expect_rc "--csv is not offered" 2 "$FERRY" bench items --csv
 expect_rc "unknown benchmark" 2 "$FERRY" bench itemz
 expect_in "unknown benchmark: the accepted ones" "$TMP/err" "copy, pipeline, io, items"
+
+# --rate: items offered on a schedule (the simulated device in real time, sim_pace 1); the
+# rate moved is the offered one (not more: the schedule holds the submitters back) and every
+# item is verified
+expect_rc "items at 0.3 GB/s" 0 "$FERRY" bench items --sim-pace 1 --rate 0.3 --bytes 8M \
+  --item-sizes 64K --threads 4 --json
+json_check "at 0.3 GB/s: offered, kept to, verified" "$TMP/out" \
+  "j['offered_gbps'] == 0.3 and j['ok'] and 0.15 < j['results'][0]['gbps_h2d'] <= 0.33"
+expect_rc "items at 0.3 GB/s, text" 0 "$FERRY" bench items --sim-pace 1 --rate 0.3 --bytes 4M \
+  --item-sizes 64K
+expect_in "text: the schedule" "$TMP/out" "offered on a schedule: 0.30 GB/s"
 
 # Gathering (option gather_bytes): more items a slab than without it, each verified; `ferry run`
 # of 64 KiB batches gathered, whose ring buffers are separate allocations (their pieces must not

@@ -58,7 +58,7 @@ static int parse_list(const char *flag, const char *text, bool sizes, unsigned l
 
 static int usage(void)
 {
-    printf(
+    fputs(
         "usage: ferry bench copy [options]\n"
         "       ferry bench pipeline [options]\n"
         "       ferry bench io FILE [options]\n"
@@ -108,13 +108,19 @@ static int usage(void)
         "                    simulator)\n"
         "  --passes N        measured passes, each on a fresh pipeline, the median reported\n"
         "                    (default 3 on a GPU, after a warm-up pass; 1 on the simulator)\n"
+        "  --rate R          offer items at R GB/s in all (e.g. 30), or at R% of the ceiling\n"
+        "                    (e.g. 75%), on a schedule: latency counts from each item's\n"
+        "                    scheduled time, lateness included (default: as fast as the\n"
+        "                    threads submit; on the simulator it needs option sim_pace)\n"
         "  --json            one JSON object; also --backend, --profile, --isolation and any\n"
-        "                    `ferry options` flag\n\n"
-        "copy and pipeline: --json, --csv, --report FILE (an HTML page with the charts, "
-        "docs/report.md),\n"
-        "      --backend auto|sim|cuda, --profile FILE, any `ferry options` flag;\n"
-        "      --metrics-addr ADDR, --metrics-file FILE serve and write the cases done, each\n"
-        "      result and the running pipeline's series (docs/metrics.md)\n");
+        "                    `ferry options` flag\n\n",
+        stdout);
+    fputs("copy and pipeline: --json, --csv, --report FILE (an HTML page with the charts, "
+          "docs/report.md),\n"
+          "      --backend auto|sim|cuda, --profile FILE, any `ferry options` flag;\n"
+          "      --metrics-addr ADDR, --metrics-file FILE serve and write the cases done, each\n"
+          "      result and the running pipeline's series (docs/metrics.md)\n",
+          stdout);
     return CLI_OK;
 }
 
@@ -318,6 +324,25 @@ static int check_item_sizes(const char *cmd, const char *v, void *into)
     return rc;
 }
 
+/* --rate R (GB/s) or R% (of the ceiling measured in the same run). */
+static int check_rate(const char *cmd, const char *v, void *into)
+{
+    (void)cmd;
+    bench_opts_t *bo = into;
+    char *end = NULL;
+    double r = strtod(v, &end);
+    bool pct = end != v && *end == '%' && end[1] == '\0';
+    if (end == v || (*end != '\0' && !pct) || !(r > 0) || r > (pct ? 100.0 : 100000.0))
+        return cli_usage_error("bench",
+                               "--rate '%s': not a rate (accepted: GB/s above 0, up to 100000, "
+                               "e.g. 30; or a share of the ceiling above 0%% up to 100%%, e.g. "
+                               "75%%)",
+                               v);
+    bo->rate_gbps = pct ? 0 : r;
+    bo->rate_pct = pct ? r : 0;
+    return CLI_OK;
+}
+
 /* `bench items`: its own flags and --json (no CSV, pageable memory or report). */
 static const cli_flag_def_t bench_items_flags[] = {
     {CLI_FLAG("json", CLI_SWITCH, bench_opts_t, json, "one JSON object")},
@@ -332,6 +357,10 @@ static const cli_flag_def_t bench_items_flags[] = {
      .hi = 100},
     {CLI_FLAG("reps", CLI_UINT, bench_opts_t, reps, "repetitions of the ceiling's copy"), .lo = 1,
      .hi = 10000},
+    {.name = "rate",
+     .kind = CLI_CUSTOM,
+     .help = "offered GB/s, or % of the ceiling",
+     .check = check_rate},
     {NULL},
 };
 

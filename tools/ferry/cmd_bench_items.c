@@ -3,7 +3,10 @@
  * each way against the round-trip ceiling measured in the same run, the latency from submit to
  * completion (p50, p99, on the device's clock as the pipeline records it), and the process's CPU
  * time per item. Every pass's output is checked against the CPU reference before its figures
- * count; fresh random input; a warm-up pass on a GPU, the median pass reported. */
+ * count; fresh random input; a warm-up pass on a GPU, the median pass reported. With --rate the
+ * items are offered on a schedule (open loop) and an item's latency counts from its scheduled
+ * time: a submitter held up by a full pipeline makes the items after it late, and their
+ * lateness is theirs. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -11,6 +14,9 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "bench.h"
 #include "ferry/bench.h"
@@ -24,11 +30,16 @@ typedef struct items_run {
     _Atomic unsigned long long next; /* the next item a submitter takes */
     atomic_int failed, submit_err;
     uint64_t *lat_ns; /* each item's, written by its callback */
+    /* --rate: item i is due at t0 + i x gap_ns (CLOCK_MONOTONIC); gap_ns 0: closed loop */
+    double gap_ns, pace; /* pace: host ns per ns of the pipeline's clock (sim_pace; 1 on a GPU) */
+    uint64_t t0;
+    uint64_t *late_ns; /* each item's lateness, on the pipeline's clock */
 } items_run_t;
 
 typedef struct items_row {
     unsigned long long item, items, gathered, slabs; /* option gather_bytes */
     double h2d, d2h, p50_us, p99_us, cpu_us, ceiling;
+    double offered; /* --rate's GB/s; 0: closed loop */
     unsigned passes;
     bool ok;
     thread_cpu_group_t by_thread[THREAD_CPU_GROUPS]; /* cpu_us's seconds, by thread name */
@@ -39,18 +50,46 @@ static void on_item(const ferry_batch_result_t *r, void *arg)
 {
     items_run_t *ir = arg;
     size_t i = (size_t)((const unsigned char *)r->in - ir->in) / ir->item;
-    ir->lat_ns[i] = r->done_ns > r->submit_ns ? r->done_ns - r->submit_ns : 0;
+    ir->lat_ns[i] = (r->done_ns > r->submit_ns ? r->done_ns - r->submit_ns : 0) +
+                    (ir->gap_ns > 0 ? ir->late_ns[i] : 0);
     if (r->status != 0)
         atomic_fetch_add(&ir->failed, 1);
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* --rate: wait for item @i's time; its lateness (a submitter that comes after it, held up by
+ * the pipeline) is recorded; a wake-up's own delay is the harness's, not counted. */
+static void wait_due(items_run_t *ir, unsigned long long i)
+{
+    uint64_t due = ir->t0 + (uint64_t)((double)i * ir->gap_ns), t = mono_ns();
+    ir->late_ns[i] = t > due ? (uint64_t)((double)(t - due) / ir->pace) : 0;
+    if (t >= due)
+        return;
+    struct timespec ts = {.tv_sec = (time_t)(due / 1000000000u),
+                          .tv_nsec = (long)(due % 1000000000u)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0) {
+    }
 }
 
 static void *submitter(void *arg)
 {
     items_run_t *ir = arg;
+#ifdef __linux__
+    if (ir->gap_ns > 0) /* wake on time: Linux stretches short sleeps by 50 us by default */
+        prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+#endif
     for (;;) {
         unsigned long long i = atomic_fetch_add(&ir->next, 1);
         if (i >= ir->n)
             return NULL;
+        if (ir->gap_ns > 0)
+            wait_due(ir, i);
         ferry_batch_t b = FERRY_BATCH_INIT;
         b.in = ir->in + i * ir->item;
         b.out = ir->out + i * ir->item;
@@ -94,6 +133,7 @@ static int one_pass(ferry_device_t *dev, ferry_workload_t *wl, items_run_t *ir, 
     static thread_cpu_snap_t snap[2]; /* one pass at a time */
     thread_cpu_snapshot(&snap[0]);
     double c0 = cpu_s();
+    ir->t0 = mono_ns() + 1000000; /* --rate: the schedule starts once the threads are up */
     for (; started < threads; started++)
         if (pthread_create(&th[started], NULL, submitter, ir) != 0)
             break;
@@ -129,16 +169,20 @@ static int one_pass(ferry_device_t *dev, ferry_workload_t *wl, items_run_t *ir, 
 
 /* Every pass of item size @item: the median pass by its slower direction into @row. */
 static int measure_size(ferry_device_t *dev, ferry_workload_t *wl, const bench_opts_t *bo,
-                        size_t item, unsigned long long total, items_row_t *row)
+                        size_t item, unsigned long long total, const items_run_t *pacing,
+                        items_row_t *row)
 {
     bool sim = ferry_device_is_simulated(dev);
     unsigned passes = bo->passes ? (unsigned)bo->passes : sim ? 1 : 3;
     unsigned long long n = total / item ? total / item : 1;
-    items_run_t ir = {.item = item, .n = n};
+    items_run_t ir = {.item = item, .n = n, .gap_ns = pacing->gap_ns, .pace = pacing->pace};
+    ir.gap_ns = ir.gap_ns > 0 ? (double)item * ir.gap_ns : 0; /* pacing: ns per byte */
     unsigned char *ref = malloc(n * item);
     ir.lat_ns = malloc(n * sizeof(uint64_t));
+    ir.late_ns = calloc(n, sizeof(uint64_t));
     int rc = CLI_OK;
-    if (ref == NULL || ir.lat_ns == NULL || ferry_host_alloc(dev, n * item, (void **)&ir.in) != 0 ||
+    if (ref == NULL || ir.lat_ns == NULL || ir.late_ns == NULL ||
+        ferry_host_alloc(dev, n * item, (void **)&ir.in) != 0 ||
         ferry_host_alloc(dev, n * item, (void **)&ir.out) != 0) {
         rc = cli_fail("bench", "items: %llu items of %zu bytes: %s", n, item,
                       ir.in == NULL || ir.out == NULL ? ferry_last_error() : "out of memory");
@@ -177,6 +221,7 @@ out:
         ferry_host_free(dev, ir.out);
     free(ref);
     free(ir.lat_ns);
+    free(ir.late_ns);
     return rc;
 }
 
@@ -190,6 +235,12 @@ static void print_rows(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opt
         bench_device_line(rt, dev, &j);
         json_key_double(&j, "ceiling_gbps", ceil_gbps, 3);
         json_key_uint(&j, "threads", bo->threads);
+        if (n > 0 && rows[0].offered > 0)
+            json_key_double(&j, "offered_gbps", rows[0].offered, 3);
+        else {
+            json_key(&j, "offered_gbps");
+            json_null(&j);
+        }
         json_key(&j, "results");
         json_array_begin(&j);
         bool ok = true;
@@ -232,6 +283,10 @@ static void print_rows(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opt
                ceil_gbps);
     else
         printf("# no ceiling: this process drives no device (isolation=process)\n");
+    if (n > 0 && rows[0].offered > 0)
+        printf("# offered on a schedule: %.2f GB/s in all (open loop); latency counts from each "
+               "item's scheduled time\n",
+               rows[0].offered);
     printf("# latency: submit to completion on the device's clock; cpu: this process's CPU time "
            "per item%s\n",
            sim && ceil_gbps > 0 ? " (the simulator's kernels, run on this CPU, included)"
@@ -258,6 +313,37 @@ static void print_rows(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opt
                    rows[i].by_thread[k].s / (double)rows[i].items * 1e6);
         printf("\n");
     }
+}
+
+/* --rate: the offered GB/s into *@gbps (0: none) and the host ns per ns of the pipeline's
+ * clock into *@pace; CLI_USAGE where the rate cannot be kept: a share of no ceiling, or a
+ * simulator on virtual time (its clock is not the host's). */
+static int offered_rate(ferry_options_t *o, const bench_opts_t *bo, bool sim, double ceil_gbps,
+                        double *gbps, double *pace)
+{
+    *gbps = bo->rate_gbps;
+    *pace = 1;
+    if (bo->rate_gbps <= 0 && bo->rate_pct <= 0)
+        return CLI_OK;
+    if (bo->rate_pct > 0) {
+        if (ceil_gbps <= 0)
+            return cli_usage_error("bench",
+                                   "items --rate %g%%: there is no ceiling to take a "
+                                   "share of (isolation=process); give GB/s instead",
+                                   bo->rate_pct);
+        *gbps = ceil_gbps * bo->rate_pct / 100;
+    }
+    if (sim) {
+        double p = 0;
+        ferry_options_get_double(o, "sim_pace", &p);
+        if (p <= 0)
+            return cli_usage_error("bench", "items --rate: the simulator runs on virtual time "
+                                            "(option sim_pace 0), which a schedule on this "
+                                            "host's clock cannot follow; set sim_pace (e.g. "
+                                            "--sim-pace 1: the simulated device in real time)");
+        *pace = p;
+    }
+    return CLI_OK;
 }
 
 int bench_items(ferry_options_t *o, const bench_opts_t *bo)
@@ -289,8 +375,15 @@ int bench_items(ferry_options_t *o, const bench_opts_t *bo)
     c.warmup = 3;
     if (ferry_bench_copy(dev, &c, &cr) == 0)
         ceil_gbps = cr.best_gbps / 2;
-    for (int i = 0; i < bo->nsizes && rc == CLI_OK; i++, n++)
-        rc = measure_size(dev, wl, bo, (size_t)bo->sizes[i], total, &rows[i]);
+    items_run_t pacing = {.pace = 1};
+    double offered = 0;
+    if ((rc = offered_rate(o, bo, sim, ceil_gbps, &offered, &pacing.pace)) != CLI_OK)
+        goto out;
+    pacing.gap_ns = offered > 0 ? pacing.pace / offered : 0; /* host ns per byte */
+    for (int i = 0; i < bo->nsizes && rc == CLI_OK; i++, n++) {
+        rc = measure_size(dev, wl, bo, (size_t)bo->sizes[i], total, &pacing, &rows[i]);
+        rows[i].offered = offered;
+    }
     if (rc == CLI_OK) {
         print_rows(rt, dev, bo, rows, n, ceil_gbps);
         for (int i = 0; i < n; i++) {
