@@ -526,8 +526,16 @@ static void scatter(ferry__gather_t *g, const gather_slab_t *s)
     /* One thread copies 4-6 GB/s on an H100 host: copying a 2 MiB slab in two parts held the
      * completion thread ~360 us a slab (5.8 GB/s in all), so a part per worker, down to
      * GATHER_SCATTER_PIECE. */
+    /* Only the items copied into the slab come back through it: a direct item's output is in
+     * place. A slab of direct items wakes no worker: waking them for nothing (every slab of
+     * 64 KiB items) kept them spinning, 2.5 us of CPU an item on an H100 host. */
+    size_t copied = 0;
+    for (uint32_t i = 0; i < s->nitems; i++)
+        copied += s->items[i].out != NULL && !s->items[i].direct ? s->items[i].bytes : 0;
+    if (copied == 0)
+        return;
     ferry_workers_t *w = g->p->workers;
-    unsigned parts = (unsigned)(s->used / GATHER_SCATTER_PIECE);
+    unsigned parts = (unsigned)(copied / GATHER_SCATTER_PIECE);
     unsigned nw = w != NULL ? ferry__workers_count(w) + 1 : 1;
     parts = parts < nw ? parts : nw;
     parts = parts < s->nitems ? parts : s->nitems;
