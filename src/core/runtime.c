@@ -155,6 +155,8 @@ int ferry_runtime_create(const ferry_runtime_config_t *cfg, ferry_runtime_t **ou
         return rc;
     pthread_mutex_init(&rt->lock, NULL);
     pthread_rwlock_init(&rt->reg_lock, NULL);
+    static _Atomic uint64_t epochs; /* each runtime's generations apart from any other's */
+    atomic_init(&rt->reg_gen, atomic_fetch_add(&epochs, 1) << 32);
     if (c.options != NULL) {
         rc = ferry_options_clone(c.options, &rt->opts);
     } else {
@@ -547,16 +549,38 @@ static size_t reg_upper(const ferry_runtime_t *rt, uintptr_t a)
     return lo;
 }
 
+/* The last ranges a thread found (REG_SEEN of them: a batch's input and output, a slab's),
+ * each with the runtime and generation it was found in. */
+#define REG_SEEN 4
+static _Thread_local struct {
+    const ferry_runtime_t *rt;
+    uint64_t gen;
+    uintptr_t start, end;
+} reg_seen[REG_SEEN];
+static _Thread_local unsigned reg_seen_next;
+
 bool ferry__rt_is_registered(ferry_device_t *dev, const void *p, size_t n)
 {
     ferry_runtime_t *rt = dev->rt;
     uintptr_t a = (uintptr_t)p;
+    uint64_t gen = atomic_load_explicit(&rt->reg_gen, memory_order_acquire);
+    for (unsigned k = 0; k < REG_SEEN; k++)
+        if (reg_seen[k].rt == rt && reg_seen[k].gen == gen && a >= reg_seen[k].start &&
+            a < reg_seen[k].end && n <= reg_seen[k].end - a)
+            return true;
     bool yes = false;
     pthread_rwlock_rdlock(&rt->reg_lock);
     size_t i = reg_upper(rt, a);
     if (i > 0) {
         const struct ferry_reg_range *r = &rt->regs[i - 1];
         yes = a >= r->start && n <= r->end - a && a < r->end; /* pinned for every device */
+        if (yes) { /* the generation under the lock: no write moves it meanwhile */
+            unsigned k = reg_seen_next++ % REG_SEEN;
+            reg_seen[k].rt = rt;
+            reg_seen[k].gen = atomic_load_explicit(&rt->reg_gen, memory_order_relaxed);
+            reg_seen[k].start = r->start;
+            reg_seen[k].end = r->end;
+        }
     }
     pthread_rwlock_unlock(&rt->reg_lock);
     return yes;
@@ -597,6 +621,7 @@ static int reg_insert(ferry_device_t *dev, void *p, size_t bytes, int kind, cons
     memmove(&rt->regs[i + 1], &rt->regs[i], (rt->nregs - i) * sizeof(*rt->regs));
     rt->regs[i] = (struct ferry_reg_range){a, a + bytes, dev->index, (uint8_t)kind};
     rt->nregs++;
+    atomic_fetch_add_explicit(&rt->reg_gen, 1, memory_order_release);
     return 0;
 }
 
@@ -632,6 +657,7 @@ int ferry__rt_untrack(ferry_device_t *dev, void *p, int kind, const char *who)
         goto out_unlock;
     memmove(&rt->regs[i - 1], &rt->regs[i], (rt->nregs - i) * sizeof(*rt->regs));
     rt->nregs--;
+    atomic_fetch_add_explicit(&rt->reg_gen, 1, memory_order_release);
 out_unlock:
     pthread_rwlock_unlock(&rt->reg_lock);
     return rc;

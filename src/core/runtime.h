@@ -4,6 +4,7 @@
 #define FERRY_CORE_RUNTIME_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "backend/backend.h"
 #include "base/base.h"
@@ -44,6 +45,14 @@ struct ferry_runtime {
         uint8_t kind; /* FERRY__REG_*: only FERRY__REG_USER is ferry_host_unregister's */
     } * regs;
     size_t nregs, regs_cap;
+    /* Moves (under reg_lock's write side) whenever a range comes or goes; unique to this
+     * runtime. A thread remembers the range it last found with the generation it found it in
+     * (ferry__rt_is_registered), so that asking again about the same memory reads this line,
+     * which nobody writes while the ranges stay, instead of taking the read lock: from 8
+     * submitting threads, two read locks an item bounced the lock's line between the cores. */
+    char reg_gen_before[64]; /* the line to itself, however the runtime is aligned */
+    _Atomic uint64_t reg_gen;
+    char reg_gen_after[64];
     ferry__rt_child_t *children; /* under lock */
     /* isolation=process: the arena of memory shared with workers and the helper that forks
      * them, both made before anything else of the runtime (proc/shm.h, proc/zygote.h) */

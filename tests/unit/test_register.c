@@ -77,6 +77,56 @@ static void test_registered_buffers_skip_staging(void **state)
     ferry_runtime_destroy(rt);
 }
 
+/* What a thread found registered is asked again cheaply (runtime.c remembers it): memory
+ * taken back, or registered again smaller, or another runtime's, must be staged again. */
+static void test_unregistered_memory_is_staged_again(void **state)
+{
+    (void)state;
+    ferry_runtime_t *rt = test_sim_runtime(), *rt2 = test_sim_runtime();
+    ferry_device_t *dev = test_device(rt);
+    ferry_stage_t s = test_cpu_stage(NULL, test_cpu_copy);
+    ferry_pipeline_config_t cfg = test_pipeline_config(dev, &s, 1 << 20);
+    ferry_pipeline_t *p = test_pipeline(&cfg);
+    const size_t n = 2u << 20;
+    unsigned char *in = malloc(n), *out = malloc(n);
+    uint64_t rs = test_seed(11);
+    test_fill_random(in, n, &rs);
+    assert_int_equal(ferry_host_register(dev, in, n), 0);
+    assert_int_equal(ferry_host_register(dev, out, n), 0);
+    int failed = 0;
+    submit_unstaged(p, in, out, n, &failed);
+    submit_unstaged(p, in, out, n, &failed); /* asked again: the same answer */
+    ferry_pipeline_stats_t st = FERRY_PIPELINE_STATS_INIT;
+    size_t want = 0;
+    for (int round = 0; round < 3; round++) {
+        assert_int_equal(ferry_host_unregister(dev, in), 0);
+        if (round == 1) /* the first half again: the batch is not all registered */
+            assert_int_equal(ferry_host_register(dev, in, n / 2), 0);
+        if (round == 2) /* registered in another runtime: not this pipeline's */
+            assert_int_equal(ferry_host_register(test_device(rt2), in, n), 0);
+        memset(out, 0, n);
+        test_submit_one(p, in, out, n, test_count_failed, &failed);
+        want += n;
+        assert_int_equal(ferry_pipeline_stats(p, &st), 0);
+        assert_int_equal(st.staged_bytes, want);
+        assert_memory_equal(out, in, n);
+        if (round == 1)
+            assert_int_equal(ferry_host_unregister(dev, in), 0);
+        if (round == 2)
+            assert_int_equal(ferry_host_unregister(test_device(rt2), in), 0);
+        assert_int_equal(ferry_host_register(dev, in, n), 0);
+    }
+    assert_int_equal(failed, 0);
+    assert_int_equal(ferry_pipeline_close(p), 0);
+    ferry_pipeline_destroy(p);
+    assert_int_equal(ferry_host_unregister(dev, in), 0);
+    assert_int_equal(ferry_host_unregister(dev, out), 0);
+    free(in);
+    free(out);
+    ferry_runtime_destroy(rt);
+    ferry_runtime_destroy(rt2);
+}
+
 static void test_registered_for_every_device(void **state)
 {
     (void)state;
@@ -199,4 +249,5 @@ static void test_host_map_and_touch(void **state)
 TEST_MAIN(NULL, NULL, cmocka_unit_test(test_host_map_and_touch),
           cmocka_unit_test(test_register_rules),
           cmocka_unit_test(test_registered_buffers_skip_staging),
+          cmocka_unit_test(test_unregistered_memory_is_staged_again),
           cmocka_unit_test(test_registered_for_every_device), cmocka_unit_test(test_host_alloc))
