@@ -559,7 +559,7 @@ static _Thread_local struct {
 } reg_seen[REG_SEEN];
 static _Thread_local unsigned reg_seen_next;
 
-bool ferry__rt_is_registered(ferry_device_t *dev, const void *p, size_t n)
+uintptr_t ferry__rt_registration_of(ferry_device_t *dev, const void *p, size_t n)
 {
     ferry_runtime_t *rt = dev->rt;
     uintptr_t a = (uintptr_t)p;
@@ -567,14 +567,15 @@ bool ferry__rt_is_registered(ferry_device_t *dev, const void *p, size_t n)
     for (unsigned k = 0; k < REG_SEEN; k++)
         if (reg_seen[k].rt == rt && reg_seen[k].gen == gen && a >= reg_seen[k].start &&
             a < reg_seen[k].end && n <= reg_seen[k].end - a)
-            return true;
-    bool yes = false;
+            return reg_seen[k].start;
+    uintptr_t start = 0;
     pthread_rwlock_rdlock(&rt->reg_lock);
     size_t i = reg_upper(rt, a);
     if (i > 0) {
         const struct ferry_reg_range *r = &rt->regs[i - 1];
-        yes = a >= r->start && n <= r->end - a && a < r->end; /* pinned for every device */
-        if (yes) { /* the generation under the lock: no write moves it meanwhile */
+        /* pinned for every device */
+        start = a >= r->start && n <= r->end - a && a < r->end ? r->start : 0;
+        if (start != 0) { /* the generation under the lock: no write moves it meanwhile */
             unsigned k = reg_seen_next++ % REG_SEEN;
             reg_seen[k].rt = rt;
             reg_seen[k].gen = atomic_load_explicit(&rt->reg_gen, memory_order_relaxed);
@@ -583,7 +584,12 @@ bool ferry__rt_is_registered(ferry_device_t *dev, const void *p, size_t n)
         }
     }
     pthread_rwlock_unlock(&rt->reg_lock);
-    return yes;
+    return start;
+}
+
+bool ferry__rt_is_registered(ferry_device_t *dev, const void *p, size_t n)
+{
+    return ferry__rt_registration_of(dev, p, n) != 0;
 }
 
 /* Whether a range of @kind is pinned by the backend here: not a pool's slab (its pool pins

@@ -118,6 +118,9 @@ int ferry__rt_untrack(ferry_device_t *dev, void *p, int kind, const char *who);
  * memory is portable (the CUDA backend registers with unified addressing, mapped and portable
  * to every device), so each device of a set copies it directly. */
 bool ferry__rt_is_registered(ferry_device_t *dev, const void *p, size_t n);
+/* The start of that range, 0 when there is none: two pieces of one range that lie side by side
+ * may go as one copy, two ranges' never (one copy may not span two registrations). */
+uintptr_t ferry__rt_registration_of(ferry_device_t *dev, const void *p, size_t n);
 
 /* Copy the calling thread's last error into @rt's last-error text and return @code. */
 int ferry__rt_fail(ferry_runtime_t *rt, int code);

@@ -37,6 +37,7 @@ typedef struct gather_item {
     size_t bytes;
     uint64_t id, submit_ns;
     bool direct; /* its bytes move between its own pinned memory and the device (pieces) */
+    uintptr_t reg_in, reg_out; /* direct: the registrations holding in and out (add_piece) */
 } gather_item_t;
 
 /* A slab's reservation word: the bytes used (from its start: the table's room, then the items),
@@ -265,20 +266,23 @@ static void sent(ferry__gather_t *g, gather_slab_t *s, bool ok)
 
 /* Submit sealed @s, whose copies are in, into the pipeline. @wait: the caller may block for
  * room; otherwise a full queue hands it to the flusher, which may. */
-/* Append [@host, +@bytes) at device offset @off to @pc (@n of them). A piece of the slab's own
- * memory (@merge) is merged into the last one when both sides continue it; a batch's never:
- * two batches side by side may be two registrations, which one copy may not span (the
- * simulator refused it, CUDA said invalid argument). */
-static void add_piece(ferry_be_piece_t *pc, size_t *n, void *host, size_t off, size_t bytes,
-                      bool merge)
+/* Append [@host, +@bytes) at device offset @off to @pc (@n of them), from the registration
+ * starting at @reg (*@last: the last piece's). It is merged into the last piece when both
+ * sides continue it within one registration: pieces of the slab's own memory, and a batch's
+ * beside another of the same registration (batches carved out of one buffer, as a pool of
+ * KV-cache blocks is); two registrations' never, as one copy may not span them (the
+ * simulator refuses it, CUDA said invalid argument). */
+static void add_piece(ferry_be_piece_t *pc, size_t *n, uintptr_t *last, void *host, size_t off,
+                      size_t bytes, uintptr_t reg)
 {
     ferry_be_piece_t *l = *n > 0 ? &pc[*n - 1] : NULL;
-    if (merge && l != NULL && (unsigned char *)l->host + l->bytes == host &&
+    if (l != NULL && reg != 0 && *last == reg && (unsigned char *)l->host + l->bytes == host &&
         l->off + l->bytes == off) {
         l->bytes += bytes;
         return;
     }
     pc[(*n)++] = (ferry_be_piece_t){host, off, bytes};
+    *last = reg;
 }
 
 /* The pieces of a slab with direct items: the table and each copied item from the slab (merged
@@ -289,17 +293,19 @@ static const ferry__pieces_t *pieces_of(const ferry__gather_t *g, gather_slab_t 
     if (atomic_load_explicit(&s->ndirect, memory_order_relaxed) == 0)
         return NULL;
     size_t nin = 0, nout = 0;
-    add_piece(s->pin, &nin, s->h_in, 0, g->table_bytes, true);
+    uintptr_t own = (uintptr_t)g->mem, lin = 0, lout = 0; /* the slabs: one ferry_host_alloc */
+    add_piece(s->pin, &nin, &lin, s->h_in, 0, g->table_bytes, own);
     for (uint32_t i = 0; i < s->nitems; i++) {
         const gather_item_t *it = &s->items[i];
         size_t off = s->table[i].offset;
         if (it->direct) {
-            add_piece(s->pin, &nin, (void *)(uintptr_t)it->in, off, it->bytes, false);
-            add_piece(s->pout, &nout, it->out, off, it->bytes, false);
+            add_piece(s->pin, &nin, &lin, (void *)(uintptr_t)it->in, off, it->bytes, it->reg_in);
+            add_piece(s->pout, &nout, &lout, it->out, off, it->bytes, it->reg_out);
         } else {
-            add_piece(s->pin, &nin, s->h_in + off, off, round_up(it->bytes, GATHER_ALIGN), true);
+            add_piece(s->pin, &nin, &lin, s->h_in + off, off, round_up(it->bytes, GATHER_ALIGN),
+                      own);
             if (it->out != NULL)
-                add_piece(s->pout, &nout, s->h_out + off, off, it->bytes, true);
+                add_piece(s->pout, &nout, &lout, s->h_out + off, off, it->bytes, own);
         }
     }
     s->pieces = (ferry__pieces_t){.in = s->pin, .out = s->pout, .nin = nin, .nout = nout};
@@ -413,6 +419,15 @@ static gather_slab_t *room(ferry__gather_t *g, size_t need, gather_slab_t **to_s
     return s;
 }
 
+/* The registration holding [@ptr, +@n), 0 when it is not pinned: a pool's memory counts as
+ * its own (never merged with its neighbours: the pool's slabs may be pinned apart). */
+static uintptr_t pinned_in(ferry_pipeline_t *p, const void *ptr, size_t n)
+{
+    if (ferry_pool_owns(p->pool, ptr, n))
+        return (uintptr_t)ptr;
+    return ferry__rt_registration_of(p->dev, ptr, n);
+}
+
 int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_fn cb, void *arg,
                          uint64_t *id)
 {
@@ -466,9 +481,10 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
     }
     uint64_t my_id = s->id_base + i;
 
+    uintptr_t reg_in = 0, reg_out = 0;
     bool direct = g->direct && b->bytes >= GATHER_DIRECT_MIN && b->out != NULL &&
-                  ferry__pipe_is_pinned(p, b->in, b->bytes) &&
-                  ferry__pipe_is_pinned(p, b->out, b->bytes);
+                  (reg_in = pinned_in(p, b->in, b->bytes)) != 0 &&
+                  (reg_out = pinned_in(p, b->out, b->bytes)) != 0;
     if (!direct)
         memcpy(s->h_in + off, b->in, b->bytes);
     s->table[i] =
@@ -480,7 +496,9 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
                                   .bytes = b->bytes,
                                   .id = my_id,
                                   .submit_ns = now,
-                                  .direct = direct};
+                                  .direct = direct,
+                                  .reg_in = reg_in,
+                                  .reg_out = reg_out};
     if (direct)
         atomic_fetch_add_explicit(&s->ndirect, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&g->items_in, 1, memory_order_relaxed);

@@ -232,6 +232,77 @@ static void test_faults(void **state)
         stream(test_seed(7) + k, 4, scaled(1200), 1024u << 10, specs[k], false, k % 2 == 1, k != 2);
 }
 
+/* Pinned batches side by side in one registration go as one piece of the slab's copies; two
+ * registrations side by side never (one copy may not span them: the simulator refuses it, and
+ * the slab would fall back to the CPU). 64 batches of 64 KiB submitted in order by one thread
+ * lie side by side in memory and, once two slabs are in flight, in the slabs; the first 24 in
+ * one registration of each buffer, the rest in another, so that a slab holds both. */
+enum { PIECES_N = 64, PIECES_CUT = 24 };
+static void test_pieces_of_two_registrations(void **state)
+{
+    (void)state;
+    const char *const kv[] = {"gather_bytes", "1M", "gather_us", "300000", NULL};
+    ferry_runtime_t *rt = test_sim_runtime_with(kv);
+    ferry_device_t *dev = test_device(rt);
+    ferry_stage_t st = test_cpu_stage("xor", cpu_xor);
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, 1u << 20);
+    const size_t item = 64u << 10, total = PIECES_N * item, cut = PIECES_CUT * item;
+    unsigned char *in = aligned_alloc(4096, total), *out = aligned_alloc(4096, total);
+    assert_non_null(in);
+    assert_non_null(out);
+    uint64_t r = test_seed(5);
+    for (int round = 0; round < 2; round++) {
+        /* round 0: each buffer in two registrations; round 1: in one */
+        size_t at[2] = {0, cut}, len[2] = {round == 0 ? cut : total, total - cut};
+        for (int h = 0; h < (round == 0 ? 2 : 1); h++) {
+            assert_int_equal(ferry_host_register(dev, in + at[h], len[h]), 0);
+            assert_int_equal(ferry_host_register(dev, out + at[h], len[h]), 0);
+        }
+        ferry_pipeline_t *p = test_pipeline(&pc);
+        test_fill_random(in, total, &r);
+        memset(out, 0, total);
+        run_t rn = {.p = p, .in = in, .out = out, .n = PIECES_N};
+        size_t off[PIECES_N], bytes[PIECES_N];
+        unsigned char key[PIECES_N];
+        uint64_t id[PIECES_N];
+        atomic_int calls[PIECES_N] = {0}, refused[PIECES_N] = {0};
+        rn.off = off, rn.len = bytes, rn.key = key, rn.id = id, rn.calls = calls;
+        rn.refused = refused;
+        for (unsigned i = 0; i < PIECES_N; i++) {
+            off[i] = i * item;
+            bytes[i] = item;
+            key[i] = (unsigned char)(17 + i);
+        }
+        for (unsigned i = 0; i < PIECES_N; i++)
+            submit_one(&rn, i, false);
+        assert_int_equal(ferry_pipeline_drain(p), 0);
+        assert_int_equal(atomic_load(&rn.failed), 0);
+        for (unsigned i = 0; i < PIECES_N; i++) {
+            assert_int_equal(atomic_load(&calls[i]), 1);
+            for (size_t k = 0; k < item; k++)
+                if (out[off[i] + k] != (in[off[i] + k] ^ key[i]))
+                    fail_msg("round %d: batch %u byte %zu wrong", round, i, k);
+        }
+        ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
+        assert_int_equal(ferry_pipeline_stats(p, &s), 0);
+        assert_int_equal(s.batches_gathered, PIECES_N);
+        assert_true(s.slabs < PIECES_N / 4); /* gathered many to a slab */
+        assert_int_equal(s.staged_bytes, 0); /* every batch moved in place */
+        /* on the GPU: a copy the simulator refused would have sent the slab to the CPU */
+        assert_int_equal(atomic_load(&rn.cpu), 0);
+        assert_int_equal(s.batches_done_gpu, PIECES_N);
+        assert_int_equal(s.chunks_cpu + s.chunks_retried, 0);
+        assert_int_equal(ferry_pipeline_destroy(p), 0);
+        for (int h = 0; h < (round == 0 ? 2 : 1); h++) {
+            assert_int_equal(ferry_host_unregister(dev, in + at[h]), 0);
+            assert_int_equal(ferry_host_unregister(dev, out + at[h]), 0);
+        }
+    }
+    free(in);
+    free(out);
+    ferry_runtime_destroy(rt);
+}
+
 /* One batch, no drain: the flusher sends its slab after gather_us. */
 static atomic_int lone_done;
 static void on_lone(const ferry_batch_result_t *r, void *arg)
@@ -435,9 +506,10 @@ static void test_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_threads_random_sizes),      cmocka_unit_test(test_faults),
-        cmocka_unit_test(test_flush_bound_and_lifetimes), cmocka_unit_test(test_flusher_sleeps),
-        cmocka_unit_test(test_close_from_callback),       cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_threads_random_sizes),        cmocka_unit_test(test_faults),
+        cmocka_unit_test(test_flush_bound_and_lifetimes),   cmocka_unit_test(test_flusher_sleeps),
+        cmocka_unit_test(test_close_from_callback),         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_pieces_of_two_registrations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
