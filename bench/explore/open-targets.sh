@@ -15,7 +15,7 @@ mkdir -p "$o/g" "$o/i" "$o/n0" "$o/n10"
 echo "== $gpu"
 # issue 17: one tmpfs file written by several threads, pwrite against a shared mapping
 echo "== tmpfs writes (shmem THP: $(cat /sys/kernel/mm/transparent_hugepage/shmem_enabled 2>/dev/null))"
-gcc -O2 -pthread -o "$o/tmpfs-write" bench/explore/tmpfs-write.c &&
+[ "${TMPFS:-1}" = 1 ] && gcc -O2 -pthread -o "$o/tmpfs-write" bench/explore/tmpfs-write.c &&
   "$o/tmpfs-write" /dev/shm/ferry-tw.bin 4 1 4 8 14 | tee "$o/tmpfs-write.txt" && rm -f "$o/tmpfs-write"
 {
   if [[ $gpu == *H200* || ${GEN:-0} = 1 ]]; then
@@ -23,13 +23,15 @@ gcc -O2 -pthread -o "$o/tmpfs-write" bench/explore/tmpfs-write.c &&
   fi
   # closed loop (as fast as 8 threads submit), then offered on a schedule at the issue's
   # rates (64K at 75% of the ceiling, 256K at 90%): p99 against gather_us + a slab's round trip
-  for g in 8M 8M:6 8M@64K:75% 8M@256K:90%; do
+  k=0
+  for g in 8M 8M:6 8M@64K:75% 8M@256K:90% 8M; do
     case $g in
       *@*) sizes=${g#*@}; rate=${sizes#*:}; sizes=${sizes%:*}; slabs=0; gb=${g%@*}
            args=(--item-sizes "$sizes" --rate "$rate") ;;
       *) s=${g#*:}; [ "$s" = "$g" ] && s=0; slabs=$s; gb=${g%:*}; args=(--item-sizes 64K,256K) ;;
     esac
-    f=$o/i/f-${g//[:@%]/_}.json
+    k=$((k + 1))
+    f=$o/i/f$k-${g//[:@%]/_}.json
     FERRY_GATHER_SLABS=$slabs FERRY_GATHER_BYTES=$gb build-gpu/ferry bench items --backend cuda \
       --threads 8 "${args[@]}" --json >"$f" 2>>"$o/i/err"
     python3 - "$f" "$g" <<'PY'
@@ -51,4 +53,4 @@ for n in 10 0; do
     bash bench/explore/issue18-compute.sh 2>&1 | tail -6
 done
 cp "$o/g/machine.txt" "$o/machine.txt" 2>/dev/null || nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$o/machine.txt"
-(cd "$o" && tar czf all.tgz g i n0 n10 machine.txt tmpfs-write.txt && rm -rf g i n0 n10)
+(cd "$o" && touch tmpfs-write.txt && tar czf all.tgz g i n0 n10 machine.txt tmpfs-write.txt && rm -rf g i n0 n10)
