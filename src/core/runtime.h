@@ -46,8 +46,8 @@ struct ferry_runtime {
     } * regs;
     size_t nregs, regs_cap;
     /* Moves (under reg_lock's write side) whenever a range comes or goes; unique to this
-     * runtime. A thread remembers the range it last found with the generation it found it in
-     * (ferry__rt_is_registered), so that asking again about the same memory reads this line,
+     * runtime. A thread remembers the last ranges it found with the generation it found them in
+     * (ferry__rt_registration_of), so that asking again about the same memory reads this line,
      * which nobody writes while the ranges stay, instead of taking the read lock: from 8
      * submitting threads, two read locks an item bounced the lock's line between the cores. */
     char reg_gen_before[64]; /* the line to itself, however the runtime is aligned */

@@ -264,8 +264,6 @@ static void sent(ferry__gather_t *g, gather_slab_t *s, bool ok)
         ferry__pipe_shut(g->p);
 }
 
-/* Submit sealed @s, whose copies are in, into the pipeline. @wait: the caller may block for
- * room; otherwise a full queue hands it to the flusher, which may. */
 /* Append [@host, +@bytes) at device offset @off to @pc (@n of them), from the registration
  * starting at @reg (*@last: the last piece's). It is merged into the last piece when both
  * sides continue it within one registration: pieces of the slab's own memory, and a batch's
@@ -312,6 +310,8 @@ static const ferry__pieces_t *pieces_of(const ferry__gather_t *g, gather_slab_t 
     return &s->pieces;
 }
 
+/* Submit sealed @s, whose copies are in, into the pipeline. @wait: the caller may block for
+ * room; otherwise a full queue hands it to the flusher, which may. */
 static int send(ferry__gather_t *g, gather_slab_t *s, bool wait)
 {
     uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire); /* sealed: final */
