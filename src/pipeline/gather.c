@@ -63,8 +63,7 @@ typedef struct gather_slab {
     uint64_t opened_ns, seal_no;
     struct gather_slab *next;
     struct ferry__gather *g;
-    _Atomic unsigned ndirect;     /* items whose bytes are not copied into the slab */
-    ferry_be_piece_t *pin, *pout; /* with ndirect > 0: the pieces each way */
+    ferry_be_piece_t *pin, *pout; /* with direct items: the pieces each way */
     ferry__pieces_t pieces;
 } gather_slab_t;
 
@@ -91,7 +90,8 @@ struct ferry__gather {
     bool closing, shut_pending, stop, flusher_idle, flusher_started;
     uint64_t seals;
     pthread_t flusher;
-    _Atomic uint64_t items_in, slabs_in, items_done[3], slabs_done[3];
+    uint64_t items_sealed; /* the items of the slabs sealed so far (under the lock) */
+    _Atomic uint64_t slabs_in, items_done[3], slabs_done[3];
     gather_item_t *scratch; /* the completion thread's copy of a slab's items */
 };
 
@@ -206,6 +206,7 @@ static bool seal(ferry__gather_t *g, gather_slab_t *s)
     g->unsent++;
     atomic_fetch_add_explicit(&g->busy, 1, memory_order_relaxed);
     uint64_t w = atomic_fetch_or_explicit(&s->word, W_SEALED, memory_order_acq_rel);
+    g->items_sealed += W_ITEMS(w); /* final: no item joins a sealed slab */
     return W_WRITERS(w) == 0;
 }
 
@@ -288,7 +289,10 @@ static void add_piece(ferry_be_piece_t *pc, size_t *n, uintptr_t *last, void *ho
  * where its callback reads it. */
 static const ferry__pieces_t *pieces_of(const ferry__gather_t *g, gather_slab_t *s)
 {
-    if (atomic_load_explicit(&s->ndirect, memory_order_relaxed) == 0)
+    uint32_t d = 0;
+    while (d < s->nitems && !s->items[d].direct)
+        d++;
+    if (d == s->nitems)
         return NULL;
     size_t nin = 0, nout = 0;
     uintptr_t own = (uintptr_t)g->mem, lin = 0, lout = 0; /* the slabs: one ferry_host_alloc */
@@ -402,7 +406,6 @@ static gather_slab_t *room(ferry__gather_t *g, size_t need, gather_slab_t **to_s
         return NULL;
     g->free = s->next;
     s->state = SLAB_OPEN;
-    atomic_store_explicit(&s->ndirect, 0, memory_order_relaxed);
     s->id_base = take_ids(g, g->max_items);
     s->opened_ns = mono_ns();
     /* Ours is in the word the slab opens with (it fits: need <= item_max, a quarter of what
@@ -499,9 +502,6 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
                                   .direct = direct,
                                   .reg_in = reg_in,
                                   .reg_out = reg_out};
-    if (direct)
-        atomic_fetch_add_explicit(&s->ndirect, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&g->items_in, 1, memory_order_relaxed);
     /* Done writing: the last writer of a sealed slab sends it (the release publishes the item
      * to whoever sends). */
     uint64_t w = atomic_fetch_sub_explicit(&s->word, W_WRITER, memory_order_acq_rel);
@@ -781,7 +781,11 @@ static uint64_t minus(uint64_t a, uint64_t b)
 
 void ferry__gather_stats(ferry__gather_t *g, ferry_pipeline_stats_t *st)
 {
-    uint64_t in = atomic_load_explicit(&g->items_in, memory_order_relaxed);
+    pthread_mutex_lock(&g->mu); /* the items sealed, and those the open slab holds so far */
+    uint64_t in = g->items_sealed;
+    if (g->open != NULL)
+        in += W_ITEMS(atomic_load_explicit(&g->open->word, memory_order_relaxed));
+    pthread_mutex_unlock(&g->mu);
     uint64_t slabs = atomic_load_explicit(&g->slabs_in, memory_order_relaxed);
     st->batches_submitted = minus(st->batches_submitted, slabs) + in;
     uint64_t *done[3] = {&st->batches_done_gpu, &st->batches_done_cpu, &st->batches_failed};

@@ -8,6 +8,7 @@
  * everything else by the issuer thread; hand-offs between threads are lock-free pushes, and a
  * thread is woken only when it sleeps. */
 #include <errno.h>
+#include <limits.h>
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
@@ -28,8 +29,6 @@
 _Thread_local const ferry_pipeline_t *ferry__pipe_own_thread;
 
 /* ---- public API ---------------------------------------------------------------------------- */
-
-static void fill_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out);
 
 /* Stop the threads and release the streams, events, device and pinned memory, the watchdog
  * and the queue; the stats as they stand go to final. Once per pipeline, nothing in flight. */
@@ -57,7 +56,7 @@ static void release(ferry_pipeline_t *p)
     }
     pthread_mutex_lock(&p->lock);
     p->api.final.size = sizeof(p->api.final);
-    fill_stats(p, &p->api.final);
+    ferry__pipe_fill_stats(p, &p->api.final);
     p->api.final_ready = true;
     pthread_mutex_unlock(&p->lock);
     /* A hung GPU never finishes the kernel that hangs, nor what waits behind it: waiting for
@@ -424,6 +423,40 @@ out_fail:
 static int submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn cb, void *arg,
                   uint64_t *id, int wait, const ferry__pieces_t *pieces);
 
+/* A submit counted in, so that a close racing it waits for it (FERRY_EBUSY) instead of
+ * releasing what it is about to use: on this thread's line of sh.entering, without the lock.
+ * The sequentially consistent pair (count in, then read shut) against close's (set shut, then
+ * read the count) means at least one side sees the other. Returns the line for leave(). */
+static unsigned enter(ferry_pipeline_t *p)
+{
+    static _Atomic unsigned next_line;
+    static _Thread_local unsigned line = UINT_MAX;
+    if (line == UINT_MAX)
+        line = atomic_fetch_add_explicit(&next_line, 1, memory_order_relaxed) % FERRY__ENTER_SHARDS;
+    atomic_fetch_add_explicit(&p->sh.entering[line].n, 1, memory_order_seq_cst);
+    return line;
+}
+
+/* Counted out; once shut, a destroy may wait for the last one out (entering()). */
+static void leave(ferry_pipeline_t *p, unsigned line)
+{
+    atomic_fetch_sub_explicit(&p->sh.entering[line].n, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&p->sh.shut, memory_order_seq_cst)) {
+        pthread_mutex_lock(&p->lock);
+        pthread_cond_broadcast(&p->drain_cv);
+        pthread_mutex_unlock(&p->lock);
+    }
+}
+
+/* The submits inside the call. */
+static unsigned entering(ferry_pipeline_t *p)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < FERRY__ENTER_SHARDS; i++)
+        n += atomic_load_explicit(&p->sh.entering[i].n, memory_order_seq_cst);
+    return n;
+}
+
 int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry_done_fn cb,
                           void *arg, uint64_t *id)
 {
@@ -433,11 +466,7 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
         return ferry__pset_submit(p->set, batch, cb, arg, id);
     if (p->remote != NULL)
         return ferry__remote_submit(p->remote, batch, cb, arg, id);
-    /* Counted in, so that a close racing this call waits for it (FERRY_EBUSY) instead of
-     * releasing what it is about to use. Without the lock (two atomics on the hot path): the
-     * sequentially consistent pair (count in, then read shut) against close's (set shut, then
-     * read the count) means at least one side sees the other. */
-    atomic_fetch_add_explicit(&p->sh.entering, 1, memory_order_seq_cst);
+    unsigned line = enter(p);
     if (p->plan.virtual_clock) /* the caller whose return wait_for_caller waits for */
         atomic_store_explicit(&p->sh.caller_tid, ferry__thread_id(), memory_order_relaxed);
     int rc;
@@ -446,12 +475,7 @@ int ferry_pipeline_submit(ferry_pipeline_t *p, const ferry_batch_t *batch, ferry
                           p->stage_name, p->serial);
     else
         rc = submit(p, batch, cb, arg, id, -1, NULL);
-    if (atomic_fetch_sub_explicit(&p->sh.entering, 1, memory_order_seq_cst) == 1 &&
-        atomic_load_explicit(&p->sh.shut, memory_order_seq_cst)) {
-        pthread_mutex_lock(&p->lock); /* a destroy may wait for the last one out */
-        pthread_cond_broadcast(&p->drain_cv);
-        pthread_mutex_unlock(&p->lock);
-    }
+    leave(p, line);
     return rc;
 }
 
@@ -640,14 +664,9 @@ static int submit(ferry_pipeline_t *p, const ferry_batch_t *caller, ferry_done_f
 int ferry__pipe_submit_internal(ferry_pipeline_t *p, const ferry_batch_t *b, ferry_done_fn cb,
                                 void *arg, bool wait, const ferry__pieces_t *pieces)
 {
-    atomic_fetch_add_explicit(&p->sh.entering, 1, memory_order_seq_cst);
+    unsigned line = enter(p);
     int rc = submit(p, b, cb, arg, NULL, wait ? 1 : 0, pieces);
-    if (atomic_fetch_sub_explicit(&p->sh.entering, 1, memory_order_seq_cst) == 1 &&
-        atomic_load_explicit(&p->sh.shut, memory_order_seq_cst)) {
-        pthread_mutex_lock(&p->lock);
-        pthread_cond_broadcast(&p->drain_cv);
-        pthread_mutex_unlock(&p->lock);
-    }
+    leave(p, line);
     return rc;
 }
 
@@ -729,15 +748,15 @@ int ferry_pipeline_close(ferry_pipeline_t *p)
                                  "only from another thread (close it again there)");
     }
     uint64_t completed = atomic_load_explicit(&p->sh.completed, memory_order_seq_cst);
-    unsigned entering = atomic_load_explicit(&p->sh.entering, memory_order_seq_cst);
-    if (completed != p->api.submitted || entering > 0) {
+    unsigned inside = entering(p);
+    if (completed != p->api.submitted || inside > 0) {
         uint64_t n = p->api.submitted - completed;
         pthread_mutex_unlock(&p->lock);
         return ferry__error(FERRY_EBUSY,
                             "ferry_pipeline_close: pipeline '%s' #%u is shut to new batches, but "
                             "%llu batch(es) are still in flight and %u submit(s) in progress; "
                             "drain, then close again",
-                            p->stage_name, p->serial, (unsigned long long)n, entering);
+                            p->stage_name, p->serial, (unsigned long long)n, inside);
     }
     /* Another close is releasing: return once it has, so that either caller may destroy. */
     while (p->api.releasing && !atomic_load_explicit(&p->sh.released, memory_order_acquire))
@@ -775,7 +794,7 @@ int ferry_pipeline_destroy(ferry_pipeline_t *p)
         if (rc != FERRY_EBUSY)
             break;
         pthread_mutex_lock(&p->lock); /* submits still inside their call */
-        while (atomic_load_explicit(&p->sh.entering, memory_order_seq_cst) > 0)
+        while (entering(p) > 0)
             pthread_cond_wait(&p->drain_cv, &p->lock);
         pthread_mutex_unlock(&p->lock);
         ferry_pipeline_drain(p);
@@ -783,113 +802,6 @@ int ferry_pipeline_destroy(ferry_pipeline_t *p)
     ferry__rt_child_remove(p->dev->rt, &p->child);
     free_husk(p);
     return 0;
-}
-
-int ferry_pipeline_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
-{
-    /* An older caller's struct, smaller than this library's, gets the fields it has: at least
-     * its size and the first counter. */
-    if (p == NULL || out == NULL ||
-        out->size < offsetof(ferry_pipeline_stats_t, batches_submitted) + sizeof(uint64_t))
-        return ferry__error(FERRY_EINVAL, "ferry_pipeline_stats: NULL argument or size not set "
-                                          "(use FERRY_PIPELINE_STATS_INIT)");
-    ferry_pipeline_stats_t full = FERRY_PIPELINE_STATS_INIT;
-    if (p->set != NULL || p->remote != NULL) {
-        if (p->set != NULL)
-            ferry__pset_stats(p->set, &full);
-        else
-            ferry__remote_stats(p->remote, &full);
-        ferry__sized_copy_out(out, &full, sizeof(full));
-        return 0;
-    }
-    pthread_mutex_lock(&p->lock);
-    if (p->api.final_ready)
-        full = p->api.final; /* closed: the figures as of its close */
-    else
-        fill_stats(p, &full);
-    pthread_mutex_unlock(&p->lock);
-    if (p->gather != NULL)
-        ferry__gather_stats(p->gather, &full);
-    ferry__sized_copy_out(out, &full, sizeof(full));
-    return 0;
-}
-
-/* The stats now. Under lock. */
-static void fill_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out)
-{
-    *out = p->api.st;
-    out->chunks = atomic_load_explicit(&p->sh.chunks_issued, memory_order_relaxed);
-    out->staged_bytes = atomic_load_explicit(&p->sh.staged_bytes, memory_order_relaxed);
-    out->batches_done_gpu = atomic_load_explicit(&p->sh.done_gpu, memory_order_relaxed);
-    out->batches_done_cpu = atomic_load_explicit(&p->sh.done_cpu, memory_order_relaxed);
-    out->chunks_cpu = p->api.chunks_cpu_seen +
-                      atomic_load_explicit(&p->sh.chunks_cpu_direct, memory_order_relaxed);
-    out->deadlines_passed = atomic_load_explicit(&p->wdog.deadlines_passed, memory_order_relaxed);
-    ferry__watchdog_stats(p->wdog.wd, out);
-    out->ladder_level = (unsigned)ferry__ladder_level(&p->ladder);
-    out->bw_alerts = p->api.bw_alerts_seen;
-    out->bw_ratio[0] = p->api.bw_ratio_seen[0];
-    out->bw_ratio[1] = p->api.bw_ratio_seen[1];
-    ferry__link_sample_t ls;
-    ferry__linkmon_last(p->link, &ls);
-    out->link_samples = ls.count;
-    for (int d = 0; d < 2; d++) {
-        out->link_bps[d] = ls.count ? ls.total[d] : -1;
-        out->link_own_bps[d] = ls.count ? ls.own[d] : -1;
-    }
-    out->ladder_steps_down = p->api.steps_down_seen;
-    out->ladder_steps_up = p->api.steps_up_seen;
-    out->gpu_hung = atomic_load_explicit(&p->sh.hang_lost, memory_order_relaxed) != 0;
-    out->failure_records = p->api.failure_records_seen;
-    if (out->size > offsetof(ferry_pipeline_stats_t, chunks_retried))
-        out->chunks_retried = p->api.chunks_retried_seen;
-    out->failure_log_errors =
-        atomic_load_explicit(&p->comp.flog.write_errors, memory_order_relaxed);
-    out->chunks_moved = atomic_load_explicit(&p->sh.chunks_moved, memory_order_relaxed);
-    out->gpu_lost = atomic_load_explicit(&p->sh.gpu_lost, memory_order_relaxed) != 0;
-    out->batches_failed = atomic_load_explicit(&p->sh.failed, memory_order_relaxed);
-    out->elapsed_ns =
-        p->comp.last_end > p->comp.first_start ? p->comp.last_end - p->comp.first_start : 0;
-    /* Sampled timing: the busy figures of the timed ops, scaled to all of them. */
-    out->chunks_timed = p->comp.chunks_timed;
-    out->host_pinned = p->host_pinned;
-    out->connections = p->dev->connections;
-    out->context_streams = p->context_streams;
-    double scale =
-        p->comp.chunks_timed ? (double)p->comp.chunks_retired / (double)p->comp.chunks_timed : 0;
-    out->busy_h2d_ns = (uint64_t)((double)p->api.st.busy_h2d_ns * scale);
-    out->busy_compute_ns = (uint64_t)((double)p->api.st.busy_compute_ns * scale);
-    out->busy_d2h_ns = (uint64_t)((double)p->api.st.busy_d2h_ns * scale);
-    /* Sampled, a union is of the sampled ops only, scaled up: an estimate, which cannot
-     * exceed the time there was. */
-    uint64_t *busy[3] = {&out->busy_h2d_ns, &out->busy_compute_ns, &out->busy_d2h_ns};
-    for (int i = 0; i < 3; i++)
-        if (*busy[i] > out->elapsed_ns)
-            *busy[i] = out->elapsed_ns;
-    double secs = (double)out->elapsed_ns / 1e9;
-    out->gbps_h2d = secs > 0 ? (double)out->bytes_h2d / secs / 1e9 : 0;
-    out->gbps_d2h = secs > 0 ? (double)out->bytes_d2h / secs / 1e9 : 0;
-    out->overlap = out->elapsed_ns
-                       ? (double)(out->busy_h2d_ns + out->busy_compute_ns + out->busy_d2h_ns) /
-                             (double)out->elapsed_ns
-                       : 0;
-    out->streams = p->plan.nstreams;
-    out->chunk_bytes = p->plan.chunk;
-    out->copy_group = p->plan.group;
-    out->depth = p->plan.depth;
-    out->copy_streams = p->plan.ncopy;
-    out->compute_streams = p->plan.ncomp;
-    out->queue_depth = (unsigned)p->plan.queue_depth;
-    /* A slot abandoned to a hung kernel is bound to no chunk any more. */
-    out->slots_in_use = p->plan.depth - p->api.nfree_slots - p->api.nabandoned;
-    for (unsigned i = 0; i < p->plan.nstreams; i++) {
-        out->stream_kind[i] = p->stream_kind[i];
-        out->stream_busy_ns[i] =
-            p->comp.stream_timed[i]
-                ? (uint64_t)((double)p->comp.stream_busy[i] * (double)p->comp.stream_ops[i] /
-                             (double)p->comp.stream_timed[i])
-                : 0;
-    }
 }
 
 /* ---- trace export (monitor/trace.c writes it) ------------------------------------------------ */

@@ -140,7 +140,8 @@ enum issue_role { ROLE_CALLER, ROLE_COMPLETER, ROLE_ISSUER };
 
 /* Cache line: the shared atomics of one writer sit on lines of their own, so that a thread that
  * writes one does not take the line from threads reading another. */
-#define FERRY__CACHE_LINE 64
+#define FERRY__CACHE_LINE   64
+#define FERRY__ENTER_SHARDS 16
 
 /* The API and the submitters' state: under lock. */
 struct ferry__pipe_api {
@@ -256,9 +257,14 @@ struct ferry__pipe_shared {
     _Atomic uint64_t done_gpu, failed, done_cpu;
     /* Batch latency, submit to callback on the device clock (read by the metrics registry). */
     ferry__lat_hist_t lat;
+    /* Submits inside the call, counted on the submitting thread's own line of
+     * FERRY__ENTER_SHARDS (pipeline.c: enter, leave): one line for all bounced between the
+     * cores of 8 submitting threads twice a batch. */
+    struct {
+        alignas(FERRY__CACHE_LINE) _Atomic unsigned n;
+    } entering[FERRY__ENTER_SHARDS];
     /* Submitters and the API. */
-    alignas(FERRY__CACHE_LINE) _Atomic unsigned entering; /* submits inside the call */
-    _Atomic unsigned drain_waiters;                       /* changed under lock */
+    alignas(FERRY__CACHE_LINE) _Atomic unsigned drain_waiters; /* changed under lock */
     _Atomic long caller_tid; /* virtual clock: the thread that entered submit last */
     _Atomic int released;    /* close released the resources (read by the runtime) */
     _Atomic bool shut;       /* submits return FERRY_ECLOSED (written under lock) */
@@ -459,10 +465,14 @@ static inline void push_ready(ferry_pipeline_t *p, batch_rec_t *b)
                                                   memory_order_relaxed));
 }
 
-/* The device clock, remembered for submit_stamp(). */
+/* The device clock, remembered for submit_stamp() where it is virtual (a real clock is read
+ * as it is: remembering it was a compare-exchange on a line every submitting thread wrote, on
+ * every batch). */
 static inline uint64_t read_clock(ferry_pipeline_t *p)
 {
     uint64_t t = ferry_device_now_ns(p->dev);
+    if (!p->plan.virtual_clock)
+        return t;
     uint64_t seen = atomic_load_explicit(&p->sh.clock_seen, memory_order_relaxed);
     while (seen < t &&
            !atomic_compare_exchange_weak_explicit(&p->sh.clock_seen, &seen, t, memory_order_relaxed,
@@ -519,5 +529,7 @@ int ferry__pipe_copy_out(ferry_pipeline_t *p, const slot_t *s, ferry_be_stream_t
 bool ferry__pipe_is_pinned(ferry_pipeline_t *p, const void *ptr, size_t n);
 /* Refuse submits from now on (the close's first step). */
 void ferry__pipe_shut(ferry_pipeline_t *p);
+/* The stats now (stats.c), under lock. */
+void ferry__pipe_fill_stats(ferry_pipeline_t *p, ferry_pipeline_stats_t *out);
 
 #endif

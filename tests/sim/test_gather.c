@@ -335,6 +335,11 @@ static void test_flush_bound_and_lifetimes(void **state)
     /* A half-full slab at destroy: its batches complete first. */
     for (int i = 0; i < 5; i++)
         assert_int_equal(ferry_pipeline_submit(p, &b, on_lone, NULL, NULL), 0);
+    /* Counted as submitted once the call returns, their slab sealed or still open. */
+    ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
+    assert_int_equal(ferry_pipeline_stats(p, &s), 0);
+    assert_int_equal(s.batches_submitted, 6);
+    assert_true(s.batches_done_gpu + s.batches_done_cpu + s.batches_failed >= 1);
     assert_int_equal(ferry_pipeline_destroy(p), 0);
     assert_int_equal(atomic_load(&lone_done), 6);
     /* Close, then submit: refused, gathered or not. */
