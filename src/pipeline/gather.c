@@ -26,6 +26,8 @@
 /* A slab's output is copied back to its batches by the host workers too, in parts of at least
  * this many bytes (whole items). */
 #define GATHER_SCATTER_PIECE (128u << 10)
+/* Submitters a freed slab wakes (slab_done). */
+#define GATHER_WAKE 2u
 
 enum slab_state { SLAB_FREE, SLAB_OPEN, SLAB_SEALED, SLAB_SENT };
 
@@ -441,6 +443,10 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
     gather_slab_t *to_send = NULL;
     uint32_t i = 0;
     size_t off = 0;
+    uintptr_t reg_in = 0, reg_out = 0;
+    bool direct = g->direct && b->bytes >= GATHER_DIRECT_MIN && b->out != NULL &&
+                  (reg_in = pinned_in(p, b->in, b->bytes)) != 0 &&
+                  (reg_out = pinned_in(p, b->out, b->bytes)) != 0;
     /* The fast path: the open slab, with room. A stale pointer is harmless: a slab that was
      * sealed refuses (its word says so) until it is opened again, and then it is the open one. */
     gather_slab_t *s = atomic_load_explicit(&g->open_fast, memory_order_acquire);
@@ -455,8 +461,11 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
                                     "ferry_pipeline_submit: pipeline '%s' #%u is closed",
                                     p->stage_name, p->serial);
             }
-            if ((s = room(g, need, &to_send, &i, &off)) != NULL)
+            if ((s = room(g, need, &to_send, &i, &off)) != NULL) {
+                if (!direct && g->waiters > 0) /* copies: more hands fill the slab sooner */
+                    pthread_cond_signal(&g->free_cv);
                 break;
+            }
             if (to_send != NULL) { /* send it first: it frees a slab in time */
                 pthread_mutex_unlock(&g->mu);
                 send(g, to_send, !own);
@@ -483,11 +492,6 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
             send(g, to_send, !own);
     }
     uint64_t my_id = s->id_base + i;
-
-    uintptr_t reg_in = 0, reg_out = 0;
-    bool direct = g->direct && b->bytes >= GATHER_DIRECT_MIN && b->out != NULL &&
-                  (reg_in = pinned_in(p, b->in, b->bytes)) != 0 &&
-                  (reg_out = pinned_in(p, b->out, b->bytes)) != 0;
     if (!direct)
         memcpy(s->h_in + off, b->in, b->bytes);
     s->table[i] =
@@ -593,8 +597,18 @@ static void slab_done(const ferry_batch_result_t *r, void *arg)
     g->free = s;
     g->inflight--;
     atomic_fetch_sub_explicit(&g->busy, 1, memory_order_relaxed);
-    if (g->waiters > 0) /* all of them: the slab takes many, and one alone fills it slowly */
+    /* GATHER_WAKE of the submitters waiting for room (all of them once closing: they return):
+     * each goes on submitting its next batches into the slab; one that copies its bytes in
+     * wakes one more (ferry__gather_submit: a slab of copies fills at the copiers' rate, one
+     * alone too slow for the link), while direct batches cost a reservation each, and two
+     * threads fill a slab of them well within its turn on the link. Waking the eight of a
+     * closed loop cost each a wake-up and a turn on this lock, and sent the eight at one
+     * reservation word at once. A woken one that finds no room waits again. */
+    if (g->closing)
         pthread_cond_broadcast(&g->free_cv);
+    else
+        for (unsigned k = 0; k < GATHER_WAKE && k < g->waiters; k++)
+            pthread_cond_signal(&g->free_cv);
     gather_slab_t *idle = seal_if_idle(g);
     pthread_mutex_unlock(&g->mu);
     if (idle != NULL)
@@ -725,8 +739,10 @@ fail:
 static uint64_t seal_open(ferry__gather_t *g, bool closing, bool wait)
 {
     pthread_mutex_lock(&g->mu);
-    if (closing)
+    if (closing) {
         g->closing = true;
+        pthread_cond_broadcast(&g->free_cv); /* a submitter waiting for room returns */
+    }
     gather_slab_t *s = g->open;
     bool mine = s != NULL && seal(g, s);
     uint64_t seals = g->seals;
