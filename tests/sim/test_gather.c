@@ -303,6 +303,77 @@ static void test_pieces_of_two_registrations(void **state)
     ferry_runtime_destroy(rt);
 }
 
+/* Batches carved out of one pinned buffer and submitted out of its order (here in reverse) are
+ * laid out in a slab in the order of their inputs, so that they move as one piece each way: on
+ * the device, the batch just below another in memory sits just below it in the slab. The
+ * stage records where each batch's bytes are on the device. */
+enum { ORDER_N = 48 };
+static const unsigned char *order_at[ORDER_N]; /* by index, from the key its user points to */
+
+static int cpu_xor_where(const ferry_kernel_args_t *a, void *user)
+{
+    unsigned k = *(const unsigned char *)a->batch_user - 17u;
+    if (k < ORDER_N)
+        order_at[k] = a->in;
+    return cpu_xor(a, user);
+}
+
+static void test_pieces_in_input_order(void **state)
+{
+    (void)state;
+    const char *const kv[] = {"gather_bytes", "1M", "gather_us", "300000", NULL};
+    ferry_runtime_t *rt = test_sim_runtime_with(kv);
+    ferry_device_t *dev = test_device(rt);
+    ferry_stage_t st = test_cpu_stage("xor", cpu_xor_where);
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, 1u << 20);
+    const size_t item = 64u << 10, total = ORDER_N * item;
+    unsigned char *in = NULL, *out = NULL;
+    assert_int_equal(ferry_host_alloc(dev, total, (void **)&in), 0);
+    assert_int_equal(ferry_host_alloc(dev, total, (void **)&out), 0);
+    uint64_t r = test_seed(6);
+    test_fill_random(in, total, &r);
+    ferry_pipeline_t *p = test_pipeline(&pc);
+    run_t rn = {.p = p, .in = in, .out = out, .n = ORDER_N};
+    size_t off[ORDER_N], bytes[ORDER_N];
+    unsigned char key[ORDER_N];
+    uint64_t id[ORDER_N];
+    atomic_int calls[ORDER_N] = {0}, refused[ORDER_N] = {0};
+    rn.off = off, rn.len = bytes, rn.key = key, rn.id = id, rn.calls = calls;
+    rn.refused = refused;
+    for (unsigned i = 0; i < ORDER_N; i++) {
+        off[i] = i * item;
+        bytes[i] = item;
+        key[i] = (unsigned char)(17 + i);
+    }
+    for (unsigned i = ORDER_N; i-- > 0;) /* the last in memory first */
+        submit_one(&rn, i, false);
+    assert_int_equal(ferry_pipeline_drain(p), 0);
+    assert_int_equal(atomic_load(&rn.failed), 0);
+    assert_int_equal(atomic_load(&rn.cpu), 0);
+    for (unsigned i = 0; i < ORDER_N; i++) {
+        assert_int_equal(atomic_load(&calls[i]), 1);
+        for (size_t k = 0; k < item; k++)
+            if (out[off[i] + k] != (in[off[i] + k] ^ key[i]))
+                fail_msg("batch %u byte %zu wrong", i, k);
+    }
+    /* Side by side in a slab as in memory: every pair of neighbours in memory that shares a
+     * slab (all but one pair a slab: 15 batches of 64 KiB to a 1 MiB slab, so 3 or 4 slabs). */
+    unsigned in_order = 0, reversed = 0;
+    for (unsigned i = 0; i + 1 < ORDER_N; i++) {
+        in_order += order_at[i] + item == order_at[i + 1];
+        reversed += order_at[i + 1] + item == order_at[i];
+    }
+    ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
+    assert_int_equal(ferry_pipeline_stats(p, &s), 0);
+    assert_int_equal(s.staged_bytes, 0);
+    assert_int_equal(reversed, 0);
+    assert_true(in_order >= ORDER_N - 1 - s.slabs);
+    assert_int_equal(ferry_pipeline_destroy(p), 0);
+    ferry_host_free(dev, in);
+    ferry_host_free(dev, out);
+    ferry_runtime_destroy(rt);
+}
+
 /* One batch, no drain: the flusher sends its slab after gather_us. */
 static atomic_int lone_done;
 static void on_lone(const ferry_batch_result_t *r, void *arg)
@@ -511,10 +582,14 @@ static void test_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_threads_random_sizes),        cmocka_unit_test(test_faults),
-        cmocka_unit_test(test_flush_bound_and_lifetimes),   cmocka_unit_test(test_flusher_sleeps),
-        cmocka_unit_test(test_close_from_callback),         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_threads_random_sizes),
+        cmocka_unit_test(test_faults),
+        cmocka_unit_test(test_flush_bound_and_lifetimes),
+        cmocka_unit_test(test_flusher_sleeps),
+        cmocka_unit_test(test_close_from_callback),
+        cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_pieces_of_two_registrations),
+        cmocka_unit_test(test_pieces_in_input_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
