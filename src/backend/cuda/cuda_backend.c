@@ -48,9 +48,11 @@ static void range_pop(void)
 /* A thread's waits come in a rhythm: the completion thread of a busy pipeline waits a chunk's
  * (or a gathered slab's) turn on the link after the one before, ~170-230 us for 8 MiB. Polling
  * such a wait from the start spun 20 us and woke about ten times; a thread whose last wait
- * ended by its event after more than WAIT_HINT_MIN_NS sleeps the first half of that before it
- * polls, and naps up to an eighth of it (a completion is seen at most that late). */
+ * ended by its event after more than WAIT_HINT_MIN_NS sleeps the first half of that (at most
+ * WAIT_HINT_MAX_NS: what a quick batch after a long one may lose) before it polls, and naps up
+ * to an eighth of it (a quarter of that at most): a completion is seen at most that late. */
 #define WAIT_HINT_MIN_NS (4 * WAIT_SPIN_NS)
+#define WAIT_HINT_MAX_NS 200000ull
 static _Thread_local uint64_t wait_last_ns;
 
 /* ---- devices ----------------------------------------------------------------------------- */
@@ -500,7 +502,7 @@ static int cuda_event_wait_any(ferry_be_event_t *const *evs, size_t n, uint64_t 
     uint64_t hint = wait_last_ns > WAIT_HINT_MIN_NS ? wait_last_ns : 0;
     wait_last_ns = 0; /* until this wait ends by its event */
     if (hint > 0 && hint / 8 > nap_max)
-        nap_max = hint / 8;
+        nap_max = hint / 8 < WAIT_HINT_MAX_NS / 4 ? hint / 8 : WAIT_HINT_MAX_NS / 4;
     for (bool first = true;; first = false) {
         for (size_t i = 0; i < n; i++) {
             rc = query(evs[i], i, n);
@@ -512,7 +514,7 @@ static int cuda_event_wait_any(ferry_be_event_t *const *evs, size_t n, uint64_t 
         }
         uint64_t waited = ferry__mono_ns() - start;
         if (first && hint > 0 && hint / 2 < timeout_ns) {
-            sleep_ns(hint / 2);
+            sleep_ns(hint / 2 < WAIT_HINT_MAX_NS ? hint / 2 : WAIT_HINT_MAX_NS);
             continue;
         }
         if (waited >= timeout_ns)
