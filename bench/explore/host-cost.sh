@@ -3,15 +3,13 @@
 # and the trees carried as .carry/v-NAME.tgz (git archive of a commit: build-v-NAME), built side
 # by side, then `ferry bench items` interleaved over ROUNDS (2): 8 threads, 8 MiB slabs, 64K and
 # 256K items closed loop, and 64K offered at 75% of the ceiling. One line per run with the CPU
-# per item by thread; JSON in $OUT/hc. On an H200 (or with GEN=1) issue 17's generated 16 GiB
-# run first (issue17-gen.sh, 3 rounds).
+# per item by thread; JSON in $OUT/hc. Then no-regress.sh on the same machine.
 set -u
 o=$OUT
 # shellcheck source=bench/explore/carry-env.sh
 . "$(dirname "$0")/carry-env.sh"
-mkdir -p "$o/hc" "$o/g"
+mkdir -p "$o/hc"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$o/machine.txt"
-gpu=$(head -1 "$o/machine.txt")
 vs=(HEAD)
 pids=()
 for t in .carry/v-*.tgz; do
@@ -19,17 +17,14 @@ for t in .carry/v-*.tgz; do
   v=${t#.carry/v-}; v=${v%.tgz}; vs+=("$v")
   (mkdir -p "/tmp/v-$v" && tar xzf "$t" -C "/tmp/v-$v" &&
     cd "/tmp/v-$v" && cmake -S . -B build $cfg >"$o/build-$v.log" 2>&1 &&
-    cmake --build build -j 6 --target ferry >>"$o/build-$v.log" 2>&1) &
+    cmake --build build -j 8 --target ferry >>"$o/build-$v.log" 2>&1) &
   pids+=($!)
 done
 # shellcheck disable=SC2086
-{ cmake -S . -B build-gpu $cfg && cmake --build build-gpu -j 6 --target ferry; } >"$o/build.log" 2>&1 ||
+{ cmake -S . -B build-gpu $cfg && cmake --build build-gpu -j 8 --target ferry; } >"$o/build.log" 2>&1 ||
   { tail -20 "$o/build.log"; exit 1; }
 for p in "${pids[@]}"; do wait "$p" || echo "a carried tree did not build (build-*.log)"; done
 bin() { [ "$1" = HEAD ] && echo build-gpu/ferry || echo "/tmp/v-$1/build/ferry"; }
-if [[ $gpu == *H200* || ${GEN:-0} = 1 ]]; then
-  OUT=$o/g ROUNDS=3 SKIP_BUILD=1 bash bench/explore/issue17-gen.sh 2>&1 | tail -4
-fi
 for r in $(seq 1 "${ROUNDS:-2}"); do
   for v in "${vs[@]}"; do
     for m in closed rate; do
@@ -52,4 +47,4 @@ PY
     done
   done
 done
-(cd "$o" && tar czf all.tgz hc g machine.txt && rm -rf hc g)
+(cd "$o" && tar czf all.tgz hc machine.txt && rm -rf hc)
