@@ -502,6 +502,75 @@ static void test_flusher_sleeps(void **state)
     ferry_runtime_destroy(rt);
 }
 
+/* A close while every slab is busy and eight threads wait for room: each waiting submit returns
+ * FERRY_ECLOSED (a freed slab wakes two waiters only, but all of them once closing), and every
+ * batch accepted completes once. */
+static int slowish_copy(const ferry_kernel_args_t *a, void *user)
+{
+    (void)user;
+    usleep(20000);
+    memcpy(a->out, a->in, a->bytes);
+    return 0;
+}
+
+typedef struct waiter_run {
+    ferry_pipeline_t *p;
+    atomic_int accepted, called, last_rc[8];
+    unsigned char in[8][4096], out[8][4096];
+} waiter_run_t;
+
+static void on_counted(const ferry_batch_result_t *r, void *arg)
+{
+    assert_int_equal(r->status, 0);
+    atomic_fetch_add(&((waiter_run_t *)arg)->called, 1);
+}
+
+static waiter_run_t *waiters_run;
+static void *waiting_submitter(void *arg)
+{
+    unsigned t = (unsigned)(uintptr_t)arg;
+    waiter_run_t *w = waiters_run;
+    ferry_batch_t b = FERRY_BATCH_INIT;
+    b.in = w->in[t];
+    b.out = w->out[t];
+    b.bytes = sizeof(w->in[t]);
+    int rc;
+    while ((rc = ferry_pipeline_submit(w->p, &b, on_counted, w, NULL)) == 0)
+        atomic_fetch_add(&w->accepted, 1);
+    atomic_store(&w->last_rc[t], rc);
+    return NULL;
+}
+
+static void test_close_with_waiting_submitters(void **state)
+{
+    (void)state;
+    const char *const kv[] = {"gather_bytes", "64K", "gather_slabs", "3", "gather_us",
+                              "1000",         NULL};
+    ferry_runtime_t *rt = test_sim_runtime_with(kv);
+    ferry_stage_t st = test_cpu_stage("slowish", slowish_copy);
+    ferry_pipeline_config_t pc = test_pipeline_config(test_device(rt), &st, 64u << 10);
+    static waiter_run_t w;
+    memset(&w, 0, sizeof(w));
+    waiters_run = &w;
+    w.p = test_pipeline(&pc);
+    pthread_t th[8];
+    for (uintptr_t t = 0; t < 8; t++)
+        assert_int_equal(pthread_create(&th[t], NULL, waiting_submitter, (void *)t), 0);
+    usleep(150000); /* the slabs fill at once; each item then takes 20 ms */
+    int rc = ferry_pipeline_close(w.p);
+    assert_true(rc == 0 || rc == FERRY_EBUSY);
+    for (int t = 0; t < 8; t++) {
+        assert_int_equal(pthread_join(th[t], NULL), 0);
+        assert_int_equal(atomic_load(&w.last_rc[t]), FERRY_ECLOSED);
+    }
+    assert_int_equal(ferry_pipeline_drain(w.p), 0);
+    assert_int_equal(ferry_pipeline_destroy(w.p), 0);
+    print_message("# %d batches accepted before the close\n", atomic_load(&w.accepted));
+    assert_true(atomic_load(&w.accepted) > 0);
+    assert_int_equal(atomic_load(&w.called), atomic_load(&w.accepted));
+    ferry_runtime_destroy(rt);
+}
+
 /* A callback that closes its own pipeline while a slab is being filled. */
 typedef struct closer {
     ferry_pipeline_t *p;
@@ -590,6 +659,7 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_pieces_of_two_registrations),
         cmocka_unit_test(test_pieces_in_input_order),
+        cmocka_unit_test(test_close_with_waiting_submitters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
