@@ -3,7 +3,8 @@
 # and the trees carried as .carry/v-NAME.tgz (git archive of a commit: build-v-NAME), built side
 # by side, then `ferry bench items` interleaved over ROUNDS (2): 8 threads, 8 MiB slabs, 64K and
 # 256K items closed loop, and 64K offered at 75% of the ceiling. One line per run with the CPU
-# per item by thread; JSON in $OUT/hc. Then no-regress.sh on the same machine.
+# per item by thread; JSON in $OUT/hc (BYTES: --bytes, 1G by default). Then no-regress.sh on the
+# same machine.
 set -u
 o=$OUT
 # shellcheck source=bench/explore/carry-env.sh
@@ -31,6 +32,7 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
       f=$o/hc/$v-$m-$r.json
       args=(--item-sizes 64K,256K)
       [ $m = rate ] && args=(--item-sizes 64K --rate 75%)
+      [ -n "${BYTES:-}" ] && args+=(--bytes "$BYTES")
       FERRY_GATHER_BYTES=8M "$(bin "$v")" bench items --backend cuda --threads 8 "${args[@]}" \
         --json >"$f" 2>>"$o/hc/err"
       python3 - "$f" "$v" "$m" "$r" <<'PY'
