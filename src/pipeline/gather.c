@@ -31,14 +31,19 @@
 
 enum slab_state { SLAB_FREE, SLAB_OPEN, SLAB_SEALED, SLAB_SENT };
 
+/* A line of its own (two): the submitters of neighbouring items write theirs at once, and a line
+ * they shared went back and forth between their cores. The slab's table (ferry_item_t, two to
+ * a line) is written from these by the thread that sends it. */
 typedef struct gather_item {
-    ferry_done_fn cb;
+    alignas(FERRY__CACHE_LINE) ferry_done_fn cb;
     void *arg;
     const void *in;
     void *out;
     size_t bytes;
     uint64_t id, submit_ns;
-    bool direct; /* its bytes move between its own pinned memory and the device (pieces) */
+    size_t offset; /* in the slab, on the device (lay_out may move it) */
+    void *user;    /* its batch's */
+    bool direct;   /* its bytes move between its own pinned memory and the device (pieces) */
     uintptr_t reg_in, reg_out; /* direct: the registrations holding in and out (add_piece) */
 } gather_item_t;
 
@@ -299,11 +304,11 @@ static int by_input(const void *a, const void *b)
 }
 
 /* The order of @s's items on the device, into s->order. A slab of direct items only (nothing
- * in its host memory yet but the table) is laid out anew in the order of their inputs, so
- * that batches carved out of one buffer go as one piece however their submitters' reservations
- * interleaved: 8 threads submitting 64 KiB batches of one buffer left ~60 pieces a slab each
- * way, at ~0.7 us of host time a piece (bench/explore/small_copies.cu). Otherwise the order of
- * their reservations. */
+ * in its host memory yet: send writes the table after) is laid out anew in the order of their
+ * inputs, so that batches carved out of one buffer go as one piece however their submitters'
+ * reservations interleaved: 8 threads submitting 64 KiB batches of one buffer left ~60 pieces a
+ * slab each way, at ~0.7 us of host time a piece (bench/explore/small_copies.cu). Otherwise the
+ * order of their reservations. */
 static void lay_out(const ferry__gather_t *g, gather_slab_t *s, bool all_direct)
 {
     gather_order_t *o = s->order;
@@ -317,7 +322,7 @@ static void lay_out(const ferry__gather_t *g, gather_slab_t *s, bool all_direct)
     qsort(o, s->nitems, sizeof(*o), by_input);
     size_t off = g->table_bytes; /* the same sizes packed again: the same bytes in all */
     for (uint32_t k = 0; k < s->nitems; k++) {
-        s->table[o[k].i].offset = off;
+        s->items[o[k].i].offset = off;
         off += round_up(s->items[o[k].i].bytes, GATHER_ALIGN);
     }
 }
@@ -339,7 +344,7 @@ static const ferry__pieces_t *pieces_of(const ferry__gather_t *g, gather_slab_t 
     for (uint32_t k = 0; k < s->nitems; k++) {
         uint32_t i = s->order[k].i;
         const gather_item_t *it = &s->items[i];
-        size_t off = s->table[i].offset;
+        size_t off = it->offset;
         if (it->direct) {
             add_piece(s->pin, &nin, &lin, (void *)(uintptr_t)it->in, off, it->bytes, it->reg_in);
             add_piece(s->pout, &nout, &lout, it->out, off, it->bytes, it->reg_out);
@@ -366,7 +371,13 @@ static int send(ferry__gather_t *g, gather_slab_t *s, bool wait)
     b.out = s->h_out;
     b.bytes = s->used;
     b.user = s;
-    int rc = ferry__pipe_submit_internal(g->p, &b, slab_done, s, wait, pieces_of(g, s));
+    const ferry__pieces_t *pieces = pieces_of(g, s); /* lays the slab out: before the table */
+    for (uint32_t i = 0; i < s->nitems; i++) {
+        const gather_item_t *it = &s->items[i];
+        s->table[i] = (ferry_item_t){
+            .offset = it->offset, .bytes = it->bytes, .batch_id = it->id, .batch_user = it->user};
+    }
+    int rc = ferry__pipe_submit_internal(g->p, &b, slab_done, s, wait, pieces);
     sent(g, s, rc == 0);
     return rc;
 }
@@ -532,8 +543,6 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
     uint64_t my_id = s->id_base + i;
     if (!direct)
         memcpy(s->h_in + off, b->in, b->bytes);
-    s->table[i] =
-        (ferry_item_t){.offset = off, .bytes = b->bytes, .batch_id = my_id, .batch_user = b->user};
     s->items[i] = (gather_item_t){.cb = cb,
                                   .arg = arg,
                                   .in = b->in,
@@ -541,6 +550,8 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
                                   .bytes = b->bytes,
                                   .id = my_id,
                                   .submit_ns = now,
+                                  .offset = off,
+                                  .user = b->user,
                                   .direct = direct,
                                   .reg_in = reg_in,
                                   .reg_out = reg_out};
@@ -577,7 +588,7 @@ static void scatter_run(void *arg)
     for (uint32_t i = sp->from; i < sp->to; i++) {
         const gather_item_t *it = &sp->s->items[i];
         if (it->out != NULL && !it->direct) /* a direct item's output is in place */
-            memcpy(it->out, sp->s->h_out + sp->s->table[i].offset, it->bytes);
+            memcpy(it->out, sp->s->h_out + it->offset, it->bytes);
     }
 }
 
@@ -733,12 +744,12 @@ int ferry__gather_create(ferry_pipeline_t *p, size_t bytes, unsigned flush_us,
     int rc = FERRY_ENOMEM;
     size_t isz = GATHER_MAX_ITEMS * sizeof(gather_item_t);
     g->slabs = calloc(g->nslabs, sizeof(*g->slabs));
-    g->scratch = malloc(GATHER_MAX_ITEMS * sizeof(gather_item_t));
+    g->scratch = aligned_alloc(FERRY__CACHE_LINE, isz);
     if (g->slabs == NULL || g->scratch == NULL)
         goto fail;
     for (unsigned i = 0; i < g->nslabs; i++) {
         gather_slab_t *s = &g->slabs[i];
-        if ((s->items = malloc(isz)) == NULL ||
+        if ((s->items = aligned_alloc(FERRY__CACHE_LINE, isz)) == NULL ||
             (s->pin = malloc((GATHER_MAX_ITEMS + 1) * sizeof(*s->pin))) == NULL ||
             (s->pout = malloc(GATHER_MAX_ITEMS * sizeof(*s->pout))) == NULL ||
             (s->order = malloc(GATHER_MAX_ITEMS * sizeof(*s->order))) == NULL)

@@ -309,12 +309,15 @@ static void test_pieces_of_two_registrations(void **state)
  * stage records where each batch's bytes are on the device. */
 enum { ORDER_N = 48 };
 static const unsigned char *order_at[ORDER_N]; /* by index, from the key its user points to */
+static uint64_t order_id[ORDER_N];             /* the batch id the stage was given */
 
 static int cpu_xor_where(const ferry_kernel_args_t *a, void *user)
 {
     unsigned k = *(const unsigned char *)a->batch_user - 17u;
-    if (k < ORDER_N)
+    if (k < ORDER_N) {
         order_at[k] = a->in;
+        order_id[k] = a->batch_id;
+    }
     return cpu_xor(a, user);
 }
 
@@ -352,6 +355,7 @@ static void test_pieces_in_input_order(void **state)
     assert_int_equal(atomic_load(&rn.cpu), 0);
     for (unsigned i = 0; i < ORDER_N; i++) {
         assert_int_equal(atomic_load(&calls[i]), 1);
+        assert_int_equal(order_id[i], id[i]); /* the table's id: the one submit returned */
         for (size_t k = 0; k < item; k++)
             if (out[off[i] + k] != (in[off[i] + k] ^ key[i]))
                 fail_msg("batch %u byte %zu wrong", i, k);
