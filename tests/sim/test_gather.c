@@ -237,7 +237,53 @@ static void test_faults(void **state)
  * the slab would fall back to the CPU). 64 batches of 64 KiB submitted in order by one thread
  * lie side by side in memory and, once two slabs are in flight, in the slabs; the first 24 in
  * one registration of each buffer, the rest in another, so that a slab holds both. */
-enum { PIECES_N = 64, PIECES_CUT = 24 };
+enum { PIECES_N = 64, PIECES_CUT = 24, SIDE_MAX = 64 };
+
+/* @n batches of @item bytes side by side in @in and @out, batch i keyed 17 + i: the run's
+ * arrays, and after the submits, the check that each completed once with the right output. */
+typedef struct side_run {
+    run_t rn;
+    size_t item, off[SIDE_MAX], bytes[SIDE_MAX];
+    unsigned char key[SIDE_MAX];
+    uint64_t id[SIDE_MAX];
+    atomic_int calls[SIDE_MAX], refused[SIDE_MAX];
+} side_run_t;
+
+static void side_begin(side_run_t *sr, ferry_pipeline_t *p, unsigned char *in, unsigned char *out,
+                       unsigned n, size_t item)
+{
+    assert_true(n <= SIDE_MAX);
+    memset(sr, 0, sizeof(*sr));
+    sr->rn = (run_t){.p = p,
+                     .in = in,
+                     .out = out,
+                     .n = n,
+                     .off = sr->off,
+                     .len = sr->bytes,
+                     .key = sr->key,
+                     .id = sr->id,
+                     .calls = sr->calls,
+                     .refused = sr->refused};
+    sr->item = item;
+    for (unsigned i = 0; i < n; i++) {
+        sr->off[i] = i * item;
+        sr->bytes[i] = item;
+        sr->key[i] = (unsigned char)(17 + i);
+    }
+}
+
+static void side_check(side_run_t *sr)
+{
+    run_t *rn = &sr->rn;
+    assert_int_equal(ferry_pipeline_drain(rn->p), 0);
+    assert_int_equal(atomic_load(&rn->failed), 0);
+    for (unsigned i = 0; i < rn->n; i++) {
+        assert_int_equal(atomic_load(&sr->calls[i]), 1);
+        for (size_t k = 0; k < sr->item; k++)
+            if (rn->out[sr->off[i] + k] != (rn->in[sr->off[i] + k] ^ sr->key[i]))
+                fail_msg("batch %u byte %zu wrong", i, k);
+    }
+}
 static void test_pieces_of_two_registrations(void **state)
 {
     (void)state;
@@ -261,35 +307,18 @@ static void test_pieces_of_two_registrations(void **state)
         ferry_pipeline_t *p = test_pipeline(&pc);
         test_fill_random(in, total, &r);
         memset(out, 0, total);
-        run_t rn = {.p = p, .in = in, .out = out, .n = PIECES_N};
-        size_t off[PIECES_N], bytes[PIECES_N];
-        unsigned char key[PIECES_N];
-        uint64_t id[PIECES_N];
-        atomic_int calls[PIECES_N] = {0}, refused[PIECES_N] = {0};
-        rn.off = off, rn.len = bytes, rn.key = key, rn.id = id, rn.calls = calls;
-        rn.refused = refused;
-        for (unsigned i = 0; i < PIECES_N; i++) {
-            off[i] = i * item;
-            bytes[i] = item;
-            key[i] = (unsigned char)(17 + i);
-        }
+        static side_run_t sr;
+        side_begin(&sr, p, in, out, PIECES_N, item);
         for (unsigned i = 0; i < PIECES_N; i++)
-            submit_one(&rn, i, false);
-        assert_int_equal(ferry_pipeline_drain(p), 0);
-        assert_int_equal(atomic_load(&rn.failed), 0);
-        for (unsigned i = 0; i < PIECES_N; i++) {
-            assert_int_equal(atomic_load(&calls[i]), 1);
-            for (size_t k = 0; k < item; k++)
-                if (out[off[i] + k] != (in[off[i] + k] ^ key[i]))
-                    fail_msg("round %d: batch %u byte %zu wrong", round, i, k);
-        }
+            submit_one(&sr.rn, i, false);
+        side_check(&sr);
         ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
         assert_int_equal(ferry_pipeline_stats(p, &s), 0);
         assert_int_equal(s.batches_gathered, PIECES_N);
         assert_true(s.slabs < PIECES_N / 4); /* gathered many to a slab */
         assert_int_equal(s.staged_bytes, 0); /* every batch moved in place */
         /* on the GPU: a copy the simulator refused would have sent the slab to the CPU */
-        assert_int_equal(atomic_load(&rn.cpu), 0);
+        assert_int_equal(atomic_load(&sr.rn.cpu), 0);
         assert_int_equal(s.batches_done_gpu, PIECES_N);
         assert_int_equal(s.chunks_cpu + s.chunks_retried, 0);
         assert_int_equal(ferry_pipeline_destroy(p), 0);
@@ -336,30 +365,14 @@ static void test_pieces_in_input_order(void **state)
     uint64_t r = test_seed(6);
     test_fill_random(in, total, &r);
     ferry_pipeline_t *p = test_pipeline(&pc);
-    run_t rn = {.p = p, .in = in, .out = out, .n = ORDER_N};
-    size_t off[ORDER_N], bytes[ORDER_N];
-    unsigned char key[ORDER_N];
-    uint64_t id[ORDER_N];
-    atomic_int calls[ORDER_N] = {0}, refused[ORDER_N] = {0};
-    rn.off = off, rn.len = bytes, rn.key = key, rn.id = id, rn.calls = calls;
-    rn.refused = refused;
-    for (unsigned i = 0; i < ORDER_N; i++) {
-        off[i] = i * item;
-        bytes[i] = item;
-        key[i] = (unsigned char)(17 + i);
-    }
+    static side_run_t sr;
+    side_begin(&sr, p, in, out, ORDER_N, item);
     for (unsigned i = ORDER_N; i-- > 0;) /* the last in memory first */
-        submit_one(&rn, i, false);
-    assert_int_equal(ferry_pipeline_drain(p), 0);
-    assert_int_equal(atomic_load(&rn.failed), 0);
-    assert_int_equal(atomic_load(&rn.cpu), 0);
-    for (unsigned i = 0; i < ORDER_N; i++) {
-        assert_int_equal(atomic_load(&calls[i]), 1);
-        assert_int_equal(order_id[i], id[i]); /* the table's id: the one submit returned */
-        for (size_t k = 0; k < item; k++)
-            if (out[off[i] + k] != (in[off[i] + k] ^ key[i]))
-                fail_msg("batch %u byte %zu wrong", i, k);
-    }
+        submit_one(&sr.rn, i, false);
+    side_check(&sr);
+    assert_int_equal(atomic_load(&sr.rn.cpu), 0);
+    for (unsigned i = 0; i < ORDER_N; i++) /* the table's id: the one submit returned */
+        assert_int_equal(order_id[i], sr.id[i]);
     /* Side by side in a slab as in memory: every pair of neighbours in memory that shares a
      * slab (all but one pair a slab: 15 batches of 64 KiB to a 1 MiB slab, so 3 or 4 slabs). */
     unsigned in_order = 0, reversed = 0;
