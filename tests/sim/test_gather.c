@@ -232,11 +232,6 @@ static void test_faults(void **state)
         stream(test_seed(7) + k, 4, scaled(1200), 1024u << 10, specs[k], false, k % 2 == 1, k != 2);
 }
 
-/* Pinned batches side by side in one registration go as one piece of the slab's copies; two
- * registrations side by side never (one copy may not span them: the simulator refuses it, and
- * the slab would fall back to the CPU). 64 batches of 64 KiB submitted in order by one thread
- * lie side by side in memory and, once two slabs are in flight, in the slabs; the first 24 in
- * one registration of each buffer, the rest in another, so that a slab holds both. */
 enum { PIECES_N = 64, PIECES_CUT = 24, SIDE_MAX = 64 };
 
 /* @n batches of @item bytes side by side in @in and @out, batch i keyed 17 + i: the run's
@@ -284,6 +279,12 @@ static void side_check(side_run_t *sr)
                 fail_msg("batch %u byte %zu wrong", i, k);
     }
 }
+
+/* Pinned batches side by side in one registration go as one piece of the slab's copies; two
+ * registrations side by side never (one copy may not span them: the simulator refuses it, and
+ * the slab would fall back to the CPU). 64 batches of 64 KiB submitted in order by one thread
+ * lie side by side in memory and, once two slabs are in flight, in the slabs; the first 24 in
+ * one registration of each buffer, the rest in another, so that a slab holds both. */
 static void test_pieces_of_two_registrations(void **state)
 {
     (void)state;
