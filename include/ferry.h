@@ -652,6 +652,12 @@ typedef struct ferry_pipeline_stats {
     /* Option gather_bytes: the batches moved in slabs and the slabs they made (the batch
      * counters above count each gathered batch, not its slab). */
     uint64_t batches_gathered, slabs;
+    /* Option gather_bytes: submits that slept until a slab was free (every slab sealed or in
+     * flight), and the host pieces the slabs' copies moved, both ways together: a slab of
+     * copied batches moves one piece each way, a slab of pinned batches one per run of
+     * batches that lie side by side in one registration (so pieces over slabs is the copies'
+     * cost per slab). */
+    uint64_t gather_waits, gather_pieces;
 } ferry_pipeline_stats_t;
 #define FERRY_PIPELINE_STATS_INIT FERRY_SIZED_INIT(ferry_pipeline_stats_t)
 

@@ -13,106 +13,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "pipeline/gather.h"
-#include "pipeline/pipeline_internal.h"
-
-#define GATHER_ALIGN     256u
-#define GATHER_MAX_ITEMS 1024u
-#define GATHER_ITEM_MAX  (256u << 10)
-/* Pinned batches this large or larger move as pieces of their own (no host copy): on an H100
- * host 64 KiB pieces in one cudaMemcpyBatchAsync ran at 97.7% of one copy each way, 16 KiB ones
- * at 42-69%, 4 KiB at 9% (bench/explore/small_copies.cu, 2026-12-06). */
-#define GATHER_DIRECT_MIN (64u << 10)
-/* A slab's output is copied back to its batches by the host workers too, in parts of at least
- * this many bytes (whole items). */
-#define GATHER_SCATTER_PIECE (128u << 10)
-/* Submitters a freed slab wakes (slab_done). */
-#define GATHER_WAKE 2u
-
-enum slab_state { SLAB_FREE, SLAB_OPEN, SLAB_SEALED, SLAB_SENT };
-
-/* A line of its own (two): the submitters of neighbouring items write theirs at once, and a line
- * they shared went back and forth between their cores. The slab's table (ferry_item_t, two to
- * a line) is written from these by the thread that sends it. */
-typedef struct gather_item {
-    alignas(FERRY__CACHE_LINE) ferry_done_fn cb;
-    void *arg;
-    const void *in;
-    void *out;
-    size_t bytes;
-    uint64_t id, submit_ns;
-    size_t offset; /* in the slab, on the device (lay_out may move it) */
-    void *user;    /* its batch's */
-    bool direct;   /* its bytes move between its own pinned memory and the device (pieces) */
-    uintptr_t reg_in, reg_out; /* direct: the registrations holding in and out (add_piece) */
-} gather_item_t;
-
-/* A slab's reservation word: the bytes used (from its start: the table's room, then the items),
- * its items, the submitters still writing theirs, and whether it is sealed. A submit reserves
- * its place with one compare-exchange, and the one that drops the writers of a sealed slab to 0
- * (or seals one with none) sends it: the open slab's fast path takes no lock. */
-#define W_USED_MASK  ((UINT64_C(1) << 40) - 1)
-#define W_ITEM       (UINT64_C(1) << 40)
-#define W_ITEMS(w)   ((uint32_t)(((w) >> 40) & 0xfffu))
-#define W_WRITER     (UINT64_C(1) << 52)
-#define W_WRITERS(w) ((unsigned)(((w) >> 52) & 0x7ffu))
-#define W_SEALED     (UINT64_C(1) << 63)
-
-typedef struct gather_slab {
-    unsigned char *h_in, *h_out;
-    ferry_item_t *table; /* at h_in */
-    gather_item_t *items;
-    _Atomic uint64_t word; /* the reservation word above */
-    uint64_t id_base;      /* item i's batch id is id_base + i */
-    uint32_t nitems;       /* from the word, once sealed and its copies in (send) */
-    size_t used;
-    int state; /* enum slab_state, under the gather's lock */
-    uint64_t opened_ns, seal_no;
-    struct gather_slab *next;
-    struct ferry__gather *g;
-    ferry_be_piece_t *pin, *pout; /* with direct items: the pieces each way */
-    struct gather_order *order;   /* lay_out's */
-    ferry__pieces_t pieces;
-} gather_slab_t;
-
-struct ferry__gather {
-    ferry_pipeline_t *p;
-    ferry_stage_t stage; /* the user's */
-    size_t cap, table_bytes, item_max;
-    uint32_t max_items;
-    uint64_t flush_ns;
-    unsigned nslabs;
-    bool direct; /* the backend moves pieces (copy_pieces): pinned batches skip the host copy */
-    gather_slab_t *slabs;
-    unsigned char *mem;
-    pthread_mutex_t mu;
-    pthread_cond_t free_cv, flush_cv, sent_cv;
-    gather_slab_t *free, *open, *handoff; /* handoff: sealed slabs the flusher sends */
-    _Atomic(gather_slab_t *) open_fast;   /* open, for the fast path (may be stale: see word) */
-    _Atomic unsigned busy;                /* unsent + inflight, for a look without the lock */
-    unsigned unsent;                      /* sealed, not yet in the pipeline */
-    unsigned inflight;                    /* in the pipeline, not yet done */
-    unsigned eager;                       /* fewer slabs than this sealed or in flight: the
-                                             open one goes at once (the device would idle) */
-    unsigned waiters;
-    bool closing, shut_pending, stop, flusher_idle, flusher_started;
-    uint64_t seals;
-    pthread_t flusher;
-    uint64_t items_sealed; /* the items of the slabs sealed so far (under the lock) */
-    _Atomic uint64_t slabs_in, items_done[3], slabs_done[3];
-    gather_item_t *scratch; /* the completion thread's copy of a slab's items */
-};
+#include "pipeline/gather_internal.h"
 
 static uint64_t mono_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static size_t round_up(size_t n, size_t a)
-{
-    return (n + a - 1) / a * a;
 }
 
 /* ---- the stage, wrapped ---------------------------------------------------------------- */
@@ -156,7 +63,7 @@ static int whole(const ferry_kernel_args_t *a, const gather_slab_t *s)
                         s->used, a->bytes, a->offset);
 }
 
-static int gather_gpu(const ferry_kernel_args_t *a, void *stream, void *user)
+int ferry__gather_stage_gpu(const ferry_kernel_args_t *a, void *stream, void *user)
 {
     const ferry__gather_t *g = user;
     const gather_slab_t *s = slab_of(g, a->batch_user);
@@ -178,7 +85,7 @@ static int gather_gpu(const ferry_kernel_args_t *a, void *stream, void *user)
     return rc;
 }
 
-static int gather_cpu(const ferry_kernel_args_t *a, void *user)
+int ferry__gather_stage_cpu(const ferry_kernel_args_t *a, void *user)
 {
     const ferry__gather_t *g = user;
     const gather_slab_t *s = slab_of(g, a->batch_user);
@@ -203,7 +110,7 @@ static int gather_cpu(const ferry_kernel_args_t *a, void *user)
 
 /* Seal @s (under lock): no item joins it from now on. True when its copies are all in and the
  * caller sends it (ferry__gather's send); otherwise its last writer does. */
-static bool seal(ferry__gather_t *g, gather_slab_t *s)
+bool ferry__gather_seal(ferry__gather_t *g, gather_slab_t *s)
 {
     if (g->open == s) {
         g->open = NULL;
@@ -244,7 +151,7 @@ static gather_slab_t *seal_if_idle(ferry__gather_t *g)
     gather_slab_t *s = g->open;
     if (s == NULL || g->unsent + g->inflight >= g->eager)
         return NULL;
-    return seal(g, s) ? s : NULL;
+    return ferry__gather_seal(g, s) ? s : NULL;
 }
 
 static void slab_done(const ferry_batch_result_t *r, void *arg);
@@ -292,11 +199,6 @@ static void add_piece(ferry_be_piece_t *pc, size_t *n, uintptr_t *last, void *ho
     *last = reg;
 }
 
-typedef struct gather_order {
-    uintptr_t in;
-    uint32_t i;
-} gather_order_t;
-
 static int by_input(const void *a, const void *b)
 {
     uintptr_t x = ((const gather_order_t *)a)->in, y = ((const gather_order_t *)b)->in;
@@ -323,7 +225,7 @@ static void lay_out(const ferry__gather_t *g, gather_slab_t *s, bool all_direct)
     size_t off = g->table_bytes; /* the same sizes packed again: the same bytes in all */
     for (uint32_t k = 0; k < s->nitems; k++) {
         s->items[o[k].i].offset = off;
-        off += round_up(s->items[o[k].i].bytes, GATHER_ALIGN);
+        off += ferry__gather_round_up(s->items[o[k].i].bytes, GATHER_ALIGN);
     }
 }
 
@@ -349,8 +251,8 @@ static const ferry__pieces_t *pieces_of(const ferry__gather_t *g, gather_slab_t 
             add_piece(s->pin, &nin, &lin, (void *)(uintptr_t)it->in, off, it->bytes, it->reg_in);
             add_piece(s->pout, &nout, &lout, it->out, off, it->bytes, it->reg_out);
         } else {
-            add_piece(s->pin, &nin, &lin, s->h_in + off, off, round_up(it->bytes, GATHER_ALIGN),
-                      own);
+            add_piece(s->pin, &nin, &lin, s->h_in + off, off,
+                      ferry__gather_round_up(it->bytes, GATHER_ALIGN), own);
             if (it->out != NULL)
                 add_piece(s->pout, &nout, &lout, s->h_out + off, off, it->bytes, own);
         }
@@ -361,7 +263,7 @@ static const ferry__pieces_t *pieces_of(const ferry__gather_t *g, gather_slab_t 
 
 /* Submit sealed @s, whose copies are in, into the pipeline. @wait: the caller may block for
  * room; otherwise a full queue hands it to the flusher, which may. */
-static int send(ferry__gather_t *g, gather_slab_t *s, bool wait)
+int ferry__gather_send(ferry__gather_t *g, gather_slab_t *s, bool wait)
 {
     uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire); /* sealed: final */
     s->nitems = W_ITEMS(w);
@@ -378,11 +280,14 @@ static int send(ferry__gather_t *g, gather_slab_t *s, bool wait)
             .offset = it->offset, .bytes = it->bytes, .batch_id = it->id, .batch_user = it->user};
     }
     int rc = ferry__pipe_submit_internal(g->p, &b, slab_done, s, wait, pieces);
+    if (rc == 0) /* a slab of copies: the slab's own bytes, once each way */
+        atomic_fetch_add_explicit(&g->pieces, pieces != NULL ? pieces->nin + pieces->nout : 2,
+                                  memory_order_relaxed);
     sent(g, s, rc == 0);
     return rc;
 }
 
-static void *flusher_main(void *arg)
+void *ferry__gather_flusher_main(void *arg)
 {
     ferry__gather_t *g = arg;
     pthread_mutex_lock(&g->mu);
@@ -391,7 +296,7 @@ static void *flusher_main(void *arg)
         if (s != NULL) {
             g->handoff = s->next;
             pthread_mutex_unlock(&g->mu);
-            if (send(g, s, true) != 0) {
+            if (ferry__gather_send(g, s, true) != 0) {
                 struct timespec ts = {0, 1000000}; /* refused for now (memory): again soon */
                 nanosleep(&ts, NULL);
             }
@@ -402,9 +307,9 @@ static void *flusher_main(void *arg)
         if (s != NULL) {
             uint64_t due = s->opened_ns + g->flush_ns, now = mono_ns();
             if (now >= due) {
-                if (seal(g, s)) {
+                if (ferry__gather_seal(g, s)) {
                     pthread_mutex_unlock(&g->mu);
-                    send(g, s, true);
+                    ferry__gather_send(g, s, true);
                     pthread_mutex_lock(&g->mu);
                 }
                 continue;
@@ -451,7 +356,7 @@ static gather_slab_t *room(ferry__gather_t *g, size_t need, gather_slab_t **to_s
     gather_slab_t *s = g->open;
     if (s != NULL && reserve(g, s, need, i, off))
         return s;
-    if (s != NULL && seal(g, s))
+    if (s != NULL && ferry__gather_seal(g, s))
         *to_send = s;
     if ((s = g->free) == NULL)
         return NULL;
@@ -486,7 +391,7 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
                          uint64_t *id)
 {
     ferry_pipeline_t *p = g->p;
-    size_t need = round_up(b->bytes, GATHER_ALIGN);
+    size_t need = ferry__gather_round_up(b->bytes, GATHER_ALIGN);
     bool own = on_own_thread(p), may_wait = !own && !p->plan.nonblocking;
     uint64_t now = submit_stamp(p);
     gather_slab_t *to_send = NULL;
@@ -505,7 +410,7 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
             if (g->closing) {
                 pthread_mutex_unlock(&g->mu);
                 if (to_send != NULL)
-                    send(g, to_send, !own);
+                    ferry__gather_send(g, to_send, !own);
                 return ferry__error(FERRY_ECLOSED,
                                     "ferry_pipeline_submit: pipeline '%s' #%u is closed",
                                     p->stage_name, p->serial);
@@ -517,7 +422,7 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
             }
             if (to_send != NULL) { /* send it first: it frees a slab in time */
                 pthread_mutex_unlock(&g->mu);
-                send(g, to_send, !own);
+                ferry__gather_send(g, to_send, !own);
                 to_send = NULL;
                 pthread_mutex_lock(&g->mu);
                 continue;
@@ -533,12 +438,13 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
                                     p->stage_name, p->serial);
             }
             g->waiters++;
+            g->waits++;
             pthread_cond_wait(&g->free_cv, &g->mu);
             g->waiters--;
         }
         pthread_mutex_unlock(&g->mu);
         if (to_send != NULL)
-            send(g, to_send, !own);
+            ferry__gather_send(g, to_send, !own);
     }
     uint64_t my_id = s->id_base + i;
     if (!direct)
@@ -566,9 +472,9 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
         pthread_mutex_unlock(&g->mu);
     }
     if (last)
-        send(g, s, !own);
+        ferry__gather_send(g, s, !own);
     if (idle != NULL)
-        send(g, idle, !own);
+        ferry__gather_send(g, idle, !own);
     else if (!last && p->plan.virtual_clock)
         poke(p, false); /* the caller is back: a virtual clock need not wait for it */
     if (id != NULL)
@@ -661,7 +567,7 @@ static void slab_done(const ferry_batch_result_t *r, void *arg)
     gather_slab_t *idle = seal_if_idle(g);
     pthread_mutex_unlock(&g->mu);
     if (idle != NULL)
-        send(g, idle, false);
+        ferry__gather_send(g, idle, false);
     for (uint32_t i = 0; i < n; i++) {
         const gather_item_t *it = &g->scratch[i];
         ferry_batch_result_t ir = {.id = it->id,
@@ -675,225 +581,4 @@ static void slab_done(const ferry_batch_result_t *r, void *arg)
                                    .done_ns = r->done_ns};
         it->cb(&ir, it->arg);
     }
-}
-
-/* ---- lifetime ----------------------------------------------------------------------------- */
-
-bool ferry__gather_wanted(const ferry_pipeline_config_t *cfg, const ferry_options_t *o)
-{
-    return cfg->gather_bytes != SIZE_MAX &&
-           (cfg->gather_bytes != 0 || ferry__opt_i64(o, FERRY__OPT_gather_bytes) != 0);
-}
-
-int ferry__gather_config(const ferry_pipeline_config_t *cfg, const ferry_options_t *o, size_t chunk,
-                         size_t *bytes, unsigned *flush_us)
-{
-    size_t n = 0;
-    if (ferry__gather_wanted(cfg, o))
-        n = cfg->gather_bytes ? cfg->gather_bytes
-                              : (size_t)ferry__opt_i64(o, FERRY__OPT_gather_bytes);
-    if (n != 0 && (n < 8 * GATHER_ALIGN || n > chunk))
-        return ferry__error(FERRY_EINVAL,
-                            "gather_bytes %zu is out of range: a slab is one chunk, so %u to "
-                            "chunk_bytes (%zu) bytes, or 0 (off)",
-                            n, 8 * GATHER_ALIGN, chunk);
-    unsigned slabs = (unsigned)ferry__opt_i64(o, FERRY__OPT_gather_slabs);
-    if (n != 0 && slabs != 0 && slabs < 3)
-        return ferry__error(FERRY_EINVAL,
-                            "gather_slabs %u is out of range: 3 to 256 (one filling, two in "
-                            "flight at least), or 0 (depth + 4)",
-                            slabs);
-    *bytes = n;
-    *flush_us = cfg->gather_us ? cfg->gather_us : (unsigned)ferry__opt_i64(o, FERRY__OPT_gather_us);
-    return 0;
-}
-
-int ferry__gather_create(ferry_pipeline_t *p, size_t bytes, unsigned flush_us,
-                         ferry__gather_t **out)
-{
-    ferry__gather_t *g = calloc(1, sizeof(*g));
-    if (g == NULL)
-        return ferry__error(FERRY_ENOMEM, "gather: out of memory");
-    g->p = p;
-    g->stage = p->stage;
-    /* The table's room: one entry per GATHER_ALIGN of the rest, GATHER_MAX_ITEMS at most. */
-    g->max_items = (uint32_t)(bytes / GATHER_ALIGN / 2);
-    if (g->max_items > GATHER_MAX_ITEMS)
-        g->max_items = GATHER_MAX_ITEMS;
-    g->table_bytes = round_up(g->max_items * sizeof(ferry_item_t), GATHER_ALIGN);
-    g->cap = bytes;
-    /* A batch a quarter of the slab or less, and at most GATHER_ITEM_MAX: on an H100 host 1 MiB
-     * batches ran at 40 GB/s each alone and 17 gathered into 8 MiB slabs (2026-12-06). */
-    g->item_max = (bytes - g->table_bytes) / 4;
-    if (g->item_max > GATHER_ITEM_MAX)
-        g->item_max = GATHER_ITEM_MAX;
-    g->flush_ns = (uint64_t)flush_us * 1000u;
-    unsigned want = (unsigned)ferry__opt_i64(p->dev->rt->opts, FERRY__OPT_gather_slabs);
-    g->nslabs = want ? want : p->plan.depth + 4;
-    g->eager = p->plan.depth / 2 > 2 ? p->plan.depth / 2 : 2;
-    if (g->eager > g->nslabs - 2) /* one slab at least fills while the others are busy */
-        g->eager = g->nslabs - 2;
-    g->direct = ferry__be_has_copy_pieces(p->dev);
-    ferry__mutex_init_adaptive(&g->mu);
-    pthread_cond_init(&g->free_cv, NULL);
-    /* the flusher waits for a slab's due time on CLOCK_MONOTONIC (mono_ns): on the default
-     * clock (CLOCK_REALTIME) that deadline lies in the past, and the flusher spun on the lock
-     * while a slab was open */
-    ferry__cond_init_monotonic(&g->flush_cv);
-    pthread_cond_init(&g->sent_cv, NULL);
-    int rc = FERRY_ENOMEM;
-    size_t isz = GATHER_MAX_ITEMS * sizeof(gather_item_t);
-    g->slabs = calloc(g->nslabs, sizeof(*g->slabs));
-    g->scratch = aligned_alloc(FERRY__CACHE_LINE, isz);
-    if (g->slabs == NULL || g->scratch == NULL)
-        goto fail;
-    for (unsigned i = 0; i < g->nslabs; i++) {
-        gather_slab_t *s = &g->slabs[i];
-        if ((s->items = aligned_alloc(FERRY__CACHE_LINE, isz)) == NULL ||
-            (s->pin = malloc((GATHER_MAX_ITEMS + 1) * sizeof(*s->pin))) == NULL ||
-            (s->pout = malloc(GATHER_MAX_ITEMS * sizeof(*s->pout))) == NULL ||
-            (s->order = malloc(GATHER_MAX_ITEMS * sizeof(*s->order))) == NULL)
-            goto fail;
-        g->slabs[i].g = g;
-    }
-    if ((rc = ferry_host_alloc(p->dev, (size_t)g->nslabs * 2 * bytes, (void **)&g->mem)) != 0)
-        goto fail;
-    for (unsigned i = 0; i < g->nslabs; i++) {
-        gather_slab_t *s = &g->slabs[i];
-        s->h_in = g->mem + (size_t)i * 2 * bytes;
-        s->h_out = s->h_in + bytes;
-        s->table = (ferry_item_t *)(void *)s->h_in;
-        s->next = g->free;
-        g->free = s;
-    }
-    if (ferry__thread_start(&g->flusher, &g->flusher_started, flusher_main, g, "ferry-gather") !=
-        0) {
-        rc = ferry__error(FERRY_ENOMEM, "gather: could not start the flusher thread");
-        goto fail;
-    }
-    if (p->stage.gpu != NULL)
-        p->stage.gpu = gather_gpu;
-    if (p->stage.cpu != NULL)
-        p->stage.cpu = gather_cpu;
-    p->stage.user = g;
-    *out = g;
-    return 0;
-fail:
-    ferry__gather_release(g);
-    ferry__gather_free(g);
-    return rc;
-}
-
-/* Seal the open slab (under lock; sets closing first when @closing) and send it when its copies
- * are in. Returns the seal number it waits for. */
-static uint64_t seal_open(ferry__gather_t *g, bool closing, bool wait)
-{
-    pthread_mutex_lock(&g->mu);
-    if (closing) {
-        g->closing = true;
-        pthread_cond_broadcast(&g->free_cv); /* a submitter waiting for room returns */
-    }
-    gather_slab_t *s = g->open;
-    bool mine = s != NULL && seal(g, s);
-    uint64_t seals = g->seals;
-    pthread_mutex_unlock(&g->mu);
-    if (mine)
-        send(g, s, wait);
-    return seals;
-}
-
-void ferry__gather_flush(ferry__gather_t *g)
-{
-    uint64_t mine = seal_open(g, false, true);
-    pthread_mutex_lock(&g->mu);
-    for (;;) {
-        bool pending = false;
-        for (unsigned i = 0; i < g->nslabs && !pending; i++) {
-            const gather_slab_t *s = &g->slabs[i];
-            pending = s->state == SLAB_SEALED && s->seal_no <= mine;
-        }
-        if (!pending)
-            break;
-        pthread_cond_wait(&g->sent_cv, &g->mu);
-    }
-    pthread_mutex_unlock(&g->mu);
-}
-
-bool ferry__gather_close(ferry__gather_t *g, bool wait)
-{
-    seal_open(g, true, wait);
-    pthread_mutex_lock(&g->mu);
-    while (wait && g->unsent > 0)
-        pthread_cond_wait(&g->sent_cv, &g->mu);
-    bool done = g->unsent == 0;
-    if (!done)
-        g->shut_pending = true;
-    pthread_mutex_unlock(&g->mu);
-    return done;
-}
-
-bool ferry__gather_closing(ferry__gather_t *g)
-{
-    pthread_mutex_lock(&g->mu);
-    bool c = g->closing;
-    pthread_mutex_unlock(&g->mu);
-    return c;
-}
-
-static uint64_t minus(uint64_t a, uint64_t b)
-{
-    return a > b ? a - b : 0;
-}
-
-void ferry__gather_stats(ferry__gather_t *g, ferry_pipeline_stats_t *st)
-{
-    pthread_mutex_lock(&g->mu); /* the items sealed, and those the open slab holds so far */
-    uint64_t in = g->items_sealed;
-    if (g->open != NULL)
-        in += W_ITEMS(atomic_load_explicit(&g->open->word, memory_order_relaxed));
-    pthread_mutex_unlock(&g->mu);
-    uint64_t slabs = atomic_load_explicit(&g->slabs_in, memory_order_relaxed);
-    st->batches_submitted = minus(st->batches_submitted, slabs) + in;
-    uint64_t *done[3] = {&st->batches_done_gpu, &st->batches_done_cpu, &st->batches_failed};
-    for (int w = 0; w < 3; w++)
-        *done[w] = minus(*done[w], atomic_load_explicit(&g->slabs_done[w], memory_order_relaxed)) +
-                   atomic_load_explicit(&g->items_done[w], memory_order_relaxed);
-    st->batches_gathered = in;
-    st->slabs = slabs;
-}
-
-void ferry__gather_release(ferry__gather_t *g)
-{
-    if (g == NULL)
-        return;
-    if (g->flusher_started) {
-        pthread_mutex_lock(&g->mu);
-        g->stop = true;
-        pthread_cond_signal(&g->flush_cv);
-        pthread_mutex_unlock(&g->mu);
-        pthread_join(g->flusher, NULL);
-        g->flusher_started = false;
-    }
-    if (g->mem != NULL)
-        ferry_host_free(g->p->dev, g->mem);
-    g->mem = NULL;
-}
-
-void ferry__gather_free(ferry__gather_t *g)
-{
-    if (g == NULL)
-        return;
-    for (unsigned i = 0; g->slabs != NULL && i < g->nslabs; i++) {
-        free(g->slabs[i].items);
-        free(g->slabs[i].pin);
-        free(g->slabs[i].pout);
-        free(g->slabs[i].order);
-    }
-    free(g->slabs);
-    free(g->scratch);
-    pthread_mutex_destroy(&g->mu);
-    pthread_cond_destroy(&g->free_cv);
-    pthread_cond_destroy(&g->flush_cv);
-    pthread_cond_destroy(&g->sent_cv);
-    free(g);
 }

@@ -386,6 +386,8 @@ static void test_pieces_in_input_order(void **state)
     assert_int_equal(s.staged_bytes, 0);
     assert_int_equal(reversed, 0);
     assert_true(in_order >= ORDER_N - 1 - s.slabs);
+    /* each slab's copies: the table and its batches' one run in, the run out */
+    assert_int_equal(s.gather_pieces, 3 * s.slabs);
     assert_int_equal(ferry_pipeline_destroy(p), 0);
     ferry_host_free(dev, in);
     ferry_host_free(dev, out);
@@ -582,8 +584,13 @@ static void test_close_with_waiting_submitters(void **state)
         assert_int_equal(atomic_load(&w.last_rc[t]), FERRY_ECLOSED);
     }
     assert_int_equal(ferry_pipeline_drain(w.p), 0);
+    ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
+    assert_int_equal(ferry_pipeline_stats(w.p, &s), 0);
+    assert_true(s.gather_waits >= 1);               /* the eight slept for room */
+    assert_int_equal(s.gather_pieces, 2 * s.slabs); /* copied batches: a slab's bytes each way */
     assert_int_equal(ferry_pipeline_destroy(w.p), 0);
-    print_message("# %d batches accepted before the close\n", atomic_load(&w.accepted));
+    print_message("# %d batches accepted before the close, %llu waits for room\n",
+                  atomic_load(&w.accepted), (unsigned long long)s.gather_waits);
     assert_true(atomic_load(&w.accepted) > 0);
     assert_int_equal(atomic_load(&w.called), atomic_load(&w.accepted));
     ferry_runtime_destroy(rt);

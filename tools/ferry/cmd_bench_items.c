@@ -38,6 +38,7 @@ typedef struct items_run {
 
 typedef struct items_row {
     unsigned long long item, items, gathered, slabs; /* option gather_bytes */
+    unsigned long long waits, pieces;                /* the same: ferry_pipeline_stats' */
     double h2d, d2h, p50_us, p99_us, cpu_us, ceiling;
     double offered;        /* --rate's GB/s; 0: closed loop */
     double max_us, max_at; /* the slowest item's latency, and its place in the pass (0-1) */
@@ -168,6 +169,8 @@ static int one_pass(ferry_device_t *dev, ferry_workload_t *wl, items_run_t *ir, 
     one->cpu_us = (c1 - c0) / (double)n * 1e6;
     one->gathered = st.batches_gathered;
     one->slabs = st.slabs;
+    one->waits = st.gather_waits;
+    one->pieces = st.gather_pieces;
     /* the slowest item and where in the pass it came (by item number: 0 the first, 1 the
      * last), so that a stall at the start tells itself from one in the stream */
     size_t worst = 0;
@@ -282,6 +285,8 @@ static void print_rows(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opt
             json_key_uint(&j, "passes", r->passes);
             json_key_uint(&j, "batches_gathered", r->gathered);
             json_key_uint(&j, "slabs", r->slabs);
+            json_key_uint(&j, "gather_waits", r->waits);
+            json_key_uint(&j, "gather_pieces", r->pieces);
             json_key_bool(&j, "verified", r->ok);
             json_object_end(&j);
         }
@@ -328,6 +333,12 @@ static void print_rows(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opt
             printf(" %s %.2f", rows[i].by_thread[k].name,
                    rows[i].by_thread[k].s / (double)rows[i].items * 1e6);
         printf("\n");
+        if (rows[i].slabs > 0) /* what the host paid per slab: its pieces, the waits for one */
+            printf("# gathered %s items: %llu in %llu slabs, %.1f pieces a slab (both ways), "
+                   "%.3f waits for a free slab an item\n",
+                   cli_bytes(rows[i].item, b, sizeof(b)), rows[i].gathered, rows[i].slabs,
+                   (double)rows[i].pieces / (double)rows[i].slabs,
+                   (double)rows[i].waits / (double)rows[i].items);
     }
 }
 

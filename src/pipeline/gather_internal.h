@@ -1,0 +1,118 @@
+/* The gather's private parts (gather.h is what the pipeline sees): its limits, a slab and its
+ * reservation word, the gather itself; gather.c moves batches through slabs, gather_life.c makes,
+ * closes, counts and frees a gather. */
+#ifndef FERRY_PIPELINE_GATHER_INTERNAL_H
+#define FERRY_PIPELINE_GATHER_INTERNAL_H
+
+#include "pipeline/gather.h"
+#include "pipeline/pipeline_internal.h"
+
+#define GATHER_ALIGN     256u
+#define GATHER_MAX_ITEMS 1024u
+#define GATHER_ITEM_MAX  (256u << 10)
+/* Pinned batches this large or larger move as pieces of their own (no host copy): on an H100
+ * host 64 KiB pieces in one cudaMemcpyBatchAsync ran at 97.7% of one copy each way, 16 KiB ones
+ * at 42-69%, 4 KiB at 9% (bench/explore/small_copies.cu, 2026-12-06). */
+#define GATHER_DIRECT_MIN (64u << 10)
+/* A slab's output is copied back to its batches by the host workers too, in parts of at least
+ * this many bytes (whole items). */
+#define GATHER_SCATTER_PIECE (128u << 10)
+/* Submitters a freed slab wakes (slab_done). */
+#define GATHER_WAKE 2u
+
+enum slab_state { SLAB_FREE, SLAB_OPEN, SLAB_SEALED, SLAB_SENT };
+
+/* A line of its own (two): the submitters of neighbouring items write theirs at once, and a line
+ * they shared went back and forth between their cores. The slab's table (ferry_item_t, two to
+ * a line) is written from these by the thread that sends it. */
+typedef struct gather_item {
+    alignas(FERRY__CACHE_LINE) ferry_done_fn cb;
+    void *arg;
+    const void *in;
+    void *out;
+    size_t bytes;
+    uint64_t id, submit_ns;
+    size_t offset; /* in the slab, on the device (lay_out may move it) */
+    void *user;    /* its batch's */
+    bool direct;   /* its bytes move between its own pinned memory and the device (pieces) */
+    uintptr_t reg_in, reg_out; /* direct: the registrations holding in and out (add_piece) */
+} gather_item_t;
+
+/* A slab's reservation word: the bytes used (from its start: the table's room, then the items),
+ * its items, the submitters still writing theirs, and whether it is sealed. A submit reserves
+ * its place with one compare-exchange, and the one that drops the writers of a sealed slab to 0
+ * (or seals one with none) sends it: the open slab's fast path takes no lock. */
+#define W_USED_MASK  ((UINT64_C(1) << 40) - 1)
+#define W_ITEM       (UINT64_C(1) << 40)
+#define W_ITEMS(w)   ((uint32_t)(((w) >> 40) & 0xfffu))
+#define W_WRITER     (UINT64_C(1) << 52)
+#define W_WRITERS(w) ((unsigned)(((w) >> 52) & 0x7ffu))
+#define W_SEALED     (UINT64_C(1) << 63)
+
+/* An item's place in lay_out's order: its input's address, its index. */
+typedef struct gather_order {
+    uintptr_t in;
+    uint32_t i;
+} gather_order_t;
+
+typedef struct gather_slab {
+    unsigned char *h_in, *h_out;
+    ferry_item_t *table; /* at h_in */
+    gather_item_t *items;
+    _Atomic uint64_t word; /* the reservation word above */
+    uint64_t id_base;      /* item i's batch id is id_base + i */
+    uint32_t nitems;       /* from the word, once sealed and its copies in (send) */
+    size_t used;
+    int state; /* enum slab_state, under the gather's lock */
+    uint64_t opened_ns, seal_no;
+    struct gather_slab *next;
+    struct ferry__gather *g;
+    ferry_be_piece_t *pin, *pout; /* with direct items: the pieces each way */
+    gather_order_t *order;        /* lay_out's */
+    ferry__pieces_t pieces;
+} gather_slab_t;
+
+struct ferry__gather {
+    ferry_pipeline_t *p;
+    ferry_stage_t stage; /* the user's */
+    size_t cap, table_bytes, item_max;
+    uint32_t max_items;
+    uint64_t flush_ns;
+    unsigned nslabs;
+    bool direct; /* the backend moves pieces (copy_pieces): pinned batches skip the host copy */
+    gather_slab_t *slabs;
+    unsigned char *mem;
+    pthread_mutex_t mu;
+    pthread_cond_t free_cv, flush_cv, sent_cv;
+    gather_slab_t *free, *open, *handoff; /* handoff: sealed slabs the flusher sends */
+    _Atomic(gather_slab_t *) open_fast;   /* open, for the fast path (may be stale: see word) */
+    _Atomic unsigned busy;                /* unsent + inflight, for a look without the lock */
+    unsigned unsent;                      /* sealed, not yet in the pipeline */
+    unsigned inflight;                    /* in the pipeline, not yet done */
+    unsigned eager;                       /* fewer slabs than this sealed or in flight: the
+                                             open one goes at once (the device would idle) */
+    unsigned waiters;
+    bool closing, shut_pending, stop, flusher_idle, flusher_started;
+    uint64_t seals;
+    pthread_t flusher;
+    uint64_t items_sealed; /* the items of the slabs sealed so far (under the lock) */
+    uint64_t waits;        /* submits that slept for a free slab (under the lock) */
+    _Atomic uint64_t slabs_in, items_done[3], slabs_done[3], pieces;
+    gather_item_t *scratch; /* the completion thread's copy of a slab's items */
+};
+
+static inline size_t ferry__gather_round_up(size_t n, size_t a)
+{
+    return (n + a - 1) / a * a;
+}
+
+/* gather.c's, for gather_life.c: the stage's calls wrapped over a slab's items; seal @s (under
+ * the lock: true when the caller sends it); send sealed @s into the pipeline (@wait: it may
+ * block for room); the flusher thread's body. */
+int ferry__gather_stage_gpu(const ferry_kernel_args_t *a, void *stream, void *user);
+int ferry__gather_stage_cpu(const ferry_kernel_args_t *a, void *user);
+bool ferry__gather_seal(ferry__gather_t *g, gather_slab_t *s);
+int ferry__gather_send(ferry__gather_t *g, gather_slab_t *s, bool wait);
+void *ferry__gather_flusher_main(void *arg);
+
+#endif
