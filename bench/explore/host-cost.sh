@@ -40,10 +40,13 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 for x in j['results']:
     by = x.get('cpu_us_per_item_by_thread', {})
-    print('%-8s %-6s r%s %6d %5.1f%% of %.2f p99 %6.0f us cpu %5.2f us [%s] ok %s' % (
+    sl = max(x.get('slabs', 0), 1)
+    print('%-8s %-6s r%s %6d %5.1f%% of %.2f p99 %6.0f us cpu %5.2f us [%s] pc/slab %s waits/item %s ok %s' % (
         sys.argv[2], sys.argv[3], sys.argv[4], x['item_bytes'], 100 * x['fraction'],
         j['ceiling_gbps'], x['latency_p99_us'], x['cpu_us_per_item'],
         ' '.join('%s %.2f' % (k.replace('ferry-', ''), v) for k, v in by.items() if v >= 0.05),
+        '%.1f' % (x['gather_pieces'] / sl) if 'gather_pieces' in x else '-',
+        '%.3f' % (x['gather_waits'] / x['items']) if 'gather_waits' in x else '-',
         x['verified']))
 PY
     done
