@@ -68,6 +68,12 @@ expect_rc "items gathered" 0 env FERRY_GATHER_BYTES=2M "$FERRY" bench items --by
   --item-sizes 4K,64K --threads 4 --json
 json_check "gathered: fewer slabs than items, verified" "$TMP/out" \
   "all(r['verified'] and 0 < r['slabs'] < r['batches_gathered'] == r['items'] for r in j['results'])"
+# each slab moves 2 pieces at least (its bytes, or its table and its batches', each way)
+json_check "gathered: pieces and waits" "$TMP/out" \
+  "all(r['gather_pieces'] >= 2 * r['slabs'] and isinstance(r['gather_waits'], int) for r in j['results'])"
+expect_rc "items gathered, text" 0 env FERRY_GATHER_BYTES=2M "$FERRY" bench items --bytes 4M \
+  --item-sizes 64K --threads 2
+expect_in "text: pieces a slab" "$TMP/out" "pieces a slab (both ways)"
 expect_rc "run gathered" 0 "$FERRY" run --gather-bytes 8M --bytes 64M --batch-bytes 64K
 expect_in "run gathered: verified" "$TMP/out" "verify     OK"
 expect_not_in "run gathered: no failed attempt" "$TMP/out" "failed GPU attempt"
