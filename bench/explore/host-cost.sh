@@ -3,7 +3,7 @@
 # and the trees carried as .carry/v-NAME.tgz (git archive of a commit: build-v-NAME), built side
 # by side, then `ferry bench items` interleaved over ROUNDS (2): 8 threads, 8 MiB slabs, 64K and
 # 256K items closed loop, and 64K offered at 75% of the ceiling. One line per run with the CPU
-# per item by thread; JSON in $OUT/hc (BYTES: --bytes, 1G by default). Then no-regress.sh on the
+# per item by thread; JSON in $OUT/hc.tgz (BYTES: --bytes, 1G by default). Then no-regress.sh on the
 # same machine.
 set -u
 o=$OUT
@@ -41,9 +41,11 @@ j = json.load(open(sys.argv[1]))
 for x in j['results']:
     by = x.get('cpu_us_per_item_by_thread', {})
     sl = max(x.get('slabs', 0), 1)
-    print('%-8s %-6s r%s %6d %5.1f%% of %.2f p99 %6.0f us cpu %5.2f us [%s] pc/slab %s waits/item %s ok %s' % (
+    print('%-8s %-6s r%s %6d %5.1f%% of %.2f p99 %6.0f us (bound %s) cpu %5.2f us, ferry %s [%s] pc/slab %s waits/item %s ok %s' % (
         sys.argv[2], sys.argv[3], sys.argv[4], x['item_bytes'], 100 * x['fraction'],
-        j['ceiling_gbps'], x['latency_p99_us'], x['cpu_us_per_item'],
+        j['ceiling_gbps'], x['latency_p99_us'],
+        '%.0f' % j['latency_bound_us'] if j.get('latency_bound_us') else '-', x['cpu_us_per_item'],
+        '%.2f' % x['cpu_us_per_item_ferry'] if 'cpu_us_per_item_ferry' in x else '-',
         ' '.join('%s %.2f' % (k.replace('ferry-', ''), v) for k, v in by.items() if v >= 0.05),
         '%.1f' % (x['gather_pieces'] / sl) if 'gather_pieces' in x else '-',
         '%.3f' % (x['gather_waits'] / x['items']) if 'gather_waits' in x else '-',
@@ -52,4 +54,4 @@ PY
     done
   done
 done
-(cd "$o" && tar czf all.tgz hc machine.txt && rm -rf hc)
+(cd "$o" && tar czf hc.tgz hc machine.txt && rm -rf hc)

@@ -31,4 +31,4 @@ done
 if [[ $gpu == *H200* || ${GEN:-0} = 1 ]]; then
   OUT=$o/g ROUNDS=3 bash bench/explore/issue17-gen.sh 2>&1 | tail -4
 fi
-(cd "$o" && tar czf all.tgz nr g machine.txt && rm -rf nr g)
+(cd "$o" && tar czf nr.tgz nr g machine.txt && rm -rf nr g)

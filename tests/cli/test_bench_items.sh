@@ -14,6 +14,10 @@ json_check "items: counts, verified, latency, cpu" "$TMP/out" \
 # threads, summing to the process's CPU time per item (schedstat against getrusage's ticks)
 json_check "items: the CPU by thread sums to the CPU per item" "$TMP/out" \
   "all('(ended)' in r['cpu_us_per_item_by_thread'] and any(k.startswith('ferry-') for k in r['cpu_us_per_item_by_thread']) and abs(sum(r['cpu_us_per_item_by_thread'].values()) - r['cpu_us_per_item']) <= 0.25 * r['cpu_us_per_item'] + 20000.0 / r['items'] for r in j['results'])"
+json_check "items closed loop: no harness CPU, all of it ferry's" "$TMP/out" \
+  "all(r['cpu_us_per_item_harness'] == 0 and r['cpu_us_per_item_ferry'] == r['cpu_us_per_item'] for r in j['results'])"
+json_check "items not gathered: no latency bound" "$TMP/out" \
+  "j['gather_bytes'] == 0 and j['slab_round_trip_us'] is None and j['latency_bound_us'] is None"
 json_check "items: larger items move more bytes a second" "$TMP/out" \
   "j['results'][1]['gbps_h2d'] > j['results'][0]['gbps_h2d']"
 expect_rc "items, text" 0 "$FERRY" bench items --bytes 1M --item-sizes 64K
@@ -57,9 +61,13 @@ expect_rc "items at $rate GB/s" 0 "$FERRY" bench items --sim-pace 1 --rate "$rat
   --bytes "$rbytes" --item-sizes 64K --threads 4 --json
 json_check "at $rate GB/s: offered, kept to, verified" "$TMP/out" \
   "j['offered_gbps'] == $rate and j['ok'] and $low * $rate < j['results'][0]['gbps_h2d'] <= 1.1 * $rate"
+# the submitters' spin for the schedule is the harness's CPU, told apart from ferry's own
+json_check "at $rate GB/s: the harness's CPU apart" "$TMP/out" \
+  "all(0 < r['cpu_us_per_item_harness'] and abs(r['cpu_us_per_item_ferry'] - max(r['cpu_us_per_item'] - r['cpu_us_per_item_harness'], 0)) < 0.01 for r in j['results'])"
 expect_rc "items at $rate GB/s, text" 0 "$FERRY" bench items --sim-pace 1 --rate "$rate" \
   --bytes 512K --item-sizes 64K
 expect_in "text: the schedule" "$TMP/out" "offered on a schedule: $(printf %.2f "$rate") GB/s"
+expect_in "text: the harness's spin apart" "$TMP/out" "the submitters' spin for the schedule"
 
 # Gathering (option gather_bytes): more items a slab than without it, each verified; `ferry run`
 # of 64 KiB batches gathered, whose ring buffers are separate allocations (their pieces must not
@@ -71,9 +79,14 @@ json_check "gathered: fewer slabs than items, verified" "$TMP/out" \
 # each slab moves 2 pieces at least (its bytes, or its table and its batches', each way)
 json_check "gathered: pieces and waits" "$TMP/out" \
   "all(r['gather_pieces'] >= 2 * r['slabs'] and isinstance(r['gather_waits'], int) for r in j['results'])"
+# the latency bound a gathered item's p99 is held to: gather_us plus a slab's round trip alone,
+# measured (2 MiB each way, one after the other, take at least half of 4 MiB at the ceiling)
+json_check "gathered: the latency bound" "$TMP/out" \
+  "j['gather_bytes'] == 2097152 and j['gather_us'] == 100 and j['slab_round_trip_us'] >= 0.5 * 4194304 / (j['ceiling_gbps'] * 1e3) and abs(j['latency_bound_us'] - 100 - j['slab_round_trip_us']) < 0.02"
 expect_rc "items gathered, text" 0 env FERRY_GATHER_BYTES=2M "$FERRY" bench items --bytes 4M \
   --item-sizes 64K --threads 2
 expect_in "text: pieces a slab" "$TMP/out" "pieces a slab (both ways)"
+expect_in "text: the latency bound" "$TMP/out" "latency bound of a gathered item: gather_us 100 + one 2.00 MiB slab's round trip"
 expect_rc "run gathered" 0 "$FERRY" run --gather-bytes 8M --bytes 64M --batch-bytes 64K
 expect_in "run gathered: verified" "$TMP/out" "verify     OK"
 expect_not_in "run gathered: no failed attempt" "$TMP/out" "failed GPU attempt"

@@ -34,6 +34,9 @@ typedef struct items_run {
     double gap_ns, pace; /* pace: host ns per ns of the pipeline's clock (sim_pace; 1 on a GPU) */
     uint64_t t0;
     uint64_t *late_ns; /* each item's lateness, on the pipeline's clock */
+    /* --rate: the submitters' time spinning for their items' times (CPU time of the harness,
+     * not ferry's: the wait's last WAIT_SPIN_NS), summed at each thread's end */
+    _Atomic unsigned long long spin_ns;
 } items_run_t;
 
 typedef struct items_row {
@@ -42,6 +45,7 @@ typedef struct items_row {
     double h2d, d2h, p50_us, p99_us, cpu_us, ceiling;
     double offered;        /* --rate's GB/s; 0: closed loop */
     double max_us, max_at; /* the slowest item's latency, and its place in the pass (0-1) */
+    double harness_us;     /* of cpu_us: the submitters' spin for --rate's schedule */
     unsigned passes;
     bool ok;
     thread_cpu_group_t by_thread[THREAD_CPU_GROUPS]; /* cpu_us's seconds, by thread name */
@@ -70,7 +74,7 @@ static uint64_t mono_ns(void)
  * a sleep alone woke tens of microseconds late on a busy 16-core host, later than a thread's
  * next item at 64 KiB and 75% of the ceiling, and the harness's own delay made the items late. */
 #define WAIT_SPIN_NS 60000u
-static void wait_due(items_run_t *ir, unsigned long long i)
+static uint64_t wait_due(items_run_t *ir, unsigned long long i)
 {
     uint64_t due = ir->t0 + (uint64_t)((double)i * ir->gap_ns), t = mono_ns();
     ir->late_ns[i] = t > due ? (uint64_t)((double)(t - due) / ir->pace) : 0;
@@ -81,8 +85,10 @@ static void wait_due(items_run_t *ir, unsigned long long i)
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0) {
         }
     }
-    while (mono_ns() < due) {
-    }
+    uint64_t s0 = mono_ns(), s1 = s0; /* the spin's time: the harness's CPU, not ferry's */
+    while (s1 < due)
+        s1 = mono_ns();
+    return s1 - s0;
 }
 
 static void *submitter(void *arg)
@@ -92,21 +98,24 @@ static void *submitter(void *arg)
     if (ir->gap_ns > 0) /* wake on time: Linux stretches short sleeps by 50 us by default */
         prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 #endif
+    uint64_t spin = 0;
     for (;;) {
         unsigned long long i = atomic_fetch_add(&ir->next, 1);
         if (i >= ir->n)
-            return NULL;
+            break;
         if (ir->gap_ns > 0)
-            wait_due(ir, i);
+            spin += wait_due(ir, i);
         ferry_batch_t b = FERRY_BATCH_INIT;
         b.in = ir->in + i * ir->item;
         b.out = ir->out + i * ir->item;
         b.bytes = ir->item;
         if (ferry_pipeline_submit(ir->p, &b, on_item, ir, NULL) != 0) {
             atomic_store(&ir->submit_err, 1);
-            return NULL;
+            break;
         }
     }
+    atomic_fetch_add(&ir->spin_ns, spin);
+    return NULL;
 }
 
 static double cpu_s(void)
@@ -136,6 +145,7 @@ static int one_pass(ferry_device_t *dev, ferry_workload_t *wl, items_run_t *ir, 
     atomic_store(&ir->next, 0);
     atomic_store(&ir->failed, 0);
     atomic_store(&ir->submit_err, 0);
+    atomic_store(&ir->spin_ns, 0);
     pthread_t th[64];
     unsigned started = 0;
     static thread_cpu_snap_t snap[2]; /* one pass at a time */
@@ -167,6 +177,7 @@ static int one_pass(ferry_device_t *dev, ferry_workload_t *wl, items_run_t *ir, 
     one->h2d = st.bytes_h2d > 0 ? st.gbps_h2d * data / (double)st.bytes_h2d : 0;
     one->d2h = st.bytes_d2h > 0 ? st.gbps_d2h * data / (double)st.bytes_d2h : 0;
     one->cpu_us = (c1 - c0) / (double)n * 1e6;
+    one->harness_us = (double)atomic_load(&ir->spin_ns) / (double)n / 1e3;
     one->gathered = st.batches_gathered;
     one->slabs = st.slabs;
     one->waits = st.gather_waits;
@@ -242,9 +253,73 @@ out:
     return rc;
 }
 
-static void print_rows(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opts_t *bo,
-                       const items_row_t *rows, int n, double ceil_gbps)
+/* Option gather_bytes' latency bound, the same for every size: 0 slab bytes when not gathering. */
+typedef struct items_bound {
+    size_t slab;       /* gather_bytes */
+    unsigned flush_us; /* gather_us */
+    double rt_us;      /* a slab's round trip alone, measured (0: not measured) */
+} items_bound_t;
+
+/* A gathered item's latency bound (issue 20): the flush bound plus the round trip of one slab.
+ * The round trip is measured here, as a slab goes: one batch of @bytes as one chunk (a slab is
+ * one chunk), not gathered, alone on an idle pipeline, submit to completion on the device's
+ * clock; the median of SLAB_RT_REPS after a warm-up. 0 where it cannot be measured. */
+#define SLAB_RT_REPS 7
+typedef struct slab_rt {
+    uint64_t ns;
+    int status;
+} slab_rt_t;
+
+static void on_slab(const ferry_batch_result_t *r, void *arg)
 {
+    slab_rt_t *t = arg;
+    t->ns = r->done_ns > r->submit_ns ? r->done_ns - r->submit_ns : 0;
+    t->status = r->status;
+}
+
+static double slab_round_trip_us(ferry_device_t *dev, ferry_workload_t *wl, size_t bytes)
+{
+    ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
+    pc.device = dev;
+    pc.stage = ferry_workload_stage(wl);
+    pc.chunk_bytes = bytes;
+    pc.gather_bytes = SIZE_MAX; /* the slab's bytes as one batch of their own */
+    unsigned char *in = NULL, *out = NULL;
+    ferry_pipeline_t *p = NULL;
+    uint64_t ns[SLAB_RT_REPS];
+    unsigned k = 0;
+    if (ferry_host_alloc(dev, bytes, (void **)&in) == 0 &&
+        ferry_host_alloc(dev, bytes, (void **)&out) == 0 && ferry_pipeline_create(&pc, &p) == 0) {
+        bench_fill_floats(in, bytes, (uint64_t)time(NULL));
+        for (unsigned i = 0; i <= SLAB_RT_REPS; i++) {
+            slab_rt_t t = {0, -1};
+            ferry_batch_t b = FERRY_BATCH_INIT;
+            b.in = in;
+            b.out = out;
+            b.bytes = bytes;
+            if (ferry_pipeline_submit(p, &b, on_slab, &t, NULL) != 0 ||
+                ferry_pipeline_drain(p) != 0 || t.status != 0)
+                break;
+            if (i > 0) /* the first warms up */
+                ns[k++] = t.ns;
+        }
+    }
+    if (p != NULL)
+        ferry_pipeline_destroy(p);
+    if (in != NULL)
+        ferry_host_free(dev, in);
+    if (out != NULL)
+        ferry_host_free(dev, out);
+    if (k < SLAB_RT_REPS)
+        return 0;
+    qsort(ns, k, sizeof(ns[0]), cmp_u64);
+    return (double)ns[k / 2] / 1e3;
+}
+
+static void print_rows(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opts_t *bo,
+                       const items_row_t *rows, int n, double ceil_gbps, const items_bound_t *bound)
+{
+    double bound_us = bound->rt_us > 0 ? bound->flush_us + bound->rt_us : 0;
     bool sim = ferry_device_is_simulated(dev);
     if (bo->json) {
         json_t j;
@@ -256,6 +331,18 @@ static void print_rows(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opt
             json_key_double(&j, "offered_gbps", rows[0].offered, 3);
         else {
             json_key(&j, "offered_gbps");
+            json_null(&j);
+        }
+        json_key_uint(&j, "gather_bytes", bound->slab);
+        json_key_uint(&j, "gather_us", bound->flush_us);
+        /* the bound a gathered item's p99 is held to: gather_us plus a slab's round trip */
+        if (bound_us > 0) {
+            json_key_double(&j, "slab_round_trip_us", bound->rt_us, 2);
+            json_key_double(&j, "latency_bound_us", bound_us, 2);
+        } else {
+            json_key(&j, "slab_round_trip_us");
+            json_null(&j);
+            json_key(&j, "latency_bound_us");
             json_null(&j);
         }
         json_key(&j, "results");
@@ -276,6 +363,10 @@ static void print_rows(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opt
             json_key_double(&j, "latency_max_us", r->max_us, 2);
             json_key_double(&j, "latency_max_at", r->max_at, 4);
             json_key_double(&j, "cpu_us_per_item", r->cpu_us, 3);
+            /* of it, the submitters' spin for --rate's schedule (0 closed loop), and the rest:
+             * ferry's own (its threads, and the submitters inside ferry_pipeline_submit) */
+            json_key_double(&j, "cpu_us_per_item_harness", r->harness_us, 3);
+            json_key_double(&j, "cpu_us_per_item_ferry", fmax(r->cpu_us - r->harness_us, 0), 3);
             json_key(&j, "cpu_us_per_item_by_thread");
             json_object_begin(&j);
             for (unsigned k = 0; k < r->nby; k++)
@@ -333,12 +424,25 @@ static void print_rows(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opt
             printf(" %s %.2f", rows[i].by_thread[k].name,
                    rows[i].by_thread[k].s / (double)rows[i].items * 1e6);
         printf("\n");
+        if (rows[i].harness_us > 0) /* --rate: the schedule's spin is the harness's */
+            printf("# of it, the submitters' spin for the schedule %.2f us, ferry's own %.2f us\n",
+                   rows[i].harness_us, fmax(rows[i].cpu_us - rows[i].harness_us, 0));
         if (rows[i].slabs > 0) /* what the host paid per slab: its pieces, the waits for one */
             printf("# gathered %s items: %llu in %llu slabs, %.1f pieces a slab (both ways), "
                    "%.3f waits for a free slab an item\n",
                    cli_bytes(rows[i].item, b, sizeof(b)), rows[i].gathered, rows[i].slabs,
                    (double)rows[i].pieces / (double)rows[i].slabs,
                    (double)rows[i].waits / (double)rows[i].items);
+    }
+    if (bound_us > 0) {
+        char b[32];
+        printf("# latency bound of a gathered item: gather_us %u + one %s slab's round trip alone "
+               "%.1f us = %.1f us;",
+               bound->flush_us, cli_bytes(bound->slab, b, sizeof(b)), bound->rt_us, bound_us);
+        for (int i = 0; i < n; i++)
+            printf(" %s p99 %s", cli_bytes(rows[i].item, b, sizeof(b)),
+                   rows[i].p99_us <= bound_us ? "within" : "over");
+        printf("\n");
     }
 }
 
@@ -407,12 +511,20 @@ int bench_items(ferry_options_t *o, const bench_opts_t *bo)
     if ((rc = offered_rate(o, bo, sim, ceil_gbps, &offered, &pacing.pace)) != CLI_OK)
         goto out;
     pacing.gap_ns = offered > 0 ? pacing.pace / offered : 0; /* host ns per byte */
+    items_bound_t bound = {0};
+    int64_t gb = 0, gus = 0;
+    ferry_options_get_i64(o, "gather_bytes", &gb);
+    ferry_options_get_i64(o, "gather_us", &gus);
+    bound.slab = (size_t)gb;
+    bound.flush_us = (unsigned)gus;
+    if (bound.slab > 0)
+        bound.rt_us = slab_round_trip_us(dev, wl, bound.slab);
     for (int i = 0; i < bo->nsizes && rc == CLI_OK; i++, n++) {
         rc = measure_size(dev, wl, bo, (size_t)bo->sizes[i], total, &pacing, &rows[i]);
         rows[i].offered = offered;
     }
     if (rc == CLI_OK) {
-        print_rows(rt, dev, bo, rows, n, ceil_gbps);
+        print_rows(rt, dev, bo, rows, n, ceil_gbps, &bound);
         for (int i = 0; i < n; i++) {
             char sz[32];
             snprintf(sz, sizeof(sz), "%llu", rows[i].item);
