@@ -316,74 +316,80 @@ static double slab_round_trip_us(ferry_device_t *dev, ferry_workload_t *wl, size
     return (double)ns[k / 2] / 1e3;
 }
 
+static void print_json(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opts_t *bo,
+                       const items_row_t *rows, int n, double ceil_gbps, double bound_us,
+                       const items_bound_t *bound)
+{
+    json_t j;
+    json_command_begin(&j, stdout, "bench items");
+    bench_device_line(rt, dev, &j);
+    json_key_double(&j, "ceiling_gbps", ceil_gbps, 3);
+    json_key_uint(&j, "threads", bo->threads);
+    if (n > 0 && rows[0].offered > 0)
+        json_key_double(&j, "offered_gbps", rows[0].offered, 3);
+    else {
+        json_key(&j, "offered_gbps");
+        json_null(&j);
+    }
+    json_key_uint(&j, "gather_bytes", bound->slab);
+    json_key_uint(&j, "gather_us", bound->flush_us);
+    /* the bound a gathered item's p99 is held to: gather_us plus a slab's round trip */
+    if (bound_us > 0) {
+        json_key_double(&j, "slab_round_trip_us", bound->rt_us, 2);
+        json_key_double(&j, "latency_bound_us", bound_us, 2);
+    } else {
+        json_key(&j, "slab_round_trip_us");
+        json_null(&j);
+        json_key(&j, "latency_bound_us");
+        json_null(&j);
+    }
+    json_key(&j, "results");
+    json_array_begin(&j);
+    bool ok = true;
+    for (int i = 0; i < n; i++) {
+        const items_row_t *r = &rows[i];
+        ok &= r->ok;
+        json_object_begin(&j);
+        json_key_uint(&j, "item_bytes", r->item);
+        json_key_uint(&j, "items", r->items);
+        json_key_double(&j, "gbps_h2d", r->h2d, 3);
+        json_key_double(&j, "gbps_d2h", r->d2h, 3);
+        json_key_double(&j, "fraction", ceil_gbps > 0 ? fmin(r->h2d, r->d2h) / ceil_gbps : 0, 4);
+        json_key_double(&j, "latency_p50_us", r->p50_us, 2);
+        json_key_double(&j, "latency_p99_us", r->p99_us, 2);
+        json_key_double(&j, "latency_max_us", r->max_us, 2);
+        json_key_double(&j, "latency_max_at", r->max_at, 4);
+        json_key_double(&j, "cpu_us_per_item", r->cpu_us, 3);
+        /* of it, the submitters' spin for --rate's schedule (0 closed loop), and the rest:
+         * ferry's own (its threads, and the submitters inside ferry_pipeline_submit) */
+        json_key_double(&j, "cpu_us_per_item_harness", r->harness_us, 3);
+        json_key_double(&j, "cpu_us_per_item_ferry", fmax(r->cpu_us - r->harness_us, 0), 3);
+        json_key(&j, "cpu_us_per_item_by_thread");
+        json_object_begin(&j);
+        for (unsigned k = 0; k < r->nby; k++)
+            json_key_double(&j, r->by_thread[k].name, r->by_thread[k].s / (double)r->items * 1e6,
+                            3);
+        json_object_end(&j);
+        json_key_uint(&j, "passes", r->passes);
+        json_key_uint(&j, "batches_gathered", r->gathered);
+        json_key_uint(&j, "slabs", r->slabs);
+        json_key_uint(&j, "gather_waits", r->waits);
+        json_key_uint(&j, "gather_pieces", r->pieces);
+        json_key_bool(&j, "verified", r->ok);
+        json_object_end(&j);
+    }
+    json_array_end(&j);
+    json_key_bool(&j, "ok", ok);
+    json_end(&j);
+}
+
 static void print_rows(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opts_t *bo,
                        const items_row_t *rows, int n, double ceil_gbps, const items_bound_t *bound)
 {
     double bound_us = bound->rt_us > 0 ? bound->flush_us + bound->rt_us : 0;
     bool sim = ferry_device_is_simulated(dev);
     if (bo->json) {
-        json_t j;
-        json_command_begin(&j, stdout, "bench items");
-        bench_device_line(rt, dev, &j);
-        json_key_double(&j, "ceiling_gbps", ceil_gbps, 3);
-        json_key_uint(&j, "threads", bo->threads);
-        if (n > 0 && rows[0].offered > 0)
-            json_key_double(&j, "offered_gbps", rows[0].offered, 3);
-        else {
-            json_key(&j, "offered_gbps");
-            json_null(&j);
-        }
-        json_key_uint(&j, "gather_bytes", bound->slab);
-        json_key_uint(&j, "gather_us", bound->flush_us);
-        /* the bound a gathered item's p99 is held to: gather_us plus a slab's round trip */
-        if (bound_us > 0) {
-            json_key_double(&j, "slab_round_trip_us", bound->rt_us, 2);
-            json_key_double(&j, "latency_bound_us", bound_us, 2);
-        } else {
-            json_key(&j, "slab_round_trip_us");
-            json_null(&j);
-            json_key(&j, "latency_bound_us");
-            json_null(&j);
-        }
-        json_key(&j, "results");
-        json_array_begin(&j);
-        bool ok = true;
-        for (int i = 0; i < n; i++) {
-            const items_row_t *r = &rows[i];
-            ok &= r->ok;
-            json_object_begin(&j);
-            json_key_uint(&j, "item_bytes", r->item);
-            json_key_uint(&j, "items", r->items);
-            json_key_double(&j, "gbps_h2d", r->h2d, 3);
-            json_key_double(&j, "gbps_d2h", r->d2h, 3);
-            json_key_double(&j, "fraction", ceil_gbps > 0 ? fmin(r->h2d, r->d2h) / ceil_gbps : 0,
-                            4);
-            json_key_double(&j, "latency_p50_us", r->p50_us, 2);
-            json_key_double(&j, "latency_p99_us", r->p99_us, 2);
-            json_key_double(&j, "latency_max_us", r->max_us, 2);
-            json_key_double(&j, "latency_max_at", r->max_at, 4);
-            json_key_double(&j, "cpu_us_per_item", r->cpu_us, 3);
-            /* of it, the submitters' spin for --rate's schedule (0 closed loop), and the rest:
-             * ferry's own (its threads, and the submitters inside ferry_pipeline_submit) */
-            json_key_double(&j, "cpu_us_per_item_harness", r->harness_us, 3);
-            json_key_double(&j, "cpu_us_per_item_ferry", fmax(r->cpu_us - r->harness_us, 0), 3);
-            json_key(&j, "cpu_us_per_item_by_thread");
-            json_object_begin(&j);
-            for (unsigned k = 0; k < r->nby; k++)
-                json_key_double(&j, r->by_thread[k].name,
-                                r->by_thread[k].s / (double)r->items * 1e6, 3);
-            json_object_end(&j);
-            json_key_uint(&j, "passes", r->passes);
-            json_key_uint(&j, "batches_gathered", r->gathered);
-            json_key_uint(&j, "slabs", r->slabs);
-            json_key_uint(&j, "gather_waits", r->waits);
-            json_key_uint(&j, "gather_pieces", r->pieces);
-            json_key_bool(&j, "verified", r->ok);
-            json_object_end(&j);
-        }
-        json_array_end(&j);
-        json_key_bool(&j, "ok", ok);
-        json_end(&j);
+        print_json(rt, dev, bo, rows, n, ceil_gbps, bound_us, bound);
         return;
     }
     bench_device_line(rt, dev, NULL);
