@@ -38,9 +38,11 @@ echo "== tmpfs writes (shmem THP: $(cat /sys/kernel/mm/transparent_hugepage/shme
 import json, sys
 j = json.load(open(sys.argv[1]))
 for r in j['results']:
-    print('items %s %7d %6.2f GB/s %5.1f%% of %.2f p50 %.0f p99 %.0f us cpu %.1f us ok %s' % (
+    print('items %s %7d %6.2f GB/s %5.1f%% of %.2f p50 %.0f p99 %.0f us (bound %s) cpu %.2f us, ferry %s, ok %s' % (
         sys.argv[2], r['item_bytes'], r['gbps_h2d'], 100 * r['fraction'], j['ceiling_gbps'],
-        r['latency_p50_us'], r['latency_p99_us'], r['cpu_us_per_item'], r['verified']))
+        r['latency_p50_us'], r['latency_p99_us'],
+        '%.0f' % j['latency_bound_us'] if j.get('latency_bound_us') else '-', r['cpu_us_per_item'],
+        '%.2f' % r['cpu_us_per_item_ferry'] if 'cpu_us_per_item_ferry' in r else '-', r['verified']))
     print('  max %.0f us at %.3f of the pass' % (r['latency_max_us'], r['latency_max_at']))
     print('  cpu by thread: ' + ' '.join('%s %.2f' % kv for kv in r.get('cpu_us_per_item_by_thread', {}).items()))
 PY
