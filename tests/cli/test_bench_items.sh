@@ -83,6 +83,13 @@ json_check "gathered: pieces and waits" "$TMP/out" \
 # measured (2 MiB each way, one after the other, take at least half of 4 MiB at the ceiling)
 json_check "gathered: the latency bound" "$TMP/out" \
   "j['gather_bytes'] == 2097152 and j['gather_us'] == 100 and j['slab_round_trip_us'] >= 0.5 * 4194304 / (j['ceiling_gbps'] * 1e3) and abs(j['latency_bound_us'] - 100 - j['slab_round_trip_us']) < 0.02"
+json_check "gathered: each p99 against the bound" "$TMP/out" \
+  "all(r['latency_p99_within_bound'] == (r['latency_p99_us'] <= j['latency_bound_us']) for r in j['results'])"
+# a size over a quarter of the slab goes as batches of its own: no bound is said of it
+expect_rc "items over a quarter slab" 0 env FERRY_GATHER_BYTES=2M "$FERRY" bench items --bytes 2M \
+  --item-sizes 64K,1M
+expect_in "text: the bound for the gathered size" "$TMP/out" "64.0 KiB p99 "
+expect_not_in "text: no bound for the size not gathered" "$TMP/out" "1.00 MiB p99 "
 expect_rc "items gathered, text" 0 env FERRY_GATHER_BYTES=2M "$FERRY" bench items --bytes 4M \
   --item-sizes 64K --threads 2
 expect_in "text: pieces a slab" "$TMP/out" "pieces a slab (both ways)"
