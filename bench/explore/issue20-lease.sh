@@ -4,8 +4,9 @@
 # items, closed loop and on a schedule; then the PyTorch peer, issue20-peer.sh); on any GPU the
 # host cost of this tree against the trees carried as .carry/v-NAME.tgz (host-cost.sh) and
 # `bench pipeline` from 1 MiB up against the first of them (no-regress.sh, BASE=NAME), then 256 KiB
-# items offered at 90% of the ceiling with their latency bound. Archives in $OUT (ot.tgz,
-# peer.tgz, hc.tgz, nr.tgz); the lines to read on stdout.
+# items offered at 90% of the ceiling with their latency bound, and 64 KiB items from 1-16
+# threads (the CPU an item by thread). Archives in $OUT (ot.tgz, peer.tgz, hc.tgz, nr.tgz),
+# threads-N.json; the lines to read on stdout.
 set -u
 o=$OUT
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
@@ -33,3 +34,18 @@ fi
 . bench/explore/carry-env.sh
 FERRY_GATHER_BYTES=8M timeout 60 build-gpu/ferry bench items --backend cuda --threads 8 \
   --item-sizes 256K --rate 90% | tail -4
+# how the submitters' share grows with their number (contention on the open slab, waits)
+for t in 1 2 4 8 16; do
+  FERRY_GATHER_BYTES=8M timeout 60 build-gpu/ferry bench items --backend cuda --threads $t \
+    --item-sizes 64K --json >"$o/threads-$t.json" 2>>"$o/threads.err"
+  python3 - "$o/threads-$t.json" "$t" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+for x in j['results']:
+    by = x.get('cpu_us_per_item_by_thread', {})
+    print('threads %2s %6d %5.1f%% cpu %5.2f us [%s] waits/item %.3f' % (
+        sys.argv[2], x['item_bytes'], 100 * x['fraction'], x['cpu_us_per_item'],
+        ' '.join('%s %.2f' % (k.replace('ferry-', ''), v) for k, v in by.items() if v >= 0.03),
+        x['gather_waits'] / x['items']))
+PY
+done
