@@ -30,7 +30,7 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
   for v in "${vs[@]}"; do
     for m in closed rate; do
       f=$o/hc/$v-$m-$r.json
-      args=(--item-sizes 64K,256K)
+      args=(--item-sizes "64K,256K")
       [ $m = rate ] && args=(--item-sizes 64K --rate 75%)
       [ -n "${BYTES:-}" ] && args+=(--bytes "$BYTES")
       FERRY_GATHER_BYTES=8M "$(bin "$v")" bench items --backend cuda --threads 8 "${args[@]}" \

@@ -28,7 +28,7 @@ echo "== tmpfs writes (shmem THP: $(cat /sys/kernel/mm/transparent_hugepage/shme
     case $g in
       *@*) sizes=${g#*@}; rate=${sizes#*:}; sizes=${sizes%:*}; slabs=0; gb=${g%@*}
            args=(--item-sizes "$sizes" --rate "$rate") ;;
-      *) s=${g#*:}; [ "$s" = "$g" ] && s=0; slabs=$s; gb=${g%:*}; args=(--item-sizes 64K,256K) ;;
+      *) s=${g#*:}; [ "$s" = "$g" ] && s=0; slabs=$s; gb=${g%:*}; args=(--item-sizes "64K,256K") ;;
     esac
     k=$((k + 1))
     f=$o/i/f$k-${g//[:@%]/_}.json
