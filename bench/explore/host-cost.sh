@@ -3,8 +3,9 @@
 # and the trees carried as .carry/v-NAME.tgz (git archive of a commit: build-v-NAME), built side
 # by side, then `ferry bench items` interleaved over ROUNDS (2): 8 threads, 8 MiB slabs, 64K and
 # 256K items closed loop, and 64K offered at 75% of the ceiling. One line per run with the CPU
-# per item by thread; JSON in $OUT/hc.tgz (BYTES: --bytes, 1G by default). Then no-regress.sh on the
-# same machine.
+# per item by thread; JSON in $OUT/hc.tgz (BYTES: --bytes, 1G by default; PREBUILT: a folder of
+# binaries ferry-HEAD and ferry-NAME built elsewhere, instead of building). Then no-regress.sh on
+# the same machine.
 set -u
 o=$OUT
 # shellcheck source=bench/explore/carry-env.sh
@@ -13,19 +14,28 @@ mkdir -p "$o/hc"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$o/machine.txt"
 vs=(HEAD)
 pids=()
-for t in .carry/v-*.tgz; do
-  [ -e "$t" ] || continue
-  v=${t#.carry/v-}; v=${v%.tgz}; vs+=("$v")
-  (mkdir -p "/tmp/v-$v" && tar xzf "$t" -C "/tmp/v-$v" &&
-    cd "/tmp/v-$v" && cmake -S . -B build $cfg >"$o/build-$v.log" 2>&1 &&
-    cmake --build build -j 8 --target ferry >>"$o/build-$v.log" 2>&1) &
-  pids+=($!)
-done
-# shellcheck disable=SC2086
-{ cmake -S . -B build-gpu $cfg && cmake --build build-gpu -j 8 --target ferry; } >"$o/build.log" 2>&1 ||
-  { tail -20 "$o/build.log"; exit 1; }
-for p in "${pids[@]}"; do wait "$p" || echo "a carried tree did not build (build-*.log)"; done
-bin() { [ "$1" = HEAD ] && echo build-gpu/ferry || echo "/tmp/v-$1/build/ferry"; }
+if [ -n "${PREBUILT:-}" ]; then
+  # binaries built elsewhere (the same toolkit, sm_90, FERRY_WITH_MPI=OFF) and carried:
+  # $PREBUILT/ferry-HEAD and $PREBUILT/ferry-NAME, no build here (a short lease)
+  for b in "$PREBUILT"/ferry-*; do
+    v=${b##*/ferry-}; [ "$v" = HEAD ] || vs+=("$v")
+  done
+  bin() { echo "$PREBUILT/ferry-$1"; }
+else
+  for t in .carry/v-*.tgz; do
+    [ -e "$t" ] || continue
+    v=${t#.carry/v-}; v=${v%.tgz}; vs+=("$v")
+    (mkdir -p "/tmp/v-$v" && tar xzf "$t" -C "/tmp/v-$v" &&
+      cd "/tmp/v-$v" && cmake -S . -B build $cfg >"$o/build-$v.log" 2>&1 &&
+      cmake --build build -j 8 --target ferry >>"$o/build-$v.log" 2>&1) &
+    pids+=($!)
+  done
+  # shellcheck disable=SC2086
+  { cmake -S . -B build-gpu $cfg && cmake --build build-gpu -j 8 --target ferry; } >"$o/build.log" 2>&1 ||
+    { tail -20 "$o/build.log"; exit 1; }
+  for p in "${pids[@]}"; do wait "$p" || echo "a carried tree did not build (build-*.log)"; done
+  bin() { [ "$1" = HEAD ] && echo build-gpu/ferry || echo "/tmp/v-$1/build/ferry"; }
+fi
 for r in $(seq 1 "${ROUNDS:-2}"); do
   for v in "${vs[@]}"; do
     for m in closed rate; do

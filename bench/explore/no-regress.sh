@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 20's "no regression from 1 MiB up": `ferry bench pipeline` (scale, 1 compute stream,
 # 1M, 4M and 16M chunks, 4 GiB a configuration, the median of 3 passes) for this tree
-# (build-gpu) and a tree host-cost.sh built (/tmp/v-BASE, BASE=base), interleaved over ROUNDS
+# (build-gpu) and a tree host-cost.sh built (/tmp/v-BASE, BASE=base; or both from PREBUILT as
+# host-cost.sh takes it), interleaved over ROUNDS
 # (3), each against the ceiling of its own run; then, on an H200 (or with GEN=1), issue 17's
 # generated 16 GiB run (issue17-gen.sh, 3 rounds). Run after host-cost.sh on the same machine.
 set -u
@@ -11,11 +12,12 @@ o=$OUT
 mkdir -p "$o/nr" "$o/g"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$o/machine.txt"
 gpu=$(head -1 "$o/machine.txt")
-base=/tmp/v-${BASE:-base}/build/ferry
-[ -x "$base" ] && [ -x build-gpu/ferry ] || { echo "run host-cost.sh first"; exit 1; }
+base=/tmp/v-${BASE:-base}/build/ferry head=build-gpu/ferry
+[ -n "${PREBUILT:-}" ] && base=$PREBUILT/ferry-${BASE:-base} head=$PREBUILT/ferry-HEAD
+[ -x "$base" ] && [ -x "$head" ] || { echo "run host-cost.sh first"; exit 1; }
 for r in $(seq 1 "${ROUNDS:-3}"); do
   for v in base HEAD; do
-    b=$base; [ $v = HEAD ] && b=build-gpu/ferry
+    b=$base; [ $v = HEAD ] && b=$head
     f=$o/nr/$v-$r.json
     "$b" bench pipeline --backend cuda --chunks 1M,4M,16M --streams 1 --intensity 0 --json \
       >"$f" 2>>"$o/nr/err"
