@@ -5,7 +5,7 @@
  * bytes in, or, for a pinned batch of GATHER_DIRECT_MIN or more, leaves them where they are to
  * move as a piece of the slab's copies (backend copy_pieces). The slab goes into the pipeline, as
  * a batch whose user pointer is the slab, once sealed (full; the device about to idle; its
- * first item waited gather_us: the flusher thread; drain, close) and its last writer done. Its
+ * first item waited gather_us: the flusher thread; drain, close) and its items all written. Its
  * callback, on the completion thread, copies each copied item's output back to its batch, frees
  * the slab and runs the items' callbacks in order. */
 #include <errno.h>
@@ -108,9 +108,9 @@ int ferry__gather_stage_cpu(const ferry_kernel_args_t *a, void *user)
 
 /* ---- sending slabs ----------------------------------------------------------------------- */
 
-/* Seal @s (under lock): no item joins it from now on. True when its copies are all in and the
- * caller sends it (ferry__gather's send); otherwise its last writer does. */
-bool ferry__gather_seal(ferry__gather_t *g, gather_slab_t *s)
+/* Seal @s (under lock): no item joins it from now on. Its sealer then claims it, once it has let
+ * go of the lock (ferry__gather_claim), to learn whether it sends it. */
+void ferry__gather_seal(ferry__gather_t *g, gather_slab_t *s)
 {
     if (g->open == s) {
         g->open = NULL;
@@ -120,13 +120,57 @@ bool ferry__gather_seal(ferry__gather_t *g, gather_slab_t *s)
     s->seal_no = ++g->seals;
     g->unsent++;
     atomic_fetch_add_explicit(&g->busy, 1, memory_order_relaxed);
+    /* Before any writer can find its item claimed and take one off (the claims come after it,
+     * on this thread, and release it to the writer that finds one). */
+    atomic_store_explicit(&s->left, LEFT_BIAS, memory_order_relaxed);
     uint64_t w = atomic_fetch_or_explicit(&s->word, W_SEALED, memory_order_acq_rel);
     g->items_sealed += W_ITEMS(w); /* final: no item joins a sealed slab */
-    return W_WRITERS(w) == 0;
+}
+
+/* Claim sealed @s's items still being written, on the thread that sealed it, after the lock:
+ * true when all are written and the caller sends @s; otherwise the last writer claimed does.
+ * Each item is published by its writer (ready 0 -> 1) or claimed here (0 -> 2), once. Then
+ * left, LEFT_BIAS since the seal, loses LEFT_BIAS - k here (k: the items claimed) and 1 for
+ * each claimed writer once done; the one that takes it to 0 sends. Whoever that is sees every
+ * record: a published one was read as 1 here with acquire, before this thread's release on
+ * left; a claimed one was written before its writer's release on left; and every change to
+ * left after the seal is an acq_rel read-modify-write, so they make one release sequence that
+ * the last one, acquiring, synchronises with in full. The word it then reads is the final one,
+ * seen here before this thread's release on left. A slab is sent only from 0, so no writer
+ * nor this scan can find it recycled. */
+bool ferry__gather_claim(gather_slab_t *s)
+{
+    uint32_t n =
+        W_ITEMS(atomic_load_explicit(&s->word, memory_order_relaxed)); /* sealed here: final */
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        _Atomic uint32_t *r = &s->items[i].ready;
+        uint32_t z = ITEM_WRITING;
+        /* mostly published already: a load, not a read-modify-write of the writer's line */
+        if (atomic_load_explicit(r, memory_order_acquire) == ITEM_WRITING &&
+            atomic_compare_exchange_strong_explicit(r, &z, ITEM_CLAIMED, memory_order_acq_rel,
+                                                    memory_order_acquire))
+            k++;
+    }
+    return atomic_fetch_sub_explicit(&s->left, LEFT_BIAS - k, memory_order_acq_rel) ==
+           LEFT_BIAS - k;
+}
+
+/* Publish item @i of @s, its record written (plain stores, before the release): true when the
+ * sealer claimed it first and this writer, the last of those it claimed, sends @s. Either way
+ * the caller no longer touches @s unless it sends it: the slab may be sent and opened again. */
+static bool publish(gather_slab_t *s, uint32_t i)
+{
+    uint32_t z = ITEM_WRITING;
+    if (atomic_compare_exchange_strong_explicit(&s->items[i].ready, &z, ITEM_PUBLISHED,
+                                                memory_order_acq_rel, memory_order_acquire))
+        return false;
+    return atomic_fetch_sub_explicit(&s->left, 1, memory_order_acq_rel) == 1;
 }
 
 /* Reserve @need bytes and an item in @s: true with its index and offset, false when @s is
- * sealed or has no room. A writer is counted in until done_writing. */
+ * sealed or has no room. Its writer then fills the item's record and publishes it (publish):
+ * the word is this thread's only write to a line other submitters write. */
 static bool reserve(const ferry__gather_t *g, gather_slab_t *s, size_t need, uint32_t *i,
                     size_t *off)
 {
@@ -134,7 +178,8 @@ static bool reserve(const ferry__gather_t *g, gather_slab_t *s, size_t need, uin
     for (;;) {
         if ((w & W_SEALED) || W_ITEMS(w) >= g->max_items || (w & W_USED_MASK) + need > g->cap)
             return false;
-        if (atomic_compare_exchange_weak_explicit(&s->word, &w, w + need + W_ITEM + W_WRITER,
+        /* acquire: the slab as room() opened it, its items' ready 0 again included */
+        if (atomic_compare_exchange_weak_explicit(&s->word, &w, w + need + W_ITEM,
                                                   memory_order_acq_rel, memory_order_relaxed)) {
             *i = W_ITEMS(w);
             *off = (size_t)(w & W_USED_MASK);
@@ -145,13 +190,14 @@ static bool reserve(const ferry__gather_t *g, gather_slab_t *s, size_t need, uin
 
 /* Under lock: seal the open slab when the device would otherwise idle (Nagle's rule: fewer
  * than g->eager slabs sealed or in flight), so that a batch waits for others to join it only
- * while the device is busy. Returns the slab the caller sends, or NULL. */
+ * while the device is busy. Returns the slab sealed, which the caller claims, or NULL. */
 static gather_slab_t *seal_if_idle(ferry__gather_t *g)
 {
     gather_slab_t *s = g->open;
     if (s == NULL || g->unsent + g->inflight >= g->eager)
         return NULL;
-    return ferry__gather_seal(g, s) ? s : NULL;
+    ferry__gather_seal(g, s);
+    return s;
 }
 
 static void slab_done(const ferry_batch_result_t *r, void *arg);
@@ -307,11 +353,11 @@ void *ferry__gather_flusher_main(void *arg)
         if (s != NULL) {
             uint64_t due = s->opened_ns + g->flush_ns, now = mono_ns();
             if (now >= due) {
-                if (ferry__gather_seal(g, s)) {
-                    pthread_mutex_unlock(&g->mu);
+                ferry__gather_seal(g, s);
+                pthread_mutex_unlock(&g->mu);
+                if (ferry__gather_claim(s))
                     ferry__gather_send(g, s, true);
-                    pthread_mutex_lock(&g->mu);
-                }
+                pthread_mutex_lock(&g->mu);
                 continue;
             }
             struct timespec ts = {(time_t)(due / 1000000000u), (long)(due % 1000000000u)};
@@ -349,15 +395,18 @@ static uint64_t take_ids(ferry__gather_t *g, uint64_t n)
 }
 
 /* Under lock: reserve @need bytes in the open slab (*@i, *@off), opening a free one and sealing a
- * full one into *@to_send; NULL (the lock held) when none is free: the caller waits or refuses. */
+ * full one into *@to_send (the caller claims it after the lock); NULL (the lock held) when none is
+ * free: the caller waits or refuses. */
 static gather_slab_t *room(ferry__gather_t *g, size_t need, gather_slab_t **to_send, uint32_t *i,
                            size_t *off)
 {
     gather_slab_t *s = g->open;
     if (s != NULL && reserve(g, s, need, i, off))
         return s;
-    if (s != NULL && ferry__gather_seal(g, s))
+    if (s != NULL) {
+        ferry__gather_seal(g, s);
         *to_send = s;
+    }
     if ((s = g->free) == NULL)
         return NULL;
     g->free = s->next;
@@ -366,10 +415,10 @@ static gather_slab_t *room(ferry__gather_t *g, size_t need, gather_slab_t **to_s
     s->opened_ns = mono_ns();
     /* Ours is in the word the slab opens with (it fits: need <= item_max, a quarter of what
      * the table leaves): a submit that still holds this slab from before, or the fast path
-     * once it is published, can only come after it. */
+     * once it is published, can only come after it. We publish it as any other writer. */
     *i = 0;
     *off = g->table_bytes;
-    atomic_store_explicit(&s->word, (uint64_t)(g->table_bytes + need) + W_ITEM + W_WRITER,
+    atomic_store_explicit(&s->word, (uint64_t)(g->table_bytes + need) + W_ITEM,
                           memory_order_release);
     g->open = s;
     atomic_store_explicit(&g->open_fast, s, memory_order_release);
@@ -409,7 +458,7 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
         for (;;) {
             if (g->closing) {
                 pthread_mutex_unlock(&g->mu);
-                if (to_send != NULL)
+                if (to_send != NULL && ferry__gather_claim(to_send))
                     ferry__gather_send(g, to_send, !own);
                 return ferry__error(FERRY_ECLOSED,
                                     "ferry_pipeline_submit: pipeline '%s' #%u is closed",
@@ -422,7 +471,8 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
             }
             if (to_send != NULL) { /* send it first: it frees a slab in time */
                 pthread_mutex_unlock(&g->mu);
-                ferry__gather_send(g, to_send, !own);
+                if (ferry__gather_claim(to_send))
+                    ferry__gather_send(g, to_send, !own);
                 to_send = NULL;
                 pthread_mutex_lock(&g->mu);
                 continue;
@@ -443,28 +493,27 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
             g->waiters--;
         }
         pthread_mutex_unlock(&g->mu);
-        if (to_send != NULL)
+        if (to_send != NULL && ferry__gather_claim(to_send))
             ferry__gather_send(g, to_send, !own);
     }
     uint64_t my_id = s->id_base + i;
     if (!direct)
         memcpy(s->h_in + off, b->in, b->bytes);
-    s->items[i] = (gather_item_t){.cb = cb,
-                                  .arg = arg,
-                                  .in = b->in,
-                                  .out = b->out,
-                                  .bytes = b->bytes,
-                                  .id = my_id,
-                                  .submit_ns = now,
-                                  .offset = off,
-                                  .user = b->user,
-                                  .direct = direct,
-                                  .reg_in = reg_in,
-                                  .reg_out = reg_out};
-    /* Done writing: the last writer of a sealed slab sends it (the release publishes the item
-     * to whoever sends). */
-    uint64_t w = atomic_fetch_sub_explicit(&s->word, W_WRITER, memory_order_acq_rel);
-    bool last = (w & W_SEALED) && W_WRITERS(w) == 1;
+    /* Field by field: ready is the sealer's to claim meanwhile (publish). */
+    gather_item_t *it = &s->items[i];
+    it->cb = cb;
+    it->arg = arg;
+    it->in = b->in;
+    it->out = b->out;
+    it->bytes = b->bytes;
+    it->id = my_id;
+    it->submit_ns = now;
+    it->offset = off;
+    it->user = b->user;
+    it->direct = direct;
+    it->reg_in = reg_in;
+    it->reg_out = reg_out;
+    bool last = publish(s, i); /* s is not ours from here unless last */
     gather_slab_t *idle = NULL;
     if (!last && atomic_load_explicit(&g->busy, memory_order_relaxed) < g->eager) {
         pthread_mutex_lock(&g->mu); /* the device may idle: look again, under the lock */
@@ -473,9 +522,9 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
     }
     if (last)
         ferry__gather_send(g, s, !own);
-    if (idle != NULL)
+    else if (idle != NULL && ferry__gather_claim(idle))
         ferry__gather_send(g, idle, !own);
-    else if (!last && p->plan.virtual_clock)
+    else if (p->plan.virtual_clock)
         poke(p, false); /* the caller is back: a virtual clock need not wait for it */
     if (id != NULL)
         *id = my_id;
@@ -543,6 +592,10 @@ static void slab_done(const ferry_batch_result_t *r, void *arg)
         scatter(g, s);
     uint32_t n = s->nitems;
     memcpy(g->scratch, s->items, n * sizeof(*s->items));
+    /* Its writers are all done (it was sent): ready 0 again for its next opening, which the
+     * lock below and room()'s release of the word publish to the next writers. */
+    for (uint32_t i = 0; i < n; i++)
+        atomic_store_explicit(&s->items[i].ready, ITEM_WRITING, memory_order_relaxed);
     int where = r->status != 0 ? FERRY_DONE_FAILED : (int)r->where;
     atomic_fetch_add_explicit(&g->slabs_done[where], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&g->items_done[where], n, memory_order_relaxed);
@@ -566,7 +619,7 @@ static void slab_done(const ferry_batch_result_t *r, void *arg)
             pthread_cond_signal(&g->free_cv);
     gather_slab_t *idle = seal_if_idle(g);
     pthread_mutex_unlock(&g->mu);
-    if (idle != NULL)
+    if (idle != NULL && ferry__gather_claim(idle))
         ferry__gather_send(g, idle, false);
     for (uint32_t i = 0; i < n; i++) {
         const gather_item_t *it = &g->scratch[i];

@@ -35,19 +35,28 @@ typedef struct gather_item {
     size_t offset; /* in the slab, on the device (lay_out may move it) */
     void *user;    /* its batch's */
     bool direct;   /* its bytes move between its own pinned memory and the device (pieces) */
+    /* ITEM_*: its writer publishes the record here, on a line it has just written itself, or
+     * the sealer claims it first (ferry__gather_claim); 0 again once the slab is free. */
+    _Atomic uint32_t ready;
     uintptr_t reg_in, reg_out; /* direct: the registrations holding in and out (add_piece) */
 } gather_item_t;
 
+#define ITEM_WRITING   0u
+#define ITEM_PUBLISHED 1u
+#define ITEM_CLAIMED   2u
+
 /* A slab's reservation word: the bytes used (from its start: the table's room, then the items),
- * its items, the submitters still writing theirs, and whether it is sealed. A submit reserves
- * its place with one compare-exchange, and the one that drops the writers of a sealed slab to 0
- * (or seals one with none) sends it: the open slab's fast path takes no lock. */
-#define W_USED_MASK  ((UINT64_C(1) << 40) - 1)
-#define W_ITEM       (UINT64_C(1) << 40)
-#define W_ITEMS(w)   ((uint32_t)(((w) >> 40) & 0xfffu))
-#define W_WRITER     (UINT64_C(1) << 52)
-#define W_WRITERS(w) ((unsigned)(((w) >> 52) & 0x7ffu))
-#define W_SEALED     (UINT64_C(1) << 63)
+ * its items, and whether it is sealed. A submit reserves its place with one compare-exchange:
+ * the open slab's fast path takes no lock. Who sends a sealed slab is not counted here (each
+ * submitter would write this line twice, and 8 of them queued on it): each item's record says
+ * whether it is written (gather_item_t's ready), and the slab's left counts the writers its
+ * sealer found still writing. Bits 52-62 are unused. */
+#define W_USED_MASK ((UINT64_C(1) << 40) - 1)
+#define W_ITEM      (UINT64_C(1) << 40)
+#define W_ITEMS(w)  ((uint32_t)(((w) >> 40) & 0xfffu))
+#define W_SEALED    (UINT64_C(1) << 63)
+/* A sealed slab's left before its sealer has looked at its items: more than it can hold. */
+#define LEFT_BIAS (UINT32_C(1) << 30)
 
 /* An item's place in lay_out's order: its input's address, its index. */
 typedef struct gather_order {
@@ -65,6 +74,10 @@ typedef struct gather_slab {
     size_t used;
     int state; /* enum slab_state, under the gather's lock */
     uint64_t opened_ns, seal_no;
+    /* Sealed: LEFT_BIAS, less the writers the sealer claimed and each of them once done; who
+     * takes it to 0 sends the slab. Not hot: only the sealer and the writers it claimed write it
+     * (a line of its own would need the slabs allocated aligned). */
+    _Atomic uint32_t left;
     struct gather_slab *next;
     struct ferry__gather *g;
     ferry_be_piece_t *pin, *pout; /* with direct items: the pieces each way */
@@ -107,11 +120,13 @@ static inline size_t ferry__gather_round_up(size_t n, size_t a)
 }
 
 /* gather.c's, for gather_life.c: the stage's calls wrapped over a slab's items; seal @s (under
- * the lock: true when the caller sends it); send sealed @s into the pipeline (@wait: it may
- * block for room); the flusher thread's body. */
+ * the lock); claim sealed @s's items, by the thread that sealed it, once it has let go of the
+ * lock (true when it sends @s); send sealed @s into the pipeline (@wait: it may block for
+ * room); the flusher thread's body. */
 int ferry__gather_stage_gpu(const ferry_kernel_args_t *a, void *stream, void *user);
 int ferry__gather_stage_cpu(const ferry_kernel_args_t *a, void *user);
-bool ferry__gather_seal(ferry__gather_t *g, gather_slab_t *s);
+void ferry__gather_seal(ferry__gather_t *g, gather_slab_t *s);
+bool ferry__gather_claim(gather_slab_t *s);
 int ferry__gather_send(ferry__gather_t *g, gather_slab_t *s, bool wait);
 void *ferry__gather_flusher_main(void *arg);
 

@@ -1,6 +1,7 @@
 /* A gather's life (gather.h): its configuration checked, its slabs and flusher made, the open
  * slab sealed on a flush and a close, its counts, and its memory freed. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "pipeline/gather_internal.h"
 
@@ -79,6 +80,7 @@ int ferry__gather_create(ferry_pipeline_t *p, size_t bytes, unsigned flush_us,
             (s->pout = malloc(GATHER_MAX_ITEMS * sizeof(*s->pout))) == NULL ||
             (s->order = malloc(GATHER_MAX_ITEMS * sizeof(*s->order))) == NULL)
             goto fail;
+        memset(s->items, 0, isz); /* each item's ready: 0, being written, until published */
         g->slabs[i].g = g;
     }
     if ((rc = ferry_host_alloc(p->dev, (size_t)g->nslabs * 2 * bytes, (void **)&g->mem)) != 0)
@@ -109,8 +111,9 @@ fail:
     return rc;
 }
 
-/* Seal the open slab (under lock; sets closing first when @closing) and send it when its copies
- * are in. Returns the seal number it waits for. */
+/* Seal the open slab (under lock; sets closing first when @closing) and send it when its items
+ * are all written (ferry__gather_claim; otherwise its last writer does). Returns the seal number
+ * it waits for. */
 static uint64_t seal_open(ferry__gather_t *g, bool closing, bool wait)
 {
     pthread_mutex_lock(&g->mu);
@@ -119,10 +122,11 @@ static uint64_t seal_open(ferry__gather_t *g, bool closing, bool wait)
         pthread_cond_broadcast(&g->free_cv); /* a submitter waiting for room returns */
     }
     gather_slab_t *s = g->open;
-    bool mine = s != NULL && ferry__gather_seal(g, s);
+    if (s != NULL)
+        ferry__gather_seal(g, s);
     uint64_t seals = g->seals;
     pthread_mutex_unlock(&g->mu);
-    if (mine)
+    if (s != NULL && ferry__gather_claim(s))
         ferry__gather_send(g, s, wait);
     return seals;
 }
