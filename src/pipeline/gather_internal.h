@@ -48,7 +48,7 @@ typedef struct gather_item {
 /* A slab's reservation word: the bytes used (from its start: the table's room, then the items),
  * its items, and whether it is sealed. A submit reserves its place with one compare-exchange:
  * the open slab's fast path takes no lock. Who sends a sealed slab is not counted here (each
- * submitter would write this line twice, and 8 of them queued on it): each item's record says
+ * submitter would write this line, the one all of them write, twice): each item's record says
  * whether it is written (gather_item_t's ready), and the slab's left counts the writers its
  * sealer found still writing. Bits 52-62 are unused. */
 #define W_USED_MASK ((UINT64_C(1) << 40) - 1)
