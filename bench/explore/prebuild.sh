@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Build, on this machine (the CUDA toolkit at /usr/local/cuda, no GPU needed), the ferry binaries a
+# short lease runs instead of building there (host-cost.sh and no-regress.sh with
+# PREBUILT=.carry/bin): this tree as .carry/bin/ferry-HEAD and each carried tree .carry/v-NAME.tgz
+# as .carry/bin/ferry-NAME. Release, the CUDA backend (sm_90 code and compute_75 PTX), without
+# MPI (the GPU machine has no Open MPI); the Debian libraries they load are carried in .carry/root.
+set -eu
+cd "$(dirname "$0")/../.."
+export PATH=/usr/local/cuda/bin:$PATH
+mkdir -p .carry/bin
+build() { # build SRC NAME
+  local b=/tmp/ferry-prebuild-$2
+  cmake -S "$1" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_WITH_CUDA=ON \
+    -DFERRY_WITH_MPI=OFF >"$b.log" 2>&1 && cmake --build "$b" --target ferry >>"$b.log" 2>&1 ||
+    { tail -20 "$b.log"; exit 1; }
+  cp "$b/ferry" ".carry/bin/ferry-$2"
+  echo "ferry-$2: $(md5sum <".carry/bin/ferry-$2" | cut -c1-12)"
+}
+build "$PWD" HEAD
+for t in .carry/v-*.tgz; do
+  [ -e "$t" ] || continue
+  v=${t#.carry/v-}; v=${v%.tgz}
+  rm -rf "/tmp/ferry-prebuild-src-$v" && mkdir -p "/tmp/ferry-prebuild-src-$v"
+  tar xzf "$t" -C "/tmp/ferry-prebuild-src-$v"
+  build "/tmp/ferry-prebuild-src-$v" "$v"
+done
+git rev-parse --short HEAD >.carry/commit
