@@ -6,7 +6,8 @@
 # loop and on a schedule; then the PyTorch peer, issue20-peer.sh); then 256 KiB
 # items offered at 90% of the ceiling with their latency bound, and 64 KiB items from 1-16
 # threads (the CPU an item by thread). Archives in $OUT (ot.tgz, peer.tgz, hc.tgz, nr.tgz),
-# threads-N.json; the lines to read on stdout.
+# threads-N.json; the lines to read on stdout. PREBUILT=.carry/bin (bench/explore/prebuild.sh):
+# no build for the host cost and after (the targets still build this tree).
 set -u
 o=$OUT
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
@@ -40,11 +41,13 @@ fi
 hc
 # shellcheck source=bench/explore/carry-env.sh
 . bench/explore/carry-env.sh
-FERRY_GATHER_BYTES=8M timeout 60 build-gpu/ferry bench items --backend cuda --threads 8 \
+f=build-gpu/ferry
+[ -n "${PREBUILT:-}" ] && f=$PREBUILT/ferry-HEAD # host-cost.sh's and no-regress.sh's too
+FERRY_GATHER_BYTES=8M timeout 60 "$f" bench items --backend cuda --threads 8 \
   --item-sizes 256K --rate 90% | tail -4
 # how the submitters' share grows with their number (contention on the open slab, waits)
 for t in 1 2 4 8 16; do
-  FERRY_GATHER_BYTES=8M timeout 60 build-gpu/ferry bench items --backend cuda --threads $t \
+  FERRY_GATHER_BYTES=8M timeout 60 "$f" bench items --backend cuda --threads $t \
     --item-sizes 64K --json >"$o/threads-$t.json" 2>>"$o/threads.err"
   python3 - "$o/threads-$t.json" "$t" <<'PY'
 import json, sys
