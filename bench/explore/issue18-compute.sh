@@ -6,7 +6,8 @@
 # `--devices 0,cpu` (a fresh guard trial each run) and `--devices 0,cpu --perf-model F` (the
 # calibration run before the rounds writes F, the rounds load its verdict), for each of THREADS (the CPU
 # device's threads, default 8). Target: the set >= the GPU alone +
-# 0.9 x the CPU alone. VERIFY (full, the default, or sample: a batch in 16) is ferry run's
+# 0.9 x the CPU alone. FERRY: a ferry binary built elsewhere (bench/explore/prebuild.sh) instead
+# of building this tree; TAG: a field "tag" in each row (which binary). VERIFY (full, the default, or sample: a batch in 16) is ferry run's
 # --verify: full verification of ~50 GB/s takes most of a 16-core host's cores, which the CPU
 # device's threads then compete for. Writes $OUT/runs.jsonl (appends); prints a table last.
 set -u
@@ -16,7 +17,10 @@ rounds=${ROUNDS:-3}
 bytes=${BYTES:-16G}
 cpu_bytes=${CPU_BYTES:-2G}
 verify=${VERIFY:-full}
-[ -x build-gpu/ferry ] && [ "${SKIP_BUILD:-0}" = 1 ] || build_gpu
+f=${FERRY:-build-gpu/ferry}
+if [ -z "${FERRY:-}" ]; then
+  [ -x build-gpu/ferry ] && [ "${SKIP_BUILD:-0}" = 1 ] || build_gpu
+fi
 { lscpu | grep -E "Model name|^CPU\(s\)|Thread"; grep -o -w -m1 "avx512f" /proc/cpuinfo; } >>"$OUT/machine.txt"
 js() { python3 -c "import json,sys; j=json.load(sys.stdin); j.update($1); print(json.dumps(j))"; }
 for r in $(seq 0 "$rounds"); do # round 0: the perf models' calibration runs alone
@@ -33,9 +37,9 @@ for r in $(seq 0 "$rounds"); do # round 0: the perf models' calibration runs alo
         [ "$how" = gpu ] && [ "$t" != "${THREADS%% *}" ] && continue # once a round
         [ "$r" = 0 ] && [ "$how" != setpm ] && continue
         # shellcheck disable=SC2086
-        timeout 120 build-gpu/ferry run --backend cuda --workload fma --intensity "$it" --bytes "$b" \
+        timeout 120 "$f" run --backend cuda --workload fma --intensity "$it" --bytes "$b" \
           $dv --cpu-threads "$t" --verify "$verify" --json 2>>"$OUT/runs.err" |
-          js "{'how':'$how','it':$it,'round':$r,'verify':'$verify','t':$t}" >>"$OUT/runs.jsonl"
+          js "{'how':'$how','it':$it,'round':$r,'verify':'$verify','t':$t,'tag':'${TAG:-}'}" >>"$OUT/runs.jsonl"
       done
     done
   done
@@ -48,12 +52,12 @@ for r in rows:  # the calibration runs: their verdicts, not their rates
         print('calibration, fma %d, %d threads: %.2f GB/s, cpu: %s' % (r['it'], r.get('t', 8), r['gbps_h2d'],
               [d.get('note') or 'kept' for d in r.get('devices', []) if d.get('index') == -1]))
 rows = [r for r in rows if r['round'] > 0]
-for vf, it, t in sorted({(r['verify'], r['it'], r.get('t', 8)) for r in rows}):
+for tag, vf, it, t in sorted({(r.get('tag', ''), r['verify'], r['it'], r.get('t', 8)) for r in rows}):
     med = {}
-    print('--verify %s, fma intensity %d, --cpu-threads %d' % (vf, it, t))
+    print('%s--verify %s, fma intensity %d, --cpu-threads %d' % (tag and tag + ': ', vf, it, t))
     for how in ('gpu', 'cpu', 'set', 'setpm'):
         v = [r for r in rows if r['it'] == it and r['how'] == how and r['verify'] == vf and
-             (how == 'gpu' or r.get('t', 8) == t)]
+             r.get('tag', '') == tag and (how == 'gpu' or r.get('t', 8) == t)]
         if not v:
             continue
         med[how] = st.median(r['gbps_h2d'] for r in v)
