@@ -14,11 +14,20 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
+#include <stdbool.h>
+#include <stdint.h>
 
 #define FMA_VECS 8 /* independent chains: covers the FMA's latency on two ports */
+/* An output of this many bytes or more, apart from its input and aligned to the vector, is
+ * written with non-temporal stores: an ordinary store first reads each line it writes (a third
+ * more of the host's memory traffic, which the DMA of a GPU beside this CPU shares), and a chunk
+ * this large leaves the cache before anyone reads it again. */
+#define FMA_NT_MIN (256u << 10)
 
-__attribute__((target("avx512f"))) static size_t
-fma_avx512(const unsigned char *in, unsigned char *out, size_t n, unsigned intensity, float factor)
+__attribute__((target("avx512f"))) static size_t fma_avx512(const unsigned char *in,
+                                                            unsigned char *out, size_t n,
+                                                            unsigned intensity, float factor,
+                                                            bool nt)
 {
     const size_t step = 16 * FMA_VECS;
     const __m512 f = _mm512_set1_ps(factor), h = _mm512_set1_ps(0.5f);
@@ -30,14 +39,22 @@ fma_avx512(const unsigned char *in, unsigned char *out, size_t n, unsigned inten
         for (unsigned k = 0; k < intensity; k++)
             for (int j = 0; j < FMA_VECS; j++)
                 x[j] = _mm512_fmadd_ps(x[j], f, h);
-        for (int j = 0; j < FMA_VECS; j++)
-            _mm512_storeu_ps(out + 4 * (i + 16 * (size_t)j), x[j]);
+        if (nt)
+            for (int j = 0; j < FMA_VECS; j++)
+                _mm512_stream_ps((float *)(void *)(out + 4 * (i + 16 * (size_t)j)), x[j]);
+        else
+            for (int j = 0; j < FMA_VECS; j++)
+                _mm512_storeu_ps(out + 4 * (i + 16 * (size_t)j), x[j]);
     }
+    if (nt)
+        _mm_sfence(); /* ordered before whatever tells another thread the output is there */
     return i;
 }
 
-__attribute__((target("avx2,fma"))) static size_t
-fma_avx2(const unsigned char *in, unsigned char *out, size_t n, unsigned intensity, float factor)
+__attribute__((target("avx2,fma"))) static size_t fma_avx2(const unsigned char *in,
+                                                           unsigned char *out, size_t n,
+                                                           unsigned intensity, float factor,
+                                                           bool nt)
 {
     const size_t step = 8 * FMA_VECS;
     const __m256 f = _mm256_set1_ps(factor), h = _mm256_set1_ps(0.5f);
@@ -49,9 +66,15 @@ fma_avx2(const unsigned char *in, unsigned char *out, size_t n, unsigned intensi
         for (unsigned k = 0; k < intensity; k++)
             for (int j = 0; j < FMA_VECS; j++)
                 x[j] = _mm256_fmadd_ps(x[j], f, h);
-        for (int j = 0; j < FMA_VECS; j++)
-            _mm256_storeu_ps((float *)(void *)(out + 4 * (i + 8 * (size_t)j)), x[j]);
+        if (nt)
+            for (int j = 0; j < FMA_VECS; j++)
+                _mm256_stream_ps((float *)(void *)(out + 4 * (i + 8 * (size_t)j)), x[j]);
+        else
+            for (int j = 0; j < FMA_VECS; j++)
+                _mm256_storeu_ps((float *)(void *)(out + 4 * (i + 8 * (size_t)j)), x[j]);
     }
+    if (nt)
+        _mm_sfence();
     return i;
 }
 
@@ -79,10 +102,12 @@ size_t ferry__fma_simd_at(int level, const void *in, void *out, size_t n, unsign
      * overlap, which the element-by-element loop handles */
     if (level > isa_level() || (ib != ob && ib < ob + 4 * n && ob < ib + 4 * n))
         return 0;
+    /* in place, each line was read already: an ordinary store costs nothing more */
+    bool nt = ib != ob && n >= FMA_NT_MIN / 4 && (uintptr_t)ob % 64 == 0;
     if (level == 2)
-        return fma_avx512(ib, ob, n, intensity, factor);
+        return fma_avx512(ib, ob, n, intensity, factor, nt);
     if (level == 1)
-        return fma_avx2(ib, ob, n, intensity, factor);
+        return fma_avx2(ib, ob, n, intensity, factor, nt);
     return 0;
 }
 
