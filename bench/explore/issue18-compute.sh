@@ -34,7 +34,7 @@ for r in $(seq 0 "$rounds"); do # round 0: the perf models' calibration runs alo
           set) dv="--devices 0,cpu" ;;
           setpm) dv="--devices 0,cpu --perf-model $OUT/pm-$it-$verify-$t.json" ;;
         esac
-        [ "$how" = gpu ] && [ "$t" != "${THREADS%% *}" ] && continue # once a round
+        [ "$how" = gpu ] && [ "$t" != "$(echo ${THREADS:-8} | cut -d" " -f1)" ] && continue # once a round
         [ "$r" = 0 ] && [ "$how" != setpm ] && continue
         # shellcheck disable=SC2086
         timeout 120 "$f" run --backend cuda --workload fma --intensity "$it" --bytes "$b" \
