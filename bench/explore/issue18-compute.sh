@@ -4,12 +4,13 @@
 # vector FMA loop (src/workloads/fma_simd.c), is a real share. Per round (ROUNDS, default 3),
 # interleaved: `--devices 0` (the GPU alone), `--devices cpu` (the CPU alone, CPU_BYTES),
 # `--devices 0,cpu` (a fresh guard trial each run) and `--devices 0,cpu --perf-model F` (the
-# calibration run before the rounds writes F, the rounds load its verdict), for each of THREADS (the CPU
-# device's threads, default 8). Target: the set >= the GPU alone +
-# 0.9 x the CPU alone. FERRY: a ferry binary built elsewhere (bench/explore/prebuild.sh) instead
-# of building this tree; TAG: a field "tag" in each row (which binary). VERIFY (full, the default, or sample: a batch in 16) is ferry run's
-# --verify: full verification of ~50 GB/s takes most of a 16-core host's cores, which the CPU
-# device's threads then compete for. Writes $OUT/runs.jsonl (appends); prints a table last.
+# calibration run before the rounds writes F, the rounds load its verdict), for each of THREADS
+# (the CPU device's threads, default 8); HOWS picks among gpu, cpu, set and setpm. Target: the
+# set >= the GPU alone + 0.9 x the CPU alone. FERRY: a ferry binary built elsewhere
+# (bench/explore/prebuild.sh) instead of building this tree; TAG: a field "tag" in each row
+# (which binary). VERIFY (full, the default, or sample: a batch in 16) is ferry run's --verify:
+# full verification of ~50 GB/s takes most of a 16-core host's cores, which the CPU device's
+# threads then compete for. Writes $OUT/runs.jsonl (appends); prints a table last.
 set -u
 # shellcheck source=bench/explore/carry-env.sh
 . "$(dirname "$0")/carry-env.sh"
