@@ -2,8 +2,9 @@
 # Issue 20's p99 on a schedule against its bound, by the gather's knobs, in one short device call
 # (run it with OUT set; carry .carry; LIMIT seconds in all, default 150): 256 KiB items offered at
 # 90% of the ceiling (and 64 KiB at 75%) from 8 threads into 8 MiB slabs, .carry/bin/ferry-HEAD,
-# with the defaults (gather_us 100, depth 8), gather_us 50, gather_slabs 6 and depth 4, each in
-# turn, rounds while the time lasts. JSON in $OUT/knobs.tgz; a line per run.
+# with the defaults (gather_us 100, depth 8), gather_us 50, gather_slabs 6 and depth 4 (KNOBS:
+# others, "default" for none), each in turn (SIZES: which), rounds while the time lasts. JSON in
+# $OUT/knobs.tgz; a line per run.
 set -u
 o=$OUT
 limit=${LIMIT:-150}
@@ -12,8 +13,8 @@ limit=${LIMIT:-150}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 mkdir -p "$o/knobs"
 for r in 1 2 3; do
-  for k in default FERRY_GATHER_US=50 FERRY_GATHER_SLABS=6 FERRY_DEPTH=4; do
-    for s in 256K:90% 64K:75%; do
+  for k in ${KNOBS:-default FERRY_GATHER_US=50 FERRY_GATHER_SLABS=6 FERRY_DEPTH=4}; do
+    for s in ${SIZES:-256K:90% 64K:75%}; do
       [ $((limit - SECONDS)) -gt 12 ] || break 3
       f=$o/knobs/${k#FERRY_}-${s%:*}-$r.json
       env ${k/default/FERRY_GATHER_US=100} FERRY_GATHER_BYTES=8M timeout 30 .carry/bin/ferry-HEAD \
