@@ -17,7 +17,7 @@ json_check "items: the CPU by thread sums to the CPU per item" "$TMP/out" \
 json_check "items closed loop: no harness CPU, all of it ferry's" "$TMP/out" \
   "all(r['cpu_us_per_item_harness'] == 0 and r['cpu_us_per_item_ferry'] == r['cpu_us_per_item'] for r in j['results'])"
 json_check "items not gathered: no latency bound" "$TMP/out" \
-  "j['gather_bytes'] == 0 and j['slab_round_trip_us'] is None and j['latency_bound_us'] is None"
+  "j['gather_bytes'] == 0 and j['slab_round_trip_us'] is None and j['slab_round_trip_min_us'] is None and j['slab_round_trip_max_us'] is None and j['latency_bound_us'] is None"
 json_check "items: larger items move more bytes a second" "$TMP/out" \
   "j['results'][1]['gbps_h2d'] > j['results'][0]['gbps_h2d']"
 expect_rc "items, text" 0 "$FERRY" bench items --bytes 1M --item-sizes 64K
@@ -82,13 +82,14 @@ json_check "gathered: pieces and waits" "$TMP/out" \
 # the latency bound a gathered item's p99 is held to: gather_us plus a slab's round trip alone,
 # measured (2 MiB each way, one after the other, take at least half of 4 MiB at the ceiling)
 json_check "gathered: the latency bound" "$TMP/out" \
-  "j['gather_bytes'] == 2097152 and j['gather_us'] == 100 and j['slab_round_trip_us'] >= 0.5 * 4194304 / (j['ceiling_gbps'] * 1e3) and abs(j['latency_bound_us'] - 100 - j['slab_round_trip_us']) < 0.02"
+  "j['gather_bytes'] == 2097152 and j['gather_us'] == 100 and j['slab_round_trip_us'] >= 0.5 * 4194304 / (j['ceiling_gbps'] * 1e3) and abs(j['latency_bound_us'] - 100 - j['slab_round_trip_us']) < 0.02 and 0 < j['slab_round_trip_min_us'] <= j['slab_round_trip_us'] <= j['slab_round_trip_max_us']"
 json_check "gathered: each p99 against the bound" "$TMP/out" \
   "all(r['latency_p99_within_bound'] == (r['latency_p99_us'] <= j['latency_bound_us']) for r in j['results'])"
 # a size over a quarter of the slab goes as batches of its own: no bound is said of it
 expect_rc "items over a quarter slab" 0 env FERRY_GATHER_BYTES=2M "$FERRY" bench items --bytes 2M \
   --item-sizes 64K,1M
 expect_in "text: the bound for the gathered size" "$TMP/out" "64.0 KiB p99 "
+expect_in "text: the round trip's spread" "$TMP/out" "(7 runs: "
 expect_not_in "text: no bound for the size not gathered" "$TMP/out" "1.00 MiB p99 "
 expect_rc "items gathered, text" 0 env FERRY_GATHER_BYTES=2M "$FERRY" bench items --bytes 4M \
   --item-sizes 64K --threads 2

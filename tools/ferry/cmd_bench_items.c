@@ -262,15 +262,18 @@ out:
 
 /* Option gather_bytes' latency bound, the same for every size: 0 slab bytes when not gathering. */
 typedef struct items_bound {
-    size_t slab;       /* gather_bytes */
-    unsigned flush_us; /* gather_us */
-    double rt_us;      /* a slab's round trip alone, measured (0: not measured) */
+    size_t slab;                 /* gather_bytes */
+    unsigned flush_us;           /* gather_us */
+    double rt_us;                /* a slab's round trip alone, measured (0: not measured) */
+    double rt_min_us, rt_max_us; /* the fastest and slowest of those measured */
 } items_bound_t;
 
 /* A gathered item's latency bound (issue 20): the flush bound plus the round trip of one slab.
  * The round trip is measured here, as a slab goes: one batch of @bytes as one chunk (a slab is
  * one chunk), not gathered, alone on an idle pipeline, submit to completion on the device's
- * clock; the median of SLAB_RT_REPS after a warm-up. 0 where it cannot be measured. */
+ * clock; the median of SLAB_RT_REPS after a warm-up into @bd's rt_us, their spread beside it
+ * (on an H100 host the median ranged 368-522 us from run to run). rt_us 0 where it cannot be
+ * measured. */
 #define SLAB_RT_REPS 7
 typedef struct slab_rt {
     uint64_t ns;
@@ -284,8 +287,9 @@ static void on_slab(const ferry_batch_result_t *r, void *arg)
     t->status = r->status;
 }
 
-static double slab_round_trip_us(ferry_device_t *dev, ferry_workload_t *wl, size_t bytes)
+static void slab_round_trip(ferry_device_t *dev, ferry_workload_t *wl, items_bound_t *bd)
 {
+    size_t bytes = bd->slab;
     ferry_pipeline_config_t pc = FERRY_PIPELINE_CONFIG_INIT;
     pc.device = dev;
     pc.stage = ferry_workload_stage(wl);
@@ -322,10 +326,12 @@ static double slab_round_trip_us(ferry_device_t *dev, ferry_workload_t *wl, size
                 "ferry bench: items: a %zu-byte slab's round trip could not be measured "
                 "(%s); no latency bound is given\n",
                 bytes, ferry_last_error());
-        return 0;
+        return;
     }
     qsort(ns, k, sizeof(ns[0]), cmp_u64);
-    return (double)ns[k / 2] / 1e3;
+    bd->rt_us = (double)ns[k / 2] / 1e3;
+    bd->rt_min_us = (double)ns[0] / 1e3;
+    bd->rt_max_us = (double)ns[k - 1] / 1e3;
 }
 
 static void print_json(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opts_t *bo,
@@ -348,12 +354,16 @@ static void print_json(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opt
     /* the bound a gathered item's p99 is held to: gather_us plus a slab's round trip */
     if (bound_us > 0) {
         json_key_double(&j, "slab_round_trip_us", bound->rt_us, 2);
+        json_key_double(&j, "slab_round_trip_min_us", bound->rt_min_us, 2);
+        json_key_double(&j, "slab_round_trip_max_us", bound->rt_max_us, 2);
         json_key_double(&j, "latency_bound_us", bound_us, 2);
     } else {
-        json_key(&j, "slab_round_trip_us");
-        json_null(&j);
-        json_key(&j, "latency_bound_us");
-        json_null(&j);
+        const char *const keys[] = {"slab_round_trip_us", "slab_round_trip_min_us",
+                                    "slab_round_trip_max_us", "latency_bound_us"};
+        for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+            json_key(&j, keys[k]);
+            json_null(&j);
+        }
     }
     json_key(&j, "results");
     json_array_begin(&j);
@@ -463,8 +473,9 @@ static void print_rows(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opt
     if (bound_us > 0 && ngathered > 0) { /* sizes over a quarter slab go as batches of their own */
         char b[32];
         printf("# latency bound of a gathered item: gather_us %u + one %s slab's round trip alone "
-               "%.1f us = %.1f us;",
-               bound->flush_us, cli_bytes(bound->slab, b, sizeof(b)), bound->rt_us, bound_us);
+               "%.1f us (%d runs: %.1f-%.1f) = %.1f us;",
+               bound->flush_us, cli_bytes(bound->slab, b, sizeof(b)), bound->rt_us, SLAB_RT_REPS,
+               bound->rt_min_us, bound->rt_max_us, bound_us);
         for (int i = 0; i < n; i++)
             if (rows[i].slabs > 0)
                 printf(" %s p99 %s", cli_bytes(rows[i].item, b, sizeof(b)),
@@ -545,7 +556,7 @@ int bench_items(ferry_options_t *o, const bench_opts_t *bo)
     bound.slab = (size_t)gb;
     bound.flush_us = (unsigned)gus;
     if (bound.slab > 0)
-        bound.rt_us = slab_round_trip_us(dev, wl, bound.slab);
+        slab_round_trip(dev, wl, &bound);
     for (int i = 0; i < bo->nsizes && rc == CLI_OK; i++, n++) {
         rc = measure_size(dev, wl, bo, (size_t)bo->sizes[i], total, &pacing, &rows[i]);
         rows[i].offered = offered;
