@@ -269,11 +269,11 @@ typedef struct items_bound {
 } items_bound_t;
 
 /* A gathered item's latency bound (issue 20): the flush bound plus the round trip of one slab.
- * The round trip is measured here, as a slab goes: one batch of @bytes as one chunk (a slab is
- * one chunk), not gathered, alone on an idle pipeline, submit to completion on the device's
- * clock; the median of SLAB_RT_REPS after a warm-up into @bd's rt_us, their spread beside it
- * (on an H100 host the median ranged 368-522 us from run to run). rt_us 0 where it cannot be
- * measured. */
+ * The round trip is measured here, as a slab goes: one batch of @bd's slab bytes as one chunk
+ * (a slab is one chunk), not gathered, alone on an idle pipeline, submit to completion on the
+ * device's clock; the median of SLAB_RT_REPS after a warm-up into @bd's rt_us, their spread
+ * beside it (on an H100 host the median ranged 368-522 us from run to run). rt_us stays 0 where
+ * it cannot be measured. */
 #define SLAB_RT_REPS 7
 typedef struct slab_rt {
     uint64_t ns;
