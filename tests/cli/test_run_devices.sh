@@ -99,6 +99,13 @@ expect_in "--devices 0,0: twice" "$TMP/err" "named twice"
 expect_rc "--devices 0,cpu" 0 "$FERRY" run --bytes 64M --devices 0,cpu
 expect_in "--devices 0,cpu: the CPU's line" "$TMP/out" "device cpu"
 expect_in "--devices 0,cpu: verified" "$TMP/out" "verify     OK"
+# the CPU alone on a compute-heavy stage: its chunks (4 MiB, aligned, apart from their input) go
+# out through fma's non-temporal stores from the CPU device's threads, and the verifier threads
+# read them; every byte checked (the stores' bytes against the scalar loop: unit.workloads_simd)
+expect_rc "--devices cpu, fma" 0 "$FERRY" run --bytes 32M --devices cpu --workload fma \
+  --intensity 3 --json
+json_check "--devices cpu, fma: verified, all on the CPU" "$TMP/out" \
+  "j['verified'] and j['verified_bytes'] == 33554432 and j['device'].startswith('CPU ')"
 expect_rc "--devices cpu,cpu" 2 "$FERRY" run --bytes 1M --devices cpu,cpu
 expect_rc "--devices 0,," 2 "$FERRY" run --bytes 1M --devices 0,,
 expect_rc "--devices 5" 1 "$FERRY" run --bytes 1M --devices 5
