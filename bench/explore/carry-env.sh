@@ -11,9 +11,14 @@ export cfg
 
 # build_gpu [TARGET...]: the GPU's name and driver into $OUT/machine.txt, then this tree with the
 # CUDA backend into build-gpu (ferry and the TARGETs), its log in $OUT/build.log; on a failure
-# the log's tail, and the script ends.
+# the log's tail, and the script ends. With FERRY set (a binary bench/explore/prebuild.sh made)
+# and no TARGET, that binary is build-gpu/ferry instead: no build on a short lease.
 build_gpu() {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/machine.txt"
+  if [ -n "${FERRY:-}" ] && [ $# -eq 0 ]; then
+    mkdir -p build-gpu && cp "$FERRY" build-gpu/ferry && return
+    echo "FERRY=$FERRY: no such binary"; exit 1
+  fi
   # shellcheck disable=SC2086
   { cmake -S . -B build-gpu $cfg && cmake --build build-gpu -j 14 --target ferry "$@"; } \
     >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }

@@ -74,7 +74,7 @@ int ferry__pipe_launch_group(ferry_pipeline_t *p, slot_t *s, ferry_be_stream_t *
 /* ---- issue ------------------------------------------------------------------------------- */
 
 /* Chunks the ladder lets be in flight now. Under lock. */
-static unsigned inflight_limit(const ferry_pipeline_t *p)
+unsigned ferry__pipe_inflight_limit(const ferry_pipeline_t *p)
 {
     int level = ferry__ladder_level(&p->ladder);
     return level >= 3 ? 1u : level == 2 ? (p->plan.depth < 2 ? p->plan.depth : 2u) : p->plan.depth;
@@ -100,7 +100,7 @@ static slot_t *acquire_slot(ferry_pipeline_t *p)
         ferry__pipe_pass_wait(p);
     }
     /* The ladder may hold fewer chunks in flight than there are slots. */
-    while (p->plan.depth - p->api.nfree_slots >= inflight_limit(p) &&
+    while (p->plan.depth - p->api.nfree_slots >= ferry__pipe_inflight_limit(p) &&
            !atomic_load_explicit(&p->sh.gpu_lost, memory_order_acquire)) {
         p->api.slot_waiting = true;
         set_busy(p, false, true);
@@ -433,7 +433,7 @@ void ferry__pipe_run_queue(ferry_pipeline_t *p, enum issue_role role)
         }
         pthread_mutex_lock(&p->lock);
         if (b->light && p->api.nfree_slots >= b->nslots &&
-            p->plan.depth - p->api.nfree_slots + b->nslots <= inflight_limit(p) &&
+            p->plan.depth - p->api.nfree_slots + b->nslots <= ferry__pipe_inflight_limit(p) &&
             (role == ROLE_ISSUER || budget > 0)) {
             ferry__pipe_take_slots(p, b->nslots, sl);
             p->api.nqueued--;

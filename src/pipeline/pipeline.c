@@ -598,9 +598,13 @@ static int submit(ferry_pipeline_t *p, const ferry_batch_t *caller, ferry_done_f
                                 p->stage_name, p->serial);
     }
     uint64_t nslots = nchunks / p->plan.group + (nchunks % p->plan.group != 0);
-    /* Cheap enough to issue on whichever thread holds the token, without waiting. */
-    bool light = batch->bytes == 0 || (batch->prepare == NULL && batch->bytes <= LIGHT_MAX_BYTES &&
-                                       nslots <= p->plan.depth);
+    /* Cheap enough to issue on whichever thread holds the token, without waiting. A gathered
+     * slab (@wait >= 0) is, whatever its size: its bytes are in pinned memory (the slab's own,
+     * or its items' pieces), so issuing it is its calls alone, and on the thread that sealed it
+     * no issuer thread is woken a slab. */
+    bool light = batch->bytes == 0 ||
+                 (batch->prepare == NULL && (batch->bytes <= LIGHT_MAX_BYTES || wait >= 0) &&
+                  nslots <= p->plan.depth);
     uint64_t now = submit_stamp(p);
     slot_t *sl[64];
     pthread_mutex_lock(&p->lock);
@@ -624,7 +628,8 @@ static int submit(ferry_pipeline_t *p, const ferry_batch_t *caller, ferry_done_f
     /* Nothing queued ahead of it and nobody issuing: issue it here, skipping the queue and
      * the hand-off to the issuer thread. */
     bool direct = p->plan.caller_issues && light && !p->api.token && p->api.nqueued == 0 &&
-                  p->api.nfree_slots >= nslots;
+                  p->api.nfree_slots >= nslots &&
+                  p->plan.depth - p->api.nfree_slots + nslots <= ferry__pipe_inflight_limit(p);
     if (direct) {
         p->api.token = true;
         atomic_store_explicit(&p->sh.busy, 1, memory_order_seq_cst);

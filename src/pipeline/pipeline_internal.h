@@ -511,6 +511,7 @@ void ferry__pipe_wd_deadline(void *ctx, const ferry__wd_head_t *h, uint64_t now,
 int ferry__pipe_aborted(ferry_pipeline_t *p, slot_t *s);
 void ferry__pipe_run_queue(ferry_pipeline_t *p, enum issue_role role);
 void ferry__pipe_take_slots(ferry_pipeline_t *p, uint32_t n, slot_t **sl);
+unsigned ferry__pipe_inflight_limit(const ferry_pipeline_t *p); /* under lock */
 void *ferry__pipe_issuer_main(void *arg);
 int ferry__pipe_launch_group(ferry_pipeline_t *p, slot_t *s, ferry_be_stream_t *st);
 void *ferry__pipe_completion_main(void *arg);
