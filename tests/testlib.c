@@ -185,6 +185,16 @@ void test_profile_with_devices(char *path, size_t len, int n)
     cJSON_Delete(root);
 }
 
+void test_profile_with_piece_kernel(char *path, size_t len, long long bytes)
+{
+    cJSON *root = test_profile_json();
+    cJSON *copy = cJSON_GetObjectItemCaseSensitive(root, "copy");
+    assert_non_null(copy);
+    cJSON_AddNumberToObject(copy, "piece_kernel_max", (double)bytes);
+    test_write_json(root, "/tmp/ferry-kernel-profile-XXXXXX", path, len);
+    cJSON_Delete(root);
+}
+
 uint64_t test_now_ns(void)
 {
     struct timespec ts;

@@ -55,6 +55,9 @@ void test_profile_with_pin_limit(char *path, size_t len, long long limit);
 /* The in-tree profile with "devices": @n (a machine of @n H200s), in a temporary file at @path
  * (the caller unlinks it). */
 void test_profile_with_devices(char *path, size_t len, int n);
+/* The in-tree profile with copy.piece_kernel_max @bytes (small pieces by a copy kernel), in a
+ * temporary file at @path (the caller unlinks it). */
+void test_profile_with_piece_kernel(char *path, size_t len, long long bytes);
 /* Fixtures that fail the test when the library refuses: device 0 of @rt, a pipeline made
  * from @cfg (closed by the caller), a workload by name with its default parameters (destroyed by
  * the caller). */

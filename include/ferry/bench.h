@@ -43,6 +43,7 @@ FERRY_EXTERN int ferry_bench_copy(ferry_device_t *dev, const ferry_copy_bench_co
                                   ferry_copy_bench_result_t *out);
 
 #define FERRY_CALIBRATION_POINTS 6
+#define FERRY_CALIBRATION_PIECES 3
 
 typedef struct ferry_calibration {
     size_t size;                               /* sizeof(ferry_calibration_t), set by the caller */
@@ -56,6 +57,15 @@ typedef struct ferry_calibration {
     double event_record_ns;                      /* host time of one event record */
     double stream_wait_ns;                       /* host time of one stream wait on an event */
     double d2d_gbps; /* the scale workload over 256 MiB: bytes / kernel time */
+    /* Appended: small pieces (4, 16 and 64 KiB, 8 MiB of them apart in pinned memory, one call
+     * in and one out): GB/s each way on the device clock moved by the copy engines (one
+     * cudaMemcpyBatchAsync) and by the copy kernel over the host memory; piece_kernel_max, the
+     * largest of the sizes up to which the kernel was the faster at each (0: at none). All 0
+     * where the backend moves no pieces. */
+    uint64_t piece_bytes[FERRY_CALIBRATION_PIECES];
+    double piece_engine_gbps[FERRY_CALIBRATION_PIECES];
+    double piece_kernel_gbps[FERRY_CALIBRATION_PIECES];
+    uint64_t piece_kernel_max;
 } ferry_calibration_t;
 #define FERRY_CALIBRATION_INIT FERRY_SIZED_INIT(ferry_calibration_t)
 

@@ -172,9 +172,9 @@ int ferry__be_memcpy_d2h(ferry_device_t *d, ferry_be_stream_t *s, void *dst, con
 }
 
 int ferry__be_copy_pieces(ferry_device_t *d, ferry_be_stream_t *s, bool to_dev, void *dev,
-                          const ferry_be_piece_t *pieces, size_t n)
+                          const ferry_be_piece_t *pieces, size_t n, size_t kernel_max)
 {
-    return BE_CALL(d, copy_pieces, s, to_dev, dev, pieces, n);
+    return BE_CALL(d, copy_pieces, s, to_dev, dev, pieces, n, kernel_max);
 }
 
 bool ferry__be_has_copy_pieces(const ferry_device_t *d)

@@ -12,7 +12,7 @@
 
 #include "ferry.h"
 
-#define FERRY_BACKEND_ABI 10
+#define FERRY_BACKEND_ABI 11
 
 /* event_create flags. */
 #define FERRY_BE_EVENT_TIMING 1u
@@ -185,9 +185,13 @@ typedef struct ferry_backend_ops {
     /* Optional (ABI 10): @n pieces between pinned host memory and the device buffer @dev in
      * one call on @s (cuda: cudaMemcpyBatchAsync): @to_dev, piece i from its host address to
      * dev + off; else from dev + off to its host address. The call is in stream order as a
-     * whole; its pieces may move in any order among themselves (none may overlap). */
+     * whole; its pieces may move in any order among themselves (none may overlap). ABI 11:
+     * pieces of @kernel_max bytes or fewer move by a copy kernel that reads (or writes) the
+     * host memory over the link instead of by the copy engines (0: none; the device's
+     * piece_kernel_max, ferry_device_props_t, says where that pays; a backend without such a
+     * kernel moves them as the others). */
     int (*copy_pieces)(ferry_be_stream_t *s, bool to_dev, void *dev, const ferry_be_piece_t *pieces,
-                       size_t n);
+                       size_t n, size_t kernel_max);
 } ferry_backend_ops_t;
 
 /* For a backend's event_wait_any: checks @evs (@n of them, none NULL, all of one device, as
@@ -271,7 +275,7 @@ int ferry__be_memcpy_d2h(ferry_device_t *d, ferry_be_stream_t *s, void *dst, con
 int ferry__be_launch(ferry_device_t *d, ferry_be_stream_t *s, const ferry_be_launch_t *l);
 /* copy_pieces above; FERRY_ENOTSUP when the backend has none (ferry__be_has_copy_pieces). */
 int ferry__be_copy_pieces(ferry_device_t *d, ferry_be_stream_t *s, bool to_dev, void *dev,
-                          const ferry_be_piece_t *pieces, size_t n);
+                          const ferry_be_piece_t *pieces, size_t n, size_t kernel_max);
 bool ferry__be_has_copy_pieces(const ferry_device_t *d);
 /* @ops's GPU launcher called @name (gpu_launcher above); NULL when @ops has none (a NULL
  * operation, as on the simulator), which is no error: the stage keeps its CPU function. */

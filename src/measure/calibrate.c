@@ -1,6 +1,7 @@
 /* ferry_calibrate: measure what the simulator's profile holds (copy curves, the shared link,
  * pageable rates, host call costs, the device-to-device rate) on a device, through the same
  * backend path ferry streams with. `ferry probe --calibrate` turns the result into a profile. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -59,6 +60,84 @@ static int host_cost(ferry_device_t *dev, int what, ferry_be_stream_t *s, ferry_
         qsort(per, ROUNDS, sizeof(double), cmp_double);
         *out = per[ROUNDS / 2];
     }
+    return rc;
+}
+
+/* One copy_pieces call of @pc (@n pieces) each way on @s, timed by events, the median of 5 after
+ * a warm-up: *@gbps is the bytes of a call over the mean of the two directions' times. */
+static int pieces_rate(ferry_device_t *dev, ferry_be_stream_t *s, ferry_be_event_t *e0,
+                       ferry_be_event_t *e1, void *dbuf, const ferry_be_piece_t *pc, size_t n,
+                       size_t kernel_max, double *gbps)
+{
+    enum { REPS = 5 };
+    double t[2][REPS];
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += pc[i].bytes;
+    int rc = 0;
+    for (int r = 0; r < REPS + 1 && rc == 0; r++) {
+        for (int d = 0; d < 2 && rc == 0; d++) {
+            uint64_t a = 0, b = 0;
+            if ((rc = ferry__be_event_record(dev, e0, s)) != 0 ||
+                (rc = ferry__be_copy_pieces(dev, s, d == 0, dbuf, pc, n, kernel_max)) != 0 ||
+                (rc = ferry__be_event_record(dev, e1, s)) != 0 ||
+                (rc = ferry__be_stream_sync(dev, s)) != 0 ||
+                (rc = ferry__be_event_time_ns(dev, e0, &a)) != 0 ||
+                (rc = ferry__be_event_time_ns(dev, e1, &b)) != 0)
+                break;
+            if (r > 0)
+                t[d][r - 1] = b > a ? (double)(b - a) : 0;
+        }
+    }
+    if (rc != 0)
+        return rc;
+    qsort(t[0], REPS, sizeof(double), cmp_double);
+    qsort(t[1], REPS, sizeof(double), cmp_double);
+    double mid = (t[0][REPS / 2] + t[1][REPS / 2]) / 2;
+    *gbps = mid > 0 ? (double)total / mid : 0;
+    return 0;
+}
+
+/* Small pieces by the copy engines and by the copy kernel (backend copy_pieces, kernel_max 0
+ * and unbounded): 8 MiB of pieces a call, each at twice its size from the last in pinned
+ * memory (none merged), into @dbuf. Sets c's piece fields. */
+static int piece_crossover(ferry_device_t *dev, ferry_be_stream_t *s, ferry_be_event_t *e0,
+                           ferry_be_event_t *e1, void *dbuf, ferry_calibration_t *c)
+{
+    static const uint64_t sizes[FERRY_CALIBRATION_PIECES] = {4096, 16384, 65536};
+    const size_t span = 8u << 20;
+    if (!ferry__be_has_copy_pieces(dev))
+        return 0;
+    unsigned char *h =
+        mmap(NULL, 2 * span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ferry_be_piece_t *pc = malloc(span / sizes[0] * sizeof(*pc));
+    int rc = 0;
+    if (h == MAP_FAILED || pc == NULL) {
+        rc = ferry__error(FERRY_ENOMEM, "ferry_calibrate: out of memory");
+        goto out;
+    }
+    memset(h, 0x5a, 2 * span);
+    if ((rc = ferry__be_host_register(dev, h, 2 * span)) != 0)
+        goto out;
+    bool won = true;
+    for (int k = 0; rc == 0 && k < FERRY_CALIBRATION_PIECES; k++) {
+        size_t n = span / sizes[k];
+        for (size_t i = 0; i < n; i++)
+            pc[i] = (ferry_be_piece_t){h + 2 * i * sizes[k], i * sizes[k], sizes[k]};
+        c->piece_bytes[k] = sizes[k];
+        if ((rc = pieces_rate(dev, s, e0, e1, dbuf, pc, n, 0, &c->piece_engine_gbps[k])) != 0 ||
+            (rc = pieces_rate(dev, s, e0, e1, dbuf, pc, n, SIZE_MAX, &c->piece_kernel_gbps[k])) !=
+                0)
+            break;
+        won = won && c->piece_kernel_gbps[k] > c->piece_engine_gbps[k];
+        if (won)
+            c->piece_kernel_max = sizes[k];
+    }
+    ferry__be_host_unregister(dev, h);
+out:
+    if (h != MAP_FAILED)
+        munmap(h, 2 * span);
+    free(pc);
     return rc;
 }
 
@@ -128,6 +207,8 @@ int ferry_calibrate(ferry_device_t *dev, ferry_calibration_t *out)
         (rc = host_cost(dev, CAL_LAUNCH, s, ev, din, h, &l, &c.launch_ns)) != 0 ||
         (rc = host_cost(dev, CAL_RECORD, s, ev, din, h, &l, &c.event_record_ns)) != 0 ||
         (rc = host_cost(dev, CAL_WAIT, s, ev, din, h, &l, &c.stream_wait_ns)) != 0)
+        goto out;
+    if ((rc = piece_crossover(dev, s, e0, e1, din, &c)) != 0)
         goto out;
     /* The kernel over 256 MiB, best of 5, timed with events. */
     l.args.bytes = big;

@@ -133,6 +133,8 @@ int ferry_calibration_write_profile(ferry_device_t *dev, const ferry_calibration
         set_num(copy, "pageable_h2d_gbps", (double)(long long)(cal->pageable_h2d_gbps * 100) / 100);
     if (cal->pageable_d2h_gbps > 0)
         set_num(copy, "pageable_d2h_gbps", (double)(long long)(cal->pageable_d2h_gbps * 100) / 100);
+    if (cal->piece_bytes[0] > 0) /* measured: the backend moves pieces */
+        set_num(copy, "piece_kernel_max", (double)cal->piece_kernel_max);
     set_num(host, "copy_submit_ns", (double)(long long)(cal->copy_submit_ns + 0.5));
     set_num(host, "launch_ns", (double)(long long)(cal->launch_ns + 0.5));
     set_num(host, "event_record_ns", (double)(long long)(cal->event_record_ns + 0.5));

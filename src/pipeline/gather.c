@@ -2,8 +2,9 @@
  * gather_bytes each: its table of items first (ferry_item_t, GATHER_MAX_ITEMS at most), then
  * each item's bytes at a GATHER_ALIGN boundary. A submitter reserves its item's place with one
  * compare-exchange on the slab's word (the lock only opens, seals and waits), then copies its
- * bytes in, or, for a pinned batch of GATHER_DIRECT_MIN or more, leaves them where they are to
- * move as a piece of the slab's copies (backend copy_pieces). The slab goes into the pipeline, as
+ * bytes in, or, for a pinned batch of GATHER_DIRECT_MIN or more (from GATHER_KERNEL_MIN up to the
+ * device's piece_kernel_max too), leaves them where they are to move as a piece of the slab's
+ * copies (backend copy_pieces: small pieces by a copy kernel). The slab goes into the pipeline, as
  * a batch whose user pointer is the slab, once sealed (full; the device about to idle; its
  * first item waited gather_us: the flusher thread; drain, close) and its items all written. Its
  * callback, on the completion thread, copies each copied item's output back to its batch, frees
@@ -447,8 +448,10 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
     uint32_t i = 0;
     size_t off = 0;
     uintptr_t reg_in = 0, reg_out = 0;
-    bool direct = g->direct && b->bytes >= GATHER_DIRECT_MIN && b->out != NULL &&
-                  (reg_in = pinned_in(p, b->in, b->bytes)) != 0 &&
+    bool direct = g->direct &&
+                  (b->bytes >= GATHER_DIRECT_MIN ||
+                   (b->bytes >= GATHER_KERNEL_MIN && b->bytes <= g->kernel_max)) &&
+                  b->out != NULL && (reg_in = pinned_in(p, b->in, b->bytes)) != 0 &&
                   (reg_out = pinned_in(p, b->out, b->bytes)) != 0;
     /* The fast path: the open slab, with room. A stale pointer is harmless: a slab that was
      * sealed refuses (its word says so) until it is opened again, and then it is the open one. */

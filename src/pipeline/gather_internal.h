@@ -14,6 +14,11 @@
  * host 64 KiB pieces in one cudaMemcpyBatchAsync ran at 97.7% of one copy each way, 16 KiB ones
  * at 42-69%, 4 KiB at 9% (bench/explore/small_copies.cu, 2026-12-06). */
 #define GATHER_DIRECT_MIN (64u << 10)
+/* Smaller pinned batches are direct too where the device moves small pieces by a copy kernel
+ * (piece_kernel_max): from this size up to that one. The kernel moved 4 KiB pieces at 88-98%
+ * of one copy's rate (the same measurement); smaller ones cost their submitter less to copy in
+ * than the rest of the slab's bytes cost it (none of its own). */
+#define GATHER_KERNEL_MIN (4u << 10)
 /* A slab's output is copied back to its batches by the host workers too, in parts of at least
  * this many bytes (whole items). */
 #define GATHER_SCATTER_PIECE (128u << 10)
@@ -93,6 +98,7 @@ struct ferry__gather {
     uint64_t flush_ns;
     unsigned nslabs;
     bool direct; /* the backend moves pieces (copy_pieces): pinned batches skip the host copy */
+    uint64_t kernel_max; /* pieces this size or smaller move by a copy kernel (0: none) */
     gather_slab_t *slabs;
     unsigned char *mem;
     pthread_mutex_t mu;

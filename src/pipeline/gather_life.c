@@ -60,6 +60,7 @@ int ferry__gather_create(ferry_pipeline_t *p, size_t bytes, unsigned flush_us,
     if (g->eager > g->nslabs - 2) /* one slab at least fills while the others are busy */
         g->eager = g->nslabs - 2;
     g->direct = ferry__be_has_copy_pieces(p->dev);
+    g->kernel_max = g->direct ? p->dev->props.piece_kernel_max : 0;
     ferry__mutex_init_adaptive(&g->mu);
     pthread_cond_init(&g->free_cv, NULL);
     /* the flusher waits for a slab's due time on CLOCK_MONOTONIC (mono_ns): on the default

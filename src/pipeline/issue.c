@@ -131,7 +131,8 @@ int ferry__pipe_copy_in(ferry_pipeline_t *p, const slot_t *s, ferry_be_stream_t 
 {
     const ferry__pieces_t *pc = s->batch->pieces;
     if (pc != NULL)
-        return ferry__be_copy_pieces(p->dev, st, true, s->d_in, pc->in, pc->nin);
+        return ferry__be_copy_pieces(p->dev, st, true, s->d_in, pc->in, pc->nin,
+                                     p->dev->props.piece_kernel_max);
     return ferry__be_memcpy_h2d(p->dev, st, s->d_in, src, s->bytes);
 }
 
@@ -139,7 +140,8 @@ int ferry__pipe_copy_out(ferry_pipeline_t *p, const slot_t *s, ferry_be_stream_t
 {
     const ferry__pieces_t *pc = s->batch->pieces;
     if (pc != NULL)
-        return ferry__be_copy_pieces(p->dev, st, false, s->d_out, pc->out, pc->nout);
+        return ferry__be_copy_pieces(p->dev, st, false, s->d_out, pc->out, pc->nout,
+                                     p->dev->props.piece_kernel_max);
     return ferry__be_memcpy_d2h(p->dev, st, dst, s->d_out, s->bytes);
 }
 

@@ -45,6 +45,22 @@ json_check "calibration: 1 MiB H2D near 43.2" "$TMP/out" "abs([c for c in j['cop
 json_check "calibration: host costs of the profile" "$TMP/out" "j['copy_submit_ns'] == 2500 and j['launch_ns'] == 4600 and j['event_record_ns'] == 1500"
 json_check "calibration: shared link" "$TMP/out" "abs(j['bidirectional_factor'] - 0.87) < 0.01"
 json_check "calibrated profile is valid JSON with a name" "$TMP/cal.json" "'calibrated' in j['name'] and j['format'] == 'ferry-profile-1'"
+json_check "calibration: small pieces each way, no copy kernel in the profile" "$TMP/out" \
+  "[p['bytes'] for p in j['pieces']] == [4096, 16384, 65536] and j['piece_kernel_max'] == 0 and all(p['engines_gbps'] == p['kernel_gbps'] > 0 for p in j['pieces'])"
+json_check "calibrated profile: piece_kernel_max 0" "$TMP/cal.json" "j['copy']['piece_kernel_max'] == 0"
+# a profile whose copy kernel beats the engines up to 16 KiB: calibration finds 16 KiB again
+python3 - "${FERRY_PROFILE:-$(dirname "$0")/../../profiles/h200.json}" "$TMP/pk.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j['copy']['piece_kernel_max'] = 16384
+json.dump(j, open(sys.argv[2], 'w'))
+PY
+expect_rc "probe --calibrate, copy kernel to 16 KiB" 0 "$FERRY" probe --calibrate -o "$TMP/cal2.json" --backend sim --profile "$TMP/pk.json" --json
+json_check "calibration: the kernel faster at 4 and 16 KiB, not at 64" "$TMP/out" \
+  "j['piece_kernel_max'] == 16384 and [p['kernel_gbps'] > p['engines_gbps'] for p in j['pieces']] == [True, True, False]"
+json_check "calibrated profile: piece_kernel_max 16384" "$TMP/cal2.json" "j['copy']['piece_kernel_max'] == 16384"
+expect_rc "probe --calibrate, text" 0 "$FERRY" probe --calibrate -o "$TMP/cal3.json" --backend sim --profile "$TMP/pk.json"
+expect_in "text: the copy kernel's reach" "$TMP/out" "copy kernel          pieces up to 16384 bytes"
 expect_rc "run on the calibrated profile" 0 "$FERRY" run --backend sim --profile "$TMP/cal.json" --bytes 64M
 expect_in "calibrated profile in use" "$TMP/out" "calibrated"
 expect_rc "--calibrate without -o" 2 "$FERRY" probe --calibrate

@@ -3,6 +3,8 @@
  * memory, which moves as pieces of its own from 64 KiB) of the scale workload; every batch
  * completes once, on the GPU, bit-identical to the CPU reference, through the stage's gpu_items
  * (one launch per slab) and through the one-item launcher (gpu_items NULL: a launch per item).
+ * Then 4-16 KiB batches carved out of one pinned buffer, apart and at odd addresses: where the
+ * device moves small pieces by a copy kernel (piece_kernel_max) each is a piece of its own.
  * Skips (exit 77) without a GPU. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -132,11 +134,85 @@ static void test_gathered_one_item_launcher(void **state)
     run(false);
 }
 
+/* Small pinned batches, none beside another, at addresses 4-byte aligned or odd by a byte: the
+ * copy kernel's word and byte paths, each way. */
+static void test_small_pinned_pieces(void **state)
+{
+    (void)state;
+    enum { M = 1500 };
+    const size_t stride = 20u << 10;
+    ferry_device_props_t pr = FERRY_DEVICE_PROPS_INIT;
+    assert_int_equal(ferry_device_props(dev, &pr), 0);
+    ferry_workload_t *w = NULL;
+    assert_int_equal(ferry_workload_create("scale", NULL, &w), 0);
+    ferry_stage_t st = *ferry_workload_stage(w);
+    st.gpu_items = NULL; /* a launch per item: batches at any size */
+    ferry_pipeline_config_t cfg = test_pipeline_config(dev, &st, 8u << 20);
+    cfg.gather_bytes = 2u << 20;
+    cfg.gather_us = 200;
+    run_t *rn = calloc(1, sizeof(*rn));
+    assert_non_null(rn);
+    if (ferry_pipeline_create(&cfg, &rn->p) != 0)
+        fail_msg("pipeline_create: %s", ferry_last_error());
+    unsigned char *in = NULL, *out = NULL;
+    assert_int_equal(ferry_host_alloc(dev, M * stride, (void **)&in), 0);
+    assert_int_equal(ferry_host_alloc(dev, M * stride, (void **)&out), 0);
+    uint64_t rs = test_seed(0x5A1);
+    for (unsigned i = 0; i < M; i++) {
+        size_t n = (size_t)test_rand_range(&rs, 4u << 10, 16u << 10) & ~(size_t)3;
+        size_t skew = i % 2 ? 1 : 4 * (i % 4);
+        rn->len[i] = n;
+        rn->in[i] = in + i * stride + skew;
+        rn->out[i] = out + i * stride + (i % 3 ? skew : 3);
+        rn->ref[i] = malloc(n);
+        cudatest_fill_floats(rn->in[i], n, &rs);
+        memset(rn->out[i], 0xA5, n);
+        assert_int_equal(ferry_workload_reference(w, rn->in[i], rn->ref[i], n), 0);
+    }
+    for (unsigned i = 0; i < M; i++) {
+        ferry_batch_t b = FERRY_BATCH_INIT;
+        b.in = rn->in[i];
+        b.out = rn->out[i];
+        b.bytes = rn->len[i];
+        if (ferry_pipeline_submit(rn->p, &b, on_done, rn, NULL) != 0)
+            fail_msg("submit %u: %s", i, ferry_last_error());
+    }
+    assert_int_equal(ferry_pipeline_drain(rn->p), 0);
+    ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
+    assert_int_equal(ferry_pipeline_stats(rn->p, &s), 0);
+    for (unsigned i = 0; i < M; i++) {
+        if (atomic_load(&rn->calls[i]) != 1)
+            fail_msg("batch %u completed %d times", i, atomic_load(&rn->calls[i]));
+        long at = cudatest_first_diff(rn->out[i], rn->ref[i], rn->len[i]);
+        if (at >= 0)
+            fail_msg("small pinned: batch %u (%zu bytes, in +%zu) differs at byte %ld", i,
+                     rn->len[i], (size_t)(rn->in[i] - in) % stride, at);
+    }
+    assert_int_equal(atomic_load(&rn->bad), 0);
+    assert_int_equal(s.batches_gathered, M);
+    if (pr.piece_kernel_max >= (16u << 10)) /* the table in, each batch a piece each way */
+        assert_int_equal(s.gather_pieces, s.slabs + 2 * M);
+    else
+        assert_int_equal(s.gather_pieces, 2 * s.slabs);
+    print_message("%d small pinned batches in %llu slabs, %llu pieces (piece_kernel_max %llu), "
+                  "bit-exact\n",
+                  M, (unsigned long long)s.slabs, (unsigned long long)s.gather_pieces,
+                  (unsigned long long)pr.piece_kernel_max);
+    assert_int_equal(ferry_pipeline_destroy(rn->p), 0);
+    ferry_host_free(dev, in);
+    ferry_host_free(dev, out);
+    for (unsigned i = 0; i < M; i++)
+        free(rn->ref[i]);
+    free(rn);
+    ferry_workload_destroy(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gathered_items_launcher),
         cmocka_unit_test(test_gathered_one_item_launcher),
+        cmocka_unit_test(test_small_pinned_pieces),
     };
     return cmocka_run_group_tests(tests, cudatest_setup, cudatest_teardown);
 }

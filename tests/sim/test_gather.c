@@ -103,7 +103,7 @@ static void *submitter(void *arg)
 /* @n batches of random sizes (a fifth of them over a quarter of the slab: not gathered) from
  * @threads threads into a pipeline gathering in slabs of @slab bytes; checks every output. */
 static void stream(uint64_t seed, unsigned threads, unsigned n, size_t slab, const char *inject,
-                   bool nonblocking, bool resubmit, bool pinned)
+                   bool nonblocking, bool resubmit, bool pinned, bool kernel)
 {
     char sb[32], nb[8];
     snprintf(sb, sizeof(sb), "%zu", slab);
@@ -119,7 +119,10 @@ static void stream(uint64_t seed, unsigned threads, unsigned n, size_t slab, con
                               "gpu_retries",
                               strstr(inject, "p=") ? "1" : "0",
                               NULL};
-    ferry_runtime_t *rt = test_sim_runtime_with(kv);
+    char prof[256] = "";
+    if (kernel) /* pinned batches of 4-16 KiB move by the copy kernel too */
+        test_profile_with_piece_kernel(prof, sizeof(prof), 16 << 10);
+    ferry_runtime_t *rt = kernel ? test_sim_runtime_on(prof, kv) : test_sim_runtime_with(kv);
     ferry_stage_t st = test_cpu_stage("xor", cpu_xor);
     ferry_pipeline_config_t pc = test_pipeline_config(test_device(rt), &st, 1u << 20);
     run_t rn = {.p = test_pipeline(&pc), .n = n, .resubmit = resubmit};
@@ -185,11 +188,12 @@ static void stream(uint64_t seed, unsigned threads, unsigned n, size_t slab, con
     assert_int_equal(s.batches_done_gpu + s.batches_done_cpu, n);
     if (inject[0])
         assert_true(s.chunks_cpu + s.chunks_retried > 0); /* the fault hit, and was handled */
-    print_message("seed %llu threads %u inject '%s'%s%s: %u batches, %llu gathered in %llu slabs, "
-                  "%d on the CPU, %d submitted from callbacks\n",
-                  (unsigned long long)seed, threads, inject, nonblocking ? " nonblocking" : "",
-                  pinned ? " pinned" : "", n, (unsigned long long)s.batches_gathered,
-                  (unsigned long long)s.slabs, atomic_load(&rn.cpu), atomic_load(&rn.resubmits));
+    print_message(
+        "seed %llu threads %u inject '%s'%s%s%s: %u batches, %llu gathered in %llu slabs, "
+        "%d on the CPU, %d submitted from callbacks\n",
+        (unsigned long long)seed, threads, inject, nonblocking ? " nonblocking" : "",
+        pinned ? " pinned" : "", kernel ? " kernel" : "", n, (unsigned long long)s.batches_gathered,
+        (unsigned long long)s.slabs, atomic_load(&rn.cpu), atomic_load(&rn.resubmits));
     assert_int_equal(ferry_pipeline_destroy(rn.p), 0);
     if (pinned) {
         ferry_host_free(dev, rn.in);
@@ -199,6 +203,8 @@ static void stream(uint64_t seed, unsigned threads, unsigned n, size_t slab, con
         free(rn.out);
     }
     ferry_runtime_destroy(rt);
+    if (kernel)
+        unlink(prof);
     free(rn.off);
     free(rn.len);
     free(rn.key);
@@ -220,7 +226,7 @@ static void test_threads_random_sizes(void **state)
     unsigned seeds = scaled(8) ? scaled(8) : 2;
     for (unsigned k = 0; k < seeds; k++)
         stream(seed + k, 1 + (unsigned)(k % 8), scaled(1600), (k % 2 ? 1024u : 64u) << 10, "",
-               k % 3 == 2, k % 4 == 1, k % 2 == 1);
+               k % 3 == 2, k % 4 == 1, k % 2 == 1, k % 4 == 3);
 }
 
 static void test_faults(void **state)
@@ -229,7 +235,8 @@ static void test_faults(void **state)
     const char *const specs[] = {"kernel@n=5,kernel@n=40", "sticky@n=30", "hang@n=20",
                                  "kernel@p=0.05"};
     for (unsigned k = 0; k < 4; k++)
-        stream(test_seed(7) + k, 4, scaled(1200), 1024u << 10, specs[k], false, k % 2 == 1, k != 2);
+        stream(test_seed(7) + k, 4, scaled(1200), 1024u << 10, specs[k], false, k % 2 == 1, k != 2,
+               k % 2 == 1);
 }
 
 enum { PIECES_N = 64, PIECES_CUT = 24, SIDE_MAX = 64 };
@@ -392,6 +399,80 @@ static void test_pieces_in_input_order(void **state)
     ferry_host_free(dev, in);
     ferry_host_free(dev, out);
     ferry_runtime_destroy(rt);
+}
+
+/* Pinned batches of 4-16 KiB, scattered (none beside another): on a device whose small pieces
+ * move by a copy kernel (piece_kernel_max) each moves as a piece of its own, no host copy; on
+ * one without, each is copied into its slab (a slab's bytes one piece each way). Every byte
+ * checked both ways, from 4 threads. */
+static void small_pinned(bool kernel, uint64_t seed)
+{
+    enum { N = 600 };
+    char prof[256] = "";
+    const char *const kv[] = {"gather_bytes", "1M", "gather_us", "300", NULL};
+    if (kernel)
+        test_profile_with_piece_kernel(prof, sizeof(prof), 16 << 10);
+    ferry_runtime_t *rt = kernel ? test_sim_runtime_on(prof, kv) : test_sim_runtime_with(kv);
+    ferry_device_t *dev = test_device(rt);
+    ferry_stage_t st = test_cpu_stage("xor", cpu_xor);
+    ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, 1u << 20);
+    run_t rn = {.p = test_pipeline(&pc), .n = N};
+    rn.off = calloc(N, sizeof(size_t));
+    rn.len = calloc(N, sizeof(size_t));
+    rn.key = calloc(N, 1);
+    rn.id = calloc(N, sizeof(uint64_t));
+    rn.calls = calloc(N, sizeof(atomic_int));
+    rn.refused = calloc(N, sizeof(atomic_int));
+    const size_t stride = 20u << 10, total = N * stride;
+    uint64_t r = seed;
+    for (unsigned i = 0; i < N; i++) {
+        rn.off[i] = i * stride;
+        rn.len[i] = test_rand_range(&r, 4u << 10, 16u << 10);
+        rn.key[i] = (unsigned char)test_rand_range(&r, 1, 255);
+    }
+    assert_int_equal(ferry_host_alloc(dev, total, (void **)&rn.in), 0);
+    assert_int_equal(ferry_host_alloc(dev, total, (void **)&rn.out), 0);
+    test_fill_random(rn.in, total, &r);
+    pthread_t th[4];
+    for (unsigned t = 0; t < 4; t++)
+        assert_int_equal(pthread_create(&th[t], NULL, submitter, &rn), 0);
+    for (unsigned t = 0; t < 4; t++)
+        pthread_join(th[t], NULL);
+    assert_int_equal(ferry_pipeline_drain(rn.p), 0);
+    for (unsigned i = 0; i < N; i++) {
+        assert_int_equal(atomic_load(&rn.calls[i]), 1);
+        for (size_t k = 0; k < rn.len[i]; k++)
+            if (rn.out[rn.off[i] + k] != (rn.in[rn.off[i] + k] ^ rn.key[i]))
+                fail_msg("kernel %d: batch %u byte %zu of %zu wrong", kernel, i, k, rn.len[i]);
+    }
+    ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
+    assert_int_equal(ferry_pipeline_stats(rn.p, &s), 0);
+    assert_int_equal(s.batches_gathered, N);
+    assert_int_equal(atomic_load(&rn.failed), 0);
+    assert_int_equal(s.batches_done_gpu, N);
+    if (kernel) /* the table in, and each batch a piece each way */
+        assert_int_equal(s.gather_pieces, s.slabs + 2 * N);
+    else
+        assert_int_equal(s.gather_pieces, 2 * s.slabs);
+    assert_int_equal(ferry_pipeline_destroy(rn.p), 0);
+    ferry_host_free(dev, rn.in);
+    ferry_host_free(dev, rn.out);
+    ferry_runtime_destroy(rt);
+    if (kernel)
+        unlink(prof);
+    free(rn.off);
+    free(rn.len);
+    free(rn.key);
+    free(rn.id);
+    free(rn.calls);
+    free(rn.refused);
+}
+
+static void test_small_pinned_pieces(void **state)
+{
+    (void)state;
+    small_pinned(true, test_seed(11));
+    small_pinned(false, test_seed(11));
 }
 
 /* One batch, no drain: the flusher sends its slab after gather_us. */
@@ -684,6 +765,7 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_pieces_of_two_registrations),
         cmocka_unit_test(test_pieces_in_input_order),
+        cmocka_unit_test(test_small_pinned_pieces),
         cmocka_unit_test(test_close_with_waiting_submitters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

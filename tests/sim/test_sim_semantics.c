@@ -383,6 +383,81 @@ static void test_host_costs(void **state)
     free(h);
 }
 
+/* copy_pieces with kernel_max: the pieces of that size or smaller (and of the profile's
+ * piece_kernel_max) cost one launch a 240 of them on the host and FERRY_SIM_PIECE_KERNEL_DEV_NS
+ * once on the device, the others the copy engines' call and FERRY_SIM_PIECE_DEV_NS each; every
+ * byte lands either way, both directions, pieces scattered and of odd sizes. A profile without
+ * piece_kernel_max moves them all by the engines whatever the caller asks. */
+static void test_copy_pieces_kernel(void **state)
+{
+    (void)state;
+    seed_rng(20261207);
+    enum { N = 340 };
+    size_t n = (size_t)8 << 20;
+    unsigned char *h = malloc(n), *back = calloc(1, n);
+    assert_non_null(h);
+    assert_non_null(back);
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t r = rng();
+        memcpy(h + i, &r, 8);
+    }
+    static ferry_be_piece_t pin[N], pout[N];
+    size_t off = 0;
+    for (unsigned i = 0; i < N; i++) { /* one a 24 KiB of h, 1-20 KiB long */
+        size_t bytes = 1 + (size_t)(rng() % (20u << 10));
+        pin[i] = (ferry_be_piece_t){h + (size_t)i * (24u << 10), off, bytes};
+        pout[i] = (ferry_be_piece_t){back + (size_t)i * (24u << 10), off, bytes};
+        off += bytes;
+    }
+    uint64_t dev_ns[3], host_ns[3];
+    for (int k = 0; k < 3; k++) { /* engines; the kernel up to 16 KiB; asked, on a plain profile */
+        size_t kmax = k ? 16u << 10 : 0, small = 0;
+        for (unsigned i = 0; k < 2 && i < N; i++)
+            small += pin[i].bytes <= kmax;
+        ferry_be_device_t *dev = k < 2 ? open_variant("copy", "piece_kernel_max", "16384")
+                                       : open_dev(FERRY_TEST_PROFILE);
+        const struct ferry_sim_profile *pf = ferry__sim_device_profile(dev);
+        ferry_be_stream_t *s;
+        ferry_be_event_t *e;
+        void *d;
+        assert_int_equal(be->stream_create(dev, 0, &s), 0);
+        assert_int_equal(be->event_create(dev, FERRY_BE_EVENT_TIMING, &e), 0);
+        assert_int_equal(be->mem_alloc(dev, off, &d), 0);
+        assert_int_equal(be->host_register(dev, h, n), 0);
+        assert_int_equal(be->host_register(dev, back, n), 0);
+        memset(back, 0, n);
+        uint64_t t = be->now_ns(dev);
+        assert_int_equal(be->copy_pieces(s, true, d, pin, N, kmax), 0);
+        host_ns[k] = be->now_ns(dev) - t;
+        uint64_t want = (small + 239) / 240 * pf->launch_ns;
+        if (small < N)
+            want += pf->copy_submit_ns + (N - small) * FERRY_SIM_PIECE_HOST_NS;
+        assert_int_equal(host_ns[k], want);
+        assert_int_equal(be->event_record(e, s), 0);
+        t = be->now_ns(dev);
+        assert_int_equal(be->stream_sync(s), 0);
+        dev_ns[k] = ev_time(e) - t;
+        assert_int_equal(be->copy_pieces(s, false, d, pout, N, kmax), 0);
+        assert_int_equal(be->stream_sync(s), 0);
+        for (unsigned i = 0; i < N; i++)
+            if (memcmp(pout[i].host, pin[i].host, pin[i].bytes) != 0)
+                fail_msg("kernel_max %zu: piece %u (%zu bytes) differs", kmax, i, pin[i].bytes);
+        be->event_destroy(e);
+        be->stream_destroy(s);
+        be->mem_free(dev, d);
+        assert_int_equal(be->host_unregister(dev, h), 0);
+        assert_int_equal(be->host_unregister(dev, back), 0);
+        be->device_close(dev);
+    }
+    /* the kernel's pieces: one fixed cost instead of one a piece, on both clocks */
+    assert_true(host_ns[1] < host_ns[0]);
+    assert_true(dev_ns[1] < dev_ns[0]);
+    assert_int_equal(host_ns[2], host_ns[0]);
+    assert_int_equal(dev_ns[2], dev_ns[0]);
+    free(h);
+    free(back);
+}
+
 /* ---- pageable memory ---------------------------------------------------------------------- */
 
 static void test_pageable_is_slower_and_synchronous(void **state)
@@ -975,4 +1050,4 @@ TEST_MAIN(NULL, NULL, cmocka_unit_test(test_round_trip_bit_exact),
           cmocka_unit_test(test_device_memory_exhaustion),
           cmocka_unit_test(test_bad_profiles_rejected), cmocka_unit_test(test_profile_text_errors),
           cmocka_unit_test(test_profile_and_props), cmocka_unit_test(test_deterministic),
-          cmocka_unit_test(test_threads))
+          cmocka_unit_test(test_copy_pieces_kernel), cmocka_unit_test(test_threads))

@@ -190,6 +190,17 @@ static int calibrate(ferry_options_t *opts, const char *backend, const char *pat
         json_key_double(&j, "event_record_ns", cal.event_record_ns, 0);
         json_key_double(&j, "stream_wait_ns", cal.stream_wait_ns, 0);
         json_key_double(&j, "d2d_gbps", cal.d2d_gbps, 1);
+        json_key(&j, "pieces");
+        json_array_begin(&j);
+        for (int i = 0; i < FERRY_CALIBRATION_PIECES && cal.piece_bytes[i] > 0; i++) {
+            json_object_begin(&j);
+            json_key_uint(&j, "bytes", cal.piece_bytes[i]);
+            json_key_double(&j, "engines_gbps", cal.piece_engine_gbps[i], 3);
+            json_key_double(&j, "kernel_gbps", cal.piece_kernel_gbps[i], 3);
+            json_object_end(&j);
+        }
+        json_array_end(&j);
+        json_key_uint(&j, "piece_kernel_max", cal.piece_kernel_max);
         json_end(&j);
     } else {
         printf("calibrated %s (%s backend)\n", p.name, ferry_runtime_backend(rt));
@@ -207,6 +218,17 @@ static int calibrate(ferry_options_t *opts, const char *backend, const char *pat
                "stream wait %.0f ns\n",
                cal.copy_submit_ns, cal.launch_ns, cal.event_record_ns, cal.stream_wait_ns);
         printf("  kernel (scale)       %.0f GB/s over 256 MiB\n", cal.d2d_gbps);
+        if (cal.piece_bytes[0] > 0) {
+            printf("  small pieces         ");
+            for (int i = 0; i < FERRY_CALIBRATION_PIECES; i++) {
+                char b[32];
+                printf("%s %.1f/%.1f", cli_bytes(cal.piece_bytes[i], b, sizeof(b)),
+                       cal.piece_engine_gbps[i], cal.piece_kernel_gbps[i]);
+                printf(i + 1 < FERRY_CALIBRATION_PIECES ? ", " : "  (engines/kernel GB/s)\n");
+            }
+            printf("  copy kernel          pieces up to %llu bytes\n",
+                   (unsigned long long)cal.piece_kernel_max);
+        }
         printf("profile written to %s: use it with --backend sim --profile %s\n", path, path);
     }
     rc = CLI_OK;

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/ferry_k_pieces.h"
 #include "backend/cuda/ferry_k_watchdog.h"
 
 #if defined(__has_include)
@@ -584,23 +585,71 @@ static int cuda_memcpy_d2h(ferry_be_stream_t *s, void *dst_host, const void *src
     return cuda_memcpy(s, 1, dst_host, src_dev, bytes);
 }
 
+/* The pieces of @pieces that a copy kernel moves (kernel_max bytes or fewer, their offsets in
+ * 32 bits), FERRY_K_PIECES_MAX a launch; the rest are left in @rest (*@nrest). */
+static int kernel_pieces(ferry_be_stream_t *s, bool to_dev, void *dbuf,
+                         const ferry_be_piece_t *pieces, size_t n, size_t kernel_max,
+                         ferry_be_piece_t *rest, size_t *nrest)
+{
+    ferry_k_piece_t kp[FERRY_K_PIECES_MAX];
+    unsigned nk = 0;
+    *nrest = 0;
+    for (size_t i = 0; i < n; i++) {
+        const ferry_be_piece_t *pc = &pieces[i];
+        if (pc->bytes > kernel_max || pc->off > UINT32_MAX) {
+            rest[(*nrest)++] = *pc;
+            continue;
+        }
+        kp[nk++] = (ferry_k_piece_t){(unsigned long long)(uintptr_t)pc->host, (unsigned)pc->off,
+                                     (unsigned)pc->bytes};
+        if (nk == FERRY_K_PIECES_MAX) {
+            cudaError_t e = (cudaError_t)ferry_k_pieces_launch(kp, nk, dbuf, to_dev, (void *)s->st);
+            if (e != cudaSuccess)
+                return ferry__cuda_fail(e, "copy kernel (%s, %u pieces)", to_dev ? "H2D" : "D2H",
+                                        nk);
+            nk = 0;
+        }
+    }
+    if (nk > 0) {
+        cudaError_t e = (cudaError_t)ferry_k_pieces_launch(kp, nk, dbuf, to_dev, (void *)s->st);
+        if (e != cudaSuccess)
+            return ferry__cuda_fail(e, "copy kernel (%s, %u pieces)", to_dev ? "H2D" : "D2H", nk);
+    }
+    return 0;
+}
+
 /* Pieces in one cudaMemcpyBatchAsync (CUDA 12.8 and later): on an H100 host 128 pieces of
  * 64 KiB moved at 97.7-97.8% of one copy's rate each way, against 32-34% for a cudaMemcpyAsync
- * each (bench/explore/small_copies.cu). A driver that refuses the call gets a copy each. */
+ * each (bench/explore/small_copies.cu). A driver that refuses the call gets a copy each. Pieces
+ * of @kernel_max bytes or fewer go by a copy kernel first (ferry_k_pieces.cu), where the device
+ * can use registered memory at its host address (pinned memory here is registered). */
 static int cuda_copy_pieces(ferry_be_stream_t *s, bool to_dev, void *dbuf,
-                            const ferry_be_piece_t *pieces, size_t n)
+                            const ferry_be_piece_t *pieces, size_t n, size_t kernel_max)
 {
     if (s == NULL || dbuf == NULL || (n > 0 && pieces == NULL))
         return ferry__error(FERRY_EINVAL, "cuda: copy_pieces: NULL stream or pointer");
     int rc = ferry__cuda_use_device(s->dev->index);
     if (rc != 0 || n == 0)
         return rc;
+    if (!s->dev->prop.canUseHostPointerForRegisteredMem)
+        kernel_max = 0;
+    ferry_be_piece_t *rest = NULL;
     void **ptrs = malloc(n * 2 * sizeof(void *));
     size_t *sizes = malloc(n * sizeof(size_t));
-    if (ptrs == NULL || sizes == NULL) {
+    if (kernel_max > 0)
+        rest = malloc(n * sizeof(*rest));
+    if (ptrs == NULL || sizes == NULL || (kernel_max > 0 && rest == NULL)) {
         free(ptrs);
         free(sizes);
+        free(rest);
         return ferry__error(FERRY_ENOMEM, "cuda: copy_pieces: out of memory");
+    }
+    range_push(to_dev ? "ferry H2D pieces" : "ferry D2H pieces");
+    if (kernel_max > 0) {
+        size_t nrest = 0;
+        rc = kernel_pieces(s, to_dev, dbuf, pieces, n, kernel_max, rest, &nrest);
+        pieces = rest;
+        n = nrest;
     }
     void **dsts = ptrs, **srcs = ptrs + n;
     for (size_t i = 0; i < n; i++) {
@@ -609,24 +658,29 @@ static int cuda_copy_pieces(ferry_be_stream_t *s, bool to_dev, void *dbuf,
         srcs[i] = to_dev ? pieces[i].host : d;
         sizes[i] = pieces[i].bytes;
     }
-    range_push(to_dev ? "ferry H2D pieces" : "ferry D2H pieces");
-    cudaError_t e = cudaErrorNotSupported;
+    cudaError_t e = cudaSuccess;
+    if (rc == 0 && n > 0) {
+        e = cudaErrorNotSupported;
 #if CUDART_VERSION >= 12080
-    struct cudaMemcpyAttributes a;
-    memset(&a, 0, sizeof(a));
-    a.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-    size_t idx = 0;
-    e = cudaMemcpyBatchAsync(dsts, (const void *const *)srcs, sizes, n, &a, &idx, 1, s->st);
+        struct cudaMemcpyAttributes a;
+        memset(&a, 0, sizeof(a));
+        a.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+        size_t idx = 0;
+        e = cudaMemcpyBatchAsync(dsts, (const void *const *)srcs, sizes, n, &a, &idx, 1, s->st);
 #endif
-    if (e == cudaErrorNotSupported || e == cudaErrorInvalidValue) {
-        (void)cudaGetLastError();
-        e = cudaSuccess;
-        for (size_t i = 0; i < n && e == cudaSuccess; i++)
-            e = cudaMemcpyAsync(dsts[i], srcs[i], sizes[i], cudaMemcpyDefault, s->st);
+        if (e == cudaErrorNotSupported || e == cudaErrorInvalidValue) {
+            (void)cudaGetLastError();
+            e = cudaSuccess;
+            for (size_t i = 0; i < n && e == cudaSuccess; i++)
+                e = cudaMemcpyAsync(dsts[i], srcs[i], sizes[i], cudaMemcpyDefault, s->st);
+        }
     }
     range_pop();
     free(ptrs);
     free(sizes);
+    free(rest);
+    if (rc != 0)
+        return rc;
     if (e != cudaSuccess)
         return ferry__cuda_fail(e, "cudaMemcpyBatchAsync(%s, %zu pieces)", to_dev ? "H2D" : "D2H",
                                 n);

@@ -27,6 +27,13 @@ enum ferry_sim_dir { FERRY_SIM_H2D = 0, FERRY_SIM_D2H = 1 };
  * kind of host. */
 #define FERRY_SIM_PIECE_DEV_NS  28u
 #define FERRY_SIM_PIECE_HOST_NS 700u
+/* Pieces of piece_kernel_max bytes or fewer move by a copy kernel (a launch a 240 pieces, each
+ * charged launch_ns): on the same host it moved 8 MiB of 4-16 KiB pieces at 88-109% of one
+ * copy's rate H2D and 93-98% D2H, ~5 us a call whatever its pieces. The model moves them as
+ * the copy engines' bytes (the link is what both share) with that fixed cost once a call, not
+ * on the SMs it really runs on. */
+#define FERRY_SIM_PIECE_KERNEL_DEV_NS 5000u
+#define FERRY_SIM_PIECE_KERNEL_MAX    240u
 
 /* A measured copy curve: the elapsed time of one copy of bytes[i] on an idle GPU, as bytes[i] /
  * gbps[i] (GB/s = bytes per ns). Bytes and times strictly increase. */
@@ -61,6 +68,9 @@ struct ferry_sim_profile {
     struct ferry_sim_curve curve[2];
     double bidir_factor;     /* each direction's share of its rate while both transfer */
     double pageable_gbps[2]; /* rate of copies from or to unregistered host memory */
+    /* Optional: pieces of copy_pieces this size or smaller move by a copy kernel over mapped
+     * host memory (0, the default: never; `ferry probe --calibrate` measures it). */
+    uint64_t piece_kernel_max;
     /* host costs, charged to the virtual host clock */
     uint64_t copy_submit_ns;
     uint64_t launch_ns;

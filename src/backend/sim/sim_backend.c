@@ -219,6 +219,7 @@ static int sim_device_props(ferry_be_device_t *dev, ferry_device_props_t *out)
     out->pcie_width = out->pcie_width_max = p->pcie_width;
     out->link_gbps = p->pcie_gbps;
     out->default_chunk_bytes = p->default_chunk_bytes; /* the profile's defaults.chunk_bytes */
+    out->piece_kernel_max = p->piece_kernel_max;
     out->numa_node = -1;
     snprintf(out->driver_version, sizeof(out->driver_version), "simulated");
     snprintf(out->runtime_version, sizeof(out->runtime_version), "simulated");
@@ -537,7 +538,7 @@ static int sim_memcpy_d2h(ferry_be_stream_t *s, void *dst_host, const void *src_
 }
 
 static int sim_copy_pieces(ferry_be_stream_t *s, bool to_dev, void *dbuf,
-                           const ferry_be_piece_t *pieces, size_t n)
+                           const ferry_be_piece_t *pieces, size_t n, size_t kernel_max)
 {
     if (s == NULL || dbuf == NULL || (n > 0 && pieces == NULL))
         return ferry__error(FERRY_EINVAL, "sim: copy_pieces: NULL stream or pointer");
@@ -562,7 +563,18 @@ static int sim_copy_pieces(ferry_be_stream_t *s, bool to_dev, void *dbuf,
         }
         total += pc->bytes;
     }
-    ferry__sim_charge(dev, dev->prof.copy_submit_ns + n * FERRY_SIM_PIECE_HOST_NS);
+    /* The profile says up to where the device's copy kernel beats its engines: beyond it the
+     * model has no figure for the kernel, and moves the pieces as the engines do. */
+    if (kernel_max > dev->prof.piece_kernel_max)
+        kernel_max = (size_t)dev->prof.piece_kernel_max;
+    size_t nkernel = 0;
+    for (size_t i = 0; i < n; i++)
+        nkernel += pieces[i].bytes <= kernel_max;
+    size_t launches = (nkernel + FERRY_SIM_PIECE_KERNEL_MAX - 1) / FERRY_SIM_PIECE_KERNEL_MAX;
+    ferry__sim_charge(
+        dev,
+        launches * dev->prof.launch_ns +
+            (n > nkernel ? dev->prof.copy_submit_ns + (n - nkernel) * FERRY_SIM_PIECE_HOST_NS : 0));
     if (total == 0)
         goto out_unlock;
     struct sim_op *op = op_new(s, SIM_OP_COPY, to_dev ? "memcpy_h2d" : "memcpy_d2h", &rc);
@@ -575,6 +587,8 @@ static int sim_copy_pieces(ferry_be_stream_t *s, bool to_dev, void *dbuf,
     }
     memcpy(op->u.copy.pieces, pieces, n * sizeof(*pieces));
     op->u.copy.npieces = n;
+    op->u.copy.nengine = n - nkernel;
+    op->u.copy.kernel = nkernel > 0;
     op->u.copy.dir = to_dev ? FERRY_SIM_H2D : FERRY_SIM_D2H;
     op->u.copy.pinned = true;
     op->u.copy.dst = to_dev ? dbuf : NULL;

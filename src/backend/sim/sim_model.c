@@ -306,7 +306,8 @@ static void start_copies(struct ferry_be_device *dev, int d)
         e->cap = op->u.copy.pinned ? INFINITY : dev->prof.pageable_gbps[d];
         e->slow = copy_slowdown(dev);
         uint64_t lat = ferry__sim_copy_latency_ns(&dev->prof, d, op->u.copy.bytes) +
-                       op->u.copy.npieces * FERRY_SIM_PIECE_DEV_NS;
+                       op->u.copy.nengine * FERRY_SIM_PIECE_DEV_NS +
+                       (op->u.copy.kernel ? FERRY_SIM_PIECE_KERNEL_DEV_NS : 0);
         if (lat > 0) {
             e->phase = SIM_ENG_LATENCY;
             e->lat_end_ns = dev->now + lat;

@@ -44,6 +44,10 @@ struct sim_op {
              * sum. NULL: one copy of bytes from src to dst. */
             ferry_be_piece_t *pieces;
             size_t npieces;
+            /* Of them, those the copy engines move (each costs FERRY_SIM_PIECE_DEV_NS), and
+             * whether a copy kernel moves the others (FERRY_SIM_PIECE_KERNEL_DEV_NS once). */
+            size_t nengine;
+            bool kernel;
         } copy;
         struct {
             ferry_be_launch_t l;

@@ -339,6 +339,7 @@ static const struct field copy_fields[] = {
     FIELD_POSITIVE("bidirectional_factor", bidir_factor, 1.0),
     FIELD_POSITIVE("pageable_h2d_gbps", pageable_gbps[FERRY_SIM_H2D], 1e5),
     FIELD_POSITIVE("pageable_d2h_gbps", pageable_gbps[FERRY_SIM_D2H], 1e5),
+    {"piece_kernel_max", F_U64_OPT, FIELD_AT(piece_kernel_max), .min = 0, .max = 1LL << 30},
 };
 static const struct field host_fields[] = {
     FIELD_U64("copy_submit_ns", copy_submit_ns, 0, MAX_CALL_NS),
