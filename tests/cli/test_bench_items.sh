@@ -95,6 +95,25 @@ expect_rc "items gathered, text" 0 env FERRY_GATHER_BYTES=2M "$FERRY" bench item
   --item-sizes 64K --threads 2
 expect_in "text: pieces a slab" "$TMP/out" "pieces a slab (both ways)"
 expect_in "text: the latency bound" "$TMP/out" "latency bound of a gathered item: gather_us 100 + one 2.00 MiB slab's round trip"
+# small pinned items apart in memory, on a device whose copy kernel moves pieces up to 16 KiB:
+# each item a piece of its own each way (no host copy); together in one buffer they merge
+python3 - "${FERRY_PROFILE:-$(dirname "$0")/../../profiles/h200.json}" "$TMP/pk.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j['copy']['piece_kernel_max'] = 16384
+json.dump(j, open(sys.argv[2], 'w'))
+PY
+expect_rc "items --scattered, copy kernel" 0 env FERRY_GATHER_BYTES=1M "$FERRY" bench items \
+  --item-sizes 8K --scattered --bytes 8M --threads 4 --profile "$TMP/pk.json" --json
+json_check "scattered: every item a piece each way, verified" "$TMP/out" \
+  "j['scattered'] and all(r['verified'] and r['gather_pieces'] == r['slabs'] + 2 * r['items'] for r in j['results'])"
+expect_rc "items side by side, copy kernel" 0 env FERRY_GATHER_BYTES=1M "$FERRY" bench items \
+  --item-sizes 8K --bytes 8M --threads 4 --profile "$TMP/pk.json" --json
+json_check "side by side: merged into runs" "$TMP/out" \
+  "not j['scattered'] and all(r['verified'] and r['gather_pieces'] < r['items'] for r in j['results'])"
+expect_rc "items --scattered, text" 0 env FERRY_GATHER_BYTES=1M "$FERRY" bench items \
+  --item-sizes 8K --scattered --bytes 4M --threads 2
+expect_in "text: says scattered" "$TMP/out" "(items apart in memory: --scattered)"
 expect_rc "run gathered" 0 "$FERRY" run --gather-bytes 8M --bytes 64M --batch-bytes 64K
 expect_in "run gathered: verified" "$TMP/out" "verify     OK"
 expect_not_in "run gathered: no failed attempt" "$TMP/out" "failed GPU attempt"

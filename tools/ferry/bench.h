@@ -29,6 +29,7 @@ typedef struct bench_opts {
     unsigned long long request_bytes; /* io: bytes per request; 0: 8M */
     unsigned long long depth;         /* io: requests in flight; 0: 16 */
     unsigned long long threads;       /* items: submitting threads */
+    bool scattered;                   /* items: each at twice its size from the last */
     double rate_gbps, rate_pct;       /* items: --rate, offered GB/s or % of the ceiling; 0: as
                                          fast as the submitters go (closed loop) */
     cli_metrics_t *metrics;           /* --metrics-addr, --metrics-file; NULL: neither */

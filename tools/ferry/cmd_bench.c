@@ -112,6 +112,8 @@ static int usage(void)
         "                    (e.g. 75%), on a schedule: latency counts from each item's\n"
         "                    scheduled time, lateness included (default: as fast as the\n"
         "                    threads submit; on the simulator it needs option sim_pace)\n"
+        "  --scattered       each item at twice its size from the last (blocks of a cache,\n"
+        "                    not one buffer): no two items' copies merge\n"
         "  --json            one JSON object; also --backend, --profile, --isolation and any\n"
         "                    `ferry options` flag\n\n",
         stdout);
@@ -361,6 +363,8 @@ static const cli_flag_def_t bench_items_flags[] = {
      .kind = CLI_CUSTOM,
      .help = "offered GB/s, or % of the ceiling",
      .check = check_rate},
+    {CLI_FLAG("scattered", CLI_SWITCH, bench_opts_t, scattered,
+              "items apart in memory: none moves with its neighbour")},
     {NULL},
 };
 

@@ -25,7 +25,7 @@
 typedef struct items_run {
     ferry_pipeline_t *p;
     unsigned char *in, *out;
-    size_t item;
+    size_t item, stride;             /* stride: item i at i x stride (--scattered: 2 x item) */
     unsigned long long n;            /* items in a pass */
     _Atomic unsigned long long next; /* the next item a submitter takes */
     atomic_int failed, submit_err;
@@ -55,7 +55,7 @@ typedef struct items_row {
 static void on_item(const ferry_batch_result_t *r, void *arg)
 {
     items_run_t *ir = arg;
-    size_t i = (size_t)((const unsigned char *)r->in - ir->in) / ir->item;
+    size_t i = (size_t)((const unsigned char *)r->in - ir->in) / ir->stride;
     ir->lat_ns[i] = (r->done_ns > r->submit_ns ? r->done_ns - r->submit_ns : 0) +
                     (ir->gap_ns > 0 ? ir->late_ns[i] : 0);
     if (r->status != 0)
@@ -113,8 +113,8 @@ static void *submitter(void *arg)
             if (ir->gap_ns > 0)
                 spin += wait_due(ir, i);
             ferry_batch_t b = FERRY_BATCH_INIT;
-            b.in = ir->in + i * ir->item;
-            b.out = ir->out + i * ir->item;
+            b.in = ir->in + i * ir->stride;
+            b.out = ir->out + i * ir->stride;
             b.bytes = ir->item;
             err = ferry_pipeline_submit(ir->p, &b, on_item, ir, NULL) != 0;
         }
@@ -148,7 +148,7 @@ static int one_pass(ferry_device_t *dev, ferry_workload_t *wl, items_run_t *ir, 
     pc.stage = ferry_workload_stage(wl);
     if (ferry_pipeline_create(&pc, &ir->p) != 0)
         return cli_fail("bench", "pipeline: %s", ferry_last_error());
-    memset(ir->out, 0, ir->n * ir->item);
+    memset(ir->out, 0, ir->n * ir->stride);
     atomic_store(&ir->next, 0);
     atomic_store(&ir->failed, 0);
     atomic_store(&ir->submit_err, 0);
@@ -177,7 +177,9 @@ static int one_pass(ferry_device_t *dev, ferry_workload_t *wl, items_run_t *ir, 
                         started < threads ? "a submitting thread did not start"
                                           : ferry_last_error());
     size_t n = (size_t)ir->n;
-    one->ok = atomic_load(&ir->failed) == 0 && memcmp(ir->out, ref, n * ir->item) == 0;
+    one->ok = atomic_load(&ir->failed) == 0;
+    for (size_t i = 0; i < n && one->ok; i++)
+        one->ok = memcmp(ir->out + i * ir->stride, ref + i * ir->stride, ir->item) == 0;
     /* The items' bytes over the time: a slab's copies (option gather_bytes) also carry its
      * table and the padding between items, which are not the items' data. */
     double data = (double)ir->n * (double)ir->item;
@@ -210,21 +212,26 @@ static int measure_size(ferry_device_t *dev, ferry_workload_t *wl, const bench_o
     bool sim = ferry_device_is_simulated(dev);
     unsigned passes = bo->passes ? (unsigned)bo->passes : sim ? 1 : 3;
     unsigned long long n = total / item ? total / item : 1;
-    items_run_t ir = {.item = item, .n = n, .gap_ns = pacing->gap_ns, .pace = pacing->pace};
+    items_run_t ir = {.item = item,
+                      .stride = bo->scattered ? 2 * item : item,
+                      .n = n,
+                      .gap_ns = pacing->gap_ns,
+                      .pace = pacing->pace};
     ir.gap_ns = ir.gap_ns > 0 ? (double)item * ir.gap_ns : 0; /* pacing: ns per byte */
-    unsigned char *ref = malloc(n * item);
+    const size_t span = n * ir.stride;
+    unsigned char *ref = malloc(span);
     ir.lat_ns = malloc(n * sizeof(uint64_t));
     ir.late_ns = calloc(n, sizeof(uint64_t));
     int rc = CLI_OK;
     if (ref == NULL || ir.lat_ns == NULL || ir.late_ns == NULL ||
-        ferry_host_alloc(dev, n * item, (void **)&ir.in) != 0 ||
-        ferry_host_alloc(dev, n * item, (void **)&ir.out) != 0) {
+        ferry_host_alloc(dev, span, (void **)&ir.in) != 0 ||
+        ferry_host_alloc(dev, span, (void **)&ir.out) != 0) {
         rc = cli_fail("bench", "items: %llu items of %zu bytes: %s", n, item,
                       ir.in == NULL || ir.out == NULL ? ferry_last_error() : "out of memory");
         goto out;
     }
-    bench_fill_floats(ir.in, n * item, (uint64_t)time(NULL) ^ (uint64_t)item); /* fresh */
-    ferry_workload_reference(wl, ir.in, ref, n * item);
+    bench_fill_floats(ir.in, span, (uint64_t)time(NULL) ^ (uint64_t)item); /* fresh */
+    ferry_workload_reference(wl, ir.in, ref, span);
     items_row_t all[101];
     unsigned k = 0;
     for (unsigned pass = 0; pass < passes + (sim ? 0 : 1) && rc == CLI_OK; pass++) {
@@ -343,6 +350,7 @@ static void print_json(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opt
     bench_device_line(rt, dev, &j);
     json_key_double(&j, "ceiling_gbps", ceil_gbps, 3);
     json_key_uint(&j, "threads", bo->threads);
+    json_key_bool(&j, "scattered", bo->scattered);
     if (n > 0 && rows[0].offered > 0)
         json_key_double(&j, "offered_gbps", rows[0].offered, 3);
     else {
@@ -421,8 +429,8 @@ static void print_rows(ferry_runtime_t *rt, ferry_device_t *dev, const bench_opt
     }
     bench_device_line(rt, dev, NULL);
     printf("# %llu threads submit items of the scale workload, each its own batch, into one "
-           "pipeline\n",
-           bo->threads);
+           "pipeline%s\n",
+           bo->threads, bo->scattered ? " (items apart in memory: --scattered)" : "");
     if (ceil_gbps > 0)
         printf("# round-trip ceiling (H2D and D2H of 64 MiB at once, per direction): %.2f GB/s\n",
                ceil_gbps);

@@ -20,7 +20,7 @@ const cli_command_t cli_commands[] = {
      "items)",
      "--sizes --reps --no-pageable --bytes --chunks --streams --intensity --passes --host-offset "
      "--coalesce-bytes --compare --compare-bytes --compare-profile --json --csv --report "
-     "--write --force --request-bytes --depth --item-sizes --threads --rate --help",
+     "--write --force --request-bytes --depth --item-sizes --threads --rate --scattered --help",
      "copy pipeline io items", true},
     {"options", cmd_options, "list every option, its variable, default and range",
      "--markdown --json --man --bash-completion --help", NULL, false},
