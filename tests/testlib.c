@@ -166,33 +166,32 @@ void test_write_json(const cJSON *root, const char *tmpl, char *path, size_t len
     cJSON_free(out);
 }
 
-void test_profile_with_pin_limit(char *path, size_t len, long long limit)
+/* The in-tree profile with @key of object @section (NULL: the root) set to @value, written to a
+ * temporary file at @path. */
+static void profile_with(char *path, size_t len, const char *section, const char *key, double value)
 {
     cJSON *root = test_profile_json();
-    cJSON *host = cJSON_GetObjectItemCaseSensitive(root, "host");
-    assert_non_null(host);
-    cJSON_AddNumberToObject(host, "pin_limit_bytes", (double)limit);
-    test_write_json(root, "/tmp/ferry-pin-profile-XXXXXX", path, len);
+    cJSON *obj = section != NULL ? cJSON_GetObjectItemCaseSensitive(root, section) : root;
+    assert_non_null(obj);
+    cJSON_DeleteItemFromObjectCaseSensitive(obj, key);
+    cJSON_AddNumberToObject(obj, key, value);
+    test_write_json(root, "/tmp/ferry-profile-XXXXXX", path, len);
     cJSON_Delete(root);
+}
+
+void test_profile_with_pin_limit(char *path, size_t len, long long limit)
+{
+    profile_with(path, len, "host", "pin_limit_bytes", (double)limit);
 }
 
 void test_profile_with_devices(char *path, size_t len, int n)
 {
-    cJSON *root = test_profile_json();
-    cJSON_DeleteItemFromObjectCaseSensitive(root, "devices");
-    cJSON_AddNumberToObject(root, "devices", n);
-    test_write_json(root, "/tmp/ferry-devices-profile-XXXXXX", path, len);
-    cJSON_Delete(root);
+    profile_with(path, len, NULL, "devices", n);
 }
 
 void test_profile_with_piece_kernel(char *path, size_t len, long long bytes)
 {
-    cJSON *root = test_profile_json();
-    cJSON *copy = cJSON_GetObjectItemCaseSensitive(root, "copy");
-    assert_non_null(copy);
-    cJSON_AddNumberToObject(copy, "piece_kernel_max", (double)bytes);
-    test_write_json(root, "/tmp/ferry-kernel-profile-XXXXXX", path, len);
-    cJSON_Delete(root);
+    profile_with(path, len, "copy", "piece_kernel_max", (double)bytes);
 }
 
 uint64_t test_now_ns(void)

@@ -3,8 +3,9 @@
  * memory, which moves as pieces of its own from 64 KiB) of the scale workload; every batch
  * completes once, on the GPU, bit-identical to the CPU reference, through the stage's gpu_items
  * (one launch per slab) and through the one-item launcher (gpu_items NULL: a launch per item).
- * Then 4-16 KiB batches carved out of one pinned buffer, apart and at odd addresses: where the
- * device moves small pieces by a copy kernel (piece_kernel_max) each is a piece of its own.
+ * Then 4-16 KiB batches carved out of one pinned buffer, apart and at odd addresses, from 8
+ * threads: where the device moves small pieces by a copy kernel (piece_kernel_max) each is a
+ * piece of its own.
  * Skips (exit 77) without a GPU. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -23,6 +24,7 @@ typedef struct run {
     atomic_int calls[N];
     atomic_int bad;
     _Atomic unsigned next;
+    unsigned n; /* batches in use (N at most) */
 } run_t;
 
 static void on_done(const ferry_batch_result_t *r, void *arg)
@@ -41,7 +43,7 @@ static void on_done(const ferry_batch_result_t *r, void *arg)
 static void *submitter(void *arg)
 {
     run_t *rn = arg;
-    for (unsigned i; (i = atomic_fetch_add(&rn->next, 1)) < N;) {
+    for (unsigned i; (i = atomic_fetch_add(&rn->next, 1)) < rn->n;) {
         ferry_batch_t b = FERRY_BATCH_INIT;
         b.in = rn->in[i];
         b.out = rn->out[i];
@@ -52,11 +54,34 @@ static void *submitter(void *arg)
     return NULL;
 }
 
-static void run(bool items_launcher)
+/* Submit @rn's batches from THREADS threads, drain, and check each: completed once, its
+ * output the reference's (@what names the case in a failure). */
+static void submit_and_check(run_t *rn, const char *what)
 {
-    ferry_workload_t *w = NULL;
-    assert_int_equal(ferry_workload_create("scale", NULL, &w), 0);
-    ferry_stage_t st = *ferry_workload_stage(w);
+    pthread_t th[THREADS];
+    for (int t = 0; t < THREADS; t++)
+        assert_int_equal(pthread_create(&th[t], NULL, submitter, rn), 0);
+    for (int t = 0; t < THREADS; t++)
+        pthread_join(th[t], NULL);
+    assert_int_equal(ferry_pipeline_drain(rn->p), 0);
+    for (unsigned i = 0; i < rn->n; i++) {
+        if (atomic_load(&rn->calls[i]) != 1)
+            fail_msg("%s: batch %u completed %d times", what, i, atomic_load(&rn->calls[i]));
+        long at = cudatest_first_diff(rn->out[i], rn->ref[i], rn->len[i]);
+        if (at >= 0)
+            fail_msg("%s: batch %u (%zu bytes at %p) differs at byte %ld", what, i, rn->len[i],
+                     (void *)rn->in[i], at);
+    }
+    assert_int_equal(atomic_load(&rn->bad), 0);
+}
+
+/* A run of @n batches of the scale workload (*@w, destroyed by the caller) into a pipeline that
+ * gathers them into 2 MiB slabs, through its gpu_items or (@items_launcher false) a launch per
+ * item. */
+static run_t *start(ferry_workload_t **w, bool items_launcher, unsigned n)
+{
+    assert_int_equal(ferry_workload_create("scale", NULL, w), 0);
+    ferry_stage_t st = *ferry_workload_stage(*w);
     if (!items_launcher)
         st.gpu_items = NULL;
     ferry_pipeline_config_t cfg = test_pipeline_config(dev, &st, 8u << 20);
@@ -64,8 +89,16 @@ static void run(bool items_launcher)
     cfg.gather_us = 200;
     run_t *rn = calloc(1, sizeof(*rn));
     assert_non_null(rn);
+    rn->n = n;
     if (ferry_pipeline_create(&cfg, &rn->p) != 0)
         fail_msg("pipeline_create: %s", ferry_last_error());
+    return rn;
+}
+
+static void run(bool items_launcher)
+{
+    ferry_workload_t *w = NULL;
+    run_t *rn = start(&w, items_launcher, N);
     uint64_t rs = test_seed(0x6A7);
     for (unsigned i = 0; i < N; i++) {
         /* whole floats mostly: with gpu_items a batch of part of an element is not gathered */
@@ -86,23 +119,9 @@ static void run(bool items_launcher)
         memset(rn->out[i], 0xA5, n);
         assert_int_equal(ferry_workload_reference(w, rn->in[i], rn->ref[i], n), 0);
     }
-    pthread_t th[THREADS];
-    for (int t = 0; t < THREADS; t++)
-        assert_int_equal(pthread_create(&th[t], NULL, submitter, rn), 0);
-    for (int t = 0; t < THREADS; t++)
-        pthread_join(th[t], NULL);
-    assert_int_equal(ferry_pipeline_drain(rn->p), 0);
+    submit_and_check(rn, items_launcher ? "gpu_items" : "per item");
     ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(rn->p, &s), 0);
-    for (unsigned i = 0; i < N; i++) {
-        if (atomic_load(&rn->calls[i]) != 1)
-            fail_msg("batch %u completed %d times", i, atomic_load(&rn->calls[i]));
-        long at = cudatest_first_diff(rn->out[i], rn->ref[i], rn->len[i]);
-        if (at >= 0)
-            fail_msg("%s: batch %u (%zu bytes) differs at byte %ld",
-                     items_launcher ? "gpu_items" : "per item", i, rn->len[i], at);
-    }
-    assert_int_equal(atomic_load(&rn->bad), 0);
     assert_true(s.batches_gathered > N / 2 && s.slabs < s.batches_gathered);
     print_message("%s: %d batches, %llu gathered in %llu slabs, all on the GPU, bit-exact\n",
                   items_launcher ? "gpu_items (a launch per slab)" : "a launch per item", N,
@@ -144,16 +163,7 @@ static void test_small_pinned_pieces(void **state)
     ferry_device_props_t pr = FERRY_DEVICE_PROPS_INIT;
     assert_int_equal(ferry_device_props(dev, &pr), 0);
     ferry_workload_t *w = NULL;
-    assert_int_equal(ferry_workload_create("scale", NULL, &w), 0);
-    ferry_stage_t st = *ferry_workload_stage(w);
-    st.gpu_items = NULL; /* a launch per item: batches at any size */
-    ferry_pipeline_config_t cfg = test_pipeline_config(dev, &st, 8u << 20);
-    cfg.gather_bytes = 2u << 20;
-    cfg.gather_us = 200;
-    run_t *rn = calloc(1, sizeof(*rn));
-    assert_non_null(rn);
-    if (ferry_pipeline_create(&cfg, &rn->p) != 0)
-        fail_msg("pipeline_create: %s", ferry_last_error());
+    run_t *rn = start(&w, false, M); /* a launch per item: batches at any size */
     unsigned char *in = NULL, *out = NULL;
     assert_int_equal(ferry_host_alloc(dev, M * stride, (void **)&in), 0);
     assert_int_equal(ferry_host_alloc(dev, M * stride, (void **)&out), 0);
@@ -169,26 +179,9 @@ static void test_small_pinned_pieces(void **state)
         memset(rn->out[i], 0xA5, n);
         assert_int_equal(ferry_workload_reference(w, rn->in[i], rn->ref[i], n), 0);
     }
-    for (unsigned i = 0; i < M; i++) {
-        ferry_batch_t b = FERRY_BATCH_INIT;
-        b.in = rn->in[i];
-        b.out = rn->out[i];
-        b.bytes = rn->len[i];
-        if (ferry_pipeline_submit(rn->p, &b, on_done, rn, NULL) != 0)
-            fail_msg("submit %u: %s", i, ferry_last_error());
-    }
-    assert_int_equal(ferry_pipeline_drain(rn->p), 0);
+    submit_and_check(rn, "small pinned");
     ferry_pipeline_stats_t s = FERRY_PIPELINE_STATS_INIT;
     assert_int_equal(ferry_pipeline_stats(rn->p, &s), 0);
-    for (unsigned i = 0; i < M; i++) {
-        if (atomic_load(&rn->calls[i]) != 1)
-            fail_msg("batch %u completed %d times", i, atomic_load(&rn->calls[i]));
-        long at = cudatest_first_diff(rn->out[i], rn->ref[i], rn->len[i]);
-        if (at >= 0)
-            fail_msg("small pinned: batch %u (%zu bytes, in +%zu) differs at byte %ld", i,
-                     rn->len[i], (size_t)(rn->in[i] - in) % stride, at);
-    }
-    assert_int_equal(atomic_load(&rn->bad), 0);
     assert_int_equal(s.batches_gathered, M);
     if (pr.piece_kernel_max >= (16u << 10)) /* the table in, each batch a piece each way */
         assert_int_equal(s.gather_pieces, s.slabs + 2 * M);

@@ -46,6 +46,28 @@ typedef struct run {
     bool resubmit; /* the first callback of each tenth batch submits one more batch */
 } run_t;
 
+/* @rn's per-batch arrays for its n batches (zeroed), and their release. */
+static void run_arrays(run_t *rn)
+{
+    rn->off = calloc(rn->n, sizeof(size_t));
+    rn->len = calloc(rn->n, sizeof(size_t));
+    rn->key = calloc(rn->n, 1);
+    rn->id = calloc(rn->n, sizeof(uint64_t));
+    rn->calls = calloc(rn->n, sizeof(atomic_int));
+    rn->refused = calloc(rn->n, sizeof(atomic_int));
+    assert_true(rn->off && rn->len && rn->key && rn->id && rn->calls && rn->refused);
+}
+
+static void run_free(run_t *rn)
+{
+    free(rn->off);
+    free(rn->len);
+    free(rn->key);
+    free(rn->id);
+    free(rn->calls);
+    free(rn->refused);
+}
+
 static void on_done(const ferry_batch_result_t *r, void *arg);
 
 static void submit_one(run_t *rn, unsigned i, bool from_cb)
@@ -126,12 +148,7 @@ static void stream(uint64_t seed, unsigned threads, unsigned n, size_t slab, con
     ferry_stage_t st = test_cpu_stage("xor", cpu_xor);
     ferry_pipeline_config_t pc = test_pipeline_config(test_device(rt), &st, 1u << 20);
     run_t rn = {.p = test_pipeline(&pc), .n = n, .resubmit = resubmit};
-    rn.off = calloc(n, sizeof(size_t));
-    rn.len = calloc(n, sizeof(size_t));
-    rn.key = calloc(n, 1);
-    rn.id = calloc(n, sizeof(uint64_t));
-    rn.calls = calloc(n, sizeof(atomic_int));
-    rn.refused = calloc(n, sizeof(atomic_int));
+    run_arrays(&rn);
     size_t total = 0;
     uint64_t r = seed;
     for (unsigned i = 0; i < n; i++) {
@@ -205,12 +222,7 @@ static void stream(uint64_t seed, unsigned threads, unsigned n, size_t slab, con
     ferry_runtime_destroy(rt);
     if (kernel)
         unlink(prof);
-    free(rn.off);
-    free(rn.len);
-    free(rn.key);
-    free(rn.id);
-    free(rn.calls);
-    free(rn.refused);
+    run_free(&rn);
 }
 
 static unsigned scaled(unsigned n)
@@ -417,12 +429,7 @@ static void small_pinned(bool kernel, uint64_t seed)
     ferry_stage_t st = test_cpu_stage("xor", cpu_xor);
     ferry_pipeline_config_t pc = test_pipeline_config(dev, &st, 1u << 20);
     run_t rn = {.p = test_pipeline(&pc), .n = N};
-    rn.off = calloc(N, sizeof(size_t));
-    rn.len = calloc(N, sizeof(size_t));
-    rn.key = calloc(N, 1);
-    rn.id = calloc(N, sizeof(uint64_t));
-    rn.calls = calloc(N, sizeof(atomic_int));
-    rn.refused = calloc(N, sizeof(atomic_int));
+    run_arrays(&rn);
     const size_t stride = 20u << 10, total = N * stride;
     uint64_t r = seed;
     for (unsigned i = 0; i < N; i++) {
@@ -460,12 +467,7 @@ static void small_pinned(bool kernel, uint64_t seed)
     ferry_runtime_destroy(rt);
     if (kernel)
         unlink(prof);
-    free(rn.off);
-    free(rn.len);
-    free(rn.key);
-    free(rn.id);
-    free(rn.calls);
-    free(rn.refused);
+    run_free(&rn);
 }
 
 static void test_small_pinned_pieces(void **state)
