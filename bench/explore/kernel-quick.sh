@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The copy kernel's check in a short device call (run it with OUT set; carry .carry): gpu.gather
-# (.carry/tests/gpu_test_gather: 4-16 KiB pinned batches at aligned and odd addresses, each a
-# piece of the kernel), `ferry probe --calibrate` (engines against the kernel at 4, 16 and
+# The copy kernel's check in a short device call (run it with OUT set; carry .carry): gpu.device
+# (.carry/tests/gpu_test_device: copy_pieces by the kernel, pieces of 1 byte to 20 KiB at aligned
+# and odd addresses) and gpu.gather (small pinned batches through a pipeline), `ferry probe --calibrate` (engines against the kernel at 4, 16 and
 # 64 KiB pieces), and `bench items` at 4K and 16K, main against HEAD (.carry/bin).
 set -u
 o=$OUT
@@ -9,10 +9,11 @@ o=$OUT
 . bench/explore/carry-env.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$o/machine.txt"
 sed 's/^/carried HEAD: /' .carry/commit 2>/dev/null
-CMOCKA_MESSAGE_OUTPUT=stdout FERRY_BACKEND=sim timeout 120 .carry/tests/gpu_test_gather \
-  >"$o/gpu_test_gather.txt" 2>&1
-echo "gpu_test_gather: rc $?"
-grep -E "OK|FAILED|small pinned|differs|ERROR|bit-exact" "$o/gpu_test_gather.txt" | head -12
+for t in gpu_test_device gpu_test_gather; do
+  CMOCKA_MESSAGE_OUTPUT=stdout FERRY_BACKEND=sim timeout 100 ".carry/tests/$t" >"$o/$t.txt" 2>&1
+  echo "$t: rc $?"
+  grep -E "OK|FAILED|small pinned|differs|ERROR|bit-exact|written" "$o/$t.txt" | head -12
+done
 timeout 90 .carry/bin/ferry-HEAD probe --calibrate -o "$o/cal.json" --backend cuda --json \
   >"$o/cal-out.json" 2>"$o/cal-err.txt"
 echo "calibrate: rc $?"

@@ -170,5 +170,53 @@ static void test_wait_any(void **state)
     free(host);
 }
 
+/* copy_pieces with kernel_max: 600 pieces of 1 byte to 20 KiB, apart in pinned memory at aligned
+ * and odd addresses, into one device buffer and back to another host buffer, by the copy kernel
+ * (pieces up to 16 KiB: its 16-byte and its byte paths, three launches) and the copy engines
+ * (the rest) in one call each way; every byte checked, nothing written between the pieces. */
+static void test_copy_pieces_kernel(void **state)
+{
+    (void)state;
+    enum { N = 600 };
+    const size_t stride = 24u << 10, n = N * stride;
+    unsigned char *in = NULL, *back = NULL;
+    void *d = NULL;
+    assert_int_equal(ferry_host_alloc(dev, n, (void **)&in), 0);
+    assert_int_equal(ferry_host_alloc(dev, n, (void **)&back), 0);
+    static ferry_be_piece_t pin[N], pout[N];
+    uint64_t r = test_seed(0x9C5);
+    test_fill_random(in, n, &r);
+    memset(back, 0xEE, n);
+    size_t off = 0;
+    for (unsigned i = 0; i < N; i++) {
+        size_t bytes = (size_t)test_rand_range(&r, 1, 20u << 10), skew = i % 3 ? 16 * (i % 4) : 7;
+        pin[i] = (ferry_be_piece_t){in + i * stride + skew, off, bytes};
+        pout[i] = (ferry_be_piece_t){back + i * stride + skew, off, bytes};
+        off += (bytes + 255) & ~(size_t)255;
+    }
+    assert_int_equal(ferry__be_mem_alloc(dev, off, &d), 0);
+    ferry_be_stream_t *s = NULL;
+    assert_int_equal(ferry__be_stream_create(dev, 0, &s), 0);
+    assert_int_equal(ferry__be_copy_pieces(dev, s, true, d, pin, N, 16u << 10), 0);
+    assert_int_equal(ferry__be_copy_pieces(dev, s, false, d, pout, N, 16u << 10), 0);
+    assert_int_equal(ferry__be_stream_sync(dev, s), 0);
+    for (unsigned i = 0; i < N; i++) {
+        long at = cudatest_first_diff(pout[i].host, pin[i].host, pin[i].bytes);
+        if (at >= 0)
+            fail_msg("piece %u (%zu bytes at +%zu) differs at byte %ld", i, pin[i].bytes,
+                     (size_t)((unsigned char *)pin[i].host - in) % stride, at);
+        const unsigned char *end = (const unsigned char *)pout[i].host + pout[i].bytes;
+        const unsigned char *next = i + 1 < N ? (const unsigned char *)pout[i + 1].host : back + n;
+        for (const unsigned char *q = end; q < next; q++)
+            if (*q != 0xEE)
+                fail_msg("piece %u: byte %zu past its end written", i, (size_t)(q - end));
+    }
+    ferry__be_stream_destroy(dev, s);
+    ferry__be_mem_free(dev, d);
+    ferry_host_free(dev, in);
+    ferry_host_free(dev, back);
+}
+
 TEST_MAIN(cudatest_setup, cudatest_teardown, cmocka_unit_test(test_props),
-          cmocka_unit_test(test_event_times), cmocka_unit_test(test_wait_any))
+          cmocka_unit_test(test_event_times), cmocka_unit_test(test_wait_any),
+          cmocka_unit_test(test_copy_pieces_kernel))

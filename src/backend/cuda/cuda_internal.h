@@ -17,11 +17,13 @@
 
 /* FACTS.md: 4-16 MiB chunks reach 97-100% of the round-trip ceiling on PCIe Gen5. */
 #define FERRY_CUDA_DEFAULT_CHUNK (8u << 20)
-/* Pieces this size or smaller move by the copy kernel (ferry_k_pieces.cu): on an H100 host it
- * beat one cudaMemcpyBatchAsync at 4 and 16 KiB pieces each way and lost at 64 KiB
- * (bench/results/2026-12-06-h100-issue20-gather). `ferry probe --calibrate` measures it on the
- * device at hand, for its profile. */
-#define FERRY_CUDA_PIECE_KERNEL_MAX (16u << 10)
+/* Pieces this size or smaller move by the copy kernel (ferry_k_pieces.cu) in a pipeline. A
+ * kernel of that kind beat one cudaMemcpyBatchAsync on an H100 host at 4 and 16 KiB pieces each
+ * way and lost at 64 KiB (bench/results/2026-12-06-h100-issue20-gather), so 16 KiB is where it
+ * pays there; ferry's own kernel has not run on a GPU yet (gpu.gather's
+ * test_small_pinned_pieces and `ferry probe --calibrate` run it), so pipelines do not use it
+ * until it has: 0. */
+#define FERRY_CUDA_PIECE_KERNEL_MAX 0u
 
 /* NVML, loaded with dlopen (there is no nvml.h on the build machine; these are the few
  * declarations ferry uses, with NVML's own names and signatures). */

@@ -95,6 +95,6 @@ int ferry__cuda_props(struct ferry_be_device *dev, ferry_device_props_t *out)
     version_text(dev->runtime_version, out->runtime_version, sizeof(out->runtime_version));
     snprintf(out->pci_bus_id, sizeof(out->pci_bus_id), "%s", dev->pci_bus_id);
     out->default_chunk_bytes = FERRY_CUDA_DEFAULT_CHUNK;
-    out->piece_kernel_max = p->canUseHostPointerForRegisteredMem ? FERRY_CUDA_PIECE_KERNEL_MAX : 0;
+    out->piece_kernel_max = p->canUseHostPointerForRegisteredMem ? FERRY_CUDA_PIECE_KERNEL_MAX : 0u;
     return 0;
 }
