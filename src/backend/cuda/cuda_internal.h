@@ -22,8 +22,10 @@
  * way and lost at 64 KiB (bench/results/2026-12-06-h100-issue20-gather), so 16 KiB is where it
  * pays there; ferry's own kernel has not run on a GPU yet (gpu.gather's
  * test_small_pinned_pieces and `ferry probe --calibrate` run it), so pipelines do not use it
- * until it has: 0. */
+ * until it has: 0. A build may set it (-DFERRY_CUDA_PIECE_KERNEL_MAX=16384u) to measure it. */
+#ifndef FERRY_CUDA_PIECE_KERNEL_MAX
 #define FERRY_CUDA_PIECE_KERNEL_MAX 0u
+#endif
 
 /* NVML, loaded with dlopen (there is no nvml.h on the build machine; these are the few
  * declarations ferry uses, with NVML's own names and signatures). */
