@@ -4,6 +4,8 @@
 # PREBUILT=.carry/bin): this tree as .carry/bin/ferry-HEAD and each carried tree .carry/v-NAME.tgz
 # as .carry/bin/ferry-NAME. Release, the CUDA backend (sm_90 code and compute_75 PTX), without
 # MPI (the GPU machine has no Open MPI); the Debian libraries they load are carried in .carry/root.
+# KERNEL_MAX=N builds them with the copy kernel on for pieces up to N bytes
+# (FERRY_CUDA_PIECE_KERNEL_MAX), and copies the GPU tests of this tree to .carry/tests.
 set -eu
 cd "$(dirname "$0")/../.."
 export PATH=/usr/local/cuda/bin:$PATH
@@ -11,17 +13,19 @@ mkdir -p .carry/bin
 build() { # build SRC NAME
   local b=/tmp/ferry-prebuild-$2
   cmake -S "$1" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_WITH_CUDA=ON \
-    -DFERRY_WITH_MPI=OFF >"$b.log" 2>&1 && cmake --build "$b" --target ferry >>"$b.log" 2>&1 ||
+    -DFERRY_WITH_MPI=OFF ${KERNEL_MAX:+-DCMAKE_C_FLAGS=-DFERRY_CUDA_PIECE_KERNEL_MAX=${KERNEL_MAX}u} \
+    >"$b.log" 2>&1 && cmake --build "$b" ${3:+--target ferry} >>"$b.log" 2>&1 ||
     { tail -20 "$b.log"; exit 1; }
   cp "$b/ferry" ".carry/bin/ferry-$2"
   echo "ferry-$2: $(md5sum <".carry/bin/ferry-$2" | cut -c1-12)"
 }
 build "$PWD" HEAD
+mkdir -p .carry/tests && cp /tmp/ferry-prebuild-HEAD/tests/gpu_test_* .carry/tests/
 for t in .carry/v-*.tgz; do
   [ -e "$t" ] || continue
   v=${t#.carry/v-}; v=${v%.tgz}
   rm -rf "/tmp/ferry-prebuild-src-$v" && mkdir -p "/tmp/ferry-prebuild-src-$v"
   tar xzf "$t" -C "/tmp/ferry-prebuild-src-$v"
-  build "/tmp/ferry-prebuild-src-$v" "$v"
+  build "/tmp/ferry-prebuild-src-$v" "$v" ferry-only
 done
-git rev-parse --short HEAD >.carry/commit
+{ git rev-parse --short HEAD; [ -z "${KERNEL_MAX:-}" ] || echo "copy kernel up to $KERNEL_MAX"; } >.carry/commit
