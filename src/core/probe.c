@@ -138,7 +138,7 @@ static int ask(ferry_runtime_t *rt, const char *backend, int index, probe_answer
         if (n <= 0 || ferry__sock_recv(sv[0], ans, sizeof(*ans), NULL, 0, NULL, 0, &nfds) !=
                           (ssize_t)sizeof(*ans)) {
             int st = 0;
-            ferry__zyg_wait(rt->zyg, &p, PROBE_EXIT_NS, &st);
+            ferry__zyg_reap(rt->zyg, &p, PROBE_EXIT_NS, &st);
             rc = ferry__error(FERRY_EBACKEND,
                               "isolation=process: the device probe (pid %d) %s (%s %d)", (int)p.pid,
                               n == 0 ? "did not answer in 120 s" : "ended unanswered",
@@ -146,7 +146,7 @@ static int ask(ferry_runtime_t *rt, const char *backend, int index, probe_answer
                               WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
         } else {
             int st = 0;
-            ferry__zyg_wait(rt->zyg, &p, PROBE_EXIT_NS, &st);
+            ferry__zyg_reap(rt->zyg, &p, PROBE_EXIT_NS, &st);
         }
     }
     close(sv[0]);

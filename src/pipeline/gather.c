@@ -203,13 +203,18 @@ static gather_slab_t *seal_if_idle(ferry__gather_t *g)
 
 static void slab_done(const ferry_batch_result_t *r, void *arg);
 
-/* Mark @s as in the pipeline (@sent) or hand it to the flusher. */
-static void sent(ferry__gather_t *g, gather_slab_t *s, bool ok)
+/* Count @s (sealed as @seal_no) as in the pipeline (@ok) or hand it to the flusher. Once the
+ * pipeline took it, @s may be done, freed and even opened and sealed again before this runs
+ * (a light slab is issued by the sending thread, and a GPU finishes it within microseconds): its
+ * state is set only while it is still that sealing, and its counts moved first by slab_done are
+ * right in sum (unsent + inflight, unsigned: inflight may wrap below 0 until this runs). */
+static void sent(ferry__gather_t *g, gather_slab_t *s, uint64_t seal_no, bool ok)
 {
     bool shut = false;
     pthread_mutex_lock(&g->mu);
     if (ok) {
-        s->state = SLAB_SENT;
+        if (s->state == SLAB_SEALED && s->seal_no == seal_no)
+            s->state = SLAB_SENT;
         g->unsent--;
         g->inflight++;
         shut = g->shut_pending && g->unsent == 0;
@@ -326,11 +331,14 @@ int ferry__gather_send(ferry__gather_t *g, gather_slab_t *s, bool wait)
         s->table[i] = (ferry_item_t){
             .offset = it->offset, .bytes = it->bytes, .batch_id = it->id, .batch_user = it->user};
     }
+    /* Read before the pipeline has it: then it is no longer this thread's (sent()). A slab of
+     * copies moves the slab's own bytes, once each way. */
+    size_t npieces = pieces != NULL ? pieces->nin + pieces->nout : 2;
+    uint64_t seal_no = s->seal_no;
     int rc = ferry__pipe_submit_internal(g->p, &b, slab_done, s, wait, pieces);
-    if (rc == 0) /* a slab of copies: the slab's own bytes, once each way */
-        atomic_fetch_add_explicit(&g->pieces, pieces != NULL ? pieces->nin + pieces->nout : 2,
-                                  memory_order_relaxed);
-    sent(g, s, rc == 0);
+    if (rc == 0)
+        atomic_fetch_add_explicit(&g->pieces, npieces, memory_order_relaxed);
+    sent(g, s, seal_no, rc == 0);
     return rc;
 }
 

@@ -217,10 +217,7 @@ static int replace(struct ferry__remote *r, const char *said)
 {
     int st = 0;
     ferry__zyg_proc_t old = r->proc;
-    if (ferry__zyg_wait(r->rt->zyg, &old, RM_EXIT_WAIT, &st) == FERRY_ETIMEDOUT) {
-        ferry__zyg_kill(&old, SIGKILL);
-        ferry__zyg_wait(r->rt->zyg, &old, RM_EXIT_WAIT, &st);
-    }
+    ferry__zyg_reap(r->rt->zyg, &old, RM_EXIT_WAIT, &st);
     pthread_mutex_lock(&r->wmu);
     pthread_mutex_lock(&r->mu);
     ferry__rm_hangup(r->ch);
@@ -408,8 +405,8 @@ static void *reader_main(void *arg)
             pthread_mutex_lock(&r->mu);
             r->wstats = m.stats;
             pthread_mutex_unlock(&r->mu);
-            int st;
-            ferry__zyg_wait(r->rt->zyg, &r->proc, RM_EXIT_WAIT, &st);
+            int st; /* stopped, or slow to exit, it is killed: its pidfd never outlives it */
+            ferry__zyg_reap(r->rt->zyg, &r->proc, RM_EXIT_WAIT, &st);
             break;
         }
         pthread_mutex_lock(&r->mu);
@@ -417,10 +414,7 @@ static void *reader_main(void *arg)
         pthread_mutex_unlock(&r->mu);
         if (done) { /* it ended (or was killed) while closing: reaped, its pidfd closed */
             int st;
-            if (ferry__zyg_wait(r->rt->zyg, &r->proc, RM_EXIT_WAIT, &st) == FERRY_ETIMEDOUT) {
-                ferry__zyg_kill(&r->proc, SIGKILL);
-                ferry__zyg_wait(r->rt->zyg, &r->proc, RM_EXIT_WAIT, &st);
-            }
+            ferry__zyg_reap(r->rt->zyg, &r->proc, RM_EXIT_WAIT, &st);
             break;
         }
         measured(r, FERRY_EBACKEND, NULL, "the worker ended during the measurement");
@@ -546,7 +540,7 @@ int ferry__remote_create(const ferry_pipeline_config_t *cfg, ferry_pipeline_t **
             ferry__rm_hangup(r->ch); /* the worker reads the end of its channel and exits */
             r->ch = NULL;
             int st;
-            ferry__zyg_wait(rt->zyg, &r->proc, RM_EXIT_WAIT, &st);
+            ferry__zyg_reap(rt->zyg, &r->proc, RM_EXIT_WAIT, &st);
         }
         remote_free(r);
         return rc;

@@ -43,10 +43,7 @@ static void end_worker(struct ferry__remote *r, rm_worker_t *w)
     int st = 0;
     ferry__rm_hangup(w->ch);
     w->ch = NULL;
-    if (ferry__zyg_wait(r->rt->zyg, &w->proc, RM_EXIT_WAIT, &st) == FERRY_ETIMEDOUT) {
-        ferry__zyg_kill(&w->proc, SIGKILL);
-        ferry__zyg_wait(r->rt->zyg, &w->proc, RM_EXIT_WAIT, &st);
-    }
+    ferry__zyg_reap(r->rt->zyg, &w->proc, RM_EXIT_WAIT, &st);
 }
 
 static void *spare_main(void *arg)

@@ -150,7 +150,7 @@ int ferry__rm_start(struct ferry__remote *r, uint32_t gen, rm_worker_t *out)
     ferry__wk_msg_t m;
     if (rc == 0 && ferry__rm_recv(ch, &m, -1) != 1) {
         int st = 0;
-        ferry__zyg_wait(r->rt->zyg, &p, RM_EXIT_WAIT, &st);
+        ferry__zyg_reap(r->rt->zyg, &p, RM_EXIT_WAIT, &st);
         rc = ferry__error(FERRY_EBACKEND,
                           "isolation=process: the worker (pid %d) ended before it was ready "
                           "(%s %d)",
@@ -158,7 +158,7 @@ int ferry__rm_start(struct ferry__remote *r, uint32_t gen, rm_worker_t *out)
                           WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
     } else if (rc == 0 && (m.kind != FERRY__WK_READY || m.status != 0)) {
         int st = 0;
-        ferry__zyg_wait(r->rt->zyg, &p, RM_EXIT_WAIT, &st);
+        ferry__zyg_reap(r->rt->zyg, &p, RM_EXIT_WAIT, &st);
         rc = ferry__error(m.status < 0 ? m.status : FERRY_EBACKEND,
                           "isolation=process: the worker could not start: %s", m.text);
     }

@@ -372,6 +372,20 @@ int ferry__zyg_wait(ferry__zyg_t *z, ferry__zyg_proc_t *p, uint64_t timeout_ns, 
     }
 }
 
+int ferry__zyg_reap(ferry__zyg_t *z, ferry__zyg_proc_t *p, uint64_t timeout_ns, int *status)
+{
+    int rc = ferry__zyg_wait(z, p, timeout_ns, status);
+    if (rc == FERRY_ETIMEDOUT) {
+        ferry__zyg_kill(p, SIGKILL);
+        rc = ferry__zyg_wait(z, p, timeout_ns, status);
+    }
+    if (p != NULL && p->pidfd >= 0) {
+        close(p->pidfd);
+        p->pidfd = -1;
+    }
+    return rc;
+}
+
 void ferry__zyg_stop(ferry__zyg_t *z)
 {
     if (z == NULL)

@@ -51,6 +51,13 @@ int ferry__zyg_kill(const ferry__zyg_proc_t *p, int sig);
  * FERRY_EINVAL, FERRY_ECLOSED (the helper is gone: the status is unknown). Thread-safe. */
 int ferry__zyg_wait(ferry__zyg_t *z, ferry__zyg_proc_t *p, uint64_t timeout_ns, int *status);
 
+/* End worker @p for good: wait up to @timeout_ns for it to exit, then SIGKILL it and wait as
+ * long again. Its pidfd is closed however that ends (a worker that still runs, or whose exit
+ * the helper never reported, is left to the helper, which kills and reaps every worker when it
+ * stops): no descriptor outlives the call. Returns what the last wait returned, its status in
+ * *@status. Thread-safe. */
+int ferry__zyg_reap(ferry__zyg_t *z, ferry__zyg_proc_t *p, uint64_t timeout_ns, int *status);
+
 /* Close the helper's control socket: it kills every worker still running, reaps them and exits;
  * wait for it and free. NULL is a no-op. */
 void ferry__zyg_stop(ferry__zyg_t *z);

@@ -243,6 +243,22 @@ static int open_fds(void)
     return n;
 }
 
+/* What each open descriptor is, on a failure. */
+static void print_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char path[300], to[256];
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        ssize_t n = readlink(path, to, sizeof(to) - 1);
+        to[n > 0 ? n : 0] = '\0';
+        print_message("  fd %s -> %s\n", e->d_name, to);
+    }
+    closedir(d);
+}
+
 /* The children of @pid (its one thread's; the helper has one), at most @max in @out. */
 static int children_of(pid_t pid, pid_t *out, int max)
 {
@@ -368,9 +384,11 @@ static void check_left(const plan_t *pl, const faults_t *f, pid_t helper, int re
                      (int)f->seen[i]);
     for (int i = 0; i < f->nvictims; i++)
         assert_int_equal(kill(f->victims[i], 0), -1);
-    if (test_shared_regions() != regions || open_fds() != fds)
+    if (test_shared_regions() != regions || open_fds() != fds) {
+        print_fds();
         fail_msg("seed %llu: %d shared region(s) and %d descriptor(s) open, %d and %d before",
                  (unsigned long long)pl->seed, test_shared_regions(), open_fds(), regions, fds);
+    }
 }
 
 /* The helper's children once the seed's batches are done: the running worker and its warm

@@ -17,14 +17,17 @@
 
 /* FACTS.md: 4-16 MiB chunks reach 97-100% of the round-trip ceiling on PCIe Gen5. */
 #define FERRY_CUDA_DEFAULT_CHUNK (8u << 20)
-/* Pieces this size or smaller move by the copy kernel (ferry_k_pieces.cu) in a pipeline. A
- * kernel of that kind beat one cudaMemcpyBatchAsync on an H100 host at 4 and 16 KiB pieces each
- * way and lost at 64 KiB (bench/results/2026-12-06-h100-issue20-gather), so 16 KiB is where it
- * pays there; ferry's own kernel has not run on a GPU yet (gpu.gather's
- * test_small_pinned_pieces and `ferry probe --calibrate` run it), so pipelines do not use it
- * until it has: 0. A build may set it (-DFERRY_CUDA_PIECE_KERNEL_MAX=16384u) to measure it. */
+/* Pieces this size or smaller move by the copy kernel (ferry_k_pieces.cu) in a pipeline. On an
+ * H100 (2026-12-07, bench/results/2026-12-07-copy-kernel) `ferry probe --calibrate` measured
+ * the kernel against one cudaMemcpyBatchAsync at 4, 16 and 64 KiB pieces: 43.4 / 47.6 / 49.2
+ * against 3.3 / 14.8 / 34.1 GB/s; `ferry bench items`, 8 threads, 8 MiB slabs, with it up to
+ * 16 KiB: items apart (a piece each) at 41.8% of the ceiling at 4 KiB and 52.3% at 16 KiB,
+ * side by side (merged, by the engines) 77.4% and 90.2%, against 25.2% and 34.7% copied into
+ * the slab before; 0.82-0.97 us of ferry's CPU an item (3.6-10.4). 16 KiB ran in a pipeline;
+ * larger pieces keep the engines, which leave the SMs to the stage. A build may set it
+ * (-DFERRY_CUDA_PIECE_KERNEL_MAX=0u: off). */
 #ifndef FERRY_CUDA_PIECE_KERNEL_MAX
-#define FERRY_CUDA_PIECE_KERNEL_MAX 0u
+#define FERRY_CUDA_PIECE_KERNEL_MAX (16u << 10)
 #endif
 
 /* NVML, loaded with dlopen (there is no nvml.h on the build machine; these are the few
