@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The open H200 targets of issues 17, 18 and 20 in one device call with a prebuilt ferry (run it
 # with OUT set; carry .carry; FERRY, default .carry/bin/ferry-HEAD; LIMIT seconds in all,
-# default 560): issue 17's ceiling and 16 GiB verified runs (issue17-gen.sh, 3 rounds); issue
-# 20's items at 64 KiB and 256 KiB from 8 threads, closed loop and on the issue's schedule (64 KiB
-# at 75%, 256 KiB at 90% of the ceiling, p99 against the bound), at the default depth and at
-# FERRY_DEPTH=4, two rounds; the PyTorch items peer's sweep (bench/peers/torch_items.py); then,
-# with the time left, issue 18's compute-heavy set (issue18-compute.sh, fma 64, --verify
+# default 560): issue 17's ceiling and 16 GiB verified runs (issue17-gen.sh, 3 rounds; on an
+# H200, or with GEN=1); issue 20's items at 64 KiB and 256 KiB from 8 threads, closed loop and on
+# the issue's schedule (64 KiB at 75%, 256 KiB at 90% of the ceiling, p99 against the bound), at
+# DEPTHS (default "0 4": the default depth and FERRY_DEPTH=4), ROUNDS rounds (2); the PyTorch
+# items peer's sweep (bench/peers/torch_items.py); then, with the time left, issue 18's compute-heavy set (issue18-compute.sh, fma 64, --verify
 # sample). Each part's files under $OUT/<part>, all in $OUT/t.tgz; the lines to read on stdout.
 set -u
 o=$OUT
@@ -16,7 +16,12 @@ export FERRY=${FERRY:-.carry/bin/ferry-HEAD}
 left() { echo $((limit - SECONDS)); }
 mkdir -p "$o/gen" "$o/items" "$o/peer" "$o/i18"
 echo "== $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), $(tr '\n' ' ' <.carry/commit)"
-OUT=$o/gen ROUNDS=3 timeout $(($(left) - 60)) bash bench/explore/issue17-gen.sh 2>&1 | tail -5
+if nvidia-smi -L | grep -q H200 || [ "${GEN:-0}" = 1 ]; then
+  OUT=$o/gen ROUNDS=3 timeout $(($(left) - 60)) bash bench/explore/issue17-gen.sh 2>&1 | tail -5
+else
+  # shellcheck disable=SC2119
+  build_gpu # the prebuilt ferry as build-gpu/ferry (issue17-gen.sh does it otherwise)
+fi
 show() {
   python3 - "$@" <<'PY'
 import json, sys
@@ -33,17 +38,17 @@ for x in j['results']:
         x.get('cpu_us_per_item_ferry', -1), x['items'] / max(x.get('slabs', 1), 1), x['verified']))
 PY
 }
-for r in 1 2; do
-  for d in 0 4; do
+for r in $(seq 1 "${ROUNDS:-2}"); do
+  for d in ${DEPTHS:-0 4}; do
     for c in closed 64K@75% 256K@90%; do
-      [ "$(left)" -gt 150 ] || break 3
+      [ "$(left)" -gt 70 ] || break 3
       case $c in
         closed) args=(--item-sizes "64K,256K") ;;
         *) args=(--item-sizes "${c%@*}" --rate "${c#*@}") ;;
       esac
       f=$o/items/d$d-${c//[@%]/_}-$r.json
       # shellcheck disable=SC2046
-      env FERRY_GATHER_BYTES=8M $([ "$d" = 0 ] || echo FERRY_DEPTH=$d) timeout 60 build-gpu/ferry \
+      env FERRY_GATHER_BYTES=8M $([ "$d" = 0 ] || echo "FERRY_DEPTH=$d") timeout 60 build-gpu/ferry \
         bench items --backend cuda --threads 8 "${args[@]}" --json >"$f" 2>>"$o/items/err"
       show "$f" "depth${d/#0/-} $c r$r"
     done
