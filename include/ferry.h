@@ -151,9 +151,9 @@ typedef struct ferry_device_props {
     char pci_bus_id[32];          /* "0000:17:00.0", empty when unknown */
     uint64_t default_chunk_bytes; /* chunk size the pipeline uses when none is set */
     /* Pieces of a gathered slab's copies this size or smaller move by a copy kernel over the
-     * pinned host memory rather than by the copy engines (0: never). cuda: 0 for now (the
-     * kernel has not run on a GPU yet; docs/cuda.md); sim: the profile's copy.piece_kernel_max
-     * (`ferry probe --calibrate` measures it on a device). */
+     * pinned host memory rather than by the copy engines (0: never). cuda: 16 KiB, 0 where the
+     * device cannot use registered memory at its host address (docs/architecture.md); sim: the
+     * profile's copy.piece_kernel_max (`ferry probe --calibrate` measures it on a device). */
     uint64_t piece_kernel_max;
 } ferry_device_props_t;
 #define FERRY_DEVICE_PROPS_INIT FERRY_SIZED_INIT(ferry_device_props_t)
