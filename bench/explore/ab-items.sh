@@ -5,7 +5,8 @@
 # 64 KiB items closed loop, 64 KiB offered at 75% of the ceiling and 256 KiB at 90% (8 threads,
 # 8 MiB slabs; EXTRA_ENV, e.g. FERRY_DEPTH=4, applies to both, ENV_A and ENV_B to one; A and B
 # may name one binary with two ENVs: A=HEAD B=HEAD:4 runs ferry-HEAD, the tag after ':' naming it). One line a run: rate, p50/p99
-# against the run's bound, ferry's CPU an item and by thread, items a slab. Then, on an H200
+# against the run's bound, ferry's CPU an item and by thread, items a slab (with
+# EXTRA_ENV=FERRY_LOG_LEVEL=debug, the CUDA backend's event waits an item too). Then, on an H200
 # and with LIMIT (default 540 s) leaving room, open-targets.sh with $PREBUILT/ferry-$TARGETS
 # (default A). JSON in $OUT/ab.tgz, the targets' in $OUT/ot.tgz.
 set -u
@@ -35,9 +36,16 @@ for r in $(seq 1 "${ROUNDS:-3}"); do
       # shellcheck disable=SC2206
       [ "$v" = "$b" ] && own=(${ENV_B:-})
       env "${env_extra[@]}" "${own[@]}" FERRY_GATHER_BYTES=8M timeout 60 "$pre/ferry-${v%%:*}" bench items \
-        --backend cuda --threads 8 "${args[@]}" --json >"$f" 2>>"$o/ab/err"
+        --backend cuda --threads 8 "${args[@]}" --json >"$f" 2>"$f.err"
       python3 - "$f" "$v" "$m" "$r" <<'PY'
-import json, sys
+import json, re, sys
+# FERRY_LOG_LEVEL=debug in EXTRA_ENV: the CUDA backend's count of its event waits, over the
+# warm-up and the measured passes, an item
+waits = ''
+for l in open(sys.argv[1] + '.err'):
+    w = re.search(r'event waits: (\d+) \((\d+) ended, (\d+) timed out\), (\d+) queries, (\d+) yields, (\d+) naps', l)
+    if w:
+        waits = [int(g) for g in w.groups()]
 try:
     j = json.load(open(sys.argv[1]))
 except Exception as e:
@@ -51,6 +59,10 @@ for x in j['results']:
         x.get('cpu_us_per_item_ferry', -1),
         ' '.join('%s %.2f' % (k.replace('ferry-', ''), v) for k, v in by.items() if v >= 0.03),
         x['items'] / max(x.get('slabs', 1), 1), x['verified']))
+    if waits:
+        k = x['items'] * (x.get('passes', 1) + 1)
+        print('      waits an item: %.3f (%.3f timed out), queries %.2f, yields %.2f, naps %.3f' % (
+            waits[0] / k, waits[2] / k, waits[3] / k, waits[4] / k, waits[5] / k))
 PY
     done
   done

@@ -3,12 +3,10 @@
  * copies and stage launches, each wrapped in an NVTX range for Nsight Systems. Every CUDA
  * return code is checked and translated once, in cuda_error.c; no CUDA type leaves this folder.
  */
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/ferry_k_pieces.h"
@@ -38,23 +36,6 @@ static void range_pop(void)
     nvtxRangePop();
 #endif
 }
-
-/* event_wait_any's polling: spin (yielding) this long first, then sleep from WAIT_SLEEP_MIN_NS
- * doubling up to WAIT_SLEEP_MAX_NS. FACTS.md: an empty kernel plus a synchronise round trip is
- * 8.6 us and record + query 1.5 us, so a short spin catches quick completions; the sleeps keep
- * a long wait off the CPU. Linux's default timer slack (50 us) stretches the short sleeps. */
-#define WAIT_SPIN_NS      20000ull
-#define WAIT_SLEEP_MIN_NS 4000ull
-#define WAIT_SLEEP_MAX_NS 20000ull
-/* A thread's waits come in a rhythm: the completion thread of a busy pipeline waits a chunk's
- * (or a gathered slab's) turn on the link after the one before, ~170-230 us for 8 MiB. Polling
- * such a wait from the start spun 20 us and woke about ten times; a thread whose last wait
- * ended by its event after more than WAIT_HINT_MIN_NS sleeps the first half of that (at most
- * WAIT_HINT_MAX_NS: what a quick batch after a long one may lose) before it polls, and naps up
- * to an eighth of it (a quarter of that at most): a completion is seen at most that late. */
-#define WAIT_HINT_MIN_NS (4 * WAIT_SPIN_NS)
-#define WAIT_HINT_MAX_NS 200000ull
-static _Thread_local uint64_t wait_last_ns;
 
 /* ---- devices ----------------------------------------------------------------------------- */
 
@@ -168,6 +149,7 @@ static void cuda_device_close(ferry_be_device_t *dev)
     if (ferry__cuda_use_device(dev->index) != 0)
         ferry_log(FERRY_LOG_WARN, "cuda", "device %d close: %s", dev->index,
                   ferry__last_error_text());
+    ferry__cuda_waits_log(dev);
     ferry__cuda_abort_close(dev);
     ferry__cuda_gtimer_close(dev);
     ferry__cuda_clock_close(dev);
@@ -387,11 +369,6 @@ static int cuda_stream_sync(ferry_be_stream_t *s)
 
 /* ---- events ------------------------------------------------------------------------------ */
 
-static bool recorded(const struct ferry_be_event *e)
-{
-    return atomic_load_explicit(&e->recorded, memory_order_acquire);
-}
-
 static int cuda_event_create(ferry_be_device_t *dev, unsigned flags, ferry_be_event_t **out)
 {
     if (dev == NULL || out == NULL)
@@ -437,6 +414,7 @@ static int cuda_event_record(ferry_be_event_t *e, ferry_be_stream_t *s)
     cudaError_t r = cudaEventRecord(e->ev, s->st);
     if (r != cudaSuccess)
         return ferry__cuda_fail(r, "cudaEventRecord");
+    atomic_fetch_add_explicit(&e->gen, 1, memory_order_relaxed);
     atomic_store_explicit(&e->recorded, true, memory_order_release);
     return 0;
 }
@@ -455,33 +433,12 @@ static int cuda_stream_wait_event(ferry_be_stream_t *s, ferry_be_event_t *e)
     return 0;
 }
 
-/* 0 done, FERRY_EAGAIN not yet (no error text: it is not a failure), or the translated error
- * the work before the event ran into. */
-static int query(struct ferry_be_event *e, size_t index, size_t n)
-{
-    if (!recorded(e))
-        return 0; /* never recorded counts as complete, as cudaEventQuery says */
-    cudaError_t r = cudaEventQuery(e->ev);
-    if (r == cudaSuccess)
-        return 0;
-    if (r == cudaErrorNotReady)
-        return FERRY_EAGAIN;
-    return ferry__cuda_fail(r, "cudaEventQuery(event %zu of %zu)", index, n);
-}
-
 static int cuda_event_query(ferry_be_event_t *e)
 {
     int rc = enter(e != NULL ? e->dev : NULL, "event_query", "event");
     if (rc != 0)
         return rc;
-    return query(e, 0, 1);
-}
-
-static void sleep_ns(uint64_t ns)
-{
-    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u),
-                          .tv_nsec = (long)(ns % 1000000000u)};
-    nanosleep(&ts, NULL);
+    return ferry__cuda_query(e, 0, 1);
 }
 
 static ferry_be_device_t *event_dev(const ferry_be_event_t *e)
@@ -497,40 +454,7 @@ static int cuda_event_wait_any(ferry_be_event_t *const *evs, size_t n, uint64_t 
         rc = ferry__cuda_use_device(evs[0]->dev->index);
     if (rc != 0)
         return rc;
-    /* Poll, never cudaEventSynchronize: it has no timeout, and a hung kernel reports no error
-     * on a compute GPU (FACTS.md), so only our own deadline can end the wait. */
-    uint64_t start = ferry__mono_ns(), nap = WAIT_SLEEP_MIN_NS, nap_max = WAIT_SLEEP_MAX_NS;
-    uint64_t hint = wait_last_ns > WAIT_HINT_MIN_NS ? wait_last_ns : 0;
-    wait_last_ns = 0; /* until this wait ends by its event */
-    if (hint > 0 && hint / 8 > nap_max)
-        nap_max = hint / 8 < WAIT_HINT_MAX_NS / 4 ? hint / 8 : WAIT_HINT_MAX_NS / 4;
-    for (bool first = true;; first = false) {
-        for (size_t i = 0; i < n; i++) {
-            rc = query(evs[i], i, n);
-            if (rc != FERRY_EAGAIN) {
-                *which = i;
-                wait_last_ns = rc == 0 ? ferry__mono_ns() - start : 0;
-                return rc;
-            }
-        }
-        uint64_t waited = ferry__mono_ns() - start;
-        if (first && hint > 0 && hint / 2 < timeout_ns) {
-            sleep_ns(hint / 2 < WAIT_HINT_MAX_NS ? hint / 2 : WAIT_HINT_MAX_NS);
-            continue;
-        }
-        if (waited >= timeout_ns)
-            return ferry__error(FERRY_ETIMEDOUT,
-                                "cuda: event_wait_any: none of %zu events completed within "
-                                "%llu ns",
-                                n, (unsigned long long)timeout_ns);
-        if (waited < WAIT_SPIN_NS && hint == 0) {
-            sched_yield();
-            continue;
-        }
-        uint64_t left = timeout_ns - waited;
-        sleep_ns(nap < left ? nap : left);
-        nap = nap * 2 < nap_max ? nap * 2 : nap_max;
-    }
+    return ferry__cuda_wait_any(evs, n, timeout_ns, which);
 }
 
 static int cuda_event_time_ns(ferry_be_event_t *e, uint64_t *out)
@@ -540,7 +464,7 @@ static int cuda_event_time_ns(ferry_be_event_t *e, uint64_t *out)
     if (!e->timing)
         return ferry__error(FERRY_ENOTSUP, "cuda: event_time_ns: the event was created without "
                                            "timing");
-    if (!recorded(e)) {
+    if (!ferry__cuda_recorded(e)) {
         *out = 0; /* never recorded: complete since time 0, as on the simulator */
         return 0;
     }

@@ -96,6 +96,11 @@ struct ferry_cuda_gtimer {
     uint64_t sent_ns;
 };
 
+/* What the device's event waits did (cuda_wait.c), for the debug log at close. */
+struct ferry_cuda_waits {
+    _Atomic uint64_t calls, ended, timeouts, queries, yields, naps, nap_ns;
+};
+
 struct ferry_be_device {
     int index;
     struct cudaDeviceProp prop;
@@ -107,6 +112,7 @@ struct ferry_be_device {
     struct ferry_cuda_nvml nvml;
     struct ferry_cuda_abort abort;
     struct ferry_cuda_gtimer gtimer;
+    struct ferry_cuda_waits waits;
 };
 
 struct ferry_be_stream {
@@ -119,8 +125,23 @@ struct ferry_be_event {
     struct ferry_be_device *dev;
     cudaEvent_t ev;
     atomic_bool recorded; /* set by the first record: never-recorded events are complete */
+    _Atomic uint32_t gen; /* records so far (a wait tells one recording from the next) */
     bool timing;          /* created with FERRY_BE_EVENT_TIMING */
 };
+
+static inline bool ferry__cuda_recorded(const struct ferry_be_event *e)
+{
+    return atomic_load_explicit(&e->recorded, memory_order_acquire);
+}
+
+/* Waiting (cuda_wait.c). ferry__cuda_query: 0 done, FERRY_EAGAIN not yet (no error text: it is
+ * not a failure), or the translated error the work before event @index of @n ran into.
+ * ferry__cuda_wait_any: event_wait_any's poll, the arguments checked by the caller.
+ * ferry__cuda_waits_log: the device's counts, at debug level. */
+int ferry__cuda_query(struct ferry_be_event *e, size_t index, size_t n);
+int ferry__cuda_wait_any(ferry_be_event_t *const *evs, size_t n, uint64_t timeout_ns,
+                         size_t *which);
+void ferry__cuda_waits_log(const ferry_be_device_t *dev);
 
 /* The one translation of a CUDA runtime error: sets the calling thread's last-error text to
  * "<what>: <cudaGetErrorName> (<num>): <cudaGetErrorString>" (@fmt describes the call, e.g.
