@@ -21,15 +21,20 @@
  * such a wait from the start spun 20 us and woke about ten times; a thread whose last wait
  * ended by its event after more than WAIT_HINT_MIN_NS sleeps until half of that has passed
  * (at most WAIT_HINT_MAX_NS: what a quick batch after a long one may lose) before it polls,
- * and naps from a sixteenth of it up to an eighth (a quarter of WAIT_HINT_MAX_NS at most): a
- * completion is seen at most that late. */
+ * and naps up to an eighth of it (a quarter of WAIT_HINT_MAX_NS at most): a completion is seen
+ * at most that late. */
 #define WAIT_HINT_MIN_NS (4 * WAIT_SPIN_NS)
 #define WAIT_HINT_MAX_NS 200000ull
 
-/* A wait that times out leaves its spell open: the caller's next wait for the same recording
- * of the same first event goes on with it (its start, rhythm and nap) instead of spinning
- * afresh. The completion thread of a pipeline that is issuing waits in 50 us slices; each
- * slice began with a 20 us spin when a timed-out wait counted as no rhythm. */
+/* Spells (a build sets FERRY_CUDA_WAIT_SPELLS=1; off until measured on a GPU against the
+ * default, bench/explore/waits-ab.sh): a wait that times out leaves its spell open, and the
+ * thread's next wait for the same recording of the same first event goes on with it (its
+ * start, rhythm and nap; naps from a sixteenth of the rhythm) instead of starting afresh. The
+ * completion thread of a pipeline that is issuing waits in 50 us slices; without spells a
+ * timed-out wait leaves no rhythm, so each slice begins with the 20 us spin. */
+#ifndef FERRY_CUDA_WAIT_SPELLS
+#define FERRY_CUDA_WAIT_SPELLS 0
+#endif
 static _Thread_local struct {
     uint64_t last_ns;  /* the length of the last spell that ended by its event; 0: none */
     uint64_t spell_ns; /* when the open spell began; 0: none open */
@@ -86,19 +91,24 @@ int ferry__cuda_wait_any(ferry_be_event_t *const *evs, size_t n, uint64_t timeou
     struct ferry_cuda_waits *w = &evs[0]->dev->waits;
     uint64_t start = ferry__mono_ns();
     uint32_t gen = atomic_load_explicit(&evs[0]->gen, memory_order_relaxed);
-    bool goes_on = wt.spell_ns != 0 && wt.ev == evs[0] && wt.gen == gen;
+    bool spells = FERRY_CUDA_WAIT_SPELLS != 0;
+    bool goes_on = spells && wt.spell_ns != 0 && wt.ev == evs[0] && wt.gen == gen;
     uint64_t spell = goes_on ? wt.spell_ns : start;
     uint64_t hint = wt.last_ns > WAIT_HINT_MIN_NS ? wt.last_ns : 0;
+    if (!spells)
+        wt.last_ns = 0; /* until this wait ends by its event */
     uint64_t nap_max = WAIT_SLEEP_MAX_NS, cut = WAIT_HINT_MAX_NS / 4;
     if (hint > 0 && hint / 8 > nap_max)
         nap_max = hint / 8 < cut ? hint / 8 : cut;
     uint64_t next = goes_on ? wt.nap_ns
-                    : hint > 0 && hint / 16 > WAIT_SLEEP_MIN_NS
+                    : spells && hint > 0 && hint / 16 > WAIT_SLEEP_MIN_NS
                         ? (hint / 16 < nap_max ? hint / 16 : nap_max)
                         : WAIT_SLEEP_MIN_NS;
-    /* The hinted first sleep ends at half the rhythm after the spell began. */
-    uint64_t until =
-        hint > 0 ? spell + (hint / 2 < WAIT_HINT_MAX_NS ? hint / 2 : WAIT_HINT_MAX_NS) : 0;
+    /* The hinted first sleep ends at half the rhythm after the spell began (without spells,
+     * only in a wait longer than that). */
+    uint64_t until = hint > 0 && (spells || hint / 2 < timeout_ns)
+                         ? spell + (hint / 2 < WAIT_HINT_MAX_NS ? hint / 2 : WAIT_HINT_MAX_NS)
+                         : 0;
     wt.spell_ns = 0;
     wait_acc_t a = {0};
     for (;;) {
