@@ -6,10 +6,10 @@
 # .carry/bin/ferry-spells (a wait that times out leaves its spell open for the next wait on the
 # same recording), the wait counts logged (FERRY_LOG_LEVEL=debug), through ab-items.sh (ROUNDS,
 # default 2). First this tree's gpu_test_device (.carry/tests) and .carry/bin/slab_graph
-# (bench/explore/slab_graph.cu: a slab's chain issued as calls against a CUDA graph); then, with
-# the time left, h200-targets.sh without its items (the A/B has them) with ferry-HEAD: on an H200
-# issue 17's generated runs, the PyTorch items peer and issue 18's compute-heavy set. LIMIT
-# seconds in all (default 560).
+# (bench/explore/slab_graph.cu: a slab's chain issued as calls against a CUDA graph); then, on an
+# H200 only, in the KEEP seconds kept for it (default 300), h200-targets.sh without its items (the
+# A/B has them) with ferry-HEAD: issue 17's generated runs, the PyTorch items peer and issue 18's
+# compute-heavy set. LIMIT seconds in all (default 560).
 set -u
 o=$OUT
 limit=${LIMIT:-560}
@@ -18,6 +18,8 @@ limit=${LIMIT:-560}
 timeout 60 .carry/tests/gpu_test_device >"$o/gpu_test_device.txt" 2>&1
 echo "gpu_test_device: rc $? $(grep -c '^\[       OK' "$o/gpu_test_device.txt") ok, $(grep -c '^\[  FAILED' "$o/gpu_test_device.txt") failed"
 timeout 120 .carry/bin/slab_graph 2>&1 | tee "$o/graph.txt"
-LIMIT=$((limit - SECONDS - 300)) A=HEAD B=spells EXTRA_ENV=FERRY_LOG_LEVEL=debug \
+keep=0 # on an H200, the time h200-targets.sh needs
+nvidia-smi -L | grep -q H200 && keep=${KEEP:-300}
+LIMIT=$((limit - SECONDS - keep)) A=HEAD B=spells EXTRA_ENV=FERRY_LOG_LEVEL=debug \
   TARGETS_S=0 ROUNDS=${ROUNDS:-2} bash bench/explore/ab-items.sh
-LIMIT=$((limit - SECONDS)) ROUNDS=0 bash bench/explore/h200-targets.sh
+[ "$keep" = 0 ] || LIMIT=$((limit - SECONDS)) ROUNDS=0 bash bench/explore/h200-targets.sh
