@@ -4,10 +4,12 @@
 // event: 8 calls on 3 streams), and as a CUDA graph (the pieces' copy nodes, the kernel node and
 // the copy-out nodes of one graph; an instance per slot of the pipeline's depth, its nodes' host
 // addresses and kernel arguments set for each slab with cudaGraphExec*SetParams, then
-// cudaGraphLaunch and the end event). Per PIECES count: the host time of issuing a slab
-// (CLOCK_THREAD_CPUTIME_ID around the calls, median and p90 over SLABS slabs) and GB/s each way
-// over the whole run (events), DEPTH slabs in flight; every slab's output checked before any time
-// counts. Stand-alone (no ferry):
+// cudaGraphLaunch and the end event; each graph kept while its instance lives: an update names
+// its nodes, which must remain in the graph the instance was made from: on an H100 on 2026-12-07
+// the first update after the graph was destroyed was refused, "invalid argument"). Per PIECES
+// count: the host time of issuing a slab (CLOCK_THREAD_CPUTIME_ID around the calls, median and p90
+// over SLABS slabs) and GB/s each way over the whole run (events), DEPTH slabs in flight; every
+// slab's output checked before any time counts. Stand-alone (no ferry):
 //   nvcc -O2 -arch=sm_90 -o slab_graph bench/explore/slab_graph.cu && ./slab_graph
 #include <cuda_runtime.h>
 
@@ -39,6 +41,7 @@ static double cpu_us(void)
 }
 
 struct graph_slot {
+    cudaGraph_t graph; // kept while exec lives: its nodes are what the updates name
     cudaGraphExec_t exec;
     std::vector<cudaGraphNode_t> in, out;
     cudaGraphNode_t k;
@@ -91,8 +94,7 @@ int main(void)
                 g[s].out.resize(np);
                 for (size_t j = 0; j < np; j++)
                     CK(cudaGraphAddMemcpyNode1D(&g[s].in[j], gr, NULL, 0, d_in + s * SLAB + j * pz,
-                                                h_in + piece_at(0, j, np), pz,
-                                                cudaMemcpyHostToDevice));
+                                                h_in + piece_at(0, j, np), pz, cudaMemcpyDefault));
                 unsigned char *a = d_in + s * SLAB, *b = d_out + s * SLAB;
                 void *args[] = {&a, &b, &n};
                 cudaKernelNodeParams kp = {};
@@ -102,11 +104,24 @@ int main(void)
                 kp.kernelParams = args;
                 CK(cudaGraphAddKernelNode(&g[s].k, gr, g[s].in.data(), np, &kp));
                 for (size_t j = 0; j < np; j++)
-                    CK(cudaGraphAddMemcpyNode1D(
-                        &g[s].out[j], gr, &g[s].k, 1, h_out + piece_at(0, j, np),
-                        d_out + s * SLAB + j * pz, pz, cudaMemcpyDeviceToHost));
+                    CK(cudaGraphAddMemcpyNode1D(&g[s].out[j], gr, &g[s].k, 1,
+                                                h_out + piece_at(0, j, np),
+                                                d_out + s * SLAB + j * pz, pz, cudaMemcpyDefault));
                 CK(cudaGraphInstantiate(&g[s].exec, gr, 0));
-                CK(cudaGraphDestroy(gr));
+                g[s].graph = gr;
+            }
+            if (m == 1) { // an update the driver refuses ends the graph's row, not the program
+                cudaError_t e = cudaGraphExecMemcpyNodeSetParams1D(
+                    g[0].exec, g[0].in[0], d_in, h_in + piece_at(0, 0, np), pz, cudaMemcpyDefault);
+                if (e != cudaSuccess) {
+                    printf("%-6s %6zu cudaGraphExecMemcpyNodeSetParams1D: %s\n", "graph", np,
+                           cudaGetErrorString(e));
+                    for (int s = 0; s < DEPTH; s++) {
+                        CK(cudaGraphExecDestroy(g[s].exec));
+                        CK(cudaGraphDestroy(g[s].graph));
+                    }
+                    continue;
+                }
             }
             std::vector<void *> src(np), dst(np);
             std::vector<size_t> len(np, pz);
@@ -150,10 +165,10 @@ int main(void)
                         for (size_t j = 0; j < np; j++) {
                             CK(cudaGraphExecMemcpyNodeSetParams1D(g[s].exec, g[s].in[j], a + j * pz,
                                                                   h_in + piece_at(i, j, np), pz,
-                                                                  cudaMemcpyHostToDevice));
+                                                                  cudaMemcpyDefault));
                             CK(cudaGraphExecMemcpyNodeSetParams1D(
                                 g[s].exec, g[s].out[j], h_out + piece_at(i, j, np), b + j * pz, pz,
-                                cudaMemcpyDeviceToHost));
+                                cudaMemcpyDefault));
                         }
                         void *args[] = {&a, &b, &n}; // as a stage's table would change
                         cudaKernelNodeParams kp = {};
@@ -192,8 +207,10 @@ int main(void)
                    us[us.size() / 2], us[us.size() * 9 / 10],
                    (double)SLAB * SLABS / (ms / 1e3) / 1e9, calls, ok ? "yes" : "NO");
             fflush(stdout);
-            for (int s = 0; m == 1 && s < DEPTH; s++)
+            for (int s = 0; m == 1 && s < DEPTH; s++) {
                 CK(cudaGraphExecDestroy(g[s].exec));
+                CK(cudaGraphDestroy(g[s].graph));
+            }
         }
     }
     return 0;
