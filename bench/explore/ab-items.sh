@@ -6,7 +6,9 @@
 # 8 MiB slabs; EXTRA_ENV, e.g. FERRY_DEPTH=4, applies to both, ENV_A and ENV_B to one; A and B
 # may name one binary with two ENVs: A=HEAD B=HEAD:4 runs ferry-HEAD, the tag after ':' naming it). One line a run: rate, p50/p99
 # against the run's bound, ferry's CPU an item and by thread, items a slab (with
-# EXTRA_ENV=FERRY_LOG_LEVEL=debug, the CUDA backend's event waits an item too). Then, on an H200
+# EXTRA_ENV=FERRY_LOG_LEVEL=debug, the CUDA backend's event waits an item too, and from a
+# FERRY_PROF=1 build, e.g. VARIANTS=prof:-DFERRY_PROF=1 in prebuild.sh, the wall time of each
+# phase of src/base/prof.h an item, with how many an item). Then, on an H200
 # and with LIMIT (default 540 s) leaving room, open-targets.sh with $PREBUILT/ferry-$TARGETS
 # (default A). JSON in $OUT/ab.tgz, the targets' in $OUT/ot.tgz.
 set -u
@@ -42,10 +44,13 @@ import json, re, sys
 # FERRY_LOG_LEVEL=debug in EXTRA_ENV: the CUDA backend's count of its event waits, over the
 # warm-up and the measured passes, an item
 waits = ''
+prof = ''  # a FERRY_PROF=1 build: the phases' wall time, the process's sums at the last destroy
 for l in open(sys.argv[1] + '.err'):
     w = re.search(r'event waits: (\d+) \((\d+) ended, (\d+) timed out\), (\d+) queries, (\d+) yields, (\d+) naps', l)
     if w:
         waits = [int(g) for g in w.groups()]
+    if ' prof: ' in l:
+        prof = re.findall(r' (\w+) (\d+)/(\d+)', l.split('(us/count):')[1])
 try:
     j = json.load(open(sys.argv[1]))
 except Exception as e:
@@ -63,6 +68,10 @@ for x in j['results']:
         k = x['items'] * (x.get('passes', 1) + 1)
         print('      waits an item: %.3f (%.3f timed out), queries %.2f, yields %.2f, naps %.3f' % (
             waits[0] / k, waits[2] / k, waits[3] / k, waits[4] / k, waits[5] / k))
+    if prof:
+        k = x['items'] * (x.get('passes', 1) + 1)
+        print('      us an item: ' + ' '.join('%s %.3f (%.2f)' % (name, int(us) / k, int(n) / k)
+                                          for name, us, n in prof if int(n) > 0))
 PY
     done
   done

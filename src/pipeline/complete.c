@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/prof.h"
 #include "pipeline/pipeline_internal.h"
 
 /* ---- completion -------------------------------------------------------------------------- */
@@ -779,20 +780,29 @@ void *ferry__pipe_completion_main(void *arg)
             continue;
         }
 
+        FERRY_PROF_BEGIN(t0);
         adopt(p, &head, &tail);
         batch_rec_t *ready = atomic_exchange_explicit(&p->sh.ready, NULL, memory_order_acquire);
 
         pass_t ps;
         poll_chunks(p, &head, &tail, &ps);
+        FERRY_PROF_END(FERRY__PROF_COMP_POLL, t0);
+        FERRY_PROF_BEGIN(t1);
         uint64_t pass_now;
         batch_rec_t *fin = retire(p, &ps, ready, acc, &pass_now);
         feed_watchdog(p, head, pass_now);
         bool take_token = recycle(p, &ps, acc);
-        if (take_token)
+        FERRY_PROF_END(FERRY__PROF_COMP_RETIRE, t1);
+        if (take_token) {
+            FERRY_PROF_BEGIN(t2);
             ferry__pipe_run_queue(p, ROLE_COMPLETER);
+            FERRY_PROF_END(FERRY__PROF_COMP_QUEUE, t2);
+        }
 
         if (fin != NULL) {
+            FERRY_PROF_BEGIN(t3);
             call_back(p, fin, pass_now);
+            FERRY_PROF_END(FERRY__PROF_COMP_CB, t3);
             continue;
         }
         if (ps.ndone > 0 || take_token)
@@ -808,7 +818,9 @@ void *ferry__pipe_completion_main(void *arg)
                 pass_end(p);
                 break;
             }
+            FERRY_PROF_BEGIN(t4);
             wait_for_work(p, seen);
+            FERRY_PROF_END(FERRY__PROF_COMP_IDLE, t4);
             continue;
         }
         if (p->plan.virtual_clock && grace_seen != seen &&
@@ -823,6 +835,7 @@ void *ferry__pipe_completion_main(void *arg)
             wait_briefly(p, seen);
             continue;
         }
+        FERRY_PROF_BEGIN(t5);
         if (atomic_load_explicit(&p->sh.busy, memory_order_seq_cst) == 0) {
             /* Nothing more will be issued until something completes: wait on the device.
              * On the simulator this is what advances the virtual clock. */
@@ -839,6 +852,7 @@ void *ferry__pipe_completion_main(void *arg)
             size_t which = 0;
             (void)ferry__be_event_wait_any(p->dev, ps.waitev, ps.nwait, 50000, &which);
         }
+        FERRY_PROF_END(FERRY__PROF_COMP_WAIT, t5);
     }
     free(acc);
     return NULL;

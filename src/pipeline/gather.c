@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/prof.h"
 #include "pipeline/gather_internal.h"
 
 static uint64_t mono_ns(void)
@@ -317,6 +318,7 @@ static const ferry__pieces_t *pieces_of(const ferry__gather_t *g, gather_slab_t 
  * room; otherwise a full queue hands it to the flusher, which may. */
 int ferry__gather_send(ferry__gather_t *g, gather_slab_t *s, bool wait)
 {
+    FERRY_PROF_BEGIN(t0);
     uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire); /* sealed: final */
     s->nitems = W_ITEMS(w);
     s->used = (size_t)(w & W_USED_MASK);
@@ -335,10 +337,13 @@ int ferry__gather_send(ferry__gather_t *g, gather_slab_t *s, bool wait)
      * copies moves the slab's own bytes, once each way. */
     size_t npieces = pieces != NULL ? pieces->nin + pieces->nout : 2;
     uint64_t seal_no = s->seal_no;
+    FERRY_PROF_BEGIN(t1);
     int rc = ferry__pipe_submit_internal(g->p, &b, slab_done, s, wait, pieces);
+    FERRY_PROF_END(FERRY__PROF_SEND_ISSUE, t1);
     if (rc == 0)
         atomic_fetch_add_explicit(&g->pieces, npieces, memory_order_relaxed);
     sent(g, s, seal_no, rc == 0);
+    FERRY_PROF_END(FERRY__PROF_SEND, t0);
     return rc;
 }
 
@@ -448,6 +453,7 @@ static uintptr_t pinned_in(ferry_pipeline_t *p, const void *ptr, size_t n)
 int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_fn cb, void *arg,
                          uint64_t *id)
 {
+    FERRY_PROF_BEGIN(t0);
     ferry_pipeline_t *p = g->p;
     size_t need = ferry__gather_round_up(b->bytes, GATHER_ALIGN);
     bool own = on_own_thread(p), may_wait = !own && !p->plan.nonblocking;
@@ -465,6 +471,7 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
      * sealed refuses (its word says so) until it is opened again, and then it is the open one. */
     gather_slab_t *s = atomic_load_explicit(&g->open_fast, memory_order_acquire);
     if (s == NULL || !reserve(g, s, need, &i, &off)) {
+        FERRY_PROF_BEGIN(t1);
         pthread_mutex_lock(&g->mu);
         for (;;) {
             if (g->closing) {
@@ -504,6 +511,7 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
             g->waiters--;
         }
         pthread_mutex_unlock(&g->mu);
+        FERRY_PROF_END(FERRY__PROF_SUBMIT_ROOM, t1);
         if (to_send != NULL && ferry__gather_claim(to_send))
             ferry__gather_send(g, to_send, !own);
     }
@@ -539,6 +547,7 @@ int ferry__gather_submit(ferry__gather_t *g, const ferry_batch_t *b, ferry_done_
         poke(p, false); /* the caller is back: a virtual clock need not wait for it */
     if (id != NULL)
         *id = my_id;
+    FERRY_PROF_END(FERRY__PROF_SUBMIT, t0);
     return 0;
 }
 
@@ -599,8 +608,11 @@ static void slab_done(const ferry_batch_result_t *r, void *arg)
 {
     gather_slab_t *s = arg;
     ferry__gather_t *g = s->g;
+    FERRY_PROF_BEGIN(t0);
     if (r->status == 0)
         scatter(g, s);
+    FERRY_PROF_END(FERRY__PROF_SLAB_SCATTER, t0);
+    FERRY_PROF_BEGIN(t1);
     uint32_t n = s->nitems;
     memcpy(g->scratch, s->items, n * sizeof(*s->items));
     /* Its writers are all done (it was sent): ready 0 again for its next opening, which the
@@ -630,8 +642,14 @@ static void slab_done(const ferry_batch_result_t *r, void *arg)
             pthread_cond_signal(&g->free_cv);
     gather_slab_t *idle = seal_if_idle(g);
     pthread_mutex_unlock(&g->mu);
-    if (idle != NULL && ferry__gather_claim(idle))
-        ferry__gather_send(g, idle, false);
+    FERRY_PROF_END(FERRY__PROF_SLAB_FREE, t1);
+    if (idle != NULL) {
+        FERRY_PROF_BEGIN(t2);
+        if (ferry__gather_claim(idle))
+            ferry__gather_send(g, idle, false);
+        FERRY_PROF_END(FERRY__PROF_SLAB_SEND, t2);
+    }
+    FERRY_PROF_BEGIN(t3);
     for (uint32_t i = 0; i < n; i++) {
         const gather_item_t *it = &g->scratch[i];
         ferry_batch_result_t ir = {.id = it->id,
@@ -645,4 +663,5 @@ static void slab_done(const ferry_batch_result_t *r, void *arg)
                                    .done_ns = r->done_ns};
         it->cb(&ir, it->arg);
     }
+    FERRY_PROF_END(FERRY__PROF_SLAB_ITEMS, t3);
 }

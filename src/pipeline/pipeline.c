@@ -20,6 +20,7 @@
 
 #include "backend/sim/sim.h"
 #include "base/config.h"
+#include "base/prof.h"
 #include "core/runtime.h"
 #include "pipeline/gather.h"
 #include "pipeline/pipeline_internal.h"
@@ -806,6 +807,7 @@ int ferry_pipeline_destroy(ferry_pipeline_t *p)
     }
     ferry__rt_child_remove(p->dev->rt, &p->child);
     free_husk(p);
+    FERRY_PROF_LOG("pipeline destroyed, the process so far");
     return 0;
 }
 
