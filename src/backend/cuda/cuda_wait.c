@@ -26,14 +26,16 @@
 #define WAIT_HINT_MIN_NS (4 * WAIT_SPIN_NS)
 #define WAIT_HINT_MAX_NS 200000ull
 
-/* Spells (a build sets FERRY_CUDA_WAIT_SPELLS=1; off until measured on a GPU against the
- * default, bench/explore/waits-ab.sh): a wait that times out leaves its spell open, and the
- * thread's next wait for the same recording of the same first event goes on with it (its
- * start, rhythm and nap; naps from a sixteenth of the rhythm) instead of starting afresh. The
- * completion thread of a pipeline that is issuing waits in 50 us slices; without spells a
- * timed-out wait leaves no rhythm, so each slice begins with the 20 us spin. */
+/* Spells (on unless a build sets FERRY_CUDA_WAIT_SPELLS=0, the policy before them): a wait that
+ * times out leaves its spell open, and the thread's next wait for the same recording of the
+ * same first event goes on with it (its start, rhythm and nap; naps from a sixteenth of the
+ * rhythm) instead of starting afresh. The completion thread of a pipeline that is issuing waits
+ * in 50 us slices; without spells a timed-out wait left no rhythm, so each slice began with the
+ * 20 us spin. Three rounds on an H100 (bench/results/2026-12-07-h100-waits-rounds): the same
+ * rates, p99 without a direction, ferry's CPU at 256 KiB items at 90% 0.5-1.0 us an item lower
+ * in every round. */
 #ifndef FERRY_CUDA_WAIT_SPELLS
-#define FERRY_CUDA_WAIT_SPELLS 0
+#define FERRY_CUDA_WAIT_SPELLS 1
 #endif
 static _Thread_local struct {
     uint64_t last_ns;  /* the length of the last spell that ended by its event; 0: none */
