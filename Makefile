@@ -34,10 +34,11 @@ test-plain: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
 # Sanitizer trees build ferry without CUDA: the sanitizers check ferry's own code, and the
-# CUDA backend cannot run on a machine without a GPU.
+# CUDA backend cannot run on a machine without a GPU. The ASan+UBSan tree also carries the phase
+# profile (FERRY_PROF, src/base/prof.h), so that its code is built and run (sim.prof checks it).
 test-asan: deps
 	cmake -S . -B $(BUILD)-asan $(GEN) -DCMAKE_BUILD_TYPE=Debug -DFERRY_WITH_CUDA=OFF \
-	  -DFERRY_BUILD_BENCH=OFF -DFERRY_SANITIZE=address,undefined $(CMAKE_ARGS)
+	  -DFERRY_BUILD_BENCH=OFF -DFERRY_SANITIZE=address,undefined -DFERRY_PROF=ON $(CMAKE_ARGS)
 	cmake --build $(BUILD)-asan -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  FERRY_TEST_SCALE=sanitizer ctest --test-dir $(BUILD)-asan --output-on-failure -j $(JOBS)

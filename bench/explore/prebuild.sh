@@ -6,9 +6,9 @@
 # MPI (the GPU machine has no Open MPI); the Debian libraries they load are carried in .carry/root.
 # KERNEL_MAX=N builds them with the copy kernel on for pieces up to N bytes
 # (FERRY_CUDA_PIECE_KERNEL_MAX). VARIANTS="NAME:FLAGS ..." builds this tree again with the C
-# flags FLAGS (e.g. spells:-DFERRY_CUDA_WAIT_SPELLS=1) as .carry/bin/ferry-NAME. It copies the
-# GPU tests of this tree to .carry/tests and builds bench/explore/slab_graph.cu as
-# .carry/bin/slab_graph.
+# flags FLAGS (e.g. prof:-DFERRY_PROF=1, nospells:-DFERRY_CUDA_WAIT_SPELLS=0) as
+# .carry/bin/ferry-NAME. It copies the GPU tests of this tree to .carry/tests and builds
+# bench/explore/slab_graph.cu as .carry/bin/slab_graph.
 set -eu
 cd "$(dirname "$0")/../.."
 export PATH=/usr/local/cuda/bin:$PATH
