@@ -22,8 +22,11 @@
 /* A slab's output is copied back to its batches by the host workers too, in parts of at least
  * this many bytes (whole items). */
 #define GATHER_SCATTER_PIECE (128u << 10)
-/* Submitters a freed slab wakes (slab_done). */
+/* Submitters a freed slab wakes (slab_done); a build may set another (-DGATHER_WAKE=1u) to
+ * measure it. */
+#ifndef GATHER_WAKE
 #define GATHER_WAKE 2u
+#endif
 
 enum slab_state { SLAB_FREE, SLAB_OPEN, SLAB_SEALED, SLAB_SENT };
 
