@@ -22,9 +22,9 @@ static atomic_uint next_slot;
 static _Thread_local prof_slot_t *mine;
 
 static const char *const names[FERRY__PROF_N] = {
-    "submit",       "submit_room", "send",      "send_issue", "comp_poll",
-    "comp_retire",  "comp_queue",  "comp_cb",   "comp_wait",  "comp_idle",
-    "slab_scatter", "slab_free",   "slab_send", "slab_items"};
+    "submit",    "submit_room",  "send",      "send_layout", "send_issue", "issue",   "issue_in",
+    "issue_run", "issue_out",    "comp_poll", "comp_retire", "comp_queue", "comp_cb", "comp_wait",
+    "comp_idle", "slab_scatter", "slab_free", "slab_send",   "slab_items"};
 
 uint64_t ferry__prof_now(void)
 {
@@ -45,7 +45,7 @@ void ferry__prof_add(ferry__prof_phase_t ph, uint64_t ns)
 
 void ferry__prof_log(const char *who)
 {
-    char line[1024];
+    char line[1536];
     size_t len = 0;
     unsigned used = atomic_load_explicit(&next_slot, memory_order_relaxed);
     used = used < PROF_SLOTS ? used : PROF_SLOTS;

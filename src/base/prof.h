@@ -19,7 +19,12 @@ typedef enum ferry__prof_phase {
     FERRY__PROF_SUBMIT,       /* ferry__gather_submit, whole (an item's submit) */
     FERRY__PROF_SUBMIT_ROOM,  /* of it: the slow path, under the gather lock (waits included) */
     FERRY__PROF_SEND,         /* ferry__gather_send, whole, on any thread */
+    FERRY__PROF_SEND_LAYOUT,  /* of it: the slab laid out, its pieces found, its table written */
     FERRY__PROF_SEND_ISSUE,   /* of it: the pipeline's submit of the slab (issue included) */
+    FERRY__PROF_ISSUE,        /* a chunk (a slab) issued, whole, on any thread */
+    FERRY__PROF_ISSUE_IN,     /* of it: the copy in (staging included) */
+    FERRY__PROF_ISSUE_RUN,    /* of it: the stage's launch */
+    FERRY__PROF_ISSUE_OUT,    /* of it: the copy out */
     FERRY__PROF_COMP_POLL,    /* completion pass: adopt and poll */
     FERRY__PROF_COMP_RETIRE,  /* retire, the watchdog fed, slots recycled */
     FERRY__PROF_COMP_QUEUE,   /* queued batches issued by the completion thread */

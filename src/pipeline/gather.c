@@ -327,12 +327,14 @@ int ferry__gather_send(ferry__gather_t *g, gather_slab_t *s, bool wait)
     b.out = s->h_out;
     b.bytes = s->used;
     b.user = s;
+    FERRY_PROF_BEGIN(tl);
     const ferry__pieces_t *pieces = pieces_of(g, s); /* lays the slab out: before the table */
     for (uint32_t i = 0; i < s->nitems; i++) {
         const gather_item_t *it = &s->items[i];
         s->table[i] = (ferry_item_t){
             .offset = it->offset, .bytes = it->bytes, .batch_id = it->id, .batch_user = it->user};
     }
+    FERRY_PROF_END(FERRY__PROF_SEND_LAYOUT, tl);
     /* Read before the pipeline has it: then it is no longer this thread's (sent()). A slab of
      * copies moves the slab's own bytes, once each way. */
     size_t npieces = pieces != NULL ? pieces->nin + pieces->nout : 2;

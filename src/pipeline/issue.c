@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/prof.h"
 #include "pipeline/pipeline_internal.h"
 
 /* Chunk @i of the group bound to @s: its bytes, and its offset within the group. */
@@ -185,21 +186,30 @@ static int issue_chunk(ferry_pipeline_t *p, slot_t *s)
     bool sample = s->timing == TIME_SAMPLE;
     ferry_be_event_t **dep = s->dep;
     s->issue_ns = ferry_device_now_ns(d);
-    if (((sample || s->h2d_start_timed) &&
-         (rc = ferry__be_event_record(d, s->tev[TEV_H2D_START], sh)) != 0) ||
-        (rc = ferry__pipe_copy_in(p, s, sh, src)) != 0 ||
-        (rc = ferry__be_event_record(d, dep[EV_H2D_END], sh)) != 0)
+    if ((sample || s->h2d_start_timed) &&
+        (rc = ferry__be_event_record(d, s->tev[TEV_H2D_START], sh)) != 0)
+        return rc;
+    FERRY_PROF_BEGIN(t0);
+    rc = ferry__pipe_copy_in(p, s, sh, src);
+    FERRY_PROF_END(FERRY__PROF_ISSUE_IN, t0);
+    if (rc != 0 || (rc = ferry__be_event_record(d, dep[EV_H2D_END], sh)) != 0)
         return rc;
     /* On one stream, stream order already is the dependency. */
     if ((sc != sh && (rc = ferry__be_stream_wait_event(d, sc, dep[EV_H2D_END])) != 0) ||
-        (sample && (rc = ferry__be_event_record(d, s->tev[TEV_COMP_START], sc)) != 0) ||
-        (rc = ferry__pipe_launch_group(p, s, sc)) != 0 ||
-        (rc = ferry__be_event_record(d, dep[EV_COMP_END], sc)) != 0)
+        (sample && (rc = ferry__be_event_record(d, s->tev[TEV_COMP_START], sc)) != 0))
+        return rc;
+    FERRY_PROF_BEGIN(t1);
+    rc = ferry__pipe_launch_group(p, s, sc);
+    FERRY_PROF_END(FERRY__PROF_ISSUE_RUN, t1);
+    if (rc != 0 || (rc = ferry__be_event_record(d, dep[EV_COMP_END], sc)) != 0)
         return rc;
     if ((sd != sc && (rc = ferry__be_stream_wait_event(d, sd, dep[EV_COMP_END])) != 0) ||
-        (sample && (rc = ferry__be_event_record(d, s->tev[TEV_D2H_START], sd)) != 0) ||
-        (rc = ferry__pipe_copy_out(p, s, sd, dst)) != 0 ||
-        (rc = ferry__be_event_record(d, dep[EV_D2H_END], sd)) != 0)
+        (sample && (rc = ferry__be_event_record(d, s->tev[TEV_D2H_START], sd)) != 0))
+        return rc;
+    FERRY_PROF_BEGIN(t2);
+    rc = ferry__pipe_copy_out(p, s, sd, dst);
+    FERRY_PROF_END(FERRY__PROF_ISSUE_OUT, t2);
+    if (rc != 0 || (rc = ferry__be_event_record(d, dep[EV_D2H_END], sd)) != 0)
         return rc;
     return 0;
 }
@@ -268,7 +278,9 @@ static uint32_t issue_one(ferry_pipeline_t *p, batch_rec_t *b, uint32_t c, slot_
     s->dep[EV_H2D_END] = ends & 1u ? s->tev[TEV_H2D_END] : s->ev[EV_H2D_END];
     s->dep[EV_COMP_END] = ends & 2u ? s->tev[TEV_COMP_END] : s->ev[EV_COMP_END];
     s->dep[EV_D2H_END] = ends & 4u ? s->tev[TEV_D2H_END] : s->ev[EV_D2H_END];
+    FERRY_PROF_BEGIN(t0);
     int rc = issue_chunk(p, s);
+    FERRY_PROF_END(FERRY__PROF_ISSUE, t0);
     if (rc != 0 && s->gpu_skipped) {
         s->err = rc; /* nothing was queued on the device */
     } else if (rc != 0) {

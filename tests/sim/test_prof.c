@@ -1,8 +1,9 @@
 /* The phase profile of a FERRY_PROF build (src/base/prof.h; the ASan+UBSan tree is one, CMake
  * option FERRY_PROF): batches gathered into slabs from several threads on the simulated GPU, the
  * profile's debug line at the pipeline's destroy read back through the log handler. Each
- * submitted batch counts one submit, each slab one send, one issue and one call back of its
- * items, and every phase that ran has time. A build without it logs no profile. */
+ * submitted batch counts one submit, each slab one send (its lay-out, its submit), one issue
+ * (its copy in, launch and copy out) and one call back of its items. A build without it logs no
+ * profile. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -106,8 +107,15 @@ static void test_gathered_counts(void **state)
     assert_true(us > 0);
     assert_true(phase("send", &us, &n));
     assert_int_equal(n, st.slabs);
+    assert_true(phase("send_layout", &us, &n));
+    assert_int_equal(n, st.slabs);
     assert_true(phase("send_issue", &us, &n));
     assert_int_equal(n, st.slabs);
+    const char *issue[] = {"issue", "issue_in", "issue_run", "issue_out"};
+    for (int k = 0; k < 4; k++) { /* a slab is one chunk, issued once (no fault here) */
+        assert_true(phase(issue[k], &us, &n));
+        assert_int_equal(n, st.slabs);
+    }
     assert_true(phase("slab_items", &us, &n));
     assert_int_equal(n, st.slabs);
     assert_true(phase("comp_cb", &us, &n));
